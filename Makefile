@@ -1,0 +1,88 @@
+# SPDX-License-Identifier: MIT
+# redislock: `make demo` shows it, `make test` proves it.
+# Targets: all demo test bench lint valgrind asan install clean (and deps).
+
+LUA_INCDIR     ?= /usr/include/lua5.4
+LUAJIT_INCDIR  ?= /usr/include/luajit-2.1
+HIREDIS_INCDIR ?= /usr/include
+HIREDIS_LIBS   ?= -lhiredis
+CC             ?= cc
+CFLAGS         ?= -O2 -g
+WARNINGS        = -std=c99 -Wall -Wextra -pedantic -Wmissing-prototypes -Wshadow \
+                  -Wstrict-prototypes -Wformat=2
+# CI builds with -Werror; locally a warning should not stop a demo.
+ifeq ($(CI),true)
+WARNINGS += -Werror
+endif
+ifeq ($(shell uname -s),Darwin)
+SHARED = -bundle -undefined dynamic_lookup
+else
+SHARED = -shared
+endif
+MODFLAGS = -fPIC -fvisibility=hidden -I$(HIREDIS_INCDIR)
+SANITIZE = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+
+SRC = csrc/rl_proto.c csrc/rl_sha1.c csrc/rl_conn.c csrc/rl_lua.c
+HDR = $(wildcard csrc/*.h)
+
+LUA54_MOD  = build/lua5.4/redislock/core.so
+LUAJIT_MOD = build/luajit/redislock/core.so
+ASAN_MOD   = build/asan/redislock/core.so
+
+.PHONY: all deps demo test bench lint valgrind asan install clean
+
+all: $(LUA54_MOD) $(LUAJIT_MOD)
+
+$(LUA54_MOD): $(SRC) $(HDR)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARNINGS) $(MODFLAGS) -I$(LUA_INCDIR) $(SHARED) -o $@ $(SRC) $(HIREDIS_LIBS)
+
+$(LUAJIT_MOD): $(SRC) $(HDR)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARNINGS) $(MODFLAGS) -I$(LUAJIT_INCDIR) $(SHARED) -o $@ $(SRC) $(HIREDIS_LIBS)
+
+$(ASAN_MOD): $(SRC) $(HDR)
+	@mkdir -p $(@D)
+	$(CC) -O1 -g $(SANITIZE) $(WARNINGS) $(MODFLAGS) -I$(LUA_INCDIR) $(SHARED) -o $@ $(SRC) $(HIREDIS_LIBS)
+
+build/nodlclose.so: tools/nodlclose.c
+	@mkdir -p $(@D)
+	$(CC) -O2 -fPIC -shared -o $@ $<
+
+# Installs the Debian packages the build, tests and demo need (when root).
+deps:
+	@sh tools/deps.sh
+
+demo: deps all
+	@sh examples/demo.sh
+
+# The busted suite under Lua 5.4 and LuaJIT, against private redis-servers.
+test: deps all
+	@sh spec/run.sh lua5.4:build/lua5.4 luajit:build/luajit
+
+bench: deps all
+	@sh bench/run.sh
+
+lint: deps
+	@sh tools/lint.sh
+
+# The Lua 5.4 suite under valgrind (LuaJIT is left out: it needs a valgrind build).
+valgrind: deps $(LUA54_MOD)
+	@REDISLOCK_WRAP="valgrind --quiet --leak-check=full --show-leak-kinds=definite,indirect \
+	  --errors-for-leak-kinds=definite,indirect --error-exitcode=99 --keep-debuginfo=yes" \
+	  REDISLOCK_SLOW=1 sh spec/run.sh lua5.4:build/lua5.4
+
+# The Lua 5.4 suite with the module built under ASan and UBSan.
+asan: deps $(ASAN_MOD) build/nodlclose.so
+	@REDISLOCK_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so) $(CURDIR)/build/nodlclose.so" \
+	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan.supp:print_suppressions=0 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  sh spec/run.sh lua5.4:build/asan
+
+install:
+	luarocks make rockspec/redislock-scm-1.rockspec
+
+clean:
+	rm -rf build
+	rm -f csrc/*.o redislock/core.so

@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The blocking transport: one hiredis context per client, connected on first
+ * use, with connect and command timeouts, AUTH and SELECT. Once a context
+ * reports an error it is freed ("it cannot be reused", hiredis) and the next
+ * call connects afresh; a forked child never reuses its parent's socket.
+ */
+#ifndef REDISLOCK_RL_CONN_H
+#define REDISLOCK_RL_CONN_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include <hiredis/hiredis.h>
+
+#include "rl_proto.h"
+
+#pragma GCC visibility push(hidden)
+
+#define RL_ERRLEN 512
+
+/* Where and how to connect. Strings are owned by the rl_conn (see rl_conn_init). */
+typedef struct {
+  char *host;       /* TCP host, when path is NULL */
+  int port;
+  char *path;       /* unix socket path, or NULL */
+  char *username;   /* ACL user, or NULL */
+  char *password;   /* or NULL */
+  long long db;
+  long long connect_timeout_ms;
+  long long timeout_ms;
+} rl_conn_opts;
+
+typedef struct {
+  rl_conn_opts o;
+  redisContext *ctx; /* NULL until connected, and after an error */
+  pid_t pid;         /* the process that opened ctx */
+} rl_conn;
+
+/*
+ * Copies opts (and its strings) into conn; no I/O. Returns 0, or -1 when out
+ * of memory, leaving conn safe to pass to rl_conn_free.
+ */
+int rl_conn_init(rl_conn *conn, const rl_conn_opts *opts);
+/* Closes the connection, if any; conn stays usable (the next call reconnects). */
+void rl_conn_close(rl_conn *conn);
+/* Closes and frees what rl_conn_init copied. Idempotent. */
+void rl_conn_free(rl_conn *conn);
+
+/*
+ * Sends one command and returns its reply (free it with freeReplyObject), which
+ * may be an error reply. Returns NULL with a message in err, beginning with
+ * "connection:" (refused, timed out, closed) or "redis:" (AUTH or SELECT
+ * refused), when no reply could be had.
+ */
+redisReply *rl_conn_command(rl_conn *conn, int argc, const char **argv,
+                            const size_t *len, char err[RL_ERRLEN]);
+
+/*
+ * Runs cmd (EVALSHA, then EVAL after NOSCRIPT) and decodes its answer into out.
+ * Returns 0, or -1 with a "connection:" or "redis:" message in err.
+ */
+int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]);
+
+/* "host:port" or the socket path, for messages. */
+void rl_conn_describe(const rl_conn *conn, char *buf, size_t len);
+
+#pragma GCC visibility pop
+
+#endif

@@ -1,0 +1,373 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * redislock.core: the Lua binding of the protocol and the blocking transport.
+ * The friendly API (acquire with waiting, locks, with_lock) is lua/redislock.lua;
+ * this module checks its arguments again so that no call from Lua can crash the VM.
+ */
+#ifndef _DEFAULT_SOURCE
+#define _DEFAULT_SOURCE /* clock_gettime, nanosleep under -std=c99 */
+#endif
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rl_compat.h"
+#include "rl_conn.h"
+#include "rl_proto.h"
+#include "rl_version.h"
+
+#define CLIENT_MT "redislock.Client"
+#define MAX_REPLY_DEPTH 16
+
+typedef struct {
+  rl_conn conn;
+  char *prefix;
+  size_t plen;
+  int closed;
+} rl_client;
+
+/* The client at idx, refusing other values and closed clients. */
+static rl_client *check_client(lua_State *L, int idx) {
+  rl_client *c = (rl_client *)luaL_checkudata(L, idx, CLIENT_MT);
+  if (c->closed) luaL_argerror(L, idx, "client is closed");
+  return c;
+}
+
+/* Releases everything the client owns. Idempotent: __gc, __close and close(). */
+static void client_free(rl_client *c) {
+  rl_conn_free(&c->conn);
+  free(c->prefix);
+  c->prefix = NULL;
+  c->closed = 1;
+}
+
+/* Reads integer field name of the table at 1 into *out (def when nil). */
+static lua_Integer opt_integer(lua_State *L, const char *name, lua_Integer def,
+                               lua_Integer min, lua_Integer max) {
+  int isnum = 0;
+  lua_Integer v;
+  lua_getfield(L, 1, name);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return def;
+  }
+  v = lua_tointegerx(L, -1, &isnum);
+  if (lua_type(L, -1) != LUA_TNUMBER || !isnum || v < min || v > max)
+    luaL_argerror(L, 1, lua_pushfstring(L, "field '%s' must be an integer in %d..%d",
+                                        name, (int)min, (int)max));
+  lua_pop(L, 1);
+  return v;
+}
+
+/* Pushes string field name of the table at 1 (or leaves nil); returns it or NULL. */
+static const char *opt_string(lua_State *L, const char *name) {
+  lua_getfield(L, 1, name);
+  if (lua_isnil(L, -1)) return NULL;
+  if (lua_type(L, -1) != LUA_TSTRING)
+    luaL_argerror(L, 1, lua_pushfstring(L, "field '%s' must be a string", name));
+  if (strlen(lua_tostring(L, -1)) != lua_rawlen(L, -1))
+    luaL_argerror(L, 1, lua_pushfstring(L, "field '%s' must not contain NUL", name));
+  return lua_tostring(L, -1);
+}
+
+/*
+ * core.new(opts) -> client. No I/O. opts: host, port, path, username,
+ * password, db, connect_timeout_ms, timeout_ms, prefix; already checked and
+ * given defaults by redislock.lua, checked again here for direct callers.
+ */
+static int core_new(lua_State *L) {
+  rl_conn_opts o;
+  const char *prefix;
+  size_t plen = 0;
+  rl_client *c;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  memset(&o, 0, sizeof o);
+  /* stack: opts, host, path, username, password, prefix (strings stay alive) */
+  o.host = (char *)opt_string(L, "host");
+  o.path = (char *)opt_string(L, "path");
+  o.username = (char *)opt_string(L, "username");
+  o.password = (char *)opt_string(L, "password");
+  prefix = opt_string(L, "prefix");
+  if (prefix != NULL) plen = lua_rawlen(L, -1);
+  if (o.host == NULL && o.path == NULL) o.host = "127.0.0.1";
+  if (o.username != NULL && o.password == NULL)
+    luaL_argerror(L, 1, "field 'username' needs a 'password'");
+  o.port = (int)opt_integer(L, "port", 6379, 1, 65535);
+  o.db = opt_integer(L, "db", 0, 0, 1000000);
+  o.connect_timeout_ms = opt_integer(L, "connect_timeout_ms", 1000, 1, 86400000);
+  o.timeout_ms = opt_integer(L, "timeout_ms", 1000, 1, 86400000);
+
+  /* Made closed first (as liolib does): an error below cannot leak it. */
+  c = (rl_client *)lua_newuserdatauv(L, sizeof *c, 0);
+  memset(c, 0, sizeof *c);
+  c->closed = 1;
+  luaL_setmetatable(L, CLIENT_MT);
+  c->prefix = malloc(plen + 1);
+  if (c->prefix == NULL || rl_conn_init(&c->conn, &o) != 0) {
+    client_free(c);
+    return luaL_error(L, "redislock: out of memory");
+  }
+  if (plen > 0) memcpy(c->prefix, prefix, plen);
+  c->prefix[plen] = '\0';
+  c->plen = plen;
+  c->closed = 0;
+  return 1;
+}
+
+/*
+ * client:eval(op, key, token[, ms]) -> status, value | nil, err
+ * Runs one lock script. op is "acquire", "release", "extend" or "pttl"; ms is
+ * the ttl for acquire and extend. status is 1 (ours), 0 (no such lock) or -1
+ * (another owner's); value is the fence (acquire) or milliseconds left.
+ */
+static int client_eval(lua_State *L) {
+  static const char *const ops[] = { "acquire", "release", "extend", "pttl", NULL };
+  rl_client *c = check_client(L, 1);
+  rl_op op = (rl_op)luaL_checkoption(L, 2, NULL, ops);
+  size_t klen, tlen;
+  const char *key = luaL_checklstring(L, 3, &klen);
+  const char *token = luaL_checklstring(L, 4, &tlen);
+  const char *why = rl_check_key(key, klen);
+  lua_Integer ms = 0;
+  char err[RL_ERRLEN];
+  rl_cmd cmd;
+  rl_result res;
+  int rc;
+  if (why != NULL) luaL_argerror(L, 3, why);
+  luaL_argcheck(L, tlen > 0, 4, "token must not be empty");
+  if (op == RL_OP_ACQUIRE || op == RL_OP_EXTEND) {
+    int isnum = 0;
+    ms = lua_tointegerx(L, 5, &isnum);
+    luaL_argcheck(L, lua_type(L, 5) == LUA_TNUMBER && isnum && ms >= 1 && ms <= RL_MAX_MS, 5,
+                  "ttl must be an integer number of milliseconds >= 1");
+  }
+  if (rl_cmd_init(&cmd, op, c->prefix, c->plen, key, klen, token, tlen, (long long)ms) != 0)
+    return luaL_error(L, "redislock: out of memory");
+  rc = rl_conn_eval(&c->conn, &cmd, &res, err);
+  rl_cmd_free(&cmd);
+  if (rc != 0) {
+    lua_pushnil(L);
+    lua_pushstring(L, err);
+    return 2;
+  }
+  lua_pushinteger(L, res.status);
+  lua_pushinteger(L, (lua_Integer)res.value);
+  return 2;
+}
+
+/* Pushes r as a Lua value: strings, integers, tables; nil bulk -> false. */
+static void push_reply(lua_State *L, const redisReply *r, int depth) {
+  size_t i;
+  switch (r->type) {
+  case REDIS_REPLY_STRING:
+  case REDIS_REPLY_STATUS:
+    lua_pushlstring(L, r->str, r->len);
+    break;
+  case REDIS_REPLY_INTEGER:
+    lua_pushinteger(L, (lua_Integer)r->integer);
+    break;
+  case REDIS_REPLY_ARRAY:
+    if (depth >= MAX_REPLY_DEPTH) luaL_error(L, "redislock: reply nested too deeply");
+    luaL_checkstack(L, 2, "reply nested too deeply");
+    lua_createtable(L, (int)r->elements, 0);
+    for (i = 0; i < r->elements; i++) {
+      push_reply(L, r->element[i], depth + 1);
+      lua_rawseti(L, -2, (int)i + 1);
+    }
+    break;
+  case REDIS_REPLY_ERROR: /* inside an array (MULTI/EXEC): { err = "..." } */
+    lua_createtable(L, 0, 1);
+    lua_pushlstring(L, r->str, r->len);
+    lua_setfield(L, -2, "err");
+    break;
+  default: /* REDIS_REPLY_NIL */
+    lua_pushboolean(L, 0);
+    break;
+  }
+}
+
+/* Protected body of push_reply, so an allocation error cannot leak the reply. */
+static int push_reply_protected(lua_State *L) {
+  const redisReply *r = (const redisReply *)lua_touserdata(L, 1);
+  push_reply(L, r, 0);
+  return 1;
+}
+
+/*
+ * client:command(name, ...) -> reply | nil, err
+ * One Redis command on the client's connection (for tests, examples and
+ * fenced writes). Arguments are strings or numbers. A nil reply is false; an
+ * error reply is nil, "redis: <message>".
+ */
+static int client_command(lua_State *L) {
+  rl_client *c = check_client(L, 1);
+  int argc = lua_gettop(L) - 1, i, status;
+  const char **argv;
+  size_t *len;
+  char err[RL_ERRLEN];
+  redisReply *r;
+  luaL_argcheck(L, argc >= 1, 2, "command name expected");
+  for (i = 2; i <= argc + 1; i++) {
+    int t = lua_type(L, i);
+    if (t != LUA_TSTRING && t != LUA_TNUMBER)
+      luaL_argerror(L, i, lua_pushfstring(L, "string or number expected, got %s",
+                                          luaL_typename(L, i)));
+  }
+  /* Scratch arrays in a userdata: collected even if something below raises. */
+  argv = (const char **)lua_newuserdatauv(L, (size_t)argc * (sizeof *argv + sizeof *len), 0);
+  len = (size_t *)(argv + argc);
+  for (i = 0; i < argc; i++) argv[i] = lua_tolstring(L, i + 2, &len[i]);
+  r = rl_conn_command(&c->conn, argc, argv, len, err);
+  if (r == NULL) {
+    lua_pushnil(L);
+    lua_pushstring(L, err);
+    return 2;
+  }
+  if (r->type == REDIS_REPLY_ERROR) {
+    snprintf(err, sizeof err, "redis: %.*s", (int)r->len, r->str);
+    freeReplyObject(r);
+    lua_pushnil(L);
+    lua_pushstring(L, err);
+    return 2;
+  }
+  lua_pushcfunction(L, push_reply_protected);
+  lua_pushlightuserdata(L, r);
+  status = lua_pcall(L, 1, 1, 0);
+  freeReplyObject(r);
+  if (status != 0) return lua_error(L);
+  return 1;
+}
+
+/* client:close(): closes the connection for good; later calls raise. */
+static int client_close(lua_State *L) {
+  client_free((rl_client *)luaL_checkudata(L, 1, CLIENT_MT));
+  return 0;
+}
+
+/* __tostring: "redislock.Client (127.0.0.1:6379)" or "redislock.Client (closed)". */
+static int client_tostring(lua_State *L) {
+  rl_client *c = (rl_client *)luaL_checkudata(L, 1, CLIENT_MT);
+  char where[160];
+  if (c->closed) {
+    lua_pushstring(L, "redislock.Client (closed)");
+  } else {
+    rl_conn_describe(&c->conn, where, sizeof where);
+    lua_pushfstring(L, "redislock.Client (%s)", where);
+  }
+  return 1;
+}
+
+/* core.token() -> 32 hex digits (128 bits) from the OS random source. */
+static int core_token(lua_State *L) {
+  char tok[RL_TOKEN_HEX + 1];
+  if (rl_token(tok) != 0)
+    return luaL_error(L, "redislock: cannot read the OS random source (%s)", strerror(errno));
+  lua_pushlstring(L, tok, RL_TOKEN_HEX);
+  return 1;
+}
+
+/* core.ms(seconds) -> integer milliseconds | nil, why (a fragment: "must be > 0"). */
+static int core_ms(lua_State *L) {
+  long long ms = 0;
+  const char *why;
+  if (lua_type(L, 1) != LUA_TNUMBER) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "number expected, got %s", luaL_typename(L, 1));
+    return 2;
+  }
+  why = rl_seconds_to_ms((double)lua_tonumber(L, 1), &ms);
+  if (why != NULL) {
+    lua_pushnil(L);
+    lua_pushstring(L, why);
+    return 2;
+  }
+  lua_pushinteger(L, (lua_Integer)ms);
+  return 1;
+}
+
+/* core.key_problem(key) -> nil when key may name a lock, else why not. */
+static int core_key_problem(lua_State *L) {
+  size_t len;
+  const char *key = luaL_checklstring(L, 1, &len);
+  const char *why = rl_check_key(key, len);
+  if (why == NULL) lua_pushnil(L);
+  else lua_pushstring(L, why);
+  return 1;
+}
+
+/* core.now() -> seconds on the monotonic clock (shared by all processes). */
+static int core_now(lua_State *L) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec / 1e9);
+  return 1;
+}
+
+/* core.sleep(seconds): blocks the thread; seconds >= 0. */
+static int core_sleep(lua_State *L) {
+  lua_Number s = luaL_checknumber(L, 1);
+  struct timespec ts;
+  luaL_argcheck(L, s >= 0 && s <= 86400.0 * 365, 1, "seconds must be in 0..31536000");
+  ts.tv_sec = (time_t)s;
+  ts.tv_nsec = (long)((s - (lua_Number)ts.tv_sec) * 1e9);
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+  return 0;
+}
+
+/* Pushes { acquire = { sha = ..., text = ... }, ... } for specs and tools. */
+static void push_scripts(lua_State *L) {
+  int op;
+  lua_createtable(L, 0, RL_OP_COUNT);
+  for (op = 0; op < RL_OP_COUNT; op++) {
+    lua_createtable(L, 0, 2);
+    lua_pushstring(L, rl_script_sha((rl_op)op));
+    lua_setfield(L, -2, "sha");
+    lua_pushstring(L, rl_script_text((rl_op)op));
+    lua_setfield(L, -2, "text");
+    lua_setfield(L, -2, rl_op_name((rl_op)op));
+  }
+}
+
+static const luaL_Reg client_methods[] = {
+  { "eval", client_eval },
+  { "command", client_command },
+  { "close", client_close },
+  { NULL, NULL }
+};
+
+static const luaL_Reg core_functions[] = {
+  { "new", core_new },
+  { "token", core_token },
+  { "ms", core_ms },
+  { "key_problem", core_key_problem },
+  { "now", core_now },
+  { "sleep", core_sleep },
+  { NULL, NULL }
+};
+
+RL_EXPORT int luaopen_redislock_core(lua_State *L);
+
+/* Leaves the module table on the stack. */
+RL_EXPORT int luaopen_redislock_core(lua_State *L) {
+  if (luaL_newmetatable(L, CLIENT_MT)) {
+    luaL_newlib(L, client_methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, client_close);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, client_close);
+    lua_setfield(L, -2, "__close");
+    lua_pushcfunction(L, client_tostring);
+    lua_setfield(L, -2, "__tostring");
+  }
+  lua_pop(L, 1);
+  luaL_newlib(L, core_functions);
+  lua_pushliteral(L, RL_VERSION);
+  lua_setfield(L, -2, "_VERSION");
+  lua_pushinteger(L, RL_MAX_MS);
+  lua_setfield(L, -2, "MAX_MS");
+  push_scripts(L);
+  lua_setfield(L, -2, "scripts");
+  return 1;
+}

@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The lock protocol, with no Lua and no I/O: the server-side scripts and their
+ * SHA-1 names, the arguments of each command, the decoding of script replies,
+ * tokens and the validation of keys and times. Both transports (blocking
+ * hiredis, OpenResty cosockets) share it.
+ */
+#ifndef REDISLOCK_RL_PROTO_H
+#define REDISLOCK_RL_PROTO_H
+
+#include <stddef.h>
+
+#include <hiredis/hiredis.h>
+
+#pragma GCC visibility push(hidden)
+
+/* The operations, each one server-side script that checks the token. */
+typedef enum {
+  RL_OP_ACQUIRE, /* SET NX PX, or refresh if the key already holds our token */
+  RL_OP_RELEASE, /* compare-and-delete */
+  RL_OP_EXTEND,  /* compare-and-pexpire */
+  RL_OP_PTTL,    /* compare, then PTTL */
+  RL_OP_COUNT
+} rl_op;
+
+/* What a script said. Every script replies {status, value}. */
+enum {
+  RL_HELD = 1,     /* ours (acquired, released, extended, or still held) */
+  RL_FREE = 0,     /* the key does not exist: expired or released */
+  RL_OTHER = -1    /* the key holds another owner's token */
+};
+
+typedef struct {
+  int status;      /* RL_HELD, RL_FREE or RL_OTHER */
+  long long value; /* acquire: fence when held, PTTL (ms) when not; pttl: ms */
+} rl_result;
+
+/* How rl_decode classified a reply. */
+typedef enum {
+  RL_DECODED,  /* *out holds the script's answer */
+  RL_NOSCRIPT, /* the server does not know the SHA-1: resend with EVAL */
+  RL_ERROR     /* the server answered an error, or an unexpected shape */
+} rl_decoded;
+
+#define RL_TOKEN_BYTES 16               /* 128 bits from the OS CSPRNG */
+#define RL_TOKEN_HEX (2 * RL_TOKEN_BYTES)
+#define RL_MAX_MS 3153600000000LL       /* 100 years; Redis takes far more */
+#define RL_CMD_MAXARGS 7
+
+/*
+ * One command ready to send: EVALSHA sha 2 lockkey fencekey token [ms], or the
+ * same with EVAL and the script text after rl_cmd_use_eval. argv/len point into
+ * the struct and into the script table; the keys live in one heap buffer.
+ */
+typedef struct {
+  int argc;
+  const char *argv[RL_CMD_MAXARGS];
+  size_t len[RL_CMD_MAXARGS];
+  rl_op op;
+  char *keys;   /* "<prefix>{<key>}" then "<prefix>{<key>}:fence" */
+  char ms[24];
+} rl_cmd;
+
+/* The script text and SHA-1 of op (computed once, on first use). */
+const char *rl_script_text(rl_op op);
+const char *rl_script_sha(rl_op op);
+const char *rl_op_name(rl_op op);
+
+/*
+ * Fills cmd for op on key under prefix. token is the owner's token; ms is used
+ * by acquire and extend only. Returns 0, or -1 when out of memory.
+ * Validate key with rl_check_key first. Free with rl_cmd_free.
+ */
+int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
+                const char *key, size_t klen, const char *token, size_t tlen,
+                long long ms);
+/* Switches cmd from EVALSHA to EVAL (after a NOSCRIPT reply). */
+void rl_cmd_use_eval(rl_cmd *cmd);
+void rl_cmd_free(rl_cmd *cmd);
+
+/*
+ * Classifies a reply to a script command. On RL_ERROR the server's message (or
+ * a description of the unexpected reply) is copied into err.
+ */
+rl_decoded rl_decode(const redisReply *r, rl_result *out, char *err, size_t errlen);
+
+/* NULL when key may name a lock, else why not (a sentence fragment). */
+const char *rl_check_key(const char *key, size_t len);
+
+/*
+ * Converts seconds to whole milliseconds (rounded to nearest). Returns NULL and
+ * sets *ms, or returns why the value is refused (NaN, infinite, <= 0, under
+ * 1 ms, over RL_MAX_MS).
+ */
+const char *rl_seconds_to_ms(double seconds, long long *ms);
+
+/* Writes RL_TOKEN_HEX hex digits of OS randomness and a NUL. 0, or -1 (errno). */
+int rl_token(char out[RL_TOKEN_HEX + 1]);
+
+#pragma GCC visibility pop
+
+#endif

@@ -1,0 +1,447 @@
+-- SPDX-License-Identifier: MIT
+--- redislock: distributed locks on Redis.
+--
+-- The lock work (scripts, tokens, I/O) is done by the C core, `redislock.core`;
+-- this file is the API people call. It is plain Lua so that the function run by
+-- `with_lock` may yield (coroutines, and cosockets under OpenResty).
+--
+--     local redislock = require "redislock"
+--     local client = redislock.new{ url = "redis://127.0.0.1:6379/0" }
+--     client:with_lock("orders:42", 5, function(lock) ... end)
+
+local core = require "redislock.core"
+
+local error, getmetatable, pairs, pcall, select, setmetatable, tonumber, tostring, type =
+      error, getmetatable, pairs, pcall, select, setmetatable, tonumber, tostring, type
+local string_format, string_char = string.format, string.char
+local math_min, math_floor = math.min, math.floor
+local os_getenv = os.getenv
+local debug_getinfo = debug.getinfo
+local unpack = table.unpack or unpack  -- luacheck: ignore (LuaJIT)
+local now, sleep, token, to_ms, key_problem = core.now, core.sleep, core.token, core.ms, core.key_problem
+
+local _M = { _VERSION = core._VERSION }
+
+-- Backoff while waiting for a busy lock: jittered, doubling, capped, and never
+-- past the caller's deadline nor (much) past the holder's expiry.
+local FIRST_STEP, MAX_STEP = 0.002, 0.128
+
+local Client = {}
+local client_mt = { __index = Client }
+local Lock = {}
+local lock_mt = { __index = Lock }
+
+local function pack(...)
+  return { n = select("#", ...), ... }
+end
+
+local HERE = debug_getinfo(1, "S").source
+
+-- Raises msg with the position of the first caller outside this file, so that
+-- argument errors point at the user's line however deep the check sits.
+local function raise_at_caller(msg)
+  local level = 2
+  while true do
+    local info = debug_getinfo(level, "S")
+    if not info or info.source ~= HERE then break end
+    level = level + 1
+  end
+  error(msg, level)
+end
+
+-- Raises "bad argument #n to 'fname' (msg)".
+local function argerror(n, fname, msg)
+  raise_at_caller(string_format("bad argument #%d to '%s' (%s)", n, fname, msg))
+end
+
+-- A key as it appears in messages: quoted, control bytes escaped.
+local function quote(s)
+  return (string_format("%q", s):gsub("\\\n", "\\n"))
+end
+
+local function check_key(n, fname, key)
+  if type(key) ~= "string" then
+    argerror(n, fname, "key must be a string, got " .. type(key))
+  end
+  local why = key_problem(key)
+  if why then argerror(n, fname, why) end
+end
+
+-- Seconds (a Lua number) to integer milliseconds, or raise naming `what`.
+local function check_seconds(n, fname, what, value)
+  if type(value) ~= "number" then
+    argerror(n, fname, string_format("%s must be a number, got %s", what, type(value)))
+  end
+  local ms, why = to_ms(value)
+  if not ms then argerror(n, fname, what .. " " .. why) end
+  return ms
+end
+
+local function check_self(self, mt, fname, what)
+  if getmetatable(self) ~= mt then
+    raise_at_caller(string_format("bad self to '%s' (%s expected, got %s; call it with ':', as x:%s(...))",
+                                  fname, what, type(self), fname))
+  end
+end
+
+-- Refuses anything but nil or a table whose keys are all in `known`.
+local function check_opts(n, fname, opts, known)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then
+    argerror(n, fname, "options must be a table, got " .. type(opts))
+  end
+  for k in pairs(opts) do
+    if not known[k] then
+      argerror(n, fname, "unknown option " .. quote(tostring(k)))
+    end
+  end
+  return opts
+end
+
+local ACQUIRE_OPTS = { wait = true }
+
+-- The options of acquire and with_lock, checked; returns the wait in seconds.
+local function check_acquire_opts(n, fname, opts)
+  opts = check_opts(n, fname, opts, ACQUIRE_OPTS)
+  local wait = opts.wait
+  if wait == nil then return 0 end
+  if type(wait) ~= "number" or wait ~= wait or wait < 0 or wait == math.huge then
+    argerror(n, fname, "option 'wait' must be a finite number of seconds >= 0")
+  end
+  return wait
+end
+
+------------------------------------------------------------------------------
+-- Connection options and URLs
+
+local function unescape(s)
+  return (s:gsub("%%(%x%x)", function(h) return string_char(tonumber(h, 16)) end))
+end
+
+local function url_db(s)
+  if s == nil or s == "" then return nil end
+  local db = s:match("^%d+$") and tonumber(s)
+  if not db then return nil, "database must be a whole number, got " .. quote(s) end
+  return db
+end
+
+-- Parses redis://[user:password@]host[:port][/db] and unix:///path[?db=N].
+-- Returns a table of connection fields, or nil and why.
+local function parse_url(url)
+  local scheme, rest = url:match("^(%a[%w+.-]*)://(.*)$")
+  scheme = scheme and scheme:lower()
+  if scheme == "rediss" then
+    return nil, "rediss:// (TLS) is not supported: the hiredis this module links has no TLS"
+  elseif scheme == "unix" then
+    local path, query = rest:match("^([^?]*)%??(.*)$")
+    if path:sub(1, 1) ~= "/" then
+      return nil, "a unix URL needs an absolute path: unix:///run/redis.sock"
+    end
+    local t = { path = unescape(path) }
+    for pair in query:gmatch("[^&]+") do
+      local k, v = pair:match("^([^=]*)=(.*)$")
+      if k == "db" then
+        local db, why = url_db(v)
+        if not db then return nil, why or "empty db" end
+        t.db = db
+      elseif k == "password" or k == "username" then
+        t[k] = unescape(v)
+      else
+        return nil, "unknown URL parameter " .. quote(k or pair)
+      end
+    end
+    return t
+  elseif scheme ~= "redis" then
+    return nil, "must start with redis:// or unix://, got " .. quote(url)
+  end
+  local authority, tail = rest:match("^([^/?#]*)(.*)$")
+  local t = {}
+  local userinfo, hostport = authority:match("^(.*)@(.*)$")
+  if userinfo then
+    local user, pass = userinfo:match("^([^:]*):(.*)$")
+    if not user then
+      return nil, "put a ':' before the password, as in redis://:secret@host or redis://user:secret@host"
+    end
+    if user ~= "" then t.username = unescape(user) end
+    if pass ~= "" then t.password = unescape(pass) end
+  else
+    hostport = authority
+  end
+  local host, port = hostport:match("^%[([^%]]+)%]:?(%d*)$")
+  if not host then host, port = hostport:match("^([^:]*):?(%d*)$") end
+  if not host then return nil, "cannot read host and port in " .. quote(hostport) end
+  if host ~= "" then t.host = host end
+  if port ~= "" then t.port = tonumber(port) end
+  local db = tail:match("^/(%d*)$")
+  if not db and tail ~= "" then
+    return nil, "expected /<db number> after the host, got " .. quote(tail)
+  end
+  local why
+  t.db, why = url_db(db)
+  if why then return nil, why end
+  return t
+end
+
+local NEW_OPTS = {
+  url = true, host = true, port = true, path = true, username = true, password = true,
+  db = true, connect_timeout = true, timeout = true, prefix = true,
+}
+local STRING_OPTS = { "url", "host", "path", "username", "password", "prefix" }
+
+local function is_whole(v, lo, hi)
+  return type(v) == "number" and v == math_floor(v) and v >= lo and v <= hi
+end
+
+--- Makes a client. No I/O: it connects on first use.
+-- @param opts table (or a URL string): url, host, port, path, username, password,
+--   db, connect_timeout, timeout (seconds), prefix (default "lock:")
+-- @return client
+function _M.new(opts)
+  if type(opts) == "string" then opts = { url = opts } end
+  opts = check_opts(1, "new", opts, NEW_OPTS)
+  for _, name in pairs(STRING_OPTS) do
+    if opts[name] ~= nil and type(opts[name]) ~= "string" then
+      argerror(1, "new", string_format("option '%s' must be a string, got %s", name, type(opts[name])))
+    end
+  end
+  local c = {}
+  if opts.url then
+    local t, why = parse_url(opts.url)
+    if not t then argerror(1, "new", "option 'url' " .. why) end
+    c = t
+  end
+  for _, name in pairs({ "host", "port", "path", "username", "password", "db" }) do
+    if opts[name] ~= nil then c[name] = opts[name] end
+  end
+  if opts.host and opts.path then
+    argerror(1, "new", "options 'host' and 'path' exclude each other")
+  elseif opts.host then
+    c.path = nil
+  elseif opts.path then
+    c.host, c.port = nil, nil
+  end
+  if c.port ~= nil and not is_whole(c.port, 1, 65535) then
+    argerror(1, "new", "option 'port' must be a whole number in 1..65535")
+  end
+  if c.db ~= nil and not is_whole(c.db, 0, 1000000) then
+    argerror(1, "new", "option 'db' must be a whole number >= 0")
+  end
+  if c.username and not c.password then
+    argerror(1, "new", "option 'username' needs a 'password'")
+  end
+  if c.host == "" or c.path == "" then
+    argerror(1, "new", "options 'host' and 'path' must not be empty")
+  end
+  c.connect_timeout_ms = opts.connect_timeout ~= nil
+    and check_seconds(1, "new", "option 'connect_timeout'", opts.connect_timeout) or nil
+  c.timeout_ms = opts.timeout ~= nil
+    and check_seconds(1, "new", "option 'timeout'", opts.timeout) or nil
+  c.prefix = opts.prefix or "lock:"
+  return setmetatable({ _core = core.new(c), prefix = c.prefix }, client_mt)
+end
+
+client_mt.__tostring = function(self)
+  return "redislock client: " .. tostring(self._core)
+end
+
+--- Closes the client's connection for good; later calls on it raise.
+function Client:close()
+  check_self(self, client_mt, "close", "redislock client")
+  self._core:close()
+end
+
+------------------------------------------------------------------------------
+-- Acquire, with waiting
+
+local function jitter()
+  return 0.5 + tonumber(token():sub(1, 6), 16) / 0x2000000
+end
+
+local function seconds_text(ms)
+  if ms < 0 then return "no expiry set" end
+  return string_format("%.3g s left", ms / 1000)
+end
+
+-- Tries to take key with token until `wait` seconds have passed. The same token
+-- is resent after a connection error: the acquire script treats "the key already
+-- holds my token" as success, so a send that landed is not counted twice.
+-- Returns the fence, or nil and an error message.
+local function take(self, key, tok, ms, wait)
+  local c = self._core
+  local deadline = now() + wait
+  local step = FIRST_STEP
+  while true do
+    local status, value = c:eval("acquire", key, tok, ms)
+    if status == 1 then return value end
+    local left = deadline - now()
+    if status == nil and (left <= 0 or value:sub(1, 11) ~= "connection:") then
+      return nil, value
+    end
+    if left <= 0 then
+      if wait > 0 then
+        return nil, string_format("busy: %s is still held by another owner after waiting %.3g s (%s)",
+                                  quote(key), wait, seconds_text(value))
+      end
+      return nil, string_format("busy: %s is held by another owner (%s)", quote(key), seconds_text(value))
+    end
+    local pause = step * jitter()
+    if status == -1 and value >= 0 then
+      pause = math_min(pause, value / 1000 + 0.001)
+    end
+    sleep(math_min(pause, left))
+    step = math_min(step * 2, MAX_STEP)
+  end
+end
+
+-- acquire after its arguments were checked.
+local function acquire(self, key, ms, wait)
+  local tok = token()
+  local fence, err = take(self, key, tok, ms, wait)
+  if not fence then return nil, err end
+  return setmetatable({ key = key, token = tok, fence = fence, _client = self, _state = "held" }, lock_mt)
+end
+
+--- Takes the lock named key for ttl seconds.
+-- @param key string, the lock's name (stored as prefix .. "{" .. key .. "}")
+-- @param ttl seconds (fractions allowed): the lock expires by itself after it
+-- @param opts optional table: wait (seconds to keep trying; default 0, try once)
+-- @return lock, or nil and "busy: ...", "connection: ..." or "redis: ..."
+function Client:acquire(key, ttl, opts)
+  check_self(self, client_mt, "acquire", "redislock client")
+  check_key(1, "acquire", key)
+  local ms = check_seconds(2, "acquire", "ttl", ttl)
+  local wait = check_acquire_opts(3, "acquire", opts)
+  return acquire(self, key, ms, wait)
+end
+
+------------------------------------------------------------------------------
+-- Locks
+
+-- Records that the lock is no longer ours and returns the "lost" message.
+local function mark_lost(self, status, op)
+  local why = status == -1 and "another owner holds it now"
+    or "it expired or was deleted"
+  self._state = "lost"
+  self._lost = string_format("lost: %s is no longer ours (%s; found at %s)", quote(self.key), why, op)
+  return self._lost
+end
+
+-- Runs op on the server for a lock that is still ours by our own account.
+-- Returns the script's value, or nil and an error message.
+local function lock_eval(self, op, ms)
+  if self._state == "released" then
+    return nil, string_format("lost: %s was already released", quote(self.key))
+  elseif self._state == "lost" then
+    return nil, self._lost
+  end
+  local status, value = self._client._core:eval(op, self.key, self.token, ms)
+  if status == nil then return nil, value end
+  if status ~= 1 then return nil, mark_lost(self, status, op) end
+  return value
+end
+
+--- Releases the lock if it is still ours (compare-and-delete on the server).
+-- Releasing again is harmless and returns true.
+-- @return true, or nil and "lost: ..." / "connection: ..." / "redis: ..."
+function Lock:release()
+  check_self(self, lock_mt, "release", "redislock lock")
+  if self._state == "released" then return true end
+  local ok, err = lock_eval(self, "release")
+  if not ok then return nil, err end
+  self._state = "released"
+  return true
+end
+
+--- Sets the lock's remaining time to ttl seconds, if it is still ours.
+-- @return true, or nil and "lost: ..." / "connection: ..." / "redis: ..."
+function Lock:extend(ttl)
+  check_self(self, lock_mt, "extend", "redislock lock")
+  local ms = check_seconds(1, "extend", "ttl", ttl)
+  local ok, err = lock_eval(self, "extend", ms)
+  if not ok then return nil, err end
+  return true
+end
+
+--- Remaining time of the lock in seconds, if it is still ours.
+-- @return seconds, or nil and "lost: ..." / "connection: ..." / "redis: ..."
+function Lock:ttl()
+  check_self(self, lock_mt, "ttl", "redislock lock")
+  local ms, err = lock_eval(self, "pttl")
+  if not ms then return nil, err end
+  return ms / 1000
+end
+
+lock_mt.__tostring = function(self)
+  return string_format("redislock lock %s (fence %s, %s)", quote(self.key), tostring(self.fence), self._state)
+end
+
+-- Lua 5.4 `local l <close> = ...`: release at scope exit. When the scope is left
+-- by an error, that error wins; otherwise a failed release raises, so a lost
+-- lock is never passed over in silence.
+lock_mt.__close = function(self, err)
+  local ok, rerr = self:release()
+  if not ok and err == nil then error(rerr, 0) end
+end
+
+------------------------------------------------------------------------------
+-- with_lock
+
+local function check_fn(n, fname, fn)
+  local mt = getmetatable(fn)
+  if type(fn) ~= "function" and not (type(mt) == "table" and mt.__call) then
+    argerror(n, fname, "function expected, got " .. type(fn))
+  end
+end
+
+-- Runs fn(lock) under the lock and releases it in every case.
+local function with_lock(self, key, ms, fn, wait)
+  local lock, err = acquire(self, key, ms, wait)
+  if not lock then error(err, 0) end
+  local res = pack(pcall(fn, lock))
+  local released, rerr = lock:release()
+  if not res[1] then error(res[2], 0) end
+  if not released then error(rerr, 0) end
+  return unpack(res, 2, res.n)
+end
+
+--- Calls fn(lock) while holding the lock named key, then releases it.
+-- Returns exactly what fn returned. Raises "busy: ..." or "connection: ..." when
+-- the lock cannot be taken, fn's own error value (unchanged) when fn raises, and
+-- "lost: ..." when the lock was no longer ours at release.
+-- @param opts optional table: wait (seconds to keep trying to acquire)
+function Client:with_lock(key, ttl, fn, opts)
+  check_self(self, client_mt, "with_lock", "redislock client")
+  check_key(1, "with_lock", key)
+  local ms = check_seconds(2, "with_lock", "ttl", ttl)
+  check_fn(3, "with_lock", fn)
+  local wait = check_acquire_opts(4, "with_lock", opts)
+  return with_lock(self, key, ms, fn, wait)
+end
+
+local default_client
+
+--- The client used by redislock.with_lock: REDIS_URL, else 127.0.0.1:6379.
+function _M.default_client()
+  if not default_client then
+    local url = os_getenv("REDIS_URL")
+    if url and url ~= "" then
+      local ok, c = pcall(_M.new, { url = url })
+      if not ok then raise_at_caller("redislock: REDIS_URL is not usable: " .. tostring(c)) end
+      default_client = c
+    else
+      default_client = _M.new()
+    end
+  end
+  return default_client
+end
+
+--- redislock.with_lock(key, ttl, fn[, opts]) on the default client.
+function _M.with_lock(key, ttl, fn, opts)
+  check_key(1, "with_lock", key)
+  local ms = check_seconds(2, "with_lock", "ttl", ttl)
+  check_fn(3, "with_lock", fn)
+  local wait = check_acquire_opts(4, "with_lock", opts)
+  return with_lock(_M.default_client(), key, ms, fn, wait)
+end
+
+return _M

@@ -1,0 +1,166 @@
+-- SPDX-License-Identifier: MIT
+-- Test helpers: private redis-servers on free loopback ports, started and stopped
+-- by the specs (by PID), worker processes, and small utilities. No mocks: every
+-- spec talks to a real redis-server.
+local core = require "redislock.core"
+local socket = require "socket"
+
+local helpers = {}
+
+-- The interpreter running the suite, for worker processes (lua5.4 or luajit).
+helpers.lua = os.getenv("REDISLOCK_LUA") or (jit and "luajit" or "lua5.4")
+-- Valgrind or sanitizers slow everything down: timing bounds are widened.
+helpers.slow = os.getenv("REDISLOCK_SLOW") ~= nil and 10 or 1
+
+local function sh_quote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+helpers.sh_quote = sh_quote
+
+local function run(cmd)
+  local p = assert(io.popen(cmd .. " 2>&1"))
+  local out = p:read("*a")
+  local ok, _, code = p:close()
+  if type(ok) == "number" then code = ok; ok = code == 0 end  -- LuaJIT 5.1 semantics
+  return out, ok, code
+end
+helpers.run = run
+
+local tmp_root = os.getenv("REDISLOCK_TEST_TMP")
+local function tmpdir()
+  if not tmp_root then
+    tmp_root = (run("mktemp -d"):gsub("%s+$", ""))
+  end
+  local dir = (run("mktemp -d " .. sh_quote(tmp_root .. "/srv.XXXXXX")):gsub("%s+$", ""))
+  assert(dir:match("^/"), "cannot make a temporary folder: " .. dir)
+  return dir
+end
+
+-- A port nobody listens on right now (the kernel picks it).
+function helpers.free_port()
+  local s = assert(socket.bind("127.0.0.1", 0))
+  local _, port = s:getsockname()
+  s:close()
+  return tonumber(port)
+end
+
+local function read_file(path)
+  local f = io.open(path, "r")
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+helpers.read_file = read_file
+
+-- os.execute says true (5.4) or 0 (LuaJIT) for success.
+local function sh_ok(cmd)
+  local r = os.execute(cmd)
+  return r == true or r == 0
+end
+helpers.sh_ok = sh_ok
+
+local function alive(pid)
+  return sh_ok("kill -0 " .. pid .. " 2>/dev/null")
+end
+
+local Server = {}
+Server.__index = Server
+
+--- Starts a private redis-server; extra is a list of more arguments
+-- (e.g. { "--requirepass", "s3cret" }). Raises when it cannot start.
+function helpers.start_redis(extra)
+  local last_log = ""
+  for _ = 1, 5 do
+    local port = helpers.free_port()
+    local dir = tmpdir()
+    local args = {
+      "redis-server", "--bind", "127.0.0.1", "--port", port, "--save", "''", "--appendonly", "no",
+      "--daemonize", "yes", "--pidfile", sh_quote(dir .. "/redis.pid"),
+      "--logfile", sh_quote(dir .. "/redis.log"), "--dir", sh_quote(dir),
+      "--unixsocket", sh_quote(dir .. "/redis.sock"), "--unixsocketperm", "700",
+      "--enable-debug-command", "local",
+    }
+    for _, a in ipairs(extra or {}) do args[#args + 1] = sh_quote(a) end
+    run(table.concat(args, " "))
+    local deadline = core.now() + 5 * helpers.slow
+    while core.now() < deadline do
+      local log = read_file(dir .. "/redis.log") or ""
+      local pid = tonumber(read_file(dir .. "/redis.pid") or "")
+      if pid and log:find("Ready to accept connections", 1, true) then
+        return setmetatable({ port = port, dir = dir, pid = pid, sock = dir .. "/redis.sock",
+                              password = nil, url = "redis://127.0.0.1:" .. port }, Server)
+      end
+      if log:find("Address already in use", 1, true) then break end
+      core.sleep(0.01)
+    end
+    last_log = read_file(dir .. "/redis.log") or "(no log)"
+    local pid = tonumber(read_file(dir .. "/redis.pid") or "")
+    if pid then os.execute("kill " .. pid .. " 2>/dev/null") end
+  end
+  error("cannot start redis-server; its log says:\n" .. last_log)
+end
+
+--- Stops the server (SIGTERM by PID, then waits for it to go) and removes its folder.
+function Server:stop()
+  if not self.pid then return end
+  os.execute("kill " .. self.pid .. " 2>/dev/null")
+  local deadline = core.now() + 5 * helpers.slow
+  while alive(self.pid) and core.now() < deadline do core.sleep(0.01) end
+  if alive(self.pid) then os.execute("kill -9 " .. self.pid .. " 2>/dev/null") end
+  os.execute("rm -rf " .. sh_quote(self.dir))
+  self.pid = nil
+end
+
+--- Runs redis-cli against the server; returns its output without the last newline.
+function Server:cli(...)
+  local args = { "redis-cli", "-p", self.port }
+  if self.password then
+    args[#args + 1] = "--no-auth-warning -a " .. sh_quote(self.password)
+  end
+  for _, a in ipairs({ ... }) do args[#args + 1] = sh_quote(a) end
+  return (run(table.concat(args, " ")):gsub("\n$", ""))
+end
+
+--- A redislock client for this server; opts are merged over { port = ... }.
+function Server:client(opts)
+  local o = { port = self.port }
+  for k, v in pairs(opts or {}) do o[k] = v end
+  return require("redislock").new(o)
+end
+
+--- A bare core client, for raw commands in checks (its own connection).
+function Server:raw()
+  return core.new({ port = self.port, password = self.password })
+end
+
+--- Starts `lua script args...` in the background with the suite's interpreter
+-- and module paths; returns a handle whose :wait() gives the output and success.
+function helpers.spawn(script, ...)
+  local args = { helpers.lua, sh_quote(script) }
+  for _, a in ipairs({ ... }) do args[#args + 1] = sh_quote(a) end
+  local p = assert(io.popen(table.concat(args, " ") .. " 2>&1"))
+  return {
+    wait = function()
+      local out = p:read("*a")
+      local ok, _, code = p:close()
+      if type(ok) == "number" then code = ok; ok = code == 0 end
+      return out, ok, code
+    end,
+  }
+end
+
+--- Calls fn until it returns a true value or `seconds` pass; returns its last value.
+function helpers.eventually(seconds, fn)
+  local deadline = core.now() + seconds * helpers.slow
+  local v = fn()
+  while not v and core.now() < deadline do
+    core.sleep(0.01)
+    v = fn()
+  end
+  return v
+end
+
+helpers.spec_dir = debug.getinfo(1, "S").source:match("^@(.*/)") or "spec/"
+
+return helpers

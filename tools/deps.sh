@@ -1,0 +1,28 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Installs the Debian packages that building, testing and the demo need.
+# Does nothing when they are all present; needs root (apt-get) otherwise.
+set -eu
+
+PACKAGES="gcc make libc6-dev lua5.4 liblua5.4-dev luajit2 libluajit2-5.1-dev lua-busted luarocks
+  libhiredis-dev redis-server redis-tools lua-socket lua-posix lua-check valgrind
+  nginx libnginx-mod-http-lua lua-resty-core lua-resty-lrucache lua-nginx-redis"
+
+missing=""
+for p in $PACKAGES; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing="$missing $p"
+  fi
+done
+[ -z "$missing" ] && exit 0
+
+if [ "$(id -u)" != 0 ]; then
+  echo "redislock: missing Debian packages:$missing" >&2
+  echo "redislock: install them (apt-get install$missing) or run make as root" >&2
+  exit 1
+fi
+echo "redislock: installing$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends $missing >/dev/null
