@@ -91,6 +91,7 @@ static int core_new(lua_State *L) {
   o.password = (char *)opt_string(L, "password");
   prefix = opt_string(L, "prefix");
   if (prefix != NULL) plen = lua_rawlen(L, -1);
+  else plen = strlen(prefix = "lock:");
   if (o.host == NULL && o.path == NULL) o.host = "127.0.0.1";
   if (o.username != NULL && o.password == NULL)
     luaL_argerror(L, 1, "field 'username' needs a 'password'");

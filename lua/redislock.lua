@@ -121,7 +121,7 @@ end
 local function url_db(s)
   if s == nil or s == "" then return nil end
   local db = s:match("^%d+$") and tonumber(s)
-  if not db then return nil, "database must be a whole number, got " .. quote(s) end
+  if not db then return nil, "has a database that is not a whole number: " .. quote(s) end
   return db
 end
 
@@ -131,23 +131,23 @@ local function parse_url(url)
   local scheme, rest = url:match("^(%a[%w+.-]*)://(.*)$")
   scheme = scheme and scheme:lower()
   if scheme == "rediss" then
-    return nil, "rediss:// (TLS) is not supported: the hiredis this module links has no TLS"
+    return nil, "uses rediss:// (TLS), which this build does not support (hiredis 0.14 has no TLS)"
   elseif scheme == "unix" then
     local path, query = rest:match("^([^?]*)%??(.*)$")
     if path:sub(1, 1) ~= "/" then
-      return nil, "a unix URL needs an absolute path: unix:///run/redis.sock"
+      return nil, "needs an absolute path, as in unix:///run/redis.sock"
     end
     local t = { path = unescape(path) }
     for pair in query:gmatch("[^&]+") do
       local k, v = pair:match("^([^=]*)=(.*)$")
       if k == "db" then
         local db, why = url_db(v)
-        if not db then return nil, why or "empty db" end
+        if not db then return nil, why or "has an empty db parameter" end
         t.db = db
       elseif k == "password" or k == "username" then
         t[k] = unescape(v)
       else
-        return nil, "unknown URL parameter " .. quote(k or pair)
+        return nil, "has an unknown parameter " .. quote(k or pair)
       end
     end
     return t
@@ -160,7 +160,7 @@ local function parse_url(url)
   if userinfo then
     local user, pass = userinfo:match("^([^:]*):(.*)$")
     if not user then
-      return nil, "put a ':' before the password, as in redis://:secret@host or redis://user:secret@host"
+      return nil, "needs a ':' before the password, as in redis://:secret@host or redis://user:secret@host"
     end
     if user ~= "" then t.username = unescape(user) end
     if pass ~= "" then t.password = unescape(pass) end
@@ -169,12 +169,12 @@ local function parse_url(url)
   end
   local host, port = hostport:match("^%[([^%]]+)%]:?(%d*)$")
   if not host then host, port = hostport:match("^([^:]*):?(%d*)$") end
-  if not host then return nil, "cannot read host and port in " .. quote(hostport) end
+  if not host then return nil, "has a host and port that cannot be read: " .. quote(hostport) end
   if host ~= "" then t.host = host end
   if port ~= "" then t.port = tonumber(port) end
   local db = tail:match("^/(%d*)$")
   if not db and tail ~= "" then
-    return nil, "expected /<db number> after the host, got " .. quote(tail)
+    return nil, "must end in /<db number> after the host, got " .. quote(tail)
   end
   local why
   t.db, why = url_db(db)
@@ -242,6 +242,15 @@ end
 
 client_mt.__tostring = function(self)
   return "redislock client: " .. tostring(self._core)
+end
+
+--- Runs one Redis command on the client's connection, e.g. for a fenced write.
+-- Arguments are strings or numbers. A nil reply is false.
+-- @return the reply (string, integer, false or table), or nil and
+--   "connection: ..." / "redis: <server error>"
+function Client:command(...)
+  check_self(self, client_mt, "command", "redislock client")
+  return self._core:command(...)
 end
 
 --- Closes the client's connection for good; later calls on it raise.

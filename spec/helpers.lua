@@ -17,12 +17,18 @@ local function sh_quote(s)
 end
 helpers.sh_quote = sh_quote
 
-local function run(cmd)
-  local p = assert(io.popen(cmd .. " 2>&1"))
+-- Reads a popen'ed command's output; the exit status travels as a last line,
+-- since LuaJIT's popen close does not report it.
+local function finish(p)
   local out = p:read("*a")
-  local ok, _, code = p:close()
-  if type(ok) == "number" then code = ok; ok = code == 0 end  -- LuaJIT 5.1 semantics
-  return out, ok, code
+  p:close()
+  local code = tonumber(out:match("__EXIT:(%d+)\n?$"))
+  out = out:gsub("__EXIT:%d+\n?$", "")
+  return out, code == 0, code
+end
+
+local function run(cmd)
+  return finish(assert(io.popen("(" .. cmd .. ") 2>&1; echo __EXIT:$?")))
 end
 helpers.run = run
 
@@ -139,15 +145,8 @@ end
 function helpers.spawn(script, ...)
   local args = { helpers.lua, sh_quote(script) }
   for _, a in ipairs({ ... }) do args[#args + 1] = sh_quote(a) end
-  local p = assert(io.popen(table.concat(args, " ") .. " 2>&1"))
-  return {
-    wait = function()
-      local out = p:read("*a")
-      local ok, _, code = p:close()
-      if type(ok) == "number" then code = ok; ok = code == 0 end
-      return out, ok, code
-    end,
-  }
+  local p = assert(io.popen("(" .. table.concat(args, " ") .. ") 2>&1; echo __EXIT:$?"))
+  return { wait = function() return finish(p) end }
 end
 
 --- Calls fn until it returns a true value or `seconds` pass; returns its last value.

@@ -1,0 +1,96 @@
+-- SPDX-License-Identifier: MIT
+-- The C core on its own: tokens, time conversion, key checks, script names.
+local core = require "redislock.core"
+local helpers = require "spec.helpers"
+
+describe("redislock.core", function()
+  it("makes 128-bit hex tokens that do not repeat", function()
+    local seen = {}
+    for _ = 1, 2000 do
+      local t = core.token()
+      assert.is_truthy(t:match("^%x+$"))
+      assert.are.equal(32, #t)
+      assert.is_nil(seen[t])
+      seen[t] = true
+    end
+  end)
+
+  it("uses every hex digit in every position of its tokens", function()
+    -- A token built from time or a pid would keep some positions fixed.
+    local digits = {}
+    for i = 1, 32 do digits[i] = {} end
+    for _ = 1, 1000 do
+      local t = core.token()
+      for i = 1, 32 do digits[i][t:sub(i, i)] = true end
+    end
+    for i = 1, 32 do
+      local n = 0
+      for _ in pairs(digits[i]) do n = n + 1 end
+      assert.are.equal(16, n, "position " .. i)
+    end
+  end)
+
+  it("converts seconds to whole milliseconds, rounding to nearest", function()
+    assert.are.equal(1000, core.ms(1))
+    assert.are.equal(1500, core.ms(1.5))
+    assert.are.equal(2, core.ms(0.0015))
+    assert.are.equal(1, core.ms(0.001))
+    assert.are.equal(86400000, core.ms(86400))
+  end)
+
+  it("refuses times that are not positive finite numbers of at least 1 ms", function()
+    local cases = {
+      { 0, "must be > 0" }, { -1, "must be > 0" }, { 0 / 0, "NaN" },
+      { math.huge, "finite" }, { -math.huge, "finite" }, { 0.0004, "at least 0.001" },
+      { 1e13, "at most 100 years" }, { "5", "number expected, got string" },
+      { nil, "number expected, got nil" },
+    }
+    for _, c in ipairs(cases) do
+      local ms, why = core.ms(c[1])
+      assert.is_nil(ms, tostring(c[1]))
+      assert.is_truthy(why:find(c[2], 1, true), why)
+    end
+  end)
+
+  it("accepts any non-empty key that keeps the hash tag whole", function()
+    assert.is_nil(core.key_problem("orders:42"))
+    assert.is_nil(core.key_problem("a{b}c"))
+    assert.is_nil(core.key_problem("with\0nul"))
+    assert.are.equal("key must not be empty", core.key_problem(""))
+    assert.are.equal("key must not start with '}'", core.key_problem("}x"))
+  end)
+
+  it("carries one version string", function()
+    assert.is_truthy(core._VERSION:match("^%d+%.%d+%.%d+"))
+    assert.are.equal(core._VERSION, require("redislock")._VERSION)
+  end)
+
+  it("keeps the clock monotonic and sleeps", function()
+    local t0 = core.now()
+    core.sleep(0.02)
+    local dt = core.now() - t0
+    assert.is_true(dt >= 0.02)
+  end)
+
+  describe("scripts", function()
+    local srv
+    lazy_setup(function() srv = helpers.start_redis() end)
+    lazy_teardown(function() srv:stop() end)
+
+    it("are named by the SHA-1 Redis computes for them", function()
+      local raw = srv:raw()
+      for name, s in pairs(core.scripts) do
+        assert.are.equal(s.sha, raw:command("SCRIPT", "LOAD", s.text), name)
+      end
+      raw:close()
+    end)
+
+    it("take keys and tokens only as KEYS and ARGV, never in their text", function()
+      for name, s in pairs(core.scripts) do
+        assert.is_nil(s.text:find("lock:", 1, true), name)
+        assert.is_truthy(s.text:find("KEYS[1]", 1, true), name)
+        assert.is_truthy(s.text:find("ARGV[1]", 1, true), name)
+      end
+    end)
+  end)
+end)

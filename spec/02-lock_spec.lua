@@ -1,0 +1,200 @@
+-- SPDX-License-Identifier: MIT
+-- acquire, release, extend, ttl and fencing against a real redis-server.
+local core = require "redislock.core"
+local crc16 = require "spec.crc16"
+local helpers = require "spec.helpers"
+
+describe("locks", function()
+  local srv, client, raw
+
+  lazy_setup(function()
+    srv = helpers.start_redis()
+    raw = srv:raw()
+  end)
+  lazy_teardown(function()
+    raw:close()
+    srv:stop()
+  end)
+  before_each(function()
+    assert.are.equal("OK", raw:command("FLUSHALL"))
+    client = srv:client()
+  end)
+  after_each(function() client:close() end)
+
+  it("takes the key with its token and a TTL in one step", function()
+    local lock = assert(client:acquire("orders:42", 5))
+    assert.are.equal("orders:42", lock.key)
+    assert.are.equal(32, #lock.token)
+    assert.are.equal(lock.token, raw:command("GET", "lock:{orders:42}"))
+    local pttl = raw:command("PTTL", "lock:{orders:42}")
+    assert.is_true(pttl > 4000 and pttl <= 5000, tostring(pttl))
+  end)
+
+  it("says busy while another owner holds it, and leaves that owner alone", function()
+    local lock = assert(client:acquire("k", 5))
+    local other = srv:client()
+    local none, err = other:acquire("k", 5)
+    assert.is_nil(none)
+    assert.is_truthy(err:match('^busy: "k" is held by another owner %(%d[%d.]* s left%)$'), err)
+    assert.are.equal(lock.token, raw:command("GET", "lock:{k}"))
+    other:close()
+  end)
+
+  it("releases by compare-and-delete, and a second release is harmless", function()
+    local lock = assert(client:acquire("k", 5))
+    assert.is_true(lock:release())
+    assert.are.equal(0, raw:command("EXISTS", "lock:{k}"))
+    assert.is_true(lock:release())
+    assert.is_truthy(client:acquire("k", 5))
+  end)
+
+  it("extends: the remaining time becomes the new ttl", function()
+    local lock = assert(client:acquire("k", 1))
+    assert.is_true(lock:extend(30))
+    local pttl = raw:command("PTTL", "lock:{k}")
+    assert.is_true(pttl > 29000 and pttl <= 30000, tostring(pttl))
+    local left = assert(lock:ttl())
+    assert.is_true(left > 29 and left <= 30, tostring(left))
+  end)
+
+  it("reports lost, and touches nothing, once the lock expired and another owner took it", function()
+    local lock = assert(client:acquire("k", 0.05))
+    core.sleep(0.1)
+    local other = srv:client()
+    local theirs = assert(other:acquire("k", 5))
+    for _, call in ipairs({ function() return lock:extend(5) end,
+                            function() return lock:ttl() end,
+                            function() return lock:release() end }) do
+      local ok, err = call()
+      assert.is_nil(ok)
+      assert.is_truthy(err:match('^lost: "k" is no longer ours'), err)
+    end
+    -- The token is compared on the server: the other owner's lock survived.
+    assert.are.equal(theirs.token, raw:command("GET", "lock:{k}"))
+    local pttl = raw:command("PTTL", "lock:{k}")
+    assert.is_true(pttl > 4000, tostring(pttl))
+    other:close()
+  end)
+
+  it("reports lost when the lock expired with no new owner", function()
+    local lock = assert(client:acquire("k", 0.05))
+    core.sleep(0.1)
+    local ok, err = lock:release()
+    assert.is_nil(ok)
+    assert.is_truthy(err:find("expired or was deleted", 1, true), err)
+    assert.is_nil((lock:extend(1)))
+  end)
+
+  it("gives fencing tokens that only grow, across holders and expiry", function()
+    local last = 0
+    for i = 1, 6 do
+      local lock = assert(client:acquire("fenced", 0.03))
+      assert.is_true(lock.fence > last, "holder " .. i)
+      assert.are.equal(math.floor(lock.fence), lock.fence)
+      last = lock.fence
+      if i % 2 == 0 then
+        lock:release()
+      else
+        core.sleep(0.05) -- let it expire
+      end
+    end
+    -- The counter never expires, so it survives the lock key.
+    assert.are.equal(-1, raw:command("PTTL", "lock:{fenced}:fence"))
+    assert.are.equal(tostring(last), raw:command("GET", "lock:{fenced}:fence"))
+  end)
+
+  it("keeps the lock and its fence counter in one hash slot", function()
+    for _, key in ipairs({ "orders:42", "a{b}c", "{x}", "x}", "plain" }) do
+      local lock = assert(client:acquire(key, 5))
+      local name = "lock:{" .. key .. "}"
+      assert.are.equal(lock.token, raw:command("GET", name))
+      assert.are.equal(tostring(lock.fence), raw:command("GET", name .. ":fence"))
+      assert.are.equal(crc16.slot(name), crc16.slot(name .. ":fence"), key)
+    end
+  end)
+
+  it("uses the prefix option", function()
+    local c = srv:client({ prefix = "app:" })
+    local lock = assert(c:acquire("k", 5))
+    assert.are.equal(lock.token, raw:command("GET", "app:{k}"))
+    assert.are.equal(0, raw:command("EXISTS", "lock:{k}"))
+    c:close()
+  end)
+
+  it("passes keys to the server as data, whatever bytes they hold", function()
+    assert.are.equal("OK", raw:command("SET", "sentinel", "1"))
+    local nasty = "x') redis.call('FLUSHALL') --\"\n]]\0end"
+    local lock = assert(client:acquire(nasty, 5))
+    assert.are.equal(lock.token, raw:command("GET", "lock:{" .. nasty .. "}"))
+    assert.are.equal("1", raw:command("GET", "sentinel"))
+    assert.is_true(lock:release())
+    assert.are.equal("1", raw:command("GET", "sentinel"))
+  end)
+
+  it("falls back to EVAL when the server lost its script cache", function()
+    local lock = assert(client:acquire("k", 5))
+    assert.are.equal("OK", raw:command("SCRIPT", "FLUSH"))
+    assert.is_true(lock:extend(5))
+    assert.is_truthy(lock:ttl())
+    assert.is_true(lock:release())
+    assert.are.equal("OK", raw:command("SCRIPT", "FLUSH"))
+    local again = assert(client:acquire("k", 5))
+    assert.is_true(again.fence > lock.fence)
+    -- EVAL cached the script again, so the next call goes by EVALSHA.
+    assert.are.same({ 1 }, raw:command("SCRIPT", "EXISTS", core.scripts.acquire.sha))
+  end)
+
+  it("treats a resent acquire with the same token as success", function()
+    -- What a retry after a timed-out send does: the first send landed.
+    local c = srv:raw()
+    local tok = core.token()
+    local s1, fence1 = c:eval("acquire", "k", tok, 1000)
+    assert.are.equal(1, s1)
+    core.sleep(0.05)
+    local s2, fence2 = c:eval("acquire", "k", tok, 1000)
+    assert.are.equal(1, s2)
+    assert.are.equal(fence1, fence2) -- counted once
+    local pttl = raw:command("PTTL", "lock:{k}")
+    assert.is_true(pttl > 960, "TTL refreshed: " .. pttl)
+    local s3, left = c:eval("acquire", "k", core.token(), 1000)
+    assert.are.equal(-1, s3)
+    assert.is_true(left > 0)
+    c:close()
+  end)
+
+  describe("waiting", function()
+    it("gets the lock once the holder releases it", function()
+      local holder = helpers.spawn(helpers.spec_dir .. "workers/hold.lua", srv.port, "w", 0.3)
+      assert.is_truthy(helpers.eventually(3, function() return raw:command("EXISTS", "lock:{w}") == 1 end))
+      local t0 = core.now()
+      local lock, err = client:acquire("w", 5, { wait = 5 * helpers.slow })
+      local waited = core.now() - t0
+      assert.is_truthy(lock, err)
+      assert.is_true(waited < 4 * helpers.slow, tostring(waited))
+      local out, ok = holder.wait()
+      assert.is_true(ok, out)
+      assert.is_truthy(out:find("released", 1, true), out)
+    end)
+
+    it("gives up with busy when the wait runs out, not before", function()
+      local other = srv:client()
+      assert(other:acquire("w", 10))
+      local t0 = core.now()
+      local lock, err = client:acquire("w", 5, { wait = 0.3 })
+      local waited = core.now() - t0
+      assert.is_nil(lock)
+      assert.is_truthy(err:match('^busy: "w" is still held by another owner after waiting 0.3 s'), err)
+      assert.is_true(waited >= 0.3, tostring(waited))
+      assert.is_true(waited < 0.3 + 0.5 * helpers.slow, tostring(waited))
+      other:close()
+    end)
+
+    it("takes a lock the moment it expires rather than sleeping on", function()
+      local other = srv:client()
+      assert(other:acquire("w", 0.2))
+      local lock = assert(client:acquire("w", 5, { wait = 3 }))
+      assert.is_truthy(lock.fence)
+      other:close()
+    end)
+  end)
+end)

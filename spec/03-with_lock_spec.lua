@@ -1,0 +1,222 @@
+-- SPDX-License-Identifier: MIT
+-- with_lock: results, errors, busy, lost, yielding, and Lua 5.4's <close>.
+local core = require "redislock.core"
+local redislock = require "redislock"
+local helpers = require "spec.helpers"
+
+describe("with_lock", function()
+  local srv, client, raw
+
+  lazy_setup(function()
+    srv = helpers.start_redis()
+    raw = srv:raw()
+  end)
+  lazy_teardown(function()
+    raw:close()
+    srv:stop()
+  end)
+  before_each(function()
+    assert.are.equal("OK", raw:command("FLUSHALL"))
+    client = srv:client()
+  end)
+  after_each(function() client:close() end)
+
+  local function held(key)
+    return raw:command("EXISTS", "lock:{" .. key .. "}") == 1
+  end
+
+  it("runs fn holding the lock and returns exactly what fn returned", function()
+    local seen
+    local r = table.pack and table.pack or function(...) return { n = select("#", ...), ... } end
+    local res = r(client:with_lock("k", 5, function(lock)
+      seen = lock
+      assert.are.equal(lock.token, raw:command("GET", "lock:{k}"))
+      return 1, nil, "three", nil
+    end))
+    assert.are.equal(4, res.n)
+    assert.are.equal(1, res[1])
+    assert.is_nil(res[2])
+    assert.are.equal("three", res[3])
+    assert.is_truthy(seen.fence)
+    assert.is_false(held("k"))
+    assert.are.equal(0, select("#", client:with_lock("k", 5, function() end)))
+  end)
+
+  it("re-raises a string error unchanged after releasing", function()
+    local ok, err = pcall(client.with_lock, client, "k", 5, function() error("boom", 0) end)
+    assert.is_false(ok)
+    assert.are.equal("boom", err)
+    assert.is_false(held("k"))
+  end)
+
+  it("re-raises a table error as the very same table after releasing", function()
+    local e = { code = 42 }
+    local ok, err = pcall(client.with_lock, client, "k", 5, function() error(e) end)
+    assert.is_false(ok)
+    assert.is_true(rawequal(e, err))
+    assert.is_false(held("k"))
+  end)
+
+  it("re-raises a nil error value after releasing", function()
+    local ok, err = pcall(client.with_lock, client, "k", 5, function() error(nil) end)
+    assert.is_false(ok)
+    assert.is_nil(err)
+    assert.is_false(held("k"))
+  end)
+
+  it("raises busy without calling fn when another owner holds the lock", function()
+    local other = srv:client()
+    local theirs = assert(other:acquire("k", 5))
+    local called = false
+    local ok, err = pcall(client.with_lock, client, "k", 5, function() called = true end)
+    assert.is_false(ok)
+    assert.is_truthy(err:match('^busy: "k"'), err)
+    assert.is_false(called)
+    assert.are.equal(theirs.token, raw:command("GET", "lock:{k}"))
+    other:close()
+  end)
+
+  it("waits for the lock with the wait option", function()
+    local other = srv:client()
+    assert(other:acquire("k", 0.2))
+    assert.are.equal("ran", client:with_lock("k", 5, function() return "ran" end, { wait = 3 }))
+    other:close()
+  end)
+
+  it("raises lost when the lock expired and was taken while fn ran", function()
+    local other = srv:client()
+    local theirs
+    local ok, err = pcall(client.with_lock, client, "k", 0.05, function()
+      core.sleep(0.1)
+      theirs = assert(other:acquire("k", 5))
+      return "result that must not be trusted"
+    end)
+    assert.is_false(ok)
+    assert.is_truthy(err:match('^lost: "k" is no longer ours %(another owner holds it now'), err)
+    assert.are.equal(theirs.token, raw:command("GET", "lock:{k}"))
+    other:close()
+  end)
+
+  it("raises lost when the lock expired while fn ran", function()
+    local ok, err = pcall(client.with_lock, client, "k", 0.05, function() core.sleep(0.1) end)
+    assert.is_false(ok)
+    assert.is_truthy(err:match('^lost: "k" is no longer ours %(it expired'), err)
+  end)
+
+  it("lets fn yield inside a coroutine and releases when it finishes", function()
+    local co = coroutine.create(function()
+      return client:with_lock("k", 5, function(lock)
+        local got = coroutine.yield(lock.fence)
+        return got * 2
+      end)
+    end)
+    local ok, fence = coroutine.resume(co)
+    assert.is_true(ok, fence)
+    assert.is_truthy(fence)
+    assert.are.equal("suspended", coroutine.status(co))
+    assert.is_true(held("k"))
+    local ok2, doubled = coroutine.resume(co, 21)
+    assert.is_true(ok2, doubled)
+    assert.are.equal(42, doubled)
+    assert.are.equal("dead", coroutine.status(co))
+    assert.is_false(held("k"))
+  end)
+
+  it("releases when fn raises after yielding", function()
+    local co = coroutine.create(function()
+      return client:with_lock("k", 5, function()
+        coroutine.yield()
+        error({ "late" })
+      end)
+    end)
+    assert.is_true((coroutine.resume(co)))
+    assert.is_true(held("k"))
+    local ok, err = coroutine.resume(co)
+    assert.is_false(ok)
+    assert.are.same({ "late" }, err)
+    assert.is_false(held("k"))
+  end)
+
+  it("is also a module function on the client from REDIS_URL", function()
+    local code = [[
+      local redislock = require "redislock"
+      print(redislock.with_lock("mod", 5, function(lock) return "fence " .. lock.fence end))
+    ]]
+    local out, ok = helpers.run("REDIS_URL=" .. helpers.sh_quote(srv.url .. "/4") .. " " ..
+                                helpers.lua .. " -e " .. helpers.sh_quote(code))
+    assert.is_true(ok, out)
+    assert.is_truthy(out:match("^fence %d+"), out)
+    assert.are.equal("1", srv:cli("-n", "4", "EXISTS", "lock:{mod}:fence"))
+  end)
+
+  it("defaults to 127.0.0.1:6379 without REDIS_URL", function()
+    local out, ok = helpers.run("env -u REDIS_URL " .. helpers.lua .. " -e " ..
+      helpers.sh_quote('print(tostring(require("redislock").default_client()))'))
+    assert.is_true(ok, out)
+    assert.is_truthy(out:find("127.0.0.1:6379", 1, true), out)
+  end)
+
+  it("says clearly when REDIS_URL is not usable", function()
+    local out, ok = helpers.run("REDIS_URL=http://x " .. helpers.lua .. " -e " ..
+      helpers.sh_quote('require("redislock").with_lock("k", 1, function() end)'))
+    assert.is_false(ok)
+    assert.is_truthy(out:find("REDIS_URL is not usable", 1, true), out)
+  end)
+
+  describe("<close> (Lua 5.4)", function()
+    if _VERSION ~= "Lua 5.4" then
+      pending("to-be-closed variables need Lua 5.4; " .. _VERSION .. " has none")
+      return
+    end
+
+    it("releases at scope exit", function()
+      local run = assert(load([[
+        local client, held = ...
+        do
+          local lock <close> = assert(client:acquire("k", 5))
+          assert(held("k"))
+        end
+        return held("k")
+      ]]))
+      assert.is_false(run(client, held))
+    end)
+
+    it("releases when the scope is left by an error, and keeps that error", function()
+      local run = assert(load([[
+        local client = ...
+        local lock <close> = assert(client:acquire("k", 5))
+        error("inside", 0)
+      ]]))
+      local ok, err = pcall(run, client)
+      assert.is_false(ok)
+      assert.are.equal("inside", err)
+      assert.is_false(held("k"))
+    end)
+
+    it("raises lost at scope exit when the lock was lost", function()
+      local run = assert(load([[
+        local client, sleep = ...
+        local lock <close> = assert(client:acquire("k", 0.05))
+        sleep(0.1)
+      ]]))
+      local ok, err = pcall(run, client, core.sleep)
+      assert.is_false(ok)
+      assert.is_truthy(err:match('^lost: "k"'), err)
+    end)
+  end)
+
+  it("never releases from the garbage collector", function()
+    do
+      assert(client:acquire("gc", 5))
+    end
+    collectgarbage()
+    collectgarbage()
+    assert.is_true(held("gc"))
+  end)
+
+  it("accepts a callable table as fn", function()
+    local callable = setmetatable({}, { __call = function(_, lock) return lock.key end })
+    assert.are.equal("k", client:with_lock("k", 5, callable))
+    assert.is_truthy(redislock._VERSION)
+  end)
+end)

@@ -1,0 +1,201 @@
+-- SPDX-License-Identifier: MIT
+-- Bad input, for every public function: a clear error naming the argument,
+-- raised at once, never a crash, a hang or a silently wrong lock.
+local core = require "redislock.core"
+local redislock = require "redislock"
+local helpers = require "spec.helpers"
+
+-- Asserts that fn(...) raises an error whose message contains `text`.
+local function raises(text, fn, ...)
+  local ok, err = pcall(fn, ...)
+  assert.is_false(ok, "expected an error containing: " .. text)
+  assert.is_string(err)
+  assert.is_truthy(err:find(text, 1, true), "got: " .. tostring(err) .. "\nwanted: " .. text)
+end
+
+describe("argument checks", function()
+  local srv, client, lock
+
+  lazy_setup(function()
+    srv = helpers.start_redis()
+    client = srv:client()
+    lock = assert(client:acquire("held", 30))
+  end)
+  lazy_teardown(function()
+    client:close()
+    srv:stop()
+  end)
+
+  describe("redislock.new", function()
+    it("refuses options that are not a table or URL", function()
+      raises("bad argument #1 to 'new' (options must be a table, got number)", redislock.new, 42)
+      raises("unknown option \"hots\"", redislock.new, { hots = "x" })
+      raises("unknown option \"1\"", redislock.new, { "redis://x" })
+    end)
+
+    it("checks each option's type and range", function()
+      local cases = {
+        { { host = 1 }, "option 'host' must be a string, got number" },
+        { { port = 0 }, "option 'port' must be a whole number in 1..65535" },
+        { { port = 65536 }, "option 'port' must be a whole number in 1..65535" },
+        { { port = 6379.5 }, "option 'port' must be a whole number in 1..65535" },
+        { { port = "6379" }, "option 'port' must be a whole number in 1..65535" },
+        { { db = -1 }, "option 'db' must be a whole number >= 0" },
+        { { db = 0.5 }, "option 'db' must be a whole number >= 0" },
+        { { timeout = 0 }, "option 'timeout' must be > 0" },
+        { { timeout = 0 / 0 }, "option 'timeout' must be a number, not NaN" },
+        { { connect_timeout = math.huge }, "option 'connect_timeout' must be finite" },
+        { { connect_timeout = "1" }, "option 'connect_timeout' must be a number, got string" },
+        { { prefix = false }, "option 'prefix' must be a string, got boolean" },
+        { { username = "u" }, "option 'username' needs a 'password'" },
+        { { host = "h", path = "/p" }, "options 'host' and 'path' exclude each other" },
+        { { host = "" }, "options 'host' and 'path' must not be empty" },
+        { { password = {} }, "option 'password' must be a string, got table" },
+      }
+      for _, c in ipairs(cases) do
+        raises("bad argument #1 to 'new' (" .. c[2], redislock.new, c[1])
+      end
+    end)
+
+    it("reads URLs and says what is wrong with a bad one", function()
+      local cases = {
+        { "http://x", "must start with redis:// or unix://" },
+        { "rediss://h", "uses rediss:// (TLS), which this build does not support" },
+        { "redis://h:abc", "has a host and port that cannot be read" },
+        { "redis://h/x", "must end in /<db number>" },
+        { "redis://secret@h", "needs a ':' before the password" },
+        { "unix://relative.sock", "needs an absolute path" },
+        { "unix:///s.sock?db=x", "has a database that is not a whole number" },
+        { "unix:///s.sock?tls=1", "has an unknown parameter \"tls\"" },
+        { "localhost:6379", "must start with redis://" },
+      }
+      for _, c in ipairs(cases) do
+        raises("bad argument #1 to 'new' (option 'url' " .. c[2], redislock.new, { url = c[1] })
+      end
+      assert.is_truthy(tostring(redislock.new("redis://[::1]:7000/2")):find("[::1]:7000", 1, true))
+      assert.is_truthy(tostring(redislock.new("redis://h")):find("h:6379", 1, true))
+      assert.is_truthy(tostring(redislock.new("unix:///x.sock")):find("unix:/x.sock", 1, true))
+      -- Explicit fields win over the URL's.
+      assert.is_truthy(tostring(redislock.new({ url = "redis://h:1", port = 2 })):find("h:2", 1, true))
+      assert.is_truthy(tostring(redislock.new({ url = "redis://h:1", path = "/s" })):find("unix:/s", 1, true))
+    end)
+  end)
+
+  describe("client:acquire", function()
+    it("wants to be called with ':'", function()
+      raises("bad self to 'acquire' (redislock client expected, got string; call it with ':'",
+             client.acquire, "k", 5)
+    end)
+
+    it("checks the key", function()
+      raises("bad argument #1 to 'acquire' (key must be a string, got nil)", client.acquire, client)
+      raises("bad argument #1 to 'acquire' (key must be a string, got number)", client.acquire, client, 42, 5)
+      raises("bad argument #1 to 'acquire' (key must not be empty)", client.acquire, client, "", 5)
+      raises("bad argument #1 to 'acquire' (key must not start with '}')", client.acquire, client, "}k", 5)
+    end)
+
+    it("checks the ttl", function()
+      local cases = {
+        { nil, "ttl must be a number, got nil" }, { "5", "ttl must be a number, got string" },
+        { 0, "ttl must be > 0" }, { -1, "ttl must be > 0" }, { 0 / 0, "ttl must be a number, not NaN" },
+        { math.huge, "ttl must be finite" }, { 1e-5, "ttl must be at least 0.001" },
+        { 1e12, "ttl must be at most 100 years" },
+      }
+      for _, c in ipairs(cases) do
+        raises("bad argument #2 to 'acquire' (" .. c[2], client.acquire, client, "k", c[1])
+      end
+    end)
+
+    it("checks the options", function()
+      raises("bad argument #3 to 'acquire' (options must be a table, got number)", client.acquire, client, "k", 5, 2)
+      raises("bad argument #3 to 'acquire' (unknown option \"wiat\")", client.acquire, client, "k", 5, { wiat = 1 })
+      for _, w in ipairs({ -1, 0 / 0, math.huge, "1", true }) do
+        raises("bad argument #3 to 'acquire' (option 'wait' must be a finite number of seconds >= 0)",
+               client.acquire, client, "k", 5, { wait = w })
+      end
+    end)
+
+    it("points argument errors at the caller's line", function()
+      local ok, err = pcall(function()
+        local l = client:acquire("k", -1)
+        return l
+      end)
+      assert.is_false(ok)
+      assert.is_truthy(err:match("06%-arguments_spec%.lua:%d+: bad argument #2 to 'acquire'"), err)
+    end)
+  end)
+
+  describe("with_lock", function()
+    local fn = function() end
+    it("checks key, ttl, fn and options, on the client and the module", function()
+      for _, f in ipairs({
+        function(...) return client:with_lock(...) end,
+        function(...) return redislock.with_lock(...) end,
+      }) do
+        raises("bad argument #1 to 'with_lock' (key must not be empty)", f, "", 5, fn)
+        raises("bad argument #2 to 'with_lock' (ttl must be > 0)", f, "k", 0, fn)
+        raises("bad argument #3 to 'with_lock' (function expected, got nil)", f, "k", 5)
+        raises("bad argument #3 to 'with_lock' (function expected, got string)", f, "k", 5, "fn")
+        raises("bad argument #4 to 'with_lock' (unknown option \"ttl\")", f, "k", 5, fn, { ttl = 1 })
+      end
+      raises("bad self to 'with_lock'", client.with_lock, "k", 5, fn)
+    end)
+  end)
+
+  describe("lock methods", function()
+    it("check their arguments and self", function()
+      raises("bad argument #1 to 'extend' (ttl must be > 0)", lock.extend, lock, 0)
+      raises("bad argument #1 to 'extend' (ttl must be a number, got nil)", lock.extend, lock)
+      raises("bad self to 'release' (redislock lock expected, got nil", lock.release)
+      raises("bad self to 'ttl' (redislock lock expected, got table", lock.ttl, {})
+      raises("bad self to 'extend' (redislock lock expected, got table", lock.extend, client, 1)
+      -- Nothing above touched the held lock.
+      assert.is_truthy(lock:ttl())
+    end)
+  end)
+
+  describe("a closed client", function()
+    it("refuses every call with a clear error", function()
+      local c = srv:client()
+      local l = assert(c:acquire("closing", 5))
+      c:close()
+      raises("client is closed", c.acquire, c, "k", 5)
+      raises("client is closed", c.with_lock, c, "k", 5, function() end)
+      raises("client is closed", c.command, c, "PING")
+      raises("client is closed", l.release, l)
+      c:close() -- closing twice is harmless
+      assert.is_truthy(tostring(c):find("closed", 1, true))
+    end)
+  end)
+
+  describe("the core module, called directly", function()
+    it("checks types instead of crashing", function()
+      local c = srv:raw()
+      raises("bad argument #1 to", core.new, "x")
+      raises("table expected, got string", core.new, "x")
+      raises("field 'port' must be an integer in 1..65535", core.new, { port = 1.5 })
+      raises("field 'host' must be a string", core.new, { host = 1 })
+      raises("must not contain NUL", core.new, { host = "a\0b" })
+      raises("invalid option 'steal'", c.eval, c, "steal", "k", "t")
+      raises("key must not be empty", c.eval, c, "acquire", "", "t", 10)
+      raises("token must not be empty", c.eval, c, "release", "k", "")
+      raises("ttl must be an integer number of milliseconds", c.eval, c, "acquire", "k", "t", 1.5)
+      raises("ttl must be an integer number of milliseconds", c.eval, c, "extend", "k", "t", 0)
+      raises("ttl must be an integer number of milliseconds", c.eval, c, "extend", "k", "t")
+      raises("command name expected", c.command, c)
+      raises("string or number expected, got table", c.command, c, "GET", {})
+      raises("redislock.Client expected", c.eval, {}, "pttl", "k", "t")
+      raises("seconds must be in", core.sleep, -1)
+      raises("seconds must be in", core.sleep, 0 / 0)
+      raises("number expected", core.sleep, "x")
+      -- And after all of that the client still works.
+      assert.are.equal("PONG", c:command("PING"))
+      local nilreply = c:command("GET", "no such key")
+      assert.is_false(nilreply)
+      local ok, err = c:command("NO-SUCH-COMMAND")
+      assert.is_nil(ok)
+      assert.is_truthy(err:match("^redis: ERR unknown command"), err)
+      c:close()
+    end)
+  end)
+end)

@@ -1,0 +1,33 @@
+-- SPDX-License-Identifier: MIT
+-- Worker for the mutual-exclusion spec: read-modify-write of a shared Redis
+-- counter, `rounds` times, with or without the lock. While inside, it also
+-- counts how many workers are inside at once ("inside" key): more than one is
+-- an overlap, which the lock must make impossible.
+-- usage: counter.lua <port> <lock|nolock> <rounds> <start_at (core.now seconds)>
+local redislock = require "redislock"
+local core = require "redislock.core"
+
+local port, mode, rounds, start_at = tonumber(arg[1]), arg[2], tonumber(arg[3]), tonumber(arg[4])
+local client = redislock.new({ port = port, timeout = 5 })
+local overlaps = 0
+
+local function critical()
+  if assert(client:command("INCR", "inside")) > 1 then overlaps = overlaps + 1 end
+  local n = tonumber(assert(client:command("GET", "counter")))
+  core.sleep(0.001) -- widen the race window so that a missing lock shows
+  assert(client:command("SET", "counter", n + 1))
+  assert(client:command("DECR", "inside"))
+end
+
+-- Start together, so the workers really compete.
+local delay = start_at - core.now()
+if delay > 0 then core.sleep(delay) end
+
+for _ = 1, rounds do
+  if mode == "lock" then
+    client:with_lock("counter", 10, critical, { wait = 60 })
+  else
+    critical()
+  end
+end
+print("overlaps " .. overlaps)
