@@ -45,6 +45,14 @@ $(ASAN_MOD): $(SRC) $(HDR)
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(SANITIZE) $(WARNINGS) $(MODFLAGS) -I$(LUA_INCDIR) $(SHARED) -o $@ $(SRC) $(HIREDIS_LIBS)
 
+build/lua5.4/spec_fork.so build/asan/spec_fork.so: spec/support/fork.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARNINGS) $(MODFLAGS) -I$(LUA_INCDIR) $(SHARED) -o $@ $<
+
+build/luajit/spec_fork.so: spec/support/fork.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARNINGS) $(MODFLAGS) -I$(LUAJIT_INCDIR) $(SHARED) -o $@ $<
+
 build/nodlclose.so: tools/nodlclose.c
 	@mkdir -p $(@D)
 	$(CC) -O2 -fPIC -shared -o $@ $<
@@ -57,7 +65,7 @@ demo: deps all
 	@sh examples/demo.sh
 
 # The busted suite under Lua 5.4 and LuaJIT, against private redis-servers.
-test: deps all
+test: deps all build/lua5.4/spec_fork.so build/luajit/spec_fork.so
 	@sh spec/run.sh lua5.4:build/lua5.4 luajit:build/luajit
 
 bench: deps all
@@ -67,13 +75,13 @@ lint: deps
 	@sh tools/lint.sh
 
 # The Lua 5.4 suite under valgrind (LuaJIT is left out: it needs a valgrind build).
-valgrind: deps $(LUA54_MOD)
+valgrind: deps $(LUA54_MOD) build/lua5.4/spec_fork.so
 	@REDISLOCK_WRAP="valgrind --quiet --leak-check=full --show-leak-kinds=definite,indirect \
 	  --errors-for-leak-kinds=definite,indirect --error-exitcode=99 --keep-debuginfo=yes" \
 	  REDISLOCK_SLOW=1 sh spec/run.sh lua5.4:build/lua5.4
 
 # The Lua 5.4 suite with the module built under ASan and UBSan.
-asan: deps $(ASAN_MOD) build/nodlclose.so
+asan: deps $(ASAN_MOD) build/asan/spec_fork.so build/nodlclose.so
 	@REDISLOCK_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so) $(CURDIR)/build/nodlclose.so" \
 	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan.supp:print_suppressions=0 \

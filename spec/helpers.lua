@@ -32,12 +32,13 @@ local function run(cmd)
 end
 helpers.run = run
 
+-- A new folder for one server: under $REDISLOCK_TEST_TMP when spec/run.sh set
+-- it (it removes the lot at the end, even after a crash), else in $TMPDIR.
+-- Server:stop removes it either way.
 local tmp_root = os.getenv("REDISLOCK_TEST_TMP")
 local function tmpdir()
-  if not tmp_root then
-    tmp_root = (run("mktemp -d"):gsub("%s+$", ""))
-  end
-  local dir = (run("mktemp -d " .. sh_quote(tmp_root .. "/srv.XXXXXX")):gsub("%s+$", ""))
+  local template = tmp_root and sh_quote(tmp_root .. "/srv.XXXXXX") or "-t redislock-spec.XXXXXX"
+  local dir = (run("mktemp -d " .. template):gsub("%s+$", ""))
   assert(dir:match("^/"), "cannot make a temporary folder: " .. dir)
   return dir
 end
@@ -66,7 +67,11 @@ local function sh_ok(cmd)
 end
 helpers.sh_ok = sh_ok
 
+-- A zombie counts as gone: it has exited, and the PID 1 of some containers
+-- reaps an adopted daemon only seconds later.
 local function alive(pid)
+  local stat = read_file("/proc/" .. pid .. "/stat")
+  if stat and stat:match("^%d+ %b() Z") then return false end
   return sh_ok("kill -0 " .. pid .. " 2>/dev/null")
 end
 

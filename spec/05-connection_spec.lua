@@ -1,0 +1,372 @@
+-- SPDX-License-Identifier: MIT
+-- The blocking transport against real redis-servers: refused connections,
+-- connections killed by the server, command timeouts, AUTH (password and ACL
+-- user), SELECT, unix sockets, fork() and closed clients.
+local helpers = require "spec.helpers"
+local redislock = require "redislock"
+local core = require "redislock.core"
+
+local now = core.now
+local slow = helpers.slow
+
+-- Starts `redis-cli DEBUG SLEEP seconds` in the background and returns once the
+-- server is really asleep (a probe's PING times out), so the next command is
+-- sure to hit a sleeping server. :wait() returns when the sleep is over.
+local function sleep_server(srv, seconds)
+  local p = assert(io.popen("redis-cli -p " .. srv.port .. " DEBUG SLEEP " .. seconds .. " 2>&1"))
+  local probe = core.new({ port = srv.port, timeout_ms = 50 })
+  local deadline = now() + 2 * slow
+  local asleep = false
+  while not asleep and now() < deadline do
+    local ok, err = probe:command("PING")
+    asleep = not ok and err:find("timeout", 1, true) ~= nil
+  end
+  probe:close()
+  local handle = {
+    wait = function()
+      local out = p:read("*a")
+      p:close()
+      return out
+    end,
+  }
+  if not asleep then
+    handle.wait()
+    error("the server never went to sleep (DEBUG SLEEP not running?)")
+  end
+  return handle
+end
+
+local function client_id(client)
+  return assert(client._core:command("CLIENT", "ID"))
+end
+
+local function client_info(client)
+  return assert(client._core:command("CLIENT", "INFO"))
+end
+
+------------------------------------------------------------------------------
+-- fork(), _exit() and wait() for the fork spec: spec/support/fork.c, built by
+-- `make` next to the module (luaposix's signatures: fork() -> pid, 0 in the
+-- child; _exit(code); wait(pid) -> pid, "exited"|"killed", code).
+
+local function process_functions()
+  return require "spec_fork"
+end
+
+------------------------------------------------------------------------------
+
+describe("a refused connection", function()
+  it("returns a connection error at once, well within connect_timeout", function()
+    local port = helpers.free_port()
+    local connect_timeout = 3 * slow
+    local client = redislock.new({ port = port, connect_timeout = connect_timeout })
+    local t0 = now()
+    local lock, err = client:acquire("k", 5)
+    local elapsed = now() - t0
+    assert.is_nil(lock)
+    assert.matches("^connection:", err)
+    assert.truthy(err:find(tostring(port), 1, true), err)
+    -- Refused is an answer, not a silence: no waiting for the connect timeout.
+    assert.is_true(elapsed < 0.5 * slow, "took " .. elapsed .. " s")
+  end)
+
+  it("makes with_lock raise the connection error without calling fn", function()
+    local client = redislock.new({ port = helpers.free_port() })
+    local called = false
+    local ok, err = pcall(client.with_lock, client, "k", 5, function() called = true end)
+    assert.is_false(ok)
+    assert.equals("string", type(err))
+    assert.matches("^connection:", err)
+    assert.is_false(called)
+  end)
+end)
+
+describe("a connection killed by the server", function()
+  local srv
+  lazy_setup(function() srv = helpers.start_redis() end)
+  lazy_teardown(function() if srv then srv:stop() end end)
+
+  local function kill(client)
+    local id = client_id(client)
+    assert.equals("1", srv:cli("CLIENT", "KILL", "ID", tostring(id)), "CLIENT KILL ID " .. id)
+    return id
+  end
+
+  it("costs at most one failed call, then the client reconnects", function()
+    local client = srv:client()
+    local first = assert(client:acquire("kill:a", 5))
+    assert.is_true(first:release())
+    local old_id = kill(client)
+
+    -- The call that finds the broken connection may fail; the next one reconnects.
+    local lock, err = client:acquire("kill:a", 5)
+    if not lock then
+      assert.matches("^connection:", err)
+      lock, err = client:acquire("kill:a", 5)
+    end
+    assert.truthy(lock, err)
+    assert.is_true(lock.fence > first.fence)
+    assert.are_not.equal(old_id, client_id(client))
+    assert.is_true(lock:release())
+  end)
+
+  it("is hidden by acquire's wait: the retry reconnects", function()
+    local client = srv:client()
+    assert(client:acquire("kill:b", 5)):release()
+    kill(client)
+    local lock, err = client:acquire("kill:b", 5, { wait = 1 })
+    assert.truthy(lock, err)
+    assert.is_true(lock:release())
+  end)
+
+  it("costs a held lock at most one failed release", function()
+    local client = srv:client()
+    local lock = assert(client:acquire("kill:c", 5))
+    kill(client)
+    local ok, err = lock:release()
+    if not ok then
+      assert.matches("^connection:", err)
+      ok, err = lock:release()
+    end
+    assert.is_true(ok, err)
+    assert.equals("0", srv:cli("EXISTS", "lock:{kill:c}"))
+  end)
+end)
+
+describe("a server slower than the command timeout", function()
+  local srv
+  lazy_setup(function() srv = helpers.start_redis() end)
+  lazy_teardown(function() if srv then srv:stop() end end)
+
+  local SLEEP = 0.6 * slow
+
+  it("times out, leaves no lock without expiry, and the client recovers", function()
+    local client = srv:client({ timeout = 0.2 })
+    -- Connected, with the scripts cached: the timed-out EVALSHA below does run
+    -- on the server once it wakes, which is the case worth checking.
+    assert(client:acquire("warm", 1)):release()
+    local bg = sleep_server(srv, SLEEP)
+    local t0 = now()
+    local lock, err = client:acquire("slow:a", 0.5)
+    local elapsed = now() - t0
+    bg:wait()
+    assert.is_nil(lock)
+    assert.matches("^connection:", err)
+    assert.matches("timeout", err)
+    assert.is_true(elapsed >= 0.18, "gave up after " .. elapsed .. " s, before the 0.2 s timeout")
+    assert.is_true(elapsed < 0.45 * slow, "took " .. elapsed .. " s")
+
+    -- The orphaned acquire may have landed, but only with its expiry: never -1.
+    local pttl = tonumber(srv:cli("PTTL", "lock:{slow:a}"))
+    assert.is_true(pttl == -2 or (pttl > 0 and pttl <= 500), "PTTL " .. tostring(pttl))
+
+    -- Same client, new connection; waits out the orphan's 0.5 s at most.
+    local again, err2 = client:acquire("slow:a", 5, { wait = 2 * slow })
+    assert.truthy(again, err2)
+    assert.is_true(again:release())
+  end)
+
+  it("an acquire with wait issued during the sleep resends the same token and succeeds", function()
+    local client = srv:client({ timeout = 0.2 })
+    assert(client:acquire("warm", 1)):release()
+    local bg = sleep_server(srv, SLEEP)
+    -- Every send times out until the server wakes; it then runs the queued
+    -- sends, the first of which takes the key. Only a resend-safe acquire
+    -- (own token = success) gets it: the key outlives the wait.
+    local ttl, wait = 5 * slow, 2 * slow
+    local lock, err = client:acquire("slow:b", ttl, { wait = wait })
+    bg:wait()
+    assert.truthy(lock, err)
+    assert.equals(lock.token, srv:cli("GET", "lock:{slow:b}"))
+    assert.equals(tostring(lock.fence), srv:cli("GET", "lock:{slow:b}:fence"))
+    local pttl = tonumber(srv:cli("PTTL", "lock:{slow:b}"))
+    assert.is_true(pttl > 0 and pttl <= ttl * 1000, "PTTL " .. tostring(pttl))
+    assert.is_true(lock:release())
+  end)
+end)
+
+describe("authentication", function()
+  local srv
+  lazy_setup(function()
+    srv = helpers.start_redis({ "--requirepass", "s3cret" })
+    srv.password = "s3cret"
+    assert.equals("OK", srv:cli("ACL", "SETUSER", "locker", "on", ">pw1", "~*", "+@all"))
+  end)
+  lazy_teardown(function() if srv then srv:stop() end end)
+
+  local function works(client, user)
+    local lock, err = client:acquire("auth", 5)
+    assert.truthy(lock, err)
+    assert.equals(user, client._core:command("ACL", "WHOAMI"))
+    assert.is_true(lock:release())
+  end
+
+  it("with the password works", function()
+    works(srv:client({ password = "s3cret" }), "default")
+  end)
+
+  it("with the password in the URL works", function()
+    works(redislock.new("redis://:s3cret@127.0.0.1:" .. srv.port), "default")
+  end)
+
+  it("with a wrong password is a redis error naming AUTH", function()
+    local lock, err = srv:client({ password = "wrong" }):acquire("auth", 5)
+    assert.is_nil(lock)
+    assert.matches("^redis:", err)
+    assert.truthy(err:find("AUTH", 1, true), err)
+  end)
+
+  it("without a password is a redis error (NOAUTH)", function()
+    local lock, err = srv:client():acquire("auth", 5)
+    assert.is_nil(lock)
+    assert.matches("^redis:", err)
+    assert.truthy(err:find("NOAUTH", 1, true), err)
+  end)
+
+  it("as an ACL user works", function()
+    works(srv:client({ username = "locker", password = "pw1" }), "locker")
+  end)
+
+  it("as an ACL user in the URL works", function()
+    works(redislock.new("redis://locker:pw1@127.0.0.1:" .. srv.port), "locker")
+  end)
+
+  it("as an ACL user with a wrong password is a redis error", function()
+    local lock, err = srv:client({ username = "locker", password = "s3cret" }):acquire("auth", 5)
+    assert.is_nil(lock)
+    assert.matches("^redis:", err)
+    assert.truthy(err:find("AUTH", 1, true), err)
+  end)
+end)
+
+describe("database selection", function()
+  local srv
+  lazy_setup(function() srv = helpers.start_redis() end)
+  lazy_teardown(function() if srv then srv:stop() end end)
+
+  local function exists(db, key)
+    return srv:cli("-n", tostring(db), "EXISTS", key) == "1"
+  end
+
+  it("db = 3 keeps the lock and its fence in db 3", function()
+    local lock = assert(srv:client({ db = 3 }):acquire("db:a", 5))
+    assert.is_true(exists(3, "lock:{db:a}"))
+    assert.is_true(exists(3, "lock:{db:a}:fence"))
+    assert.is_false(exists(0, "lock:{db:a}"))
+    assert.is_false(exists(0, "lock:{db:a}:fence"))
+    assert.is_true(lock:release())
+  end)
+
+  it("redis://host:port/5 selects db 5", function()
+    local lock = assert(redislock.new("redis://127.0.0.1:" .. srv.port .. "/5"):acquire("db:b", 5))
+    assert.is_true(exists(5, "lock:{db:b}"))
+    assert.is_false(exists(0, "lock:{db:b}"))
+    assert.is_true(lock:release())
+  end)
+end)
+
+describe("a unix socket", function()
+  local srv
+  lazy_setup(function() srv = helpers.start_redis() end)
+  lazy_teardown(function() if srv then srv:stop() end end)
+
+  local function on_unix_socket(client)
+    local flags = client_info(client):match("flags=(%S+)")
+    return flags ~= nil and flags:find("U", 1, true) ~= nil
+  end
+
+  it("path = <socket> works", function()
+    local client = redislock.new({ path = srv.sock })
+    local lock, err = client:acquire("unix:a", 5)
+    assert.truthy(lock, err)
+    assert.is_true(on_unix_socket(client))
+    assert.is_true(lock:release())
+  end)
+
+  it("unix://<socket>?db=2 works and selects db 2", function()
+    local client = redislock.new("unix://" .. srv.sock .. "?db=2")
+    local lock, err = client:acquire("unix:b", 5)
+    assert.truthy(lock, err)
+    assert.is_true(on_unix_socket(client))
+    assert.equals("1", srv:cli("-n", "2", "EXISTS", "lock:{unix:b}"))
+    assert.equals("0", srv:cli("EXISTS", "lock:{unix:b}"))
+    assert.is_true(lock:release())
+  end)
+end)
+
+describe("fork()", function()
+  local srv, P
+  lazy_setup(function()
+    P = process_functions()
+    srv = helpers.start_redis()
+  end)
+  lazy_teardown(function() if srv then srv:stop() end end)
+
+  it("gives the child its own connection and leaves the parent's alone", function()
+    local client = srv:client()
+    local held = assert(client:acquire("fork:parent", 5))
+    local parent_id = client_id(client)
+    local report = os.tmpname()
+
+    local pid = assert(P.fork())
+    if pid == 0 then
+      -- The child must never return into busted: whatever happens, _exit.
+      local ok, msg = pcall(function()
+        local lock, err = client:acquire("fork:child", 5)
+        if not lock then return "child acquire failed: " .. tostring(err) end
+        local id = client_id(client)
+        if id == parent_id then return "the child reused the parent's connection (CLIENT ID " .. id .. ")" end
+        local released, rerr = lock:release()
+        if not released then return "child release failed: " .. tostring(rerr) end
+        return "ok"
+      end)
+      pcall(function()
+        local f = io.open(report, "w")
+        f:write(ok and msg or "child raised: " .. tostring(msg))
+        f:close()
+      end)
+      P._exit(ok and msg == "ok" and 0 or 1)
+    end
+
+    local _, how, code = P.wait(pid)
+    local said = helpers.read_file(report) or "(no report)"
+    os.remove(report)
+    assert.equals("exited", how)
+    assert.equals(0, code, said)
+    assert.equals("ok", said)
+
+    -- The parent's connection is the one it had, and still in step.
+    assert.equals(parent_id, client_id(client))
+    assert.is_true(held:release())
+    local lock = assert(client:acquire("fork:child", 5))
+    assert.equals(2, lock.fence)
+    assert.is_true(lock:release())
+    assert.equals(parent_id, client_id(client))
+  end)
+end)
+
+describe("a closed client", function()
+  local srv
+  lazy_setup(function() srv = helpers.start_redis() end)
+  lazy_teardown(function() if srv then srv:stop() end end)
+
+  it("raises on use, and its connection is gone from the server", function()
+    local client = srv:client()
+    assert(client:acquire("closed", 5)):release()
+    local id = client_id(client)
+    client:close()
+    client:close() -- closing again is harmless
+
+    local ok, err = pcall(client.acquire, client, "closed", 5)
+    assert.is_false(ok)
+    assert.matches("closed", err)
+    ok, err = pcall(client.with_lock, client, "closed", 5, function() end)
+    assert.is_false(ok)
+    assert.matches("closed", err)
+    assert.matches("closed", tostring(client))
+
+    assert.truthy(helpers.eventually(2, function()
+      return srv:cli("CLIENT", "LIST", "ID", tostring(id)) == ""
+    end), "the server still lists client " .. id)
+  end)
+end)
