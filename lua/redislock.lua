@@ -84,6 +84,19 @@ local function check_self(self, mt, fname, what)
   end
 end
 
+-- Refuses a client that was closed (whose is named by `whose`).
+local function check_open(client, fname, whose)
+  if client._closed then
+    raise_at_caller(string_format("bad self to '%s' (%s is closed)", fname, whose))
+  end
+end
+
+-- check_self for clients, refusing closed ones too.
+local function check_client(self, fname)
+  check_self(self, client_mt, fname, "redislock client")
+  check_open(self, fname, "client")
+end
+
 -- Refuses anything but nil or a table whose keys are all in `known`.
 local function check_opts(n, fname, opts, known)
   if opts == nil then return {} end
@@ -241,7 +254,7 @@ function _M.new(opts)
 end
 
 client_mt.__tostring = function(self)
-  return "redislock client: " .. tostring(self._core)
+  return tostring(self._core)  -- "redislock.Client (127.0.0.1:6379)"
 end
 
 --- Runs one Redis command on the client's connection, e.g. for a fenced write.
@@ -249,13 +262,14 @@ end
 -- @return the reply (string, integer, false or table), or nil and
 --   "connection: ..." / "redis: <server error>"
 function Client:command(...)
-  check_self(self, client_mt, "command", "redislock client")
+  check_client(self, "command")
   return self._core:command(...)
 end
 
 --- Closes the client's connection for good; later calls on it raise.
 function Client:close()
   check_self(self, client_mt, "close", "redislock client")
+  self._closed = true
   self._core:close()
 end
 
@@ -316,7 +330,7 @@ end
 -- @param opts optional table: wait (seconds to keep trying; default 0, try once)
 -- @return lock, or nil and "busy: ...", "connection: ..." or "redis: ..."
 function Client:acquire(key, ttl, opts)
-  check_self(self, client_mt, "acquire", "redislock client")
+  check_client(self, "acquire")
   check_key(1, "acquire", key)
   local ms = check_seconds(2, "acquire", "ttl", ttl)
   local wait = check_acquire_opts(3, "acquire", opts)
@@ -335,9 +349,11 @@ local function mark_lost(self, status, op)
   return self._lost
 end
 
--- Runs op on the server for a lock that is still ours by our own account.
+-- Runs op on the server for a lock that is still ours by our own account;
+-- fname names the public method for errors.
 -- Returns the script's value, or nil and an error message.
-local function lock_eval(self, op, ms)
+local function lock_eval(self, fname, op, ms)
+  check_open(self._client, fname, "its client")
   if self._state == "released" then
     return nil, string_format("lost: %s was already released", quote(self.key))
   elseif self._state == "lost" then
@@ -355,7 +371,7 @@ end
 function Lock:release()
   check_self(self, lock_mt, "release", "redislock lock")
   if self._state == "released" then return true end
-  local ok, err = lock_eval(self, "release")
+  local ok, err = lock_eval(self, "release", "release")
   if not ok then return nil, err end
   self._state = "released"
   return true
@@ -366,7 +382,7 @@ end
 function Lock:extend(ttl)
   check_self(self, lock_mt, "extend", "redislock lock")
   local ms = check_seconds(1, "extend", "ttl", ttl)
-  local ok, err = lock_eval(self, "extend", ms)
+  local ok, err = lock_eval(self, "extend", "extend", ms)
   if not ok then return nil, err end
   return true
 end
@@ -375,7 +391,7 @@ end
 -- @return seconds, or nil and "lost: ..." / "connection: ..." / "redis: ..."
 function Lock:ttl()
   check_self(self, lock_mt, "ttl", "redislock lock")
-  local ms, err = lock_eval(self, "pttl")
+  local ms, err = lock_eval(self, "ttl", "pttl")
   if not ms then return nil, err end
   return ms / 1000
 end
@@ -419,7 +435,7 @@ end
 -- "lost: ..." when the lock was no longer ours at release.
 -- @param opts optional table: wait (seconds to keep trying to acquire)
 function Client:with_lock(key, ttl, fn, opts)
-  check_self(self, client_mt, "with_lock", "redislock client")
+  check_client(self, "with_lock")
   check_key(1, "with_lock", key)
   local ms = check_seconds(2, "with_lock", "ttl", ttl)
   check_fn(3, "with_lock", fn)
