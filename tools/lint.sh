@@ -1,0 +1,39 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# make lint: one version string (csrc/rl_version.h) agreed by every rockspec,
+# luacheck over the Lua code, and a -Werror build of the C core.
+set -eu
+cd "$(dirname "$0")/.."
+status=0
+
+version=$(sed -n 's/^#define RL_VERSION "\(.*\)"$/\1/p' csrc/rl_version.h)
+[ -n "$version" ] || { echo "lint: no RL_VERSION in csrc/rl_version.h"; exit 1; }
+for spec in rockspec/redislock-*.rockspec; do
+  name=$(basename "$spec" .rockspec)
+  file_version=${name#redislock-}
+  declared=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$spec")
+  if [ "$declared" != "$file_version" ]; then
+    echo "lint: $spec declares version \"$declared\", its name says \"$file_version\""
+    status=1
+  fi
+  case $file_version in
+    scm-*) ;;
+    "$version"-*) ;;
+    *) echo "lint: $spec is for $file_version, but csrc/rl_version.h says $version"; status=1 ;;
+  esac
+done
+if grep -n '_VERSION *= *"' lua/*.lua lua/*/*.lua 2>/dev/null; then
+  echo "lint: the Lua code must take its version from redislock.core, not spell it"
+  status=1
+fi
+
+luacheck -q --no-color lua spec examples bench || status=1
+
+# The C core under -Werror, for both Lua headers (syntax only: writes nothing).
+for inc in "${LUA_INCDIR:-/usr/include/lua5.4}" "${LUAJIT_INCDIR:-/usr/include/luajit-2.1}"; do
+  ${CC:-cc} -fsyntax-only -std=c99 -Wall -Wextra -pedantic -Wmissing-prototypes -Wshadow \
+    -Wstrict-prototypes -Wformat=2 -Werror -I"$inc" csrc/*.c || status=1
+done
+
+[ $status = 0 ] && echo "lint: ok (version $version)"
+exit $status
