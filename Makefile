@@ -89,7 +89,7 @@ asan: deps $(ASAN_MOD) build/asan/spec_fork.so build/nodlclose.so
 	  sh spec/run.sh lua5.4:build/asan
 
 install:
-	luarocks make rockspec/redislock-scm-1.rockspec
+	luarocks --lua-version=5.4 make rockspec/redislock-scm-1.rockspec
 
 clean:
 	rm -rf build
