@@ -30,12 +30,6 @@ local TTL = 5         -- seconds; production: comfortably longer than the job's 
 local JOB_TIME = 0.5  -- seconds the pretend job takes
 local DEFAULT_WORKERS = 5
 
-local function connect()
-  local url = os.getenv("REDIS_URL")
-  if url and url ~= "" then return redislock.new{ url = url } end
-  return redislock.new{ host = "127.0.0.1", port = 6379 }
-end
-
 -- Runs a plain Redis command on the client's connection and returns the reply
 -- (a nil reply is false); raises on failure.
 local function redis(client, ...)
@@ -67,7 +61,7 @@ end
 
 -- Worker mode: one machine's cron run.
 local function worker(id, start_at)
-  local client = connect()
+  local client = redislock.default_client()  -- REDIS_URL, else 127.0.0.1:6379
   core.sleep(math.max(0, start_at - core.now()))
 
   local lock, err = client:acquire(JOB, TTL, { wait = 0 })
@@ -104,7 +98,7 @@ local function main()
     io.stderr:write("usage: cron.lua [number of worker processes]\n")
     return 2
   end
-  local client = connect()
+  local client = redislock.default_client()
   -- Every run of this example plays the same night again: forget its marker.
   redis(client, "DEL", done_key())
   client:close()

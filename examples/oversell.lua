@@ -26,12 +26,6 @@ local LOCK_WAIT = 10  -- seconds a worker queues for the lock before giving up
 local PAUSE = 0.001
 local DEFAULT_WORKERS = 8
 
-local function connect()
-  local url = os.getenv("REDIS_URL")
-  if url and url ~= "" then return redislock.new{ url = url } end
-  return redislock.new{ host = "127.0.0.1", port = 6379 }
-end
-
 -- Runs a plain Redis command on the client's connection and returns the reply
 -- (a nil reply is false); raises on failure.
 local function redis(client, ...)
@@ -53,7 +47,7 @@ end
 
 -- Worker mode: sells until the stock is gone, then prints "sold N".
 local function worker(mode, start_at)
-  local client = connect()
+  local client = redislock.default_client()  -- REDIS_URL, else 127.0.0.1:6379
   redis(client, "PING")  -- connect before the start line, so that no worker starts late
   core.sleep(math.max(0, start_at - core.now()))
   local sold = 0
@@ -109,7 +103,7 @@ local function main()
     io.stderr:write("usage: oversell.lua [number of worker processes]\n")
     return 2
   end
-  local client = connect()
+  local client = redislock.default_client()
 
   local sold = run(client, "unlocked", workers)
   if not sold then return 1 end

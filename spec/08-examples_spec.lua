@@ -1,0 +1,41 @@
+-- SPDX-License-Identifier: MIT
+-- The examples the README points to run, and say what they promise.
+local helpers = require "spec.helpers"
+
+describe("examples", function()
+  local srv
+
+  lazy_setup(function() srv = helpers.start_redis() end)
+  lazy_teardown(function() srv:stop() end)
+
+  local function run_example(name, ...)
+    local args = { "REDIS_URL=" .. helpers.sh_quote(srv.url), helpers.lua,
+                   helpers.sh_quote(helpers.spec_dir .. "../examples/" .. name) }
+    for _, a in ipairs({ ... }) do args[#args + 1] = helpers.sh_quote(a) end
+    return helpers.run(table.concat(args, " "))
+  end
+
+  it("oversell.lua: the locked run sells exactly the stock, the unlocked one more", function()
+    local out, ok = run_example("oversell.lua", "4")
+    assert.is_true(ok, out)
+    local oversold = tonumber(out:match("without a lock: 4 workers sold (%d+) units of 100"))
+    assert.is_truthy(oversold, out)
+    assert.is_true(oversold > 100, out)
+    assert.is_truthy(out:find("with with_lock: 4 workers sold 100 units of 100", 1, true), out)
+  end)
+
+  it("cron.lua: exactly one of the processes runs the nightly job", function()
+    local out, ok = run_example("cron.lua")
+    assert.is_true(ok, out)
+    local _, running = out:gsub("running the nightly reconciliation", "")
+    assert.are.equal(1, running, out)
+    assert.is_truthy(out:find("it ran once", 1, true), out)
+  end)
+
+  it("basic.lua: the tour runs to the end", function()
+    local out, ok = run_example("basic.lua")
+    assert.is_true(ok, out)
+    assert.is_truthy(out:find("again:      nil, busy:", 1, true), out)
+    assert.is_truthy(out:find("lock released: true", 1, true), out)
+  end)
+end)
