@@ -11,6 +11,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+/* strdup that lets NULL through and records a failed allocation in *failed. */
 static char *dup_or_null(const char *s, int *failed) {
   char *d;
   if (s == NULL) return NULL;
@@ -58,6 +59,7 @@ void rl_conn_describe(const rl_conn *conn, char *buf, size_t len) {
     snprintf(buf, len, "%s:%d", conn->o.host ? conn->o.host : "?", conn->o.port);
 }
 
+/* Milliseconds as the struct timeval hiredis wants. */
 static struct timeval ms_to_tv(long long ms) {
   struct timeval tv;
   tv.tv_sec = (time_t)(ms / 1000);
@@ -65,12 +67,18 @@ static struct timeval ms_to_tv(long long ms) {
   return tv;
 }
 
+/* True when the context's error is a read or write timeout (hiredis 0.14 reports
+   SO_RCVTIMEO expiring as an I/O error with EAGAIN's text). */
+static int timed_out(const redisContext *ctx) {
+  return ctx->err == REDIS_ERR_IO && strcmp(ctx->errstr, "Resource temporarily unavailable") == 0;
+}
+
 /* Describes the error the context reported into err, then drops the context. */
 static void io_error(rl_conn *conn, char err[RL_ERRLEN]) {
   char where[128];
   const redisContext *ctx = conn->ctx;
   rl_conn_describe(conn, where, sizeof where);
-  if (ctx->err == REDIS_ERR_IO && strcmp(ctx->errstr, "Resource temporarily unavailable") == 0)
+  if (timed_out(ctx))
     snprintf(err, RL_ERRLEN, "connection: %s did not answer within %g s (timeout)",
              where, (double)conn->o.timeout_ms / 1000.0);
   else if (ctx->err == REDIS_ERR_EOF)
@@ -148,12 +156,23 @@ static int conn_open(rl_conn *conn, char err[RL_ERRLEN]) {
 }
 
 redisReply *rl_conn_command(rl_conn *conn, int argc, const char **argv,
-                            const size_t *len, char err[RL_ERRLEN]) {
+                            const size_t *len, int resend, char err[RL_ERRLEN]) {
   redisReply *r;
+  int reused;
   /* After fork() the socket is shared with the parent: replies would mix. */
   if (conn->ctx != NULL && conn->pid != getpid()) rl_conn_close(conn);
-  if (conn->ctx == NULL && conn_open(conn, err) != 0) return NULL;
+  reused = conn->ctx != NULL;
+  if (!reused && conn_open(conn, err) != 0) return NULL;
   r = redisCommandArgv(conn->ctx, argc, argv, len);
+  if (r == NULL && reused && resend && !timed_out(conn->ctx)) {
+    /* A connection that sat idle may have been closed by the server (its
+       timeout, CLIENT KILL, a restart). The caller said the command is safe
+       to send twice, so try once more on a fresh connection. Not after a
+       timeout: the server is slow, and the caller's time bound must hold. */
+    rl_conn_close(conn);
+    if (conn_open(conn, err) != 0) return NULL;
+    r = redisCommandArgv(conn->ctx, argc, argv, len);
+  }
   if (r == NULL) io_error(conn, err);
   return r;
 }
@@ -163,7 +182,11 @@ int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]
   int attempt;
   for (attempt = 0; attempt < 2; attempt++) {
     rl_decoded d;
-    redisReply *r = rl_conn_command(conn, cmd->argc, cmd->argv, cmd->len, err);
+    /* Every script but release may be sent twice: acquire treats its own
+       token as success, extend and pttl repeat harmlessly. A repeated
+       release would find the key gone and report the lock lost. */
+    redisReply *r = rl_conn_command(conn, cmd->argc, cmd->argv, cmd->len,
+                                    cmd->op != RL_OP_RELEASE, err);
     if (r == NULL) return -1;
     d = rl_decode(r, out, msg, sizeof msg);
     freeReplyObject(r);

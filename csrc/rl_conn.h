@@ -51,10 +51,12 @@ void rl_conn_free(rl_conn *conn);
  * Sends one command and returns its reply (free it with freeReplyObject), which
  * may be an error reply. Returns NULL with a message in err, beginning with
  * "connection:" (refused, timed out, closed) or "redis:" (AUTH or SELECT
- * refused), when no reply could be had.
+ * refused), when no reply could be had. With resend set, a command that failed
+ * on a reused connection for any reason but a timeout is sent once more on a
+ * fresh one: pass it only for commands that are safe to run twice.
  */
 redisReply *rl_conn_command(rl_conn *conn, int argc, const char **argv,
-                            const size_t *len, char err[RL_ERRLEN]);
+                            const size_t *len, int resend, char err[RL_ERRLEN]);
 
 /*
  * Runs cmd (EVALSHA, then EVAL after NOSCRIPT) and decodes its answer into out.

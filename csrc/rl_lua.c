@@ -89,9 +89,14 @@ static int core_new(lua_State *L) {
   o.path = (char *)opt_string(L, "path");
   o.username = (char *)opt_string(L, "username");
   o.password = (char *)opt_string(L, "password");
-  prefix = opt_string(L, "prefix");
-  if (prefix != NULL) plen = lua_rawlen(L, -1);
-  else plen = strlen(prefix = "lock:");
+  lua_getfield(L, 1, "prefix"); /* binary-safe: may hold any bytes but braces */
+  if (lua_isnil(L, -1)) {
+    plen = strlen(prefix = "lock:");
+  } else {
+    if (lua_type(L, -1) != LUA_TSTRING) luaL_argerror(L, 1, "field 'prefix' must be a string");
+    prefix = lua_tolstring(L, -1, &plen);
+    if (rl_check_prefix(prefix, plen) != NULL) luaL_argerror(L, 1, rl_check_prefix(prefix, plen));
+  }
   if (o.host == NULL && o.path == NULL) o.host = "127.0.0.1";
   if (o.username != NULL && o.password == NULL)
     luaL_argerror(L, 1, "field 'username' needs a 'password'");
@@ -120,8 +125,9 @@ static int core_new(lua_State *L) {
 /*
  * client:eval(op, key, token[, ms]) -> status, value | nil, err
  * Runs one lock script. op is "acquire", "release", "extend" or "pttl"; ms is
- * the ttl for acquire and extend. status is 1 (ours), 0 (no such lock) or -1
- * (another owner's); value is the fence (acquire) or milliseconds left.
+ * the ttl for acquire and extend. Leaves two values: status 1 (ours), 0 (no
+ * such lock) or -1 (another owner's), and the fence (acquire when ours) or
+ * milliseconds left; or nil and a "connection: ..." / "redis: ..." message.
  */
 static int client_eval(lua_State *L) {
   static const char *const ops[] = { "acquire", "release", "extend", "pttl", NULL };
@@ -220,7 +226,7 @@ static int client_command(lua_State *L) {
   argv = (const char **)lua_newuserdatauv(L, (size_t)argc * (sizeof *argv + sizeof *len), 0);
   len = (size_t *)(argv + argc);
   for (i = 0; i < argc; i++) argv[i] = lua_tolstring(L, i + 2, &len[i]);
-  r = rl_conn_command(&c->conn, argc, argv, len, err);
+  r = rl_conn_command(&c->conn, argc, argv, len, 0, err); /* INCR twice is wrong */
   if (r == NULL) {
     lua_pushnil(L);
     lua_pushstring(L, err);
@@ -238,6 +244,12 @@ static int client_command(lua_State *L) {
   status = lua_pcall(L, 1, 1, 0);
   freeReplyObject(r);
   if (status != 0) return lua_error(L);
+  return 1;
+}
+
+/* client:closed() -> true once the client was closed. */
+static int client_closed(lua_State *L) {
+  lua_pushboolean(L, ((rl_client *)luaL_checkudata(L, 1, CLIENT_MT))->closed);
   return 1;
 }
 
@@ -298,6 +310,16 @@ static int core_key_problem(lua_State *L) {
   return 1;
 }
 
+/* core.prefix_problem(prefix) -> nil when prefix may start lock names, else why not. */
+static int core_prefix_problem(lua_State *L) {
+  size_t len;
+  const char *prefix = luaL_checklstring(L, 1, &len);
+  const char *why = rl_check_prefix(prefix, len);
+  if (why == NULL) lua_pushnil(L);
+  else lua_pushstring(L, why);
+  return 1;
+}
+
 /* core.now() -> seconds on the monotonic clock (shared by all processes). */
 static int core_now(lua_State *L) {
   struct timespec ts;
@@ -335,6 +357,7 @@ static const luaL_Reg client_methods[] = {
   { "eval", client_eval },
   { "command", client_command },
   { "close", client_close },
+  { "closed", client_closed },
   { NULL, NULL }
 };
 
@@ -343,6 +366,7 @@ static const luaL_Reg core_functions[] = {
   { "token", core_token },
   { "ms", core_ms },
   { "key_problem", core_key_problem },
+  { "prefix_problem", core_prefix_problem },
   { "now", core_now },
   { "sleep", core_sleep },
   { NULL, NULL }

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +26,9 @@
  * acquire is resend-safe: if the key already holds our token (an earlier send
  * that timed out did land), it refreshes the TTL and answers the fence that
  * acquisition took, which is still the counter's value because only a
- * successful SET NX increments it, and the lock has been ours since.
+ * successful SET NX increments it, and the lock has been ours since. Should the
+ * counter have vanished meanwhile (FLUSHDB, eviction), it takes a new value
+ * rather than answer 0.
  */
 static const char *const script_text[RL_OP_COUNT] = {
   /* RL_OP_ACQUIRE: ARGV[1] token, ARGV[2] ttl (ms) */
@@ -34,7 +37,9 @@ static const char *const script_text[RL_OP_COUNT] = {
   "end\n"
   "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
   "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-  "  return {1, tonumber(redis.call('GET', KEYS[2]) or 0)}\n"
+  "  local fence = redis.call('GET', KEYS[2])\n"
+  "  if fence then return {1, tonumber(fence)} end\n"
+  "  return {1, redis.call('INCR', KEYS[2])}\n"
   "end\n"
   "return {-1, redis.call('PTTL', KEYS[1])}\n",
   /* RL_OP_RELEASE: ARGV[1] token */
@@ -65,18 +70,22 @@ static const char *const script_text[RL_OP_COUNT] = {
 static const char *const op_name[RL_OP_COUNT] = { "acquire", "release", "extend", "pttl" };
 
 static char script_sha[RL_OP_COUNT][41];
+static pthread_once_t script_sha_once = PTHREAD_ONCE_INIT;
 
 const char *rl_script_text(rl_op op) { return script_text[op]; }
 
 const char *rl_op_name(rl_op op) { return op_name[op]; }
 
-/* Idempotent: every thread that races here writes the same 41 bytes. */
+/* Names every script, once per process (Lua states in several threads may
+   load the module at the same time). */
+static void compute_script_shas(void) {
+  int op;
+  for (op = 0; op < RL_OP_COUNT; op++)
+    rl_sha1_hex(script_text[op], strlen(script_text[op]), script_sha[op]);
+}
+
 const char *rl_script_sha(rl_op op) {
-  if (script_sha[op][0] == '\0') {
-    char hex[41];
-    rl_sha1_hex(script_text[op], strlen(script_text[op]), hex);
-    memcpy(script_sha[op], hex, sizeof hex);
-  }
+  pthread_once(&script_sha_once, compute_script_shas);
   return script_sha[op];
 }
 
@@ -132,6 +141,7 @@ void rl_cmd_free(rl_cmd *cmd) {
   cmd->keys = NULL;
 }
 
+/* Copies what (len bytes) into err as a C string; returns RL_ERROR. */
 static rl_decoded fail(char *err, size_t errlen, const char *what, size_t len) {
   if (errlen > 0) snprintf(err, errlen, "%.*s", (int)len, what);
   return RL_ERROR;
@@ -159,6 +169,14 @@ const char *rl_check_key(const char *key, size_t len) {
   /* "<prefix>{}..." would make an empty hash tag: Redis Cluster would then hash
      the whole names and put the lock and its fence counter on different slots. */
   if (key[0] == '}') return "key must not start with '}'";
+  return NULL;
+}
+
+const char *rl_check_prefix(const char *prefix, size_t len) {
+  /* A brace in the prefix would decide the hash tag instead of the key's
+     braces: "x{}" empties it, "{app}" puts every lock on one slot. */
+  if (memchr(prefix, '{', len) != NULL || memchr(prefix, '}', len) != NULL)
+    return "prefix must not contain '{' or '}'";
   return NULL;
 }
 
