@@ -84,9 +84,18 @@ local function check_self(self, mt, fname, what)
   end
 end
 
+-- Refuses arguments past the last one fname takes (luaposix's checknargs).
+local function check_nargs(fname, max, ...)
+  local extra = select("#", ...)
+  if extra > 0 then
+    argerror(max + 1, fname, string_format("no more than %d argument%s expected, got %d",
+                                           max, max == 1 and "" or "s", max + extra))
+  end
+end
+
 -- Refuses a client that was closed (whose is named by `whose`).
 local function check_open(client, fname, whose)
-  if client._closed then
+  if client._core:closed() then
     raise_at_caller(string_format("bad self to '%s' (%s is closed)", fname, whose))
   end
 end
@@ -195,6 +204,9 @@ local function parse_url(url)
   return t
 end
 
+local CSTRING_OPTS = { "host", "path", "username", "password" }
+local MAX_TIMEOUT_MS = 86400 * 1000
+
 local NEW_OPTS = {
   url = true, host = true, port = true, path = true, username = true, password = true,
   db = true, connect_timeout = true, timeout = true, prefix = true,
@@ -209,7 +221,8 @@ end
 -- @param opts table (or a URL string): url, host, port, path, username, password,
 --   db, connect_timeout, timeout (seconds), prefix (default "lock:")
 -- @return client
-function _M.new(opts)
+function _M.new(opts, ...)
+  check_nargs("new", 1, ...)
   if type(opts) == "string" then opts = { url = opts } end
   opts = check_opts(1, "new", opts, NEW_OPTS)
   for _, name in pairs(STRING_OPTS) do
@@ -245,11 +258,23 @@ function _M.new(opts)
   if c.host == "" or c.path == "" then
     argerror(1, "new", "options 'host' and 'path' must not be empty")
   end
-  c.connect_timeout_ms = opts.connect_timeout ~= nil
-    and check_seconds(1, "new", "option 'connect_timeout'", opts.connect_timeout) or nil
-  c.timeout_ms = opts.timeout ~= nil
-    and check_seconds(1, "new", "option 'timeout'", opts.timeout) or nil
+  for _, name in pairs(CSTRING_OPTS) do
+    if c[name] and c[name]:find("\0", 1, true) then
+      argerror(1, "new", string_format("option '%s' must not contain NUL bytes", name))
+    end
+  end
+  for _, name in pairs({ "connect_timeout", "timeout" }) do
+    if opts[name] ~= nil then
+      local ms = check_seconds(1, "new", "option '" .. name .. "'", opts[name])
+      if ms > MAX_TIMEOUT_MS then
+        argerror(1, "new", string_format("option '%s' must be at most 86400 (one day)", name))
+      end
+      c[name .. "_ms"] = ms
+    end
+  end
   c.prefix = opts.prefix or "lock:"
+  local why = core.prefix_problem(c.prefix)
+  if why then argerror(1, "new", "option " .. why) end
   return setmetatable({ _core = core.new(c), prefix = c.prefix }, client_mt)
 end
 
@@ -257,19 +282,38 @@ client_mt.__tostring = function(self)
   return tostring(self._core)  -- "redislock.Client (127.0.0.1:6379)"
 end
 
+-- Commands that would change what the connection means for the lock scripts
+-- sent after them: another db, a transaction, a subscription, no replies,
+-- another user. Client:command refuses them.
+local STATEFUL = {
+  SELECT = true, MULTI = true, EXEC = true, DISCARD = true, WATCH = true, UNWATCH = true,
+  SUBSCRIBE = true, PSUBSCRIBE = true, SSUBSCRIBE = true, UNSUBSCRIBE = true,
+  PUNSUBSCRIBE = true, SUNSUBSCRIBE = true, MONITOR = true, RESET = true, HELLO = true,
+  AUTH = true, QUIT = true, SYNC = true, PSYNC = true,
+}
+
 --- Runs one Redis command on the client's connection, e.g. for a fenced write.
--- Arguments are strings or numbers. A nil reply is false.
+-- Arguments are strings or numbers. A nil reply is false. Commands that would
+-- change the connection's state (SELECT, MULTI, SUBSCRIBE, AUTH ...) are refused.
 -- @return the reply (string, integer, false or table), or nil and
 --   "connection: ..." / "redis: <server error>"
-function Client:command(...)
+function Client:command(name, ...)
   check_client(self, "command")
-  return self._core:command(...)
+  if type(name) == "string" then
+    local upper = name:upper()
+    local sub = select("#", ...) > 0 and type((...)) == "string" and (...):upper()
+    if STATEFUL[upper] or (upper == "CLIENT" and sub == "REPLY") then
+      argerror(1, "command", quote(name) .. " would change the connection's state under the locks;"
+                             .. " use the client's options, or another Redis client")
+    end
+  end
+  return self._core:command(name, ...)
 end
 
 --- Closes the client's connection for good; later calls on it raise.
-function Client:close()
+function Client:close(...)
   check_self(self, client_mt, "close", "redislock client")
-  self._closed = true
+  check_nargs("close", 0, ...)
   self._core:close()
 end
 
@@ -329,11 +373,12 @@ end
 -- @param ttl seconds (fractions allowed): the lock expires by itself after it
 -- @param opts optional table: wait (seconds to keep trying; default 0, try once)
 -- @return lock, or nil and "busy: ...", "connection: ..." or "redis: ..."
-function Client:acquire(key, ttl, opts)
+function Client:acquire(key, ttl, opts, ...)
   check_client(self, "acquire")
   check_key(1, "acquire", key)
   local ms = check_seconds(2, "acquire", "ttl", ttl)
   local wait = check_acquire_opts(3, "acquire", opts)
+  check_nargs("acquire", 3, ...)
   return acquire(self, key, ms, wait)
 end
 
@@ -360,16 +405,25 @@ local function lock_eval(self, fname, op, ms)
     return nil, self._lost
   end
   local status, value = self._client._core:eval(op, self.key, self.token, ms)
-  if status == nil then return nil, value end
-  if status ~= 1 then return nil, mark_lost(self, status, op) end
+  if status == nil then
+    if op == "release" then self._release_unconfirmed = true end
+    return nil, value
+  end
+  if status ~= 1 then
+    -- A release whose answer was lost may have landed: then the key is gone,
+    -- as this release would have left it.
+    if status == 0 and op == "release" and self._release_unconfirmed then return 0 end
+    return nil, mark_lost(self, status, op)
+  end
   return value
 end
 
 --- Releases the lock if it is still ours (compare-and-delete on the server).
 -- Releasing again is harmless and returns true.
 -- @return true, or nil and "lost: ..." / "connection: ..." / "redis: ..."
-function Lock:release()
+function Lock:release(...)
   check_self(self, lock_mt, "release", "redislock lock")
+  check_nargs("release", 0, ...)
   if self._state == "released" then return true end
   local ok, err = lock_eval(self, "release", "release")
   if not ok then return nil, err end
@@ -379,9 +433,10 @@ end
 
 --- Sets the lock's remaining time to ttl seconds, if it is still ours.
 -- @return true, or nil and "lost: ..." / "connection: ..." / "redis: ..."
-function Lock:extend(ttl)
+function Lock:extend(ttl, ...)
   check_self(self, lock_mt, "extend", "redislock lock")
   local ms = check_seconds(1, "extend", "ttl", ttl)
+  check_nargs("extend", 1, ...)
   local ok, err = lock_eval(self, "extend", "extend", ms)
   if not ok then return nil, err end
   return true
@@ -389,8 +444,9 @@ end
 
 --- Remaining time of the lock in seconds, if it is still ours.
 -- @return seconds, or nil and "lost: ..." / "connection: ..." / "redis: ..."
-function Lock:ttl()
+function Lock:ttl(...)
   check_self(self, lock_mt, "ttl", "redislock lock")
+  check_nargs("ttl", 0, ...)
   local ms, err = lock_eval(self, "ttl", "pttl")
   if not ms then return nil, err end
   return ms / 1000
@@ -418,13 +474,49 @@ local function check_fn(n, fname, fn)
   end
 end
 
+-- The arguments of both with_locks, checked; returns the ttl in ms and the wait.
+local function check_with_lock_args(key, ttl, fn, opts, ...)
+  check_key(1, "with_lock", key)
+  local ms = check_seconds(2, "with_lock", "ttl", ttl)
+  check_fn(3, "with_lock", fn)
+  local wait = check_acquire_opts(4, "with_lock", opts)
+  check_nargs("with_lock", 4, ...)
+  return ms, wait
+end
+
+-- pack(pcall(fn, lock)). On Lua 5.4 the lock is also held by a to-be-closed
+-- guard while fn runs, so that closing a coroutine suspended inside fn
+-- (coroutine.close) releases it. A coroutine that is merely dropped keeps the
+-- lock until its TTL: the garbage collector does no I/O.
+local call_locked = function(lock, fn) return pack(pcall(fn, lock)) end
+if _VERSION == "Lua 5.4" then
+  local guard_mt = {
+    __close = function(guard)
+      if guard.lock then pcall(guard.lock.release, guard.lock) end
+    end,
+  }
+  -- Compiled by load() so that LuaJIT, which cannot parse <close>, loads this file.
+  call_locked = assert(load([[
+    local pack, pcall, setmetatable, guard_mt = ...
+    return function(lock, fn)
+      local guard <close> = setmetatable({ lock = lock }, guard_mt)
+      local res = pack(pcall(fn, lock))
+      guard.lock = nil -- left normally: with_lock releases and reports
+      return res
+    end
+  ]], "=redislock.with_lock"))(pack, pcall, setmetatable, guard_mt)
+end
+
 -- Runs fn(lock) under the lock and releases it in every case.
 local function with_lock(self, key, ms, fn, wait)
   local lock, err = acquire(self, key, ms, wait)
   if not lock then error(err, 0) end
-  local res = pack(pcall(fn, lock))
-  local released, rerr = lock:release()
+  local res = call_locked(lock, fn)
+  -- Protected: if fn closed the client, release raises, and fn's own error
+  -- must still be the one that comes out.
+  local rok, released, rerr = pcall(lock.release, lock)
   if not res[1] then error(res[2], 0) end
+  if not rok then error(released, 0) end
   if not released then error(rerr, 0) end
   return unpack(res, 2, res.n)
 end
@@ -434,20 +526,18 @@ end
 -- the lock cannot be taken, fn's own error value (unchanged) when fn raises, and
 -- "lost: ..." when the lock was no longer ours at release.
 -- @param opts optional table: wait (seconds to keep trying to acquire)
-function Client:with_lock(key, ttl, fn, opts)
+function Client:with_lock(key, ttl, fn, opts, ...)
   check_client(self, "with_lock")
-  check_key(1, "with_lock", key)
-  local ms = check_seconds(2, "with_lock", "ttl", ttl)
-  check_fn(3, "with_lock", fn)
-  local wait = check_acquire_opts(4, "with_lock", opts)
+  local ms, wait = check_with_lock_args(key, ttl, fn, opts, ...)
   return with_lock(self, key, ms, fn, wait)
 end
 
 local default_client
 
 --- The client used by redislock.with_lock: REDIS_URL, else 127.0.0.1:6379.
+-- Made on first use, and again after it was closed.
 function _M.default_client()
-  if not default_client then
+  if not default_client or default_client._core:closed() then
     local url = os_getenv("REDIS_URL")
     if url and url ~= "" then
       local ok, c = pcall(_M.new, { url = url })
@@ -461,11 +551,8 @@ function _M.default_client()
 end
 
 --- redislock.with_lock(key, ttl, fn[, opts]) on the default client.
-function _M.with_lock(key, ttl, fn, opts)
-  check_key(1, "with_lock", key)
-  local ms = check_seconds(2, "with_lock", "ttl", ttl)
-  check_fn(3, "with_lock", fn)
-  local wait = check_acquire_opts(4, "with_lock", opts)
+function _M.with_lock(key, ttl, fn, opts, ...)
+  local ms, wait = check_with_lock_args(key, ttl, fn, opts, ...)
   return with_lock(_M.default_client(), key, ms, fn, wait)
 end
 
