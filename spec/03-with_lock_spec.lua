@@ -137,6 +137,24 @@ describe("with_lock", function()
     assert.is_false(held("k"))
   end)
 
+  it("re-raises fn's error even when fn closed the client, so release could not run", function()
+    local c = srv:client()
+    local e = { tag = "mine" }
+    local ok, err = pcall(c.with_lock, c, "k", 0.5, function()
+      c:close()
+      error(e)
+    end)
+    assert.is_false(ok)
+    assert.is_true(rawequal(e, err))
+  end)
+
+  it("raises, not returns, when fn closed the client and release could not run", function()
+    local c = srv:client()
+    local ok, err = pcall(c.with_lock, c, "k", 0.5, function() c:close() return 1 end)
+    assert.is_false(ok)
+    assert.is_truthy(tostring(err):find("client is closed", 1, true), err)
+  end)
+
   it("is also a module function on the client from REDIS_URL", function()
     local code = [[
       local redislock = require "redislock"
@@ -147,6 +165,18 @@ describe("with_lock", function()
     assert.is_true(ok, out)
     assert.is_truthy(out:match("^fence %d+"), out)
     assert.are.equal("1", srv:cli("-n", "4", "EXISTS", "lock:{mod}:fence"))
+  end)
+
+  it("makes a new default client after the old one was closed", function()
+    local code = [[
+      local redislock = require "redislock"
+      redislock.default_client():close()
+      print(redislock.with_lock("again", 5, function() return "ran" end))
+    ]]
+    local out, ok = helpers.run("REDIS_URL=" .. helpers.sh_quote(srv.url) .. " " ..
+                                helpers.lua .. " -e " .. helpers.sh_quote(code))
+    assert.is_true(ok, out)
+    assert.are.equal("ran\n", out)
   end)
 
   it("defaults to 127.0.0.1:6379 without REDIS_URL", function()
@@ -190,6 +220,16 @@ describe("with_lock", function()
       local ok, err = pcall(run, client)
       assert.is_false(ok)
       assert.are.equal("inside", err)
+      assert.is_false(held("k"))
+    end)
+
+    it("releases when a coroutine suspended inside with_lock is closed", function()
+      local co = coroutine.create(function()
+        return client:with_lock("k", 30, function() coroutine.yield() end)
+      end)
+      assert.is_true((coroutine.resume(co)))
+      assert.is_true(held("k"))
+      assert.is_true(coroutine.close(co))
       assert.is_false(held("k"))
     end)
 

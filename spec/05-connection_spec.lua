@@ -92,18 +92,15 @@ describe("a connection killed by the server", function()
     return id
   end
 
-  it("costs at most one failed call, then the client reconnects", function()
+  it("costs an acquire nothing: it is resent at once on a fresh connection", function()
     local client = srv:client()
     local first = assert(client:acquire("kill:a", 5))
     assert.is_true(first:release())
     local old_id = kill(client)
 
-    -- The call that finds the broken connection may fail; the next one reconnects.
+    -- wait = 0, yet no error: acquire is safe to send twice, so the transport
+    -- resends it when the reused connection turns out to be dead.
     local lock, err = client:acquire("kill:a", 5)
-    if not lock then
-      assert.matches("^connection:", err)
-      lock, err = client:acquire("kill:a", 5)
-    end
     assert.truthy(lock, err)
     assert.is_true(lock.fence > first.fence)
     assert.are_not.equal(old_id, client_id(client))
@@ -117,6 +114,16 @@ describe("a connection killed by the server", function()
     local lock, err = client:acquire("kill:b", 5, { wait = 1 })
     assert.truthy(lock, err)
     assert.is_true(lock:release())
+  end)
+
+  it("costs a plain command one failed call: it is not resent", function()
+    local client = srv:client()
+    assert.equals(1, client:command("INCR", "kill:counter"))
+    kill(client)
+    local n, err = client:command("INCR", "kill:counter")
+    assert.is_nil(n)
+    assert.matches("^connection:", err)
+    assert.equals(2, client:command("INCR", "kill:counter"))
   end)
 
   it("costs a held lock at most one failed release", function()
@@ -164,6 +171,19 @@ describe("a server slower than the command timeout", function()
     local again, err2 = client:acquire("slow:a", 5, { wait = 2 * slow })
     assert.truthy(again, err2)
     assert.is_true(again:release())
+  end)
+
+  it("a release retried after an unanswered one that landed says released, not lost", function()
+    local client = srv:client({ timeout = 0.2 })
+    local lock = assert(client:acquire("slow:r", 5))
+    local bg = sleep_server(srv, SLEEP)
+    local ok, err = lock:release()
+    bg:wait()
+    assert.is_nil(ok)
+    assert.matches("^connection:.*timeout", err)
+    -- The server ran that release when it woke: the key is gone.
+    assert.equals("0", srv:cli("EXISTS", "lock:{slow:r}"))
+    assert.is_true(lock:release())
   end)
 
   it("an acquire with wait issued during the sleep resends the same token and succeeds", function()

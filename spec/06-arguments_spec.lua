@@ -31,6 +31,7 @@ describe("argument checks", function()
       raises("bad argument #1 to 'new' (options must be a table, got number)", redislock.new, 42)
       raises("unknown option \"hots\"", redislock.new, { hots = "x" })
       raises("unknown option \"1\"", redislock.new, { "redis://x" })
+      raises("bad argument #2 to 'new' (no more than 1 argument expected, got 2)", redislock.new, {}, {})
     end)
 
     it("checks each option's type and range", function()
@@ -51,6 +52,11 @@ describe("argument checks", function()
         { { host = "h", path = "/p" }, "options 'host' and 'path' exclude each other" },
         { { host = "" }, "options 'host' and 'path' must not be empty" },
         { { password = {} }, "option 'password' must be a string, got table" },
+        { { host = "a\0b" }, "option 'host' must not contain NUL bytes" },
+        { { url = "redis://:p%00w@h" }, "option 'password' must not contain NUL bytes" },
+        { { timeout = 86401 }, "option 'timeout' must be at most 86400 (one day)" },
+        { { prefix = "x{}" }, "option prefix must not contain '{' or '}'" },
+        { { prefix = "{app}:" }, "option prefix must not contain '{' or '}'" },
       }
       for _, c in ipairs(cases) do
         raises("bad argument #1 to 'new' (" .. c[2], redislock.new, c[1])
@@ -115,6 +121,11 @@ describe("argument checks", function()
       end
     end)
 
+    it("refuses surplus arguments", function()
+      raises("bad argument #4 to 'acquire' (no more than 3 arguments expected, got 4)",
+             client.acquire, client, "k", 5, nil, "surplus")
+    end)
+
     it("points argument errors at the caller's line", function()
       local ok, err = pcall(function()
         local l = client:acquire("k", -1)
@@ -137,6 +148,7 @@ describe("argument checks", function()
         raises("bad argument #3 to 'with_lock' (function expected, got nil)", f, "k", 5)
         raises("bad argument #3 to 'with_lock' (function expected, got string)", f, "k", 5, "fn")
         raises("bad argument #4 to 'with_lock' (unknown option \"ttl\")", f, "k", 5, fn, { ttl = 1 })
+        raises("bad argument #5 to 'with_lock' (no more than 4 arguments expected, got 5)", f, "k", 5, fn, nil, 1)
       end
       raises("bad self to 'with_lock'", client.with_lock, "k", 5, fn)
     end)
@@ -149,6 +161,9 @@ describe("argument checks", function()
       raises("bad self to 'release' (redislock lock expected, got nil", lock.release)
       raises("bad self to 'ttl' (redislock lock expected, got table", lock.ttl, {})
       raises("bad self to 'extend' (redislock lock expected, got table", lock.extend, client, 1)
+      raises("bad argument #1 to 'ttl' (no more than 0 arguments expected, got 1)", lock.ttl, lock, "x")
+      raises("bad argument #2 to 'extend' (no more than 1 argument expected, got 2)", lock.extend, lock, 1, 2)
+      raises("bad argument #1 to 'release' (no more than 0 arguments expected, got 1)", lock.release, lock, true)
       -- Nothing above touched the held lock.
       assert.is_truthy(lock:ttl())
     end)
@@ -162,9 +177,26 @@ describe("argument checks", function()
       raises("client is closed", c.acquire, c, "k", 5)
       raises("client is closed", c.with_lock, c, "k", 5, function() end)
       raises("client is closed", c.command, c, "PING")
-      raises("client is closed", l.release, l)
+      raises("bad self to 'release' (its client is closed)", l.release, l)
+      raises("bad self to 'extend' (its client is closed)", l.extend, l, 5)
+      raises("bad self to 'ttl' (its client is closed)", l.ttl, l)
       c:close() -- closing twice is harmless
       assert.is_truthy(tostring(c):find("closed", 1, true))
+    end)
+  end)
+
+  describe("client:command", function()
+    it("refuses commands that would change the connection under the locks", function()
+      for _, cmd in ipairs({ { "SELECT", 7 }, { "multi" }, { "SUBSCRIBE", "x" }, { "AUTH", "pw" },
+                             { "CLIENT", "REPLY", "OFF" }, { "MONITOR" }, { "RESET" } }) do
+        raises("bad argument #1 to 'command' (\"" .. cmd[1] .. "\" would change the connection's state",
+               client.command, client, (table.unpack or unpack)(cmd))
+      end
+      -- Other CLIENT subcommands and ordinary commands go through.
+      assert.is_number(client:command("CLIENT", "ID"))
+      assert.are.equal("PONG", client:command("PING"))
+      -- Nothing above moved the locks to another db.
+      assert.is_truthy(lock:ttl())
     end)
   end)
 

@@ -7,8 +7,6 @@ local socket = require "socket"
 
 local helpers = {}
 
--- The interpreter running the suite, for worker processes (lua5.4 or luajit).
-helpers.lua = os.getenv("REDISLOCK_LUA") or (jit and "luajit" or "lua5.4")
 -- Valgrind or sanitizers slow everything down: timing bounds are widened.
 helpers.slow = os.getenv("REDISLOCK_SLOW") ~= nil and 10 or 1
 
@@ -16,6 +14,15 @@ local function sh_quote(s)
   return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
 end
 helpers.sh_quote = sh_quote
+
+-- The command that runs the suite's interpreter (lua5.4 or luajit) for worker
+-- processes; under `make asan` with the sanitizer runtime preloaded, which the
+-- module it loads needs.
+helpers.lua = os.getenv("REDISLOCK_LUA") or (jit and "luajit" or "lua5.4")
+local preload = os.getenv("REDISLOCK_PRELOAD")
+if preload and preload ~= "" then
+  helpers.lua = "LD_PRELOAD=" .. sh_quote(preload) .. " " .. helpers.lua
+end
 
 -- Reads a popen'ed command's output; the exit status travels as a last line,
 -- since LuaJIT's popen close does not report it.
@@ -27,8 +34,12 @@ local function finish(p)
   return out, code == 0, code
 end
 
+-- Runs a shell command; returns its output, success and exit code. Under
+-- `make asan` LD_PRELOAD names the sanitizer runtime, whose leak check would
+-- fail tools that were not built for it (cp, luarocks ...): it is dropped here;
+-- helpers.lua brings it back for Lua processes.
 local function run(cmd)
-  return finish(assert(io.popen("(" .. cmd .. ") 2>&1; echo __EXIT:$?")))
+  return finish(assert(io.popen("(unset LD_PRELOAD; " .. cmd .. ") 2>&1; echo __EXIT:$?")))
 end
 helpers.run = run
 
@@ -79,11 +90,14 @@ local Server = {}
 Server.__index = Server
 
 --- Starts a private redis-server; extra is a list of more arguments
--- (e.g. { "--requirepass", "s3cret" }). Raises when it cannot start.
-function helpers.start_redis(extra)
+-- (e.g. { "--requirepass", "s3cret" }); opts.max_port keeps the port at or below
+-- it (a cluster node also needs port + 10000). Raises when it cannot start.
+function helpers.start_redis(extra, opts)
+  local max_port = opts and opts.max_port or 65535
   local last_log = ""
   for _ = 1, 5 do
     local port = helpers.free_port()
+    while port > max_port do port = helpers.free_port() end
     local dir = tmpdir()
     local args = {
       "redis-server", "--bind", "127.0.0.1", "--port", port, "--save", "''", "--appendonly", "no",

@@ -6,7 +6,8 @@
 # Exit status 0 only when every run passed. Each spec file starts and stops its
 # own redis-server (spec/helpers.lua) under a temporary folder removed here.
 # REDISLOCK_WRAP (e.g. valgrind ...) prefixes the interpreter;
-# REDISLOCK_PRELOAD is put in LD_PRELOAD for the interpreter only.
+# REDISLOCK_PRELOAD is put in LD_PRELOAD for the interpreter (and the Lua
+# workers it spawns; spec/helpers.lua drops it for other commands).
 set -u
 cd "$(dirname "$0")/.." || exit 2
 root=$(pwd)
