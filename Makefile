@@ -19,7 +19,7 @@ SHARED = -bundle -undefined dynamic_lookup
 else
 SHARED = -shared
 endif
-MODFLAGS = -fPIC -fvisibility=hidden -I$(HIREDIS_INCDIR)
+MODFLAGS = -fPIC -fvisibility=hidden -pthread -I$(HIREDIS_INCDIR)
 SANITIZE = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 SRC = csrc/rl_proto.c csrc/rl_sha1.c csrc/rl_conn.c csrc/rl_lua.c

@@ -5,6 +5,7 @@
 #endif
 #include "rl_conn.h"
 
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,7 +71,24 @@ static struct timeval ms_to_tv(long long ms) {
 /* True when the context's error is a read or write timeout (hiredis 0.14 reports
    SO_RCVTIMEO expiring as an I/O error with EAGAIN's text). */
 static int timed_out(const redisContext *ctx) {
+#ifdef REDIS_ERR_TIMEOUT /* hiredis >= 1.0 names it */
+  if (ctx->err == REDIS_ERR_TIMEOUT) return 1;
+#endif
   return ctx->err == REDIS_ERR_IO && strcmp(ctx->errstr, "Resource temporarily unavailable") == 0;
+}
+
+/*
+ * True when an idle connection can no longer be used: between commands the
+ * server sends nothing, so a readable socket means it closed the connection
+ * (its timeout, CLIENT KILL, a restart) or sent bytes no command asked for.
+ * Checked before sending, so no command is sent twice on its account.
+ */
+static int went_away(const redisContext *ctx) {
+  struct pollfd p;
+  p.fd = ctx->fd;
+  p.events = POLLIN;
+  p.revents = 0;
+  return poll(&p, 1, 0) > 0;
 }
 
 /* Describes the error the context reported into err, then drops the context. */
@@ -160,15 +178,15 @@ redisReply *rl_conn_command(rl_conn *conn, int argc, const char **argv,
   redisReply *r;
   int reused;
   /* After fork() the socket is shared with the parent: replies would mix. */
-  if (conn->ctx != NULL && conn->pid != getpid()) rl_conn_close(conn);
+  if (conn->ctx != NULL && (conn->pid != getpid() || went_away(conn->ctx))) rl_conn_close(conn);
   reused = conn->ctx != NULL;
   if (!reused && conn_open(conn, err) != 0) return NULL;
   r = redisCommandArgv(conn->ctx, argc, argv, len);
   if (r == NULL && reused && resend && !timed_out(conn->ctx)) {
-    /* A connection that sat idle may have been closed by the server (its
-       timeout, CLIENT KILL, a restart). The caller said the command is safe
-       to send twice, so try once more on a fresh connection. Not after a
-       timeout: the server is slow, and the caller's time bound must hold. */
+    /* The connection died between went_away() and the send, or the server
+       closed it while running the command. The caller said the command is
+       safe to send twice, so try once more on a fresh connection. Not after
+       a timeout: the server is slow, and the caller's time bound must hold. */
     rl_conn_close(conn);
     if (conn_open(conn, err) != 0) return NULL;
     r = redisCommandArgv(conn->ctx, argc, argv, len);

@@ -95,7 +95,8 @@ static int core_new(lua_State *L) {
   } else {
     if (lua_type(L, -1) != LUA_TSTRING) luaL_argerror(L, 1, "field 'prefix' must be a string");
     prefix = lua_tolstring(L, -1, &plen);
-    if (rl_check_prefix(prefix, plen) != NULL) luaL_argerror(L, 1, rl_check_prefix(prefix, plen));
+    if (rl_check_prefix(prefix, plen) != NULL)
+      luaL_argerror(L, 1, lua_pushfstring(L, "field 'prefix' %s", rl_check_prefix(prefix, plen)));
   }
   if (o.host == NULL && o.path == NULL) o.host = "127.0.0.1";
   if (o.username != NULL && o.password == NULL)
@@ -310,7 +311,8 @@ static int core_key_problem(lua_State *L) {
   return 1;
 }
 
-/* core.prefix_problem(prefix) -> nil when prefix may start lock names, else why not. */
+/* core.prefix_problem(prefix) -> nil when prefix may start lock names, else why
+   not (a fragment: "must not contain ..."). */
 static int core_prefix_problem(lua_State *L) {
   size_t len;
   const char *prefix = luaL_checklstring(L, 1, &len);

@@ -176,7 +176,7 @@ const char *rl_check_prefix(const char *prefix, size_t len) {
   /* A brace in the prefix would decide the hash tag instead of the key's
      braces: "x{}" empties it, "{app}" puts every lock on one slot. */
   if (memchr(prefix, '{', len) != NULL || memchr(prefix, '}', len) != NULL)
-    return "prefix must not contain '{' or '}'";
+    return "must not contain '{' or '}'";
   return NULL;
 }
 

@@ -87,7 +87,7 @@ rl_decoded rl_decode(const redisReply *r, rl_result *out, char *err, size_t errl
 /* NULL when key may name a lock, else why not (a sentence fragment). */
 const char *rl_check_key(const char *key, size_t len);
 
-/* NULL when prefix may start lock names, else why not. */
+/* NULL when prefix may start lock names, else why not ("must not ..."). */
 const char *rl_check_prefix(const char *prefix, size_t len);
 
 /*

@@ -274,7 +274,7 @@ function _M.new(opts, ...)
   end
   c.prefix = opts.prefix or "lock:"
   local why = core.prefix_problem(c.prefix)
-  if why then argerror(1, "new", "option " .. why) end
+  if why then argerror(1, "new", "option 'prefix' " .. why) end
   return setmetatable({ _core = core.new(c), prefix = c.prefix }, client_mt)
 end
 
@@ -299,6 +299,14 @@ local STATEFUL = {
 --   "connection: ..." / "redis: <server error>"
 function Client:command(name, ...)
   check_client(self, "command")
+  if name == nil then argerror(1, "command", "command name expected") end
+  local args = pack(name, ...)
+  for i = 1, args.n do
+    local t = type(args[i])
+    if t ~= "string" and t ~= "number" then
+      argerror(i, "command", "string or number expected, got " .. t)
+    end
+  end
   if type(name) == "string" then
     local upper = name:upper()
     local sub = select("#", ...) > 0 and type((...)) == "string" and (...):upper()
@@ -332,14 +340,16 @@ end
 -- Tries to take key with token until `wait` seconds have passed. The same token
 -- is resent after a connection error: the acquire script treats "the key already
 -- holds my token" as success, so a send that landed is not counted twice.
--- Returns the fence, or nil and an error message.
+-- Returns the fence and the time the successful attempt was sent, or nil and
+-- an error message.
 local function take(self, key, tok, ms, wait)
   local c = self._core
   local deadline = now() + wait
   local step = FIRST_STEP
   while true do
+    local sent = now()
     local status, value = c:eval("acquire", key, tok, ms)
-    if status == 1 then return value end
+    if status == 1 then return value, sent end
     local left = deadline - now()
     if status == nil and (left <= 0 or value:sub(1, 11) ~= "connection:") then
       return nil, value
@@ -363,9 +373,12 @@ end
 -- acquire after its arguments were checked.
 local function acquire(self, key, ms, wait)
   local tok = token()
-  local fence, err = take(self, key, tok, ms, wait)
-  if not fence then return nil, err end
-  return setmetatable({ key = key, token = tok, fence = fence, _client = self, _state = "held" }, lock_mt)
+  local fence, sent = take(self, key, tok, ms, wait)
+  if not fence then return nil, sent end
+  -- _expires: the lock cannot expire on the server before this (the TTL
+  -- started after the send), by the monotonic clock.
+  return setmetatable({ key = key, token = tok, fence = fence, _client = self, _state = "held",
+                        _expires = sent + ms / 1000 }, lock_mt)
 end
 
 --- Takes the lock named key for ttl seconds.
@@ -404,17 +417,25 @@ local function lock_eval(self, fname, op, ms)
   elseif self._state == "lost" then
     return nil, self._lost
   end
+  local sent = now()
   local status, value = self._client._core:eval(op, self.key, self.token, ms)
   if status == nil then
-    if op == "release" then self._release_unconfirmed = true end
+    -- A release that went out but whose answer did not come back may have
+    -- run on the server (not so when the connection could not even be made).
+    if op == "release" and value:match("^connection:") and not value:match("^connection: cannot connect") then
+      self._release_unconfirmed = true
+    end
     return nil, value
   end
   if status ~= 1 then
-    -- A release whose answer was lost may have landed: then the key is gone,
-    -- as this release would have left it.
-    if status == 0 and op == "release" and self._release_unconfirmed then return 0 end
+    -- The key is gone before the lock could have expired: that earlier,
+    -- unanswered release did land, and left it as this one would have.
+    if status == 0 and op == "release" and self._release_unconfirmed and now() < self._expires then
+      return 0
+    end
     return nil, mark_lost(self, status, op)
   end
+  if op == "extend" then self._expires = sent + ms / 1000 end
   return value
 end
 
@@ -460,8 +481,12 @@ end
 -- by an error, that error wins; otherwise a failed release raises, so a lost
 -- lock is never passed over in silence.
 lock_mt.__close = function(self, err)
+  if err ~= nil then
+    pcall(self.release, self)
+    return
+  end
   local ok, rerr = self:release()
-  if not ok and err == nil then error(rerr, 0) end
+  if not ok then error(rerr, 0) end
 end
 
 ------------------------------------------------------------------------------
@@ -489,7 +514,7 @@ end
 -- (coroutine.close) releases it. A coroutine that is merely dropped keeps the
 -- lock until its TTL: the garbage collector does no I/O.
 local call_locked = function(lock, fn) return pack(pcall(fn, lock)) end
-if _VERSION == "Lua 5.4" then
+if load("local guard <close> = nil") then -- Lua 5.4 and later
   local guard_mt = {
     __close = function(guard)
       if guard.lock then pcall(guard.lock.release, guard.lock) end

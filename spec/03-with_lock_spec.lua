@@ -233,6 +233,19 @@ describe("with_lock", function()
       assert.is_false(held("k"))
     end)
 
+    it("keeps the scope's error even when the lock's client was closed", function()
+      local run = assert(load([[
+        local c = ...
+        local lock <close> = assert(c:acquire("k", 5))
+        c:close()
+        error({ mine = true })
+      ]]))
+      local c = srv:client()
+      local ok, err = pcall(run, c)
+      assert.is_false(ok)
+      assert.are.same({ mine = true }, err)
+    end)
+
     it("raises lost at scope exit when the lock was lost", function()
       local run = assert(load([[
         local client, sleep = ...

@@ -55,8 +55,8 @@ describe("argument checks", function()
         { { host = "a\0b" }, "option 'host' must not contain NUL bytes" },
         { { url = "redis://:p%00w@h" }, "option 'password' must not contain NUL bytes" },
         { { timeout = 86401 }, "option 'timeout' must be at most 86400 (one day)" },
-        { { prefix = "x{}" }, "option prefix must not contain '{' or '}'" },
-        { { prefix = "{app}:" }, "option prefix must not contain '{' or '}'" },
+        { { prefix = "x{}" }, "option 'prefix' must not contain '{' or '}'" },
+        { { prefix = "{app}:" }, "option 'prefix' must not contain '{' or '}'" },
       }
       for _, c in ipairs(cases) do
         raises("bad argument #1 to 'new' (" .. c[2], redislock.new, c[1])
@@ -192,6 +192,15 @@ describe("argument checks", function()
         raises("bad argument #1 to 'command' (\"" .. cmd[1] .. "\" would change the connection's state",
                client.command, client, (table.unpack or unpack)(cmd))
       end
+      raises("bad argument #2 to 'command' (string or number expected, got table)",
+             client.command, client, "GET", {})
+      raises("bad argument #1 to 'command' (command name expected)", client.command, client)
+      local ok, err = pcall(function()
+        local r = client:command(true)
+        return r
+      end)
+      assert.is_false(ok)
+      assert.is_truthy(err:match("06%-arguments_spec%.lua:%d+: bad argument #1 to 'command'"), err)
       -- Other CLIENT subcommands and ordinary commands go through.
       assert.is_number(client:command("CLIENT", "ID"))
       assert.are.equal("PONG", client:command("PING"))
