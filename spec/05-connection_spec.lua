@@ -178,7 +178,7 @@ describe("a server slower than the command timeout", function()
 
   it("a release retried after an unanswered one that landed says released, not lost", function()
     local client = srv:client({ timeout = 0.2 })
-    local lock = assert(client:acquire("slow:r", 5))
+    local lock = assert(client:acquire("slow:r", 30)) -- outlives the sleep, even under valgrind
     local bg = sleep_server(srv, SLEEP)
     local ok, err = lock:release()
     bg:wait()
