@@ -33,25 +33,21 @@ ASAN_MOD   = build/asan/redislock/core.so
 
 all: $(LUA54_MOD) $(LUAJIT_MOD)
 
-$(LUA54_MOD): $(SRC) $(HDR)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(WARNINGS) $(MODFLAGS) -I$(LUA_INCDIR) $(SHARED) -o $@ $(SRC) $(HIREDIS_LIBS)
+# Each build folder holds modules for one Lua with one set of flags.
+MOD_CFLAGS = $(CFLAGS)
+build/lua5.4/%: MOD_INC = $(LUA_INCDIR)
+build/luajit/%: MOD_INC = $(LUAJIT_INCDIR)
+build/asan/%:   MOD_INC = $(LUA_INCDIR)
+build/asan/%:   MOD_CFLAGS = -O1 -g $(SANITIZE)
 
-$(LUAJIT_MOD): $(SRC) $(HDR)
+$(LUA54_MOD) $(LUAJIT_MOD) $(ASAN_MOD): $(SRC) $(HDR)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(WARNINGS) $(MODFLAGS) -I$(LUAJIT_INCDIR) $(SHARED) -o $@ $(SRC) $(HIREDIS_LIBS)
+	$(CC) $(MOD_CFLAGS) $(WARNINGS) $(MODFLAGS) -I$(MOD_INC) $(SHARED) -o $@ $(SRC) $(HIREDIS_LIBS)
 
-$(ASAN_MOD): $(SRC) $(HDR)
+# Test support for the fork spec, beside each module (never installed).
+build/%/spec_fork.so: spec/support/fork.c
 	@mkdir -p $(@D)
-	$(CC) -O1 -g $(SANITIZE) $(WARNINGS) $(MODFLAGS) -I$(LUA_INCDIR) $(SHARED) -o $@ $(SRC) $(HIREDIS_LIBS)
-
-build/lua5.4/spec_fork.so build/asan/spec_fork.so: spec/support/fork.c
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(WARNINGS) $(MODFLAGS) -I$(LUA_INCDIR) $(SHARED) -o $@ $<
-
-build/luajit/spec_fork.so: spec/support/fork.c
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(WARNINGS) $(MODFLAGS) -I$(LUAJIT_INCDIR) $(SHARED) -o $@ $<
+	$(CC) $(MOD_CFLAGS) $(WARNINGS) $(MODFLAGS) -I$(MOD_INC) $(SHARED) -o $@ $<
 
 build/nodlclose.so: tools/nodlclose.c
 	@mkdir -p $(@D)

@@ -94,9 +94,10 @@ static int core_new(lua_State *L) {
     plen = strlen(prefix = "lock:");
   } else {
     if (lua_type(L, -1) != LUA_TSTRING) luaL_argerror(L, 1, "field 'prefix' must be a string");
+    const char *why;
     prefix = lua_tolstring(L, -1, &plen);
-    if (rl_check_prefix(prefix, plen) != NULL)
-      luaL_argerror(L, 1, lua_pushfstring(L, "field 'prefix' %s", rl_check_prefix(prefix, plen)));
+    why = rl_check_prefix(prefix, plen);
+    if (why != NULL) luaL_argerror(L, 1, lua_pushfstring(L, "field 'prefix' %s", why));
   }
   if (o.host == NULL && o.path == NULL) o.host = "127.0.0.1";
   if (o.username != NULL && o.password == NULL)
