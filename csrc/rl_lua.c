@@ -18,6 +18,7 @@
 #include "rl_version.h"
 
 #define CLIENT_MT "redislock.Client"
+#define READER_MT "redislock.Reader"
 #define MAX_REPLY_DEPTH 16
 
 typedef struct {
@@ -125,6 +126,32 @@ static int core_new(lua_State *L) {
 }
 
 /*
+ * Checks the arguments of a lock script starting at idx: op ("acquire",
+ * "release", "extend" or "pttl"), key, token and, for acquire and extend, ms
+ * (the ttl in whole milliseconds). Raises on bad ones; leaves the stack as is.
+ */
+static rl_op check_script(lua_State *L, int idx, const char **key, size_t *klen,
+                          const char **token, size_t *tlen, long long *ms) {
+  static const char *const ops[] = { "acquire", "release", "extend", "pttl", NULL };
+  rl_op op = (rl_op)luaL_checkoption(L, idx, NULL, ops);
+  const char *why;
+  *key = luaL_checklstring(L, idx + 1, klen);
+  *token = luaL_checklstring(L, idx + 2, tlen);
+  why = rl_check_key(*key, *klen);
+  if (why != NULL) luaL_argerror(L, idx + 1, why);
+  luaL_argcheck(L, *tlen > 0, idx + 2, "token must not be empty");
+  *ms = 0;
+  if (op == RL_OP_ACQUIRE || op == RL_OP_EXTEND) {
+    int isnum = 0;
+    lua_Integer v = lua_tointegerx(L, idx + 3, &isnum);
+    luaL_argcheck(L, lua_type(L, idx + 3) == LUA_TNUMBER && isnum && v >= 1 && v <= RL_MAX_MS,
+                  idx + 3, "ttl must be an integer number of milliseconds >= 1");
+    *ms = (long long)v;
+  }
+  return op;
+}
+
+/*
  * client:eval(op, key, token[, ms]) -> status, value | nil, err
  * Runs one lock script. op is "acquire", "release", "extend" or "pttl"; ms is
  * the ttl for acquire and extend. Leaves two values: status 1 (ours), 0 (no
@@ -132,27 +159,16 @@ static int core_new(lua_State *L) {
  * milliseconds left; or nil and a "connection: ..." / "redis: ..." message.
  */
 static int client_eval(lua_State *L) {
-  static const char *const ops[] = { "acquire", "release", "extend", "pttl", NULL };
   rl_client *c = check_client(L, 1);
-  rl_op op = (rl_op)luaL_checkoption(L, 2, NULL, ops);
+  const char *key, *token;
   size_t klen, tlen;
-  const char *key = luaL_checklstring(L, 3, &klen);
-  const char *token = luaL_checklstring(L, 4, &tlen);
-  const char *why = rl_check_key(key, klen);
-  lua_Integer ms = 0;
+  long long ms;
+  rl_op op = check_script(L, 2, &key, &klen, &token, &tlen, &ms);
   char err[RL_ERRLEN];
   rl_cmd cmd;
   rl_result res;
   int rc;
-  if (why != NULL) luaL_argerror(L, 3, why);
-  luaL_argcheck(L, tlen > 0, 4, "token must not be empty");
-  if (op == RL_OP_ACQUIRE || op == RL_OP_EXTEND) {
-    int isnum = 0;
-    ms = lua_tointegerx(L, 5, &isnum);
-    luaL_argcheck(L, lua_type(L, 5) == LUA_TNUMBER && isnum && ms >= 1 && ms <= RL_MAX_MS, 5,
-                  "ttl must be an integer number of milliseconds >= 1");
-  }
-  if (rl_cmd_init(&cmd, op, c->prefix, c->plen, key, klen, token, tlen, (long long)ms) != 0)
+  if (rl_cmd_init(&cmd, op, c->prefix, c->plen, key, klen, token, tlen, ms) != 0)
     return luaL_error(L, "redislock: out of memory");
   rc = rl_conn_eval(&c->conn, &cmd, &res, err);
   rl_cmd_free(&cmd);
@@ -205,35 +221,33 @@ static int push_reply_protected(lua_State *L) {
 }
 
 /*
- * client:command(name, ...) -> reply | nil, err
- * One Redis command on the client's connection (for tests, examples and
- * fenced writes). Arguments are strings or numbers. A nil reply is false; an
- * error reply is nil, "redis: <message>".
+ * Collects the arguments from first to the top of the stack (strings or
+ * numbers, at least one) into argv/len, which live in a userdata pushed on
+ * the stack (collected even if something later raises). Returns their count.
  */
-static int client_command(lua_State *L) {
-  rl_client *c = check_client(L, 1);
-  int argc = lua_gettop(L) - 1, i, status;
-  const char **argv;
-  size_t *len;
-  char err[RL_ERRLEN];
-  redisReply *r;
-  luaL_argcheck(L, argc >= 1, 2, "command name expected");
-  for (i = 2; i <= argc + 1; i++) {
+static int command_args(lua_State *L, int first, const char ***argv, size_t **len) {
+  int argc = lua_gettop(L) - first + 1, i;
+  luaL_argcheck(L, argc >= 1, first, "command name expected");
+  for (i = first; i < first + argc; i++) {
     int t = lua_type(L, i);
     if (t != LUA_TSTRING && t != LUA_TNUMBER)
       luaL_argerror(L, i, lua_pushfstring(L, "string or number expected, got %s",
                                           luaL_typename(L, i)));
   }
-  /* Scratch arrays in a userdata: collected even if something below raises. */
-  argv = (const char **)lua_newuserdatauv(L, (size_t)argc * (sizeof *argv + sizeof *len), 0);
-  len = (size_t *)(argv + argc);
-  for (i = 0; i < argc; i++) argv[i] = lua_tolstring(L, i + 2, &len[i]);
-  r = rl_conn_command(&c->conn, argc, argv, len, 0, err); /* INCR twice is wrong */
-  if (r == NULL) {
-    lua_pushnil(L);
-    lua_pushstring(L, err);
-    return 2;
-  }
+  *argv = (const char **)lua_newuserdatauv(L, (size_t)argc * (sizeof **argv + sizeof **len), 0);
+  *len = (size_t *)(*argv + argc);
+  for (i = 0; i < argc; i++) (*argv)[i] = lua_tolstring(L, first + i, &(*len)[i]);
+  return argc;
+}
+
+/*
+ * Pushes a reply to a plain command and frees it: the value (a nil bulk is
+ * false), or nil and "redis: <message>" for an error reply. Returns the
+ * number of values pushed.
+ */
+static int push_command_reply(lua_State *L, redisReply *r) {
+  char err[RL_ERRLEN];
+  int status;
   if (r->type == REDIS_REPLY_ERROR) {
     snprintf(err, sizeof err, "redis: %.*s", (int)r->len, r->str);
     freeReplyObject(r);
@@ -247,6 +261,27 @@ static int client_command(lua_State *L) {
   freeReplyObject(r);
   if (status != 0) return lua_error(L);
   return 1;
+}
+
+/*
+ * client:command(name, ...) -> reply | nil, err
+ * One Redis command on the client's connection (for tests, examples and
+ * fenced writes). Arguments are strings or numbers. A nil reply is false; an
+ * error reply is nil, "redis: <message>".
+ */
+static int client_command(lua_State *L) {
+  rl_client *c = check_client(L, 1);
+  const char **argv;
+  size_t *len;
+  int argc = command_args(L, 2, &argv, &len);
+  char err[RL_ERRLEN];
+  redisReply *r = rl_conn_command(&c->conn, argc, argv, len, 0, err); /* INCR twice is wrong */
+  if (r == NULL) {
+    lua_pushnil(L);
+    lua_pushstring(L, err);
+    return 2;
+  }
+  return push_command_reply(L, r);
 }
 
 /* client:closed() -> true once the client was closed. */
@@ -272,6 +307,172 @@ static int client_tostring(lua_State *L) {
     lua_pushfstring(L, "redislock.Client (%s)", where);
   }
   return 1;
+}
+
+/*
+ * The wire functions below do no I/O: the OpenResty transport
+ * (lua/redislock/ngx.lua) sends the bytes they make over cosockets and feeds
+ * what it reads into a Reader, so the lock protocol stays in this core.
+ */
+
+/* Pushes the bytes of one command (RESP) and frees them. */
+static int push_formatted(lua_State *L, int argc, const char **argv, const size_t *len) {
+  char *bytes = NULL;
+  int n = redisFormatCommandArgv(&bytes, argc, argv, len);
+  if (n < 0) return luaL_error(L, "redislock: out of memory");
+  lua_pushlstring(L, bytes, (size_t)n); /* may raise: copy first, then free */
+  redisFreeCommand(bytes);
+  return 1;
+}
+
+/* Protected part of core_encode_script: cmd is freed by the caller either way. */
+static int format_cmd_protected(lua_State *L) {
+  rl_cmd *cmd = (rl_cmd *)lua_touserdata(L, 1);
+  return push_formatted(L, cmd->argc, cmd->argv, cmd->len);
+}
+
+/*
+ * core.encode_script(op, key, token, ms, prefix[, eval]) -> bytes
+ * The bytes of one lock script command, as client:eval would send it:
+ * EVALSHA, or EVAL with the script text when eval is true (after NOSCRIPT).
+ * ms is ignored (may be nil) for release and pttl.
+ */
+static int core_encode_script(lua_State *L) {
+  const char *key, *token, *prefix, *why;
+  size_t klen, tlen, plen;
+  long long ms;
+  rl_op op = check_script(L, 1, &key, &klen, &token, &tlen, &ms);
+  rl_cmd cmd;
+  int status;
+  prefix = luaL_checklstring(L, 5, &plen);
+  why = rl_check_prefix(prefix, plen);
+  if (why != NULL) luaL_argerror(L, 5, lua_pushfstring(L, "prefix %s", why));
+  if (rl_cmd_init(&cmd, op, prefix, plen, key, klen, token, tlen, ms) != 0)
+    return luaL_error(L, "redislock: out of memory");
+  if (lua_toboolean(L, 6)) rl_cmd_use_eval(&cmd);
+  lua_pushcfunction(L, format_cmd_protected);
+  lua_pushlightuserdata(L, &cmd);
+  status = lua_pcall(L, 1, 1, 0);
+  rl_cmd_free(&cmd);
+  if (status != 0) return lua_error(L);
+  return 1;
+}
+
+/* core.encode(name, ...) -> bytes of one command; arguments are strings or numbers. */
+static int core_encode(lua_State *L) {
+  const char **argv;
+  size_t *len;
+  int argc = command_args(L, 1, &argv, &len);
+  return push_formatted(L, argc, argv, len);
+}
+
+typedef struct {
+  redisReader *reader; /* NULL once freed */
+} rl_reader;
+
+static rl_reader *check_reader(lua_State *L) {
+  rl_reader *rd = (rl_reader *)luaL_checkudata(L, 1, READER_MT);
+  if (rd->reader == NULL) luaL_argerror(L, 1, "reader is closed");
+  return rd;
+}
+
+/* core.reader() -> a Reader: feed it bytes, take complete replies out. */
+static int core_reader(lua_State *L) {
+  rl_reader *rd = (rl_reader *)lua_newuserdatauv(L, sizeof *rd, 0);
+  rd->reader = NULL;
+  luaL_setmetatable(L, READER_MT);
+  rd->reader = redisReaderCreate();
+  if (rd->reader == NULL) return luaL_error(L, "redislock: out of memory");
+  return 1;
+}
+
+/* reader:feed(bytes): appends bytes read from the server. */
+static int reader_feed(lua_State *L) {
+  rl_reader *rd = check_reader(L);
+  size_t len;
+  const char *bytes = luaL_checklstring(L, 2, &len);
+  if (redisReaderFeed(rd->reader, bytes, len) != REDIS_OK)
+    return luaL_error(L, "redislock: out of memory");
+  return 0;
+}
+
+/*
+ * Takes the next complete reply out of the reader into *r (NULL when more
+ * bytes are needed). Returns 0, or -1 with a "connection: ..." message in err
+ * when the bytes are not RESP (the reader is then unusable).
+ */
+static int reader_next(rl_reader *rd, redisReply **r, char err[RL_ERRLEN]) {
+  void *reply = NULL;
+  *r = NULL;
+  if (redisReaderGetReply(rd->reader, &reply) != REDIS_OK) {
+    snprintf(err, RL_ERRLEN, "connection: the server's reply is not RESP (%s)", rd->reader->errstr);
+    return -1;
+  }
+  *r = (redisReply *)reply;
+  return 0;
+}
+
+/*
+ * reader:reply() -> value | nil, err | nil
+ * The next reply to a plain command, as client:command returns it; nothing
+ * but nil (no message) when more bytes are needed.
+ */
+static int reader_reply(lua_State *L) {
+  rl_reader *rd = check_reader(L);
+  char err[RL_ERRLEN];
+  redisReply *r;
+  if (reader_next(rd, &r, err) != 0) {
+    lua_pushnil(L);
+    lua_pushstring(L, err);
+    return 2;
+  }
+  if (r == NULL) {
+    lua_pushnil(L);
+    return 1;
+  }
+  return push_command_reply(L, r);
+}
+
+/*
+ * reader:script_reply() -> status, value | false, err | nil, err | nil
+ * The next reply to a lock script, as client:eval returns it; false and the
+ * server's message for NOSCRIPT (resend with EVAL); nil alone when more
+ * bytes are needed.
+ */
+static int reader_script_reply(lua_State *L) {
+  rl_reader *rd = check_reader(L);
+  char err[RL_ERRLEN], msg[RL_ERRLEN - 8];
+  redisReply *r;
+  rl_result res;
+  rl_decoded d;
+  if (reader_next(rd, &r, err) != 0) {
+    lua_pushnil(L);
+    lua_pushstring(L, err);
+    return 2;
+  }
+  if (r == NULL) {
+    lua_pushnil(L);
+    return 1;
+  }
+  d = rl_decode(r, &res, msg, sizeof msg);
+  freeReplyObject(r);
+  if (d == RL_DECODED) {
+    lua_pushinteger(L, res.status);
+    lua_pushinteger(L, (lua_Integer)res.value);
+    return 2;
+  }
+  if (d == RL_NOSCRIPT) lua_pushboolean(L, 0);
+  else lua_pushnil(L);
+  lua_pushfstring(L, "redis: %s", d == RL_NOSCRIPT ? "NOSCRIPT" : msg);
+  return 2;
+}
+
+/* __gc and reader:close(): frees the reader and what it buffered. Idempotent. */
+static int reader_close(lua_State *L) {
+  rl_reader *rd = (rl_reader *)luaL_checkudata(L, 1, READER_MT);
+  if (rd->reader != NULL) redisReaderFree(rd->reader);
+  rd->reader = NULL;
+  return 0;
 }
 
 /* core.token() -> 32 hex digits (128 bits) from the OS random source. */
@@ -364,8 +565,19 @@ static const luaL_Reg client_methods[] = {
   { NULL, NULL }
 };
 
+static const luaL_Reg reader_methods[] = {
+  { "feed", reader_feed },
+  { "reply", reader_reply },
+  { "script_reply", reader_script_reply },
+  { "close", reader_close },
+  { NULL, NULL }
+};
+
 static const luaL_Reg core_functions[] = {
   { "new", core_new },
+  { "encode_script", core_encode_script },
+  { "encode", core_encode },
+  { "reader", core_reader },
   { "token", core_token },
   { "ms", core_ms },
   { "key_problem", core_key_problem },
@@ -388,6 +600,13 @@ RL_EXPORT int luaopen_redislock_core(lua_State *L) {
     lua_setfield(L, -2, "__close");
     lua_pushcfunction(L, client_tostring);
     lua_setfield(L, -2, "__tostring");
+  }
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, READER_MT)) {
+    luaL_newlib(L, reader_methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, reader_close);
+    lua_setfield(L, -2, "__gc");
   }
   lua_pop(L, 1);
   luaL_newlib(L, core_functions);

@@ -11,14 +11,19 @@
 
 local core = require "redislock.core"
 
-local error, getmetatable, pairs, pcall, select, setmetatable, tonumber, tostring, type =
-      error, getmetatable, pairs, pcall, select, setmetatable, tonumber, tostring, type
+local error, getmetatable, pairs, pcall, rawget, select, setmetatable, tonumber, tostring, type =
+      error, getmetatable, pairs, pcall, rawget, select, setmetatable, tonumber, tostring, type
 local string_format, string_char = string.format, string.char
 local math_min, math_floor = math.min, math.floor
 local os_getenv = os.getenv
 local debug_getinfo = debug.getinfo
 local unpack = table.unpack or unpack  -- luacheck: ignore (LuaJIT)
-local now, sleep, token, to_ms, key_problem = core.now, core.sleep, core.token, core.ms, core.key_problem
+local now, token, to_ms, key_problem = core.now, core.token, core.ms, core.key_problem
+
+-- Under ngx_lua (OpenResty) Redis I/O goes over cosockets: redislock/ngx.lua.
+local ngx = rawget(_G, "ngx")
+local ngx_transport = type(ngx) == "table" and type(ngx.socket) == "table" and ngx.get_phase
+  and require "redislock.ngx"
 
 local _M = { _VERSION = core._VERSION }
 
@@ -93,10 +98,18 @@ local function check_nargs(fname, max, ...)
   end
 end
 
--- Refuses a client that was closed (whose is named by `whose`).
+-- Refuses a client that was closed (whose is named by `whose`), and I/O in an
+-- nginx phase where cosockets are not available (blocking there would stall
+-- the worker).
 local function check_open(client, fname, whose)
-  if client._core:closed() then
+  local t = client._transport
+  if t:closed() then
     raise_at_caller(string_format("bad self to '%s' (%s is closed)", fname, whose))
+  end
+  local phase = t.io_problem and t:io_problem()
+  if phase then
+    raise_at_caller(string_format("redislock: '%s' cannot run in nginx's %s phase: cosockets are not"
+      .. " available there; call it from rewrite, access, content or a timer (ngx.timer.at)", fname, phase))
   end
 end
 
@@ -210,6 +223,7 @@ local MAX_TIMEOUT_MS = 86400 * 1000
 local NEW_OPTS = {
   url = true, host = true, port = true, path = true, username = true, password = true,
   db = true, connect_timeout = true, timeout = true, prefix = true,
+  pool_size = true, keepalive_timeout = true,
 }
 local STRING_OPTS = { "url", "host", "path", "username", "password", "prefix" }
 
@@ -217,9 +231,11 @@ local function is_whole(v, lo, hi)
   return type(v) == "number" and v == math_floor(v) and v >= lo and v <= hi
 end
 
---- Makes a client. No I/O: it connects on first use.
+--- Makes a client. No I/O: it connects on first use. Under OpenResty it talks
+-- over cosockets and nginx's connection pool (see redislock/ngx.lua).
 -- @param opts table (or a URL string): url, host, port, path, username, password,
---   db, connect_timeout, timeout (seconds), prefix (default "lock:")
+--   db, connect_timeout, timeout (seconds), prefix (default "lock:"); under
+--   OpenResty also pool_size and keepalive_timeout (seconds) for setkeepalive
 -- @return client
 function _M.new(opts, ...)
   check_nargs("new", 1, ...)
@@ -263,7 +279,11 @@ function _M.new(opts, ...)
       argerror(1, "new", string_format("option '%s' must not contain NUL bytes", name))
     end
   end
-  for _, name in pairs({ "connect_timeout", "timeout" }) do
+  if opts.pool_size ~= nil and not is_whole(opts.pool_size, 1, 1000000) then
+    argerror(1, "new", "option 'pool_size' must be a whole number >= 1")
+  end
+  c.pool_size = opts.pool_size
+  for _, name in pairs({ "connect_timeout", "timeout", "keepalive_timeout" }) do
     if opts[name] ~= nil then
       local ms = check_seconds(1, "new", "option '" .. name .. "'", opts[name])
       if ms > MAX_TIMEOUT_MS then
@@ -275,11 +295,15 @@ function _M.new(opts, ...)
   c.prefix = opts.prefix or "lock:"
   local why = core.prefix_problem(c.prefix)
   if why then argerror(1, "new", "option 'prefix' " .. why) end
-  return setmetatable({ _core = core.new(c), prefix = c.prefix }, client_mt)
+  if ngx_transport then
+    return setmetatable({ _transport = ngx_transport.new(c), _sleep = ngx.sleep, prefix = c.prefix }, client_mt)
+  end
+  c.pool_size, c.keepalive_timeout_ms = nil, nil -- one connection per client
+  return setmetatable({ _transport = core.new(c), _sleep = core.sleep, prefix = c.prefix }, client_mt)
 end
 
 client_mt.__tostring = function(self)
-  return tostring(self._core)  -- "redislock.Client (127.0.0.1:6379)"
+  return tostring(self._transport)  -- "redislock.Client (127.0.0.1:6379)"
 end
 
 -- Commands that would change what the connection means for the lock scripts
@@ -315,14 +339,14 @@ function Client:command(name, ...)
                              .. " use the client's options, or another Redis client")
     end
   end
-  return self._core:command(name, ...)
+  return self._transport:command(name, ...)
 end
 
 --- Closes the client's connection for good; later calls on it raise.
 function Client:close(...)
   check_self(self, client_mt, "close", "redislock client")
   check_nargs("close", 0, ...)
-  self._core:close()
+  self._transport:close()
 end
 
 ------------------------------------------------------------------------------
@@ -343,7 +367,7 @@ end
 -- Returns the fence and the time the successful attempt was sent, or nil and
 -- an error message.
 local function take(self, key, tok, ms, wait)
-  local c = self._core
+  local c, sleep = self._transport, self._sleep
   local deadline = now() + wait
   local step = FIRST_STEP
   while true do
@@ -418,7 +442,7 @@ local function lock_eval(self, fname, op, ms)
     return nil, self._lost
   end
   local sent = now()
-  local status, value = self._client._core:eval(op, self.key, self.token, ms)
+  local status, value = self._client._transport:eval(op, self.key, self.token, ms)
   if status == nil then
     -- A release that went out but whose answer did not come back may have
     -- run on the server (not so when the connection could not even be made).
@@ -562,7 +586,7 @@ local default_client
 --- The client used by redislock.with_lock: REDIS_URL, else 127.0.0.1:6379.
 -- Made on first use, and again after it was closed.
 function _M.default_client()
-  if not default_client or default_client._core:closed() then
+  if not default_client or default_client._transport:closed() then
     local url = os_getenv("REDIS_URL")
     if url and url ~= "" then
       local ok, c = pcall(_M.new, { url = url })

@@ -33,6 +33,7 @@ build = {
       libdirs = { "$(HIREDIS_LIBDIR)" },
     },
     redislock = "lua/redislock.lua",
+    ["redislock.ngx"] = "lua/redislock/ngx.lua",
   },
 }
 test = {

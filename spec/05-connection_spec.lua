@@ -37,11 +37,11 @@ local function sleep_server(srv, seconds)
 end
 
 local function client_id(client)
-  return assert(client._core:command("CLIENT", "ID"))
+  return assert(client._transport:command("CLIENT", "ID"))
 end
 
 local function client_info(client)
-  return assert(client._core:command("CLIENT", "INFO"))
+  return assert(client._transport:command("CLIENT", "INFO"))
 end
 
 ------------------------------------------------------------------------------
@@ -235,7 +235,7 @@ describe("authentication", function()
   local function works(client, user)
     local lock, err = client:acquire("auth", 5)
     assert.truthy(lock, err)
-    assert.equals(user, client._core:command("ACL", "WHOAMI"))
+    assert.equals(user, client._transport:command("ACL", "WHOAMI"))
     assert.is_true(lock:release())
   end
 

@@ -1,0 +1,211 @@
+-- SPDX-License-Identifier: MIT
+--- redislock.ngx: the OpenResty transport.
+--
+-- Under ngx_lua a blocking hiredis call would stall the nginx worker and every
+-- request on it, so `redislock.new` picks this transport when `ngx` is present.
+-- It sends the bytes the C core makes (`core.encode_script`, `core.encode`)
+-- over `ngx.socket.tcp` cosockets and feeds what it reads into the core's
+-- reply reader: the lock protocol itself stays in one place, the C core.
+--
+-- Each call takes a connection from the nginx connection pool (or opens one,
+-- then sends AUTH and SELECT), runs its command, and puts the connection back
+-- with `setkeepalive`. A client therefore holds no socket between calls and
+-- may be shared by every request of a worker (cosockets cannot outlive the
+-- request that made them). It has the methods of the C client that
+-- redislock.lua uses (eval, command, close, closed) and io_problem.
+
+local core = require "redislock.core"
+
+local ngx = ngx  -- luacheck: ignore (only loaded under ngx_lua)
+local ipairs, setmetatable, string_format, table_concat = ipairs, setmetatable, string.format, table.concat
+local tcp, get_phase, md5 = ngx.socket.tcp, ngx.get_phase, ngx.md5
+local encode, encode_script, new_reader = core.encode, core.encode_script, core.reader
+
+local _M = {}
+
+local Transport = {}
+local mt = { __index = Transport }
+
+-- The bytes one receiveany may return; replies to lock scripts are ~20 bytes.
+local READ_SIZE = 16384
+
+-- Phases in which cosockets (and ngx.sleep) may be used.
+local YIELDABLE = {
+  rewrite = true, access = true, content = true, timer = true,
+  ssl_cert = true, ssl_session_fetch = true, ssl_client_hello = true, preread = true,
+}
+
+--- Makes a transport from the checked fields redislock.new gathered: host,
+-- port, path, username, password, db, connect_timeout_ms, timeout_ms, prefix,
+-- pool_size, keepalive_timeout_ms. No I/O.
+function _M.new(c)
+  local db = c.db or 0
+  local where = c.path or string_format("%s:%d", c.host or "127.0.0.1", c.port or 6379)
+  local self = {
+    host = c.host or "127.0.0.1", port = c.port or 6379, path = c.path, where = where,
+    prefix = c.prefix or "lock:",
+    connect_timeout_ms = c.connect_timeout_ms or 1000, timeout_ms = c.timeout_ms or 1000,
+    keepalive_ms = c.keepalive_timeout_ms, pool_size = c.pool_size, closed_ = false,
+  }
+  -- A pool of its own: a pooled connection carries its AUTH and SELECT, so it
+  -- must never be handed to a client of another server, db or user (nor to
+  -- lua-resty-redis, whose default pool is named "host:port").
+  self.pool_opts = {
+    pool = table_concat({ "redislock", where, db, c.username or "", c.password and md5(c.password) or "" }, "/"),
+    pool_size = c.pool_size,
+  }
+  -- What a fresh connection is sent first, in one write.
+  local setup, names = {}, {}
+  if c.password then
+    setup[#setup + 1] = c.username and encode("AUTH", c.username, c.password) or encode("AUTH", c.password)
+    names[#names + 1] = "AUTH"
+  end
+  if db ~= 0 then
+    setup[#setup + 1] = encode("SELECT", db)
+    names[#names + 1] = "SELECT"
+  end
+  if #setup > 0 then
+    self.setup, self.setup_names = table_concat(setup), names
+  end
+  return setmetatable(self, mt)
+end
+
+--- nil when cosockets can be used now, else the name of the nginx phase that
+-- forbids them (init, init_worker, set, header_filter, body_filter, log ...).
+function Transport.io_problem(_)
+  local phase = get_phase()
+  if YIELDABLE[phase] then return nil end
+  return phase
+end
+
+-- A cosocket error as a "connection: ..." message.
+local function io_message(self, err)
+  if err == "timeout" then
+    return string_format("connection: %s did not answer within %g s (timeout)", self.where, self.timeout_ms / 1000)
+  elseif err == "closed" then
+    return string_format("connection: %s closed the connection", self.where)
+  end
+  return string_format("connection: lost %s (%s)", self.where, err)
+end
+
+-- Reads until reader[method] has a complete reply. Returns what it returned;
+-- or nil, a message, and true when the socket failed (then it must be closed)
+-- and, fourth, true when that failure was a timeout.
+local function read_reply(self, sock, reader, method)
+  while true do
+    local a, b = reader[method](reader)
+    if a ~= nil or b ~= nil then return a, b end
+    local data, err = sock:receiveany(READ_SIZE)
+    if not data then return nil, io_message(self, err), true, err == "timeout" end
+    reader:feed(data)
+  end
+end
+
+-- Sends bytes and reads one reply with reader[method] (see read_reply).
+local function round_trip(self, sock, bytes, method)
+  local ok, err = sock:send(bytes)
+  if not ok then return nil, io_message(self, err), true, err == "timeout" end
+  return read_reply(self, sock, new_reader(), method)
+end
+
+-- A connection, pooled or new; a new one has been authenticated and has its
+-- db selected. Returns the socket and how often it was reused, or nil and a
+-- "connection: ..." / "redis: ..." message.
+local function open(self)
+  local sock = tcp()
+  sock:settimeouts(self.connect_timeout_ms, self.timeout_ms, self.timeout_ms)
+  local ok, err
+  if self.path then
+    ok, err = sock:connect("unix:" .. self.path, self.pool_opts)
+  else
+    ok, err = sock:connect(self.host, self.port, self.pool_opts)
+  end
+  if not ok then
+    return nil, string_format("connection: cannot connect to %s (%s)", self.where, err)
+  end
+  local reused = sock:getreusedtimes()
+  if reused == 0 and self.setup then
+    ok, err = sock:send(self.setup)
+    if not ok then
+      sock:close()
+      return nil, io_message(self, err)
+    end
+    local reader = new_reader()
+    for _, what in ipairs(self.setup_names) do
+      local v, msg, failed = read_reply(self, sock, reader, "reply")
+      if v == nil then
+        sock:close()
+        if not failed then -- the server refused: "redis: WRONGPASS ..."
+          msg = string_format("redis: %s refused by %s: %s", what, self.where, msg:sub(8))
+        end
+        return nil, msg
+      end
+    end
+  end
+  return sock, reused
+end
+
+-- Puts a healthy connection back into the pool.
+local function keepalive(self, sock)
+  local ok = sock:setkeepalive(self.keepalive_ms, self.pool_size)
+  if not ok then sock:close() end
+end
+
+--- transport:eval(op, key, token[, ms]) -> status, value | nil, err
+-- Runs one lock script, as the C client's eval does: EVALSHA, then EVAL after
+-- NOSCRIPT. A command lost on a pooled connection that the server had closed
+-- is sent once more on another connection, except release (see rl_conn.c).
+function Transport:eval(op, key, token, ms)
+  local bytes = encode_script(op, key, token, ms, self.prefix)  -- checks the arguments
+  local err
+  for _ = 1, 2 do
+    local sock, reused = open(self)
+    if not sock then return nil, reused end
+    local status, value, failed, timed_out = round_trip(self, sock, bytes, "script_reply")
+    if status == false then -- NOSCRIPT: EVAL also caches the script
+      status, value, failed, timed_out = round_trip(self, sock, encode_script(op, key, token, ms, self.prefix, true),
+                                                    "script_reply")
+      if status == false then status, value = nil, "redis: NOSCRIPT after EVAL" end
+    end
+    if not failed then
+      keepalive(self, sock)
+      return status, value
+    end
+    sock:close()
+    err = value
+    if reused == 0 or timed_out or op == "release" then break end
+  end
+  return nil, err
+end
+
+--- transport:command(name, ...) -> reply | nil, err (as the C client's command).
+-- Never resent: INCR twice is wrong.
+function Transport:command(...)
+  local bytes = encode(...)  -- checks the arguments
+  local sock, err = open(self)
+  if not sock then return nil, err end
+  local v, msg, failed = round_trip(self, sock, bytes, "reply")
+  if failed then
+    sock:close()
+  else
+    keepalive(self, sock)
+  end
+  if v == nil then return nil, msg end
+  return v
+end
+
+--- Marks the client closed; pooled connections stay in nginx's pool.
+function Transport:close()
+  self.closed_ = true
+end
+
+function Transport:closed()
+  return self.closed_
+end
+
+mt.__tostring = function(self)
+  if self.closed_ then return "redislock.Client (closed)" end
+  return string_format("redislock.Client (%s, cosockets)", self.where)
+end
+
+return _M
