@@ -419,6 +419,26 @@ function Client:acquire(key, ttl, opts, ...)
   return acquire(self, key, ms, wait)
 end
 
+--- A lock object for a lock taken elsewhere, known by its key and token (a
+-- lock service hands the token to its caller, who later sends it back to
+-- release). release, extend and ttl compare the token on the server as usual;
+-- the fence is unknown (nil).
+-- @param key string, the lock's name
+-- @param tok the lock's token: 32 hex digits, as lock.token
+-- @return lock
+function Client:from_token(key, tok, ...)
+  check_client(self, "from_token")
+  check_key(1, "from_token", key)
+  if type(tok) ~= "string" then
+    argerror(2, "from_token", "token must be a string, got " .. type(tok))
+  elseif #tok ~= 32 or tok:find("[^0-9a-f]") then
+    argerror(2, "from_token", "token must be 32 lowercase hex digits, as lock.token")
+  end
+  check_nargs("from_token", 2, ...)
+  -- _expires: when it could expire is unknown, so it is taken as now.
+  return setmetatable({ key = key, token = tok, _client = self, _state = "held", _expires = now() }, lock_mt)
+end
+
 ------------------------------------------------------------------------------
 -- Locks
 

@@ -57,6 +57,10 @@ describe("argument checks", function()
         { { timeout = 86401 }, "option 'timeout' must be at most 86400 (one day)" },
         { { prefix = "x{}" }, "option 'prefix' must not contain '{' or '}'" },
         { { prefix = "{app}:" }, "option 'prefix' must not contain '{' or '}'" },
+        { { pool_size = 0 }, "option 'pool_size' must be a whole number >= 1" },
+        { { pool_size = 2.5 }, "option 'pool_size' must be a whole number >= 1" },
+        { { keepalive_timeout = -1 }, "option 'keepalive_timeout' must be > 0" },
+        { { keepalive_timeout = 86401 }, "option 'keepalive_timeout' must be at most 86400 (one day)" },
       }
       for _, c in ipairs(cases) do
         raises("bad argument #1 to 'new' (" .. c[2], redislock.new, c[1])
@@ -169,6 +173,21 @@ describe("argument checks", function()
     end)
   end)
 
+  describe("client:from_token", function()
+    it("checks the key and the token", function()
+      local f = client.from_token
+      raises("bad argument #1 to 'from_token' (key must be a string, got nil)", f, client)
+      raises("bad argument #2 to 'from_token' (token must be a string, got number)", f, client, "k", 1)
+      raises("bad argument #2 to 'from_token' (token must be 32 lowercase hex digits, as lock.token)",
+             f, client, "k", "abc")
+      raises("bad argument #2 to 'from_token' (token must be 32 lowercase hex digits, as lock.token)",
+             f, client, "k", ("X"):rep(32))
+      raises("bad argument #3 to 'from_token' (no more than 2 arguments expected, got 3)",
+             f, client, "k", lock.token, 1)
+      raises("bad self to 'from_token'", f, nil, "k", lock.token)
+    end)
+  end)
+
   describe("a closed client", function()
     it("refuses every call with a clear error", function()
       local c = srv:client()
@@ -177,6 +196,7 @@ describe("argument checks", function()
       raises("client is closed", c.acquire, c, "k", 5)
       raises("client is closed", c.with_lock, c, "k", 5, function() end)
       raises("client is closed", c.command, c, "PING")
+      raises("client is closed", c.from_token, c, "k", l.token)
       raises("bad self to 'release' (its client is closed)", l.release, l)
       raises("bad self to 'extend' (its client is closed)", l.extend, l, 5)
       raises("bad self to 'ttl' (its client is closed)", l.ttl, l)
