@@ -1,0 +1,126 @@
+-- SPDX-License-Identifier: MIT
+-- The handlers the OpenResty specs (spec/09-openresty_spec.lua) put behind
+-- nginx locations, e.g. `content_by_lua_block { require("spec.support.ngx_app").counter() }`.
+-- The Redis URL comes from `set $redis_url ...;` in the location or server; a
+-- client per URL is made once per worker and shared by its requests, as an
+-- application would.
+local redislock = require "redislock"
+
+local ngx = ngx
+
+local app = {}
+local clients = {}
+
+-- The worker's client for $redis_url (and $redis_timeout seconds, if set).
+local function client()
+  local url, timeout = ngx.var.redis_url, tonumber(ngx.var.redis_timeout)
+  local id = url .. "|" .. tostring(timeout)
+  if not clients[id] then clients[id] = redislock.new{ url = url, timeout = timeout } end
+  return clients[id]
+end
+
+local function arg_number(name, default)
+  return tonumber(ngx.var["arg_" .. name]) or default
+end
+
+-- Ends the request with status and body (a line).
+local function reply(status, body)
+  ngx.status = status
+  ngx.say(body)
+  return ngx.exit(status)
+end
+
+-- The status for an error message, by its code word.
+local function status_for(err)
+  local code = tostring(err):match("^(%a+):")
+  return ({ busy = 409, lost = 409, connection = 503, redis = 502 })[code] or 500
+end
+
+--- GET /counter[?lock=1]: one read-modify-write of the counter, with a yield
+-- between the read and the write (and a check for overlaps: "inside" counts
+-- the requests between read and write at once, "overlaps" how often it was
+-- found above one). With lock=1 it runs inside with_lock.
+function app.counter()
+  local c = client()
+  local function work()
+    if assert(c:command("INCR", "inside")) > 1 then assert(c:command("INCR", "overlaps")) end
+    local v, err = c:command("GET", "counter")
+    assert(v ~= nil, err)
+    v = tonumber(v) or 0
+    ngx.sleep(0.001)
+    assert(c:command("SET", "counter", v + 1))
+    assert(c:command("DECR", "inside"))
+  end
+  if ngx.var.arg_lock == "1" then
+    c:with_lock("counter", 5, work, { wait = 60 })
+  else
+    work()
+  end
+  ngx.header["X-Worker"] = ngx.worker.pid()
+  ngx.say("ok")
+end
+
+--- GET /acquire?key=k&ttl=s&wait=s -> 200 "fence token" | 409 busy | 503 connection
+function app.acquire()
+  local lock, err = client():acquire(ngx.var.arg_key, arg_number("ttl", 5), { wait = arg_number("wait", 0) })
+  if not lock then return reply(status_for(err), err) end
+  return reply(200, lock.fence .. " " .. lock.token)
+end
+
+--- GET /release?key=k&token=t -> 200 | 409 lost
+function app.release()
+  local ok, err = client():from_token(ngx.var.arg_key, ngx.var.arg_token):release()
+  if not ok then return reply(status_for(err), err) end
+  return reply(200, "released")
+end
+
+--- GET /ping: answers at once (the non-blocking spec).
+function app.ping()
+  ngx.say("pong")
+end
+
+--- GET /with_lock?key=k&ttl=s&hold=s: holds the lock hold seconds (ngx.sleep
+-- inside fn) -> 200 "fence" | 409 lost/busy | 503.
+function app.with_lock()
+  local ok, fence = pcall(client().with_lock, client(), ngx.var.arg_key, arg_number("ttl", 5), function(lock)
+    ngx.sleep(arg_number("hold", 0))
+    return lock.fence
+  end)
+  if not ok then return reply(status_for(fence), fence) end
+  return reply(200, fence)
+end
+
+--- GET /module: redislock.with_lock on the default client (REDIS_URL).
+function app.module()
+  local fence, tostr = redislock.with_lock("module", 5, function(lock)
+    return lock.fence, tostring(redislock.default_client())
+  end)
+  return reply(200, fence .. " " .. tostr)
+end
+
+--- GET /raise: fn raises; nothing catches it, so ngx_lua logs it and answers 500.
+function app.raise()
+  client():with_lock("raising", 30, function()
+    error("boom from fn")
+  end)
+end
+
+--- GET /raise_table: fn raises a table; with_lock re-raises that very table.
+function app.raise_table()
+  local err = { code = 42 }
+  local ok, got = pcall(client().with_lock, client(), "raising", 30, function() error(err) end)
+  return reply(200, tostring(not ok and got == err and got.code == 42))
+end
+
+--- GET /phase: acquire from header_filter and log, where cosockets are missing.
+function app.header_filter()
+  local ok, err = pcall(client().acquire, client(), "phase", 5)
+  ngx.header["X-Redislock-Error"] = ok and "none" or tostring(err)
+end
+
+function app.log()
+  local ok, err = pcall(client().acquire, client(), "phase", 5)
+  ngx.log(ngx.ERR, "log phase: ", ok and "none" or tostring(err))
+end
+
+return app
