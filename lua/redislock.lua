@@ -14,7 +14,7 @@ local core = require "redislock.core"
 local error, getmetatable, pairs, pcall, rawget, select, setmetatable, tonumber, tostring, type =
       error, getmetatable, pairs, pcall, rawget, select, setmetatable, tonumber, tostring, type
 local string_format, string_char = string.format, string.char
-local math_min, math_floor = math.min, math.floor
+local math_max, math_min, math_floor = math.max, math.min, math.floor
 local os_getenv = os.getenv
 local debug_getinfo = debug.getinfo
 local unpack = table.unpack or unpack  -- luacheck: ignore (LuaJIT)
@@ -389,7 +389,9 @@ local function take(self, key, tok, ms, wait)
     if status == -1 and value >= 0 then
       pause = math_min(pause, value / 1000 + 0.001)
     end
-    sleep(math_min(pause, left))
+    -- At least 1 ms: nginx's timers have millisecond resolution, and
+    -- ngx.sleep(0) only yields.
+    sleep(math_max(math_min(pause, left), 0.001))
     step = math_min(step * 2, MAX_STEP)
   end
 end

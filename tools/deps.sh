@@ -5,7 +5,7 @@
 set -eu
 
 PACKAGES="gcc make libc6-dev lua5.4 liblua5.4-dev luajit2 libluajit2-5.1-dev lua-busted luarocks
-  libhiredis-dev redis-server redis-tools lua-socket lua-check valgrind
+  libhiredis-dev redis-server redis-tools lua-socket lua-check valgrind curl
   nginx libnginx-mod-http-lua lua-resty-core lua-resty-lrucache lua-nginx-redis"
 
 missing=""
