@@ -16,7 +16,7 @@
 
 local core = require "redislock.core"
 
-local ngx = ngx  -- luacheck: ignore (only loaded under ngx_lua)
+local ngx = ngx
 local ipairs, setmetatable, string_format, table_concat = ipairs, setmetatable, string.format, table.concat
 local tcp, get_phase, md5 = ngx.socket.tcp, ngx.get_phase, ngx.md5
 local encode, encode_script, new_reader = core.encode, core.encode_script, core.reader
