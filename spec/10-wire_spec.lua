@@ -1,0 +1,120 @@
+-- SPDX-License-Identifier: MIT
+-- The core's wire functions (encode_script, encode, reader), which the
+-- OpenResty transport sends over cosockets. Here they talk to a real
+-- redis-server over a plain luasocket connection, so that they also run under
+-- Lua 5.4, valgrind and ASan (nginx loads only the LuaJIT build).
+local core = require "redislock.core"
+local helpers = require "spec.helpers"
+local socket = require "socket"
+
+describe("wire functions", function()
+  local srv, raw, conn
+
+  lazy_setup(function()
+    srv = helpers.start_redis()
+    raw = srv:raw()
+  end)
+  lazy_teardown(function()
+    raw:close()
+    srv:stop()
+  end)
+  before_each(function()
+    assert.are.equal("OK", raw:command("FLUSHALL"))
+    conn = assert(socket.connect("127.0.0.1", srv.port))
+    conn:settimeout(5)
+  end)
+  after_each(function() conn:close() end)
+
+  -- Sends bytes, then feeds the reader one byte at a time (the hardest split)
+  -- until reader[method] has a reply; checks it had none before.
+  local function round_trip(bytes, method)
+    assert(conn:send(bytes))
+    local reader = core.reader()
+    while true do
+      local a, b = reader[method](reader)
+      if a ~= nil or b ~= nil then return a, b end
+      reader:feed(assert(conn:receive(1)))
+    end
+  end
+
+  -- Runs a lock script as the OpenResty transport does: EVALSHA, then EVAL
+  -- after NOSCRIPT. Returns its status and value as a list.
+  local function script(op, key, tok, ms)
+    local status, value = round_trip(core.encode_script(op, key, tok, ms, "lock:"), "script_reply")
+    if status == false then
+      status, value = round_trip(core.encode_script(op, key, tok, ms, "lock:", true), "script_reply")
+    end
+    return { status, value }
+  end
+
+  it("encodes the lock scripts and decodes their replies, fed byte by byte", function()
+    local tok = core.token()
+    assert.are.same({ 1, 1 }, script("acquire", "k", tok, 5000))
+    assert.are.equal(tok, raw:command("GET", "lock:{k}"))
+    local pttl = raw:command("PTTL", "lock:{k}")
+    assert.is_true(pttl > 4000 and pttl <= 5000, tostring(pttl))
+    local busy = script("acquire", "k", core.token(), 1000)
+    assert.are.equal(-1, busy[1])
+    assert.is_true(busy[2] > 4000 and busy[2] <= 5000, tostring(busy[2]))
+    assert.are.equal(1, script("release", "k", tok)[1])
+    assert.are.equal(0, raw:command("EXISTS", "lock:{k}"))
+    assert.are.equal(0, script("pttl", "k", tok)[1]) -- 0: no such lock
+  end)
+
+  it("says NOSCRIPT as false, and EVAL then works", function()
+    assert.are.equal("OK", raw:command("SCRIPT", "FLUSH"))
+    local tok = core.token()
+    local status, err = round_trip(core.encode_script("acquire", "k", tok, 5000, "p:"), "script_reply")
+    assert.is_false(status)
+    assert.are.equal("redis: NOSCRIPT", err)
+    assert.are.same({ 1, 1 }, { round_trip(core.encode_script("acquire", "k", tok, 5000, "p:", true),
+                                           "script_reply") })
+    assert.are.equal(tok, raw:command("GET", "p:{k}"))
+  end)
+
+  it("encodes any bytes and decodes every reply type", function()
+    local bin = "a\0b\r\n\255"
+    assert.are.equal("OK", round_trip(core.encode("SET", "bin", bin), "reply"))
+    assert.are.equal(bin, round_trip(core.encode("GET", "bin"), "reply"))
+    assert.is_false(round_trip(core.encode("GET", "missing"), "reply"))
+    assert.are.equal(3, round_trip(core.encode("RPUSH", "list", "x", 2, 3.5), "reply"))
+    assert.are.same({ "x", "2", "3.5" }, round_trip(core.encode("LRANGE", "list", 0, -1), "reply"))
+    local none, err = round_trip(core.encode("NOSUCHCOMMAND"), "reply")
+    assert.is_nil(none)
+    assert.is_truthy(err:match("^redis: ERR unknown command"), err)
+    local _, serr = round_trip(core.encode("PING"), "script_reply")
+    assert.are.equal("redis: unexpected reply to a redislock script", serr)
+  end)
+
+  it("reports bytes that are not RESP, and a reply nested too deeply, without crashing", function()
+    local reader = core.reader()
+    reader:feed("?what\r\n")
+    local none, err = reader:reply()
+    assert.is_nil(none)
+    assert.is_truthy(err:match("^connection: the server's reply is not RESP %(Protocol error"), err)
+    -- hiredis reads arrays nested 8 deep, and refuses a ninth level.
+    reader = core.reader()
+    reader:feed(("*1\r\n"):rep(8) .. ":1\r\n")
+    assert.are.same({ { { { { { { { 1 } } } } } } } }, reader:reply())
+    reader = core.reader()
+    reader:feed(("*1\r\n"):rep(9) .. ":1\r\n")
+    none, err = reader:reply()
+    assert.is_nil(none)
+    assert.is_truthy(err:match("^connection: the server's reply is not RESP %(No support for nested"), err)
+  end)
+
+  it("checks its arguments", function()
+    assert.has_error(function() core.encode() end)
+    assert.has_error(function() core.encode("SET", {}) end)
+    assert.has_error(function() core.encode_script("drop", "k", "t", 1, "p:") end)
+    assert.has_error(function() core.encode_script("acquire", "", "t", 1, "p:") end)
+    assert.has_error(function() core.encode_script("acquire", "k", "", 1, "p:") end)
+    assert.has_error(function() core.encode_script("extend", "k", "t", 0, "p:") end)
+    assert.has_error(function() core.encode_script("release", "k", "t", nil, "p{") end)
+    local reader = core.reader()
+    assert.has_error(function() reader:feed(nil) end)
+    reader:close()
+    reader:close() -- twice is harmless
+    assert.has_error(function() reader:reply() end, nil)
+  end)
+end)
