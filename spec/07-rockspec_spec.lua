@@ -25,6 +25,7 @@ describe("the rockspec", function()
       local core = require "redislock.core"
       assert(package.searchpath("redislock.core", package.cpath):find("/tree/", 1, true))
       assert(package.searchpath("redislock", package.path):find("/tree/", 1, true))
+      assert(package.searchpath("redislock.ngx", package.path):find("/tree/", 1, true))
       print(redislock._VERSION, core._VERSION, #core.token())
     ]]
     local loaded, ran = helpers.run("cd " .. q(dir) .. " && eval \"$(luarocks --lua-version=" .. version
