@@ -23,6 +23,15 @@ if [ "$(id -u)" != 0 ]; then
 fi
 echo "redislock: installing$missing"
 export DEBIAN_FRONTEND=noninteractive
+# The nginx and redis-server packages start their system services on install
+# (nginx on port 80 of every address). The tests start private servers of
+# their own, so tell invoke-rc.d not to, unless a policy is already in place.
+policy=/usr/sbin/policy-rc.d
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' > "$policy"
+  chmod 755 "$policy"
+  trap 'rm -f "$policy"' EXIT
+fi
 apt-get update -qq
 # shellcheck disable=SC2086
 apt-get install -y -qq --no-install-recommends $missing >/dev/null
