@@ -195,14 +195,21 @@ redisReply *rl_conn_command(rl_conn *conn, int argc, const char **argv,
   return r;
 }
 
+void rl_conn_set_timeout(rl_conn *conn, long long ms) {
+  conn->o.timeout_ms = ms;
+  if (conn->ctx != NULL && redisSetTimeout(conn->ctx, ms_to_tv(ms)) != REDIS_OK)
+    rl_conn_close(conn); /* the next command reconnects, with the new timeout */
+}
+
 int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]) {
   char msg[RL_ERRLEN - 8];
   int attempt;
   for (attempt = 0; attempt < 2; attempt++) {
     rl_decoded d;
-    /* Every script but release may be sent twice: acquire treats its own
-       token as success, extend and pttl repeat harmlessly. A repeated
-       release would find the key gone and report the lock lost. */
+    /* Every script but release may be sent twice: acquire and acquire_fair
+       treat their own token as success, extend, pttl and leave repeat
+       harmlessly. A repeated release would find the key gone and report the
+       lock lost. */
     redisReply *r = rl_conn_command(conn, cmd->argc, cmd->argv, cmd->len,
                                     cmd->op != RL_OP_RELEASE, err);
     if (r == NULL) return -1;

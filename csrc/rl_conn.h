@@ -64,6 +64,9 @@ redisReply *rl_conn_command(rl_conn *conn, int argc, const char **argv,
  */
 int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]);
 
+/* Sets the reply timeout (ms) of the open connection and of later ones. */
+void rl_conn_set_timeout(rl_conn *conn, long long ms);
+
 /* "host:port" or the socket path, for messages. */
 void rl_conn_describe(const rl_conn *conn, char *buf, size_t len);
 

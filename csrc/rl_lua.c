@@ -23,6 +23,7 @@
 
 typedef struct {
   rl_conn conn;
+  rl_conn waiter; /* a second connection, for blocking waits (BLPOP) */
   char *prefix;
   size_t plen;
   int closed;
@@ -38,6 +39,7 @@ static rl_client *check_client(lua_State *L, int idx) {
 /* Releases everything the client owns. Idempotent: __gc, __close and close(). */
 static void client_free(rl_client *c) {
   rl_conn_free(&c->conn);
+  rl_conn_free(&c->waiter);
   free(c->prefix);
   c->prefix = NULL;
   c->closed = 1;
@@ -114,7 +116,7 @@ static int core_new(lua_State *L) {
   c->closed = 1;
   luaL_setmetatable(L, CLIENT_MT);
   c->prefix = malloc(plen + 1);
-  if (c->prefix == NULL || rl_conn_init(&c->conn, &o) != 0) {
+  if (c->prefix == NULL || rl_conn_init(&c->conn, &o) != 0 || rl_conn_init(&c->waiter, &o) != 0) {
     client_free(c);
     return luaL_error(L, "redislock: out of memory");
   }
@@ -127,12 +129,13 @@ static int core_new(lua_State *L) {
 
 /*
  * Checks the arguments of a lock script starting at idx: op ("acquire",
- * "release", "extend" or "pttl"), key, token and, for acquire and extend, ms
- * (the ttl in whole milliseconds). Raises on bad ones; leaves the stack as is.
+ * "release", "extend", "pttl", "acquire_fair" or "leave"), key, token and, for
+ * acquire, acquire_fair and extend, ms (the ttl in whole milliseconds). Raises on bad ones; leaves the stack as is.
  */
 static rl_op check_script(lua_State *L, int idx, const char **key, size_t *klen,
                           const char **token, size_t *tlen, long long *ms) {
-  static const char *const ops[] = { "acquire", "release", "extend", "pttl", NULL };
+  static const char *const ops[] = { "acquire", "release", "extend", "pttl", "acquire_fair", "leave",
+                                     NULL };
   rl_op op = (rl_op)luaL_checkoption(L, idx, NULL, ops);
   const char *why;
   *key = luaL_checklstring(L, idx + 1, klen);
@@ -141,7 +144,7 @@ static rl_op check_script(lua_State *L, int idx, const char **key, size_t *klen,
   if (why != NULL) luaL_argerror(L, idx + 1, why);
   luaL_argcheck(L, *tlen > 0, idx + 2, "token must not be empty");
   *ms = 0;
-  if (op == RL_OP_ACQUIRE || op == RL_OP_EXTEND) {
+  if (op == RL_OP_ACQUIRE || op == RL_OP_EXTEND || op == RL_OP_ACQUIRE_FAIR) {
     int isnum = 0;
     lua_Integer v = lua_tointegerx(L, idx + 3, &isnum);
     luaL_argcheck(L, lua_type(L, idx + 3) == LUA_TNUMBER && isnum && v >= 1 && v <= RL_MAX_MS,
@@ -153,8 +156,8 @@ static rl_op check_script(lua_State *L, int idx, const char **key, size_t *klen,
 
 /*
  * client:eval(op, key, token[, ms]) -> status, value | nil, err
- * Runs one lock script. op is "acquire", "release", "extend" or "pttl"; ms is
- * the ttl for acquire and extend. Leaves two values: status 1 (ours), 0 (no
+ * Runs one lock script. op is "acquire", "release", "extend", "pttl",
+ * "acquire_fair" or "leave"; ms is the ttl for acquire, acquire_fair and extend. Leaves two values: status 1 (ours), 0 (no
  * such lock) or -1 (another owner's), and the fence (acquire when ours) or
  * milliseconds left; or nil and a "connection: ..." / "redis: ..." message.
  */
@@ -284,6 +287,57 @@ static int client_command(lua_State *L) {
   return push_command_reply(L, r);
 }
 
+/*
+ * Checks the arguments of a wait starting at idx: key, token (nil for the
+ * shared list) and ms (>= 1); fills cmd with the BLPOP (free with rl_cmd_free).
+ */
+static void check_wait(lua_State *L, int idx, const char *prefix, size_t plen, rl_cmd *cmd,
+                       long long *ms) {
+  size_t klen, tlen = 0;
+  const char *key = luaL_checklstring(L, idx, &klen);
+  const char *token = lua_isnil(L, idx + 1) ? NULL : luaL_checklstring(L, idx + 1, &tlen);
+  const char *why = rl_check_key(key, klen);
+  int isnum = 0;
+  lua_Integer v = lua_tointegerx(L, idx + 2, &isnum);
+  if (why != NULL) luaL_argerror(L, idx, why);
+  luaL_argcheck(L, token == NULL || tlen > 0, idx + 1, "token must not be empty");
+  luaL_argcheck(L, lua_type(L, idx + 2) == LUA_TNUMBER && isnum && v >= 1 && v <= RL_MAX_MS, idx + 2,
+                "wait must be an integer number of milliseconds >= 1");
+  *ms = (long long)v;
+  if (rl_wait_init(cmd, prefix, plen, key, klen, token, tlen, *ms) != 0)
+    luaL_error(L, "redislock: out of memory");
+}
+
+/*
+ * client:wait(key, token, ms) -> true | false | nil, err
+ * Blocks on the lock's wake-up list (the shared one, or a fair waiter's own
+ * when token is not nil) for at most ms, on the client's second connection so
+ * that the first stays free. true when woken, false when the time ran out.
+ */
+static int client_wait(lua_State *L) {
+  rl_client *c = check_client(L, 1);
+  char err[RL_ERRLEN];
+  long long ms;
+  rl_cmd cmd;
+  redisReply *r;
+  int type;
+  check_wait(L, 2, c->prefix, c->plen, &cmd, &ms);
+  /* The server may take the whole wait before it answers. */
+  rl_conn_set_timeout(&c->waiter, ms + c->conn.o.timeout_ms);
+  r = rl_conn_command(&c->waiter, cmd.argc, cmd.argv, cmd.len, 0, err);
+  rl_cmd_free(&cmd);
+  if (r == NULL) {
+    lua_pushnil(L);
+    lua_pushstring(L, err);
+    return 2;
+  }
+  if (r->type == REDIS_REPLY_ERROR) return push_command_reply(L, r);
+  type = r->type;
+  freeReplyObject(r);
+  lua_pushboolean(L, type == REDIS_REPLY_ARRAY);
+  return 1;
+}
+
 /* client:closed() -> true once the client was closed. */
 static int client_closed(lua_State *L) {
   lua_pushboolean(L, ((rl_client *)luaL_checkudata(L, 1, CLIENT_MT))->closed);
@@ -350,6 +404,27 @@ static int core_encode_script(lua_State *L) {
   if (rl_cmd_init(&cmd, op, prefix, plen, key, klen, token, tlen, ms) != 0)
     return luaL_error(L, "redislock: out of memory");
   if (lua_toboolean(L, 6)) rl_cmd_use_eval(&cmd);
+  lua_pushcfunction(L, format_cmd_protected);
+  lua_pushlightuserdata(L, &cmd);
+  status = lua_pcall(L, 1, 1, 0);
+  rl_cmd_free(&cmd);
+  if (status != 0) return lua_error(L);
+  return 1;
+}
+
+/*
+ * core.encode_wait(key, token, ms, prefix) -> bytes
+ * The BLPOP client:wait sends (token nil: the shared list).
+ */
+static int core_encode_wait(lua_State *L) {
+  size_t plen;
+  const char *prefix = luaL_checklstring(L, 4, &plen);
+  const char *why = rl_check_prefix(prefix, plen);
+  long long ms;
+  rl_cmd cmd;
+  int status;
+  if (why != NULL) luaL_argerror(L, 4, lua_pushfstring(L, "prefix %s", why));
+  check_wait(L, 1, prefix, plen, &cmd, &ms);
   lua_pushcfunction(L, format_cmd_protected);
   lua_pushlightuserdata(L, &cmd);
   status = lua_pcall(L, 1, 1, 0);
@@ -560,6 +635,7 @@ static void push_scripts(lua_State *L) {
 static const luaL_Reg client_methods[] = {
   { "eval", client_eval },
   { "command", client_command },
+  { "wait", client_wait },
   { "close", client_close },
   { "closed", client_closed },
   { NULL, NULL }
@@ -577,6 +653,7 @@ static const luaL_Reg core_functions[] = {
   { "new", core_new },
   { "encode_script", core_encode_script },
   { "encode", core_encode },
+  { "encode_wait", core_encode_wait },
   { "reader", core_reader },
   { "token", core_token },
   { "ms", core_ms },

@@ -20,8 +20,15 @@
 /*
  * The scripts. Keys and tokens arrive only as KEYS/ARGV, never in the text.
  * Each replies {status, value} with status 1 (ours), 0 (no key), -1 (another
- * owner's). KEYS[1] is the lock, KEYS[2] its fence counter (acquire only); the
- * two share a hash tag, so Redis Cluster runs them on one node.
+ * owner's, or other waiters are ahead in a fair queue). The keys share the
+ * lock's hash tag, so Redis Cluster runs each script on one node:
+ *   <prefix>{<key>}          the lock: its value is the owner's token
+ *   <prefix>{<key>}:fence    the fencing counter (never expires)
+ *   <prefix>{<key>}:signal   wake-one list waiters block on (BLPOP); a fair
+ *                            waiter blocks on <...>:signal:<its token>
+ *   <prefix>{<key>}:queue    fair waiters by arrival (score: server time, us)
+ *   <prefix>{<key>}:alive    fair waiters by deadline (score: ms); one that
+ *                            stops coming back by then leaves the queue
  *
  * acquire is resend-safe: if the key already holds our token (an earlier send
  * that timed out did land), it refreshes the TTL and answers the fence that
@@ -29,9 +36,37 @@
  * successful SET NX increments it, and the lock has been ours since. Should the
  * counter have vanished meanwhile (FLUSHDB, eviction), it takes a new value
  * rather than answer 0.
+ *
+ * Waking: release (and a fair waiter that gives up while the lock is free)
+ * pushes one element onto one signal list, so exactly one blocked waiter
+ * wakes: the first live one of the fair queue if there is one, else whoever
+ * blocks on the shared list. The list expires after RL_SIGNAL_MS, so a waiter
+ * that was between its attempt and its BLPOP still finds it, and nothing is
+ * left behind. The signal key of a fair waiter is built in the script (from
+ * KEYS[2] and the queue's token); it has the same hash tag.
  */
+
+#define RL_STR_(x) #x
+#define RL_STR(x) RL_STR_(x)
+
+/* Drops fair waiters whose deadline passed; leaves `now` (ms, server time). */
+#define PRUNE_QUEUE(queue, alive)                                          \
+  "local t = redis.call('TIME')\n"                                         \
+  "local now = t[1] * 1000 + math.floor(t[2] / 1000)\n"                    \
+  "local dead = redis.call('ZRANGEBYSCORE', " alive ", '-inf', now)\n"     \
+  "for _, w in ipairs(dead) do redis.call('ZREM', " queue ", w) end\n"   \
+  "if #dead > 0 then redis.call('ZREMRANGEBYSCORE', " alive ", '-inf', now) end\n"
+
+/* Wakes one waiter: the fair queue's head, else the shared list. */
+#define SIGNAL_ONE(signal, queue)                                          \
+  "local head = redis.call('ZRANGE', " queue ", 0, 0)[1]\n"                \
+  "local sig = head and (" signal " .. ':' .. head) or " signal "\n"       \
+  "redis.call('DEL', sig)\n"                                               \
+  "redis.call('RPUSH', sig, 1)\n"                                          \
+  "redis.call('PEXPIRE', sig, " RL_STR(RL_SIGNAL_MS) ")\n"
+
 static const char *const script_text[RL_OP_COUNT] = {
-  /* RL_OP_ACQUIRE: ARGV[1] token, ARGV[2] ttl (ms) */
+  /* RL_OP_ACQUIRE: KEYS lock, fence; ARGV[1] token, ARGV[2] ttl (ms) */
   "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
   "  return {1, redis.call('INCR', KEYS[2])}\n"
   "end\n"
@@ -42,15 +77,17 @@ static const char *const script_text[RL_OP_COUNT] = {
   "  return {1, redis.call('INCR', KEYS[2])}\n"
   "end\n"
   "return {-1, redis.call('PTTL', KEYS[1])}\n",
-  /* RL_OP_RELEASE: ARGV[1] token */
+  /* RL_OP_RELEASE: KEYS lock, signal, queue, alive; ARGV[1] token */
   "local v = redis.call('GET', KEYS[1])\n"
   "if v == ARGV[1] then\n"
   "  redis.call('DEL', KEYS[1])\n"
+  PRUNE_QUEUE("KEYS[3]", "KEYS[4]")
+  SIGNAL_ONE("KEYS[2]", "KEYS[3]")
   "  return {1, 0}\n"
   "end\n"
   "if v then return {-1, redis.call('PTTL', KEYS[1])} end\n"
   "return {0, 0}\n",
-  /* RL_OP_EXTEND: ARGV[1] token, ARGV[2] ttl (ms) */
+  /* RL_OP_EXTEND: KEYS lock; ARGV[1] token, ARGV[2] ttl (ms) */
   "local v = redis.call('GET', KEYS[1])\n"
   "if v == ARGV[1] then\n"
   "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
@@ -58,16 +95,58 @@ static const char *const script_text[RL_OP_COUNT] = {
   "end\n"
   "if v then return {-1, redis.call('PTTL', KEYS[1])} end\n"
   "return {0, 0}\n",
-  /* RL_OP_PTTL: ARGV[1] token */
+  /* RL_OP_PTTL: KEYS lock; ARGV[1] token */
   "local v = redis.call('GET', KEYS[1])\n"
   "if v == ARGV[1] then\n"
   "  return {1, redis.call('PTTL', KEYS[1])}\n"
   "end\n"
   "if v then return {-1, redis.call('PTTL', KEYS[1])} end\n"
   "return {0, 0}\n",
+  /* RL_OP_ACQUIRE_FAIR: KEYS lock, fence, queue, alive; ARGV[1] token,
+     ARGV[2] ttl (ms), ARGV[3] how long a waiter stays queued without coming
+     back (ms). Takes the lock only when it is free and no live waiter came
+     first; else queues the token (keeping its first arrival) and answers
+     {-1, PTTL of the holder, or -2 when the lock is free}. */
+  PRUNE_QUEUE("KEYS[3]", "KEYS[4]")
+  "local v = redis.call('GET', KEYS[1])\n"
+  "if v == ARGV[1] then\n"
+  "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+  "  local fence = redis.call('GET', KEYS[2])\n"
+  "  if fence then return {1, tonumber(fence)} end\n"
+  "  return {1, redis.call('INCR', KEYS[2])}\n"
+  "end\n"
+  "if not v then\n"
+  "  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]\n"
+  "  if head == nil or head == ARGV[1] then\n"
+  "    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
+  "    redis.call('ZREM', KEYS[3], ARGV[1])\n"
+  "    redis.call('ZREM', KEYS[4], ARGV[1])\n"
+  "    return {1, redis.call('INCR', KEYS[2])}\n"
+  "  end\n"
+  "end\n"
+  "if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then\n"
+  "  redis.call('ZADD', KEYS[3], t[1] .. string.format('%06d', t[2]), ARGV[1])\n"
+  "end\n"
+  "redis.call('ZADD', KEYS[4], now + ARGV[3], ARGV[1])\n"
+  "redis.call('PEXPIRE', KEYS[3], ARGV[3])\n"
+  "redis.call('PEXPIRE', KEYS[4], ARGV[3])\n"
+  "if v then return {-1, redis.call('PTTL', KEYS[1])} end\n"
+  "return {-1, -2}\n",
+  /* RL_OP_LEAVE: KEYS lock, signal, queue, alive; ARGV[1] token. A fair
+     waiter gives up: it leaves the queue, and if the lock is free the next
+     waiter is woken (it would otherwise wait for its own timeout). */
+  "redis.call('ZREM', KEYS[3], ARGV[1])\n"
+  "redis.call('ZREM', KEYS[4], ARGV[1])\n"
+  "if redis.call('EXISTS', KEYS[1]) == 0 then\n"
+  PRUNE_QUEUE("KEYS[3]", "KEYS[4]")
+  SIGNAL_ONE("KEYS[2]", "KEYS[3]")
+  "end\n"
+  "return {0, 0}\n",
 };
 
-static const char *const op_name[RL_OP_COUNT] = { "acquire", "release", "extend", "pttl" };
+static const char *const op_name[RL_OP_COUNT] = {
+  "acquire", "release", "extend", "pttl", "acquire_fair", "leave"
+};
 
 static char script_sha[RL_OP_COUNT][41];
 static pthread_once_t script_sha_once = PTHREAD_ONCE_INIT;
@@ -89,43 +168,94 @@ const char *rl_script_sha(rl_op op) {
   return script_sha[op];
 }
 
+/* The keys of each script, as indexes into rl_cmd.key/klen. */
+enum { K_LOCK, K_FENCE, K_SIGNAL, K_QUEUE, K_ALIVE };
+static const int op_keys[RL_OP_COUNT][RL_MAX_KEYS + 1] = { /* ends with -1 */
+  [RL_OP_ACQUIRE] = { K_LOCK, K_FENCE, -1 },
+  [RL_OP_RELEASE] = { K_LOCK, K_SIGNAL, K_QUEUE, K_ALIVE, -1 },
+  [RL_OP_EXTEND] = { K_LOCK, -1 },
+  [RL_OP_PTTL] = { K_LOCK, -1 },
+  [RL_OP_ACQUIRE_FAIR] = { K_LOCK, K_FENCE, K_QUEUE, K_ALIVE, -1 },
+  [RL_OP_LEAVE] = { K_LOCK, K_SIGNAL, K_QUEUE, K_ALIVE, -1 },
+};
+
 int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
                 const char *key, size_t klen, const char *token, size_t tlen,
                 long long ms) {
-  static const char fence_suffix[] = ":fence";
-  size_t lock_len = plen + klen + 2, fence_len = lock_len + sizeof fence_suffix - 1;
+  static const char *const suffix[RL_MAX_KEYS] = { "", ":fence", ":signal", ":queue", ":alive" };
+  size_t base = plen + klen + 2, total = 0;
   char *p;
+  int i;
   memset(cmd, 0, sizeof *cmd);
   cmd->op = op;
-  cmd->keys = p = malloc(lock_len + fence_len);
+  for (i = 0; i < RL_MAX_KEYS; i++) total += base + strlen(suffix[i]);
+  cmd->keys = p = malloc(total);
+  if (p == NULL) return -1;
+  /* "<prefix>{<key>}" then each name with its suffix, one after another */
+  for (i = 0; i < RL_MAX_KEYS; i++) {
+    size_t slen = strlen(suffix[i]);
+    cmd->key[i] = p;
+    cmd->klen[i] = base + slen;
+    memcpy(p, prefix, plen);
+    p[plen] = '{';
+    memcpy(p + plen + 1, key, klen);
+    p[plen + 1 + klen] = '}';
+    memcpy(p + base, suffix[i], slen);
+    p += base + slen;
+  }
+
+  cmd->argv[0] = "EVALSHA";
+  cmd->argv[1] = rl_script_sha(op);
+  cmd->argc = 3;
+  for (i = 0; op_keys[op][i] >= 0; i++) {
+    cmd->argv[cmd->argc] = cmd->key[op_keys[op][i]];
+    cmd->len[cmd->argc++] = cmd->klen[op_keys[op][i]];
+  }
+  cmd->numkeys[0] = (char)('0' + i);
+  cmd->argv[2] = cmd->numkeys;
+  cmd->len[2] = 1;
+  cmd->argv[cmd->argc] = token;
+  cmd->len[cmd->argc++] = tlen;
+  if (op == RL_OP_ACQUIRE || op == RL_OP_EXTEND || op == RL_OP_ACQUIRE_FAIR) {
+    cmd->len[cmd->argc] = (size_t)snprintf(cmd->ms, sizeof cmd->ms, "%lld", ms);
+    cmd->argv[cmd->argc++] = cmd->ms;
+  }
+  if (op == RL_OP_ACQUIRE_FAIR) {
+    cmd->argv[cmd->argc] = RL_STR(RL_FAIR_STAY_MS);
+    cmd->len[cmd->argc++] = strlen(RL_STR(RL_FAIR_STAY_MS));
+  }
+  cmd->len[0] = strlen(cmd->argv[0]);
+  cmd->len[1] = strlen(cmd->argv[1]);
+  return 0;
+}
+
+int rl_wait_init(rl_cmd *cmd, const char *prefix, size_t plen, const char *key, size_t klen,
+                 const char *token, size_t tlen, long long ms) {
+  static const char suffix[] = ":signal";
+  size_t base = plen + klen + 2 + sizeof suffix - 1;
+  size_t len = base + (token != NULL ? 1 + tlen : 0);
+  char *p;
+  memset(cmd, 0, sizeof *cmd);
+  cmd->op = RL_OP_COUNT; /* not a script */
+  cmd->keys = p = malloc(len);
   if (p == NULL) return -1;
   memcpy(p, prefix, plen);
   p[plen] = '{';
   memcpy(p + plen + 1, key, klen);
   p[plen + 1 + klen] = '}';
-  memcpy(p + lock_len, p, lock_len);
-  memcpy(p + 2 * lock_len, fence_suffix, sizeof fence_suffix - 1);
-
-  cmd->argv[0] = "EVALSHA";
-  cmd->argv[1] = rl_script_sha(op);
-  cmd->argv[2] = op == RL_OP_ACQUIRE ? "2" : "1";
-  cmd->argv[3] = cmd->keys;
-  cmd->len[3] = lock_len;
-  cmd->argc = 4;
-  if (op == RL_OP_ACQUIRE) {
-    cmd->argv[4] = cmd->keys + lock_len;
-    cmd->len[4] = fence_len;
-    cmd->argc = 5;
+  memcpy(p + plen + 2 + klen, suffix, sizeof suffix - 1);
+  if (token != NULL) {
+    p[base] = ':';
+    memcpy(p + base + 1, token, tlen);
   }
-  cmd->argv[cmd->argc] = token;
-  cmd->len[cmd->argc++] = tlen;
-  if (op == RL_OP_ACQUIRE || op == RL_OP_EXTEND) {
-    cmd->len[cmd->argc] = (size_t)snprintf(cmd->ms, sizeof cmd->ms, "%lld", ms);
-    cmd->argv[cmd->argc++] = cmd->ms;
-  }
-  cmd->len[0] = strlen(cmd->argv[0]);
-  cmd->len[1] = strlen(cmd->argv[1]);
-  cmd->len[2] = 1;
+  if (ms < 1) ms = 1; /* BLPOP 0 would block for ever */
+  cmd->argv[0] = "BLPOP";
+  cmd->len[0] = 5;
+  cmd->argv[1] = p;
+  cmd->len[1] = len;
+  cmd->len[2] = (size_t)snprintf(cmd->ms, sizeof cmd->ms, "%lld.%03lld", ms / 1000, ms % 1000);
+  cmd->argv[2] = cmd->ms;
+  cmd->argc = 3;
   return 0;
 }
 

@@ -20,6 +20,8 @@ typedef enum {
   RL_OP_RELEASE, /* compare-and-delete */
   RL_OP_EXTEND,  /* compare-and-pexpire */
   RL_OP_PTTL,    /* compare, then PTTL */
+  RL_OP_ACQUIRE_FAIR, /* take it if free and first in the FIFO queue, else queue */
+  RL_OP_LEAVE,   /* a fair waiter gives up: leave the queue, wake the next */
   RL_OP_COUNT
 } rl_op;
 
@@ -45,19 +47,26 @@ typedef enum {
 #define RL_TOKEN_BYTES 16               /* 128 bits from the OS CSPRNG */
 #define RL_TOKEN_HEX (2 * RL_TOKEN_BYTES)
 #define RL_MAX_MS 3153600000000LL       /* 100 years; Redis takes far more */
-#define RL_CMD_MAXARGS 7
+#define RL_MAX_KEYS 5                    /* lock, fence, signal, queue, alive */
+#define RL_CMD_MAXARGS (3 + RL_MAX_KEYS + 3)
+#define RL_SIGNAL_MS 1000               /* a wake-up signal waits this long for a taker */
+#define RL_FAIR_STAY_MS 3000            /* a fair waiter not back by then leaves the queue */
 
 /*
- * One command ready to send: EVALSHA sha 2 lockkey fencekey token [ms], or the
- * same with EVAL and the script text after rl_cmd_use_eval. argv/len point into
- * the struct and into the script table; the keys live in one heap buffer.
+ * One command ready to send: EVALSHA sha numkeys keys... token [ms [stay]], or
+ * the same with EVAL and the script text after rl_cmd_use_eval; or, from
+ * rl_wait_init, BLPOP on a signal list. argv/len point into the struct and
+ * into the script table; the key names live in one heap buffer.
  */
 typedef struct {
   int argc;
   const char *argv[RL_CMD_MAXARGS];
   size_t len[RL_CMD_MAXARGS];
-  rl_op op;
-  char *keys;   /* "<prefix>{<key>}" then "<prefix>{<key>}:fence" */
+  rl_op op;     /* RL_OP_COUNT for a BLPOP */
+  char *keys;   /* "<prefix>{<key>}", then the same with ":fence", ... */
+  const char *key[RL_MAX_KEYS];
+  size_t klen[RL_MAX_KEYS];
+  char numkeys[2];
   char ms[24];
 } rl_cmd;
 
@@ -74,6 +83,14 @@ const char *rl_op_name(rl_op op);
 int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
                 const char *key, size_t klen, const char *token, size_t tlen,
                 long long ms);
+/*
+ * Fills cmd with BLPOP on the lock's wake-up list, for at most ms (>= 1): the
+ * shared list, or a fair waiter's own when token is not NULL. Returns 0, or
+ * -1 when out of memory. Free with rl_cmd_free.
+ */
+int rl_wait_init(rl_cmd *cmd, const char *prefix, size_t plen, const char *key, size_t klen,
+                 const char *token, size_t tlen, long long ms);
+
 /* Switches cmd from EVALSHA to EVAL (after a NOSCRIPT reply). */
 void rl_cmd_use_eval(rl_cmd *cmd);
 void rl_cmd_free(rl_cmd *cmd);
