@@ -246,9 +246,11 @@ static int command_args(lua_State *L, int first, const char ***argv, size_t **le
 /*
  * Pushes a reply to a plain command and frees it: the value (a nil bulk is
  * false), or nil and "redis: <message>" for an error reply. Returns the
- * number of values pushed.
+ * number of values pushed. push_reply_protected must already be at stack
+ * index fidx (pushed before r existed: pushing a C function allocates on
+ * LuaJIT, and nothing may raise while r is alive).
  */
-static int push_command_reply(lua_State *L, redisReply *r) {
+static int push_command_reply(lua_State *L, redisReply *r, int fidx) {
   char err[RL_ERRLEN];
   int status;
   if (r->type == REDIS_REPLY_ERROR) {
@@ -258,7 +260,7 @@ static int push_command_reply(lua_State *L, redisReply *r) {
     lua_pushstring(L, err);
     return 2;
   }
-  lua_pushcfunction(L, push_reply_protected);
+  lua_pushvalue(L, fidx);
   lua_pushlightuserdata(L, r);
   status = lua_pcall(L, 1, 1, 0);
   freeReplyObject(r);
@@ -278,13 +280,15 @@ static int client_command(lua_State *L) {
   size_t *len;
   int argc = command_args(L, 2, &argv, &len);
   char err[RL_ERRLEN];
-  redisReply *r = rl_conn_command(&c->conn, argc, argv, len, 0, err); /* INCR twice is wrong */
+  redisReply *r;
+  lua_pushcfunction(L, push_reply_protected);
+  r = rl_conn_command(&c->conn, argc, argv, len, 0, err); /* INCR twice is wrong */
   if (r == NULL) {
     lua_pushnil(L);
     lua_pushstring(L, err);
     return 2;
   }
-  return push_command_reply(L, r);
+  return push_command_reply(L, r, lua_gettop(L));
 }
 
 /*
@@ -321,6 +325,8 @@ static int client_wait(lua_State *L) {
   rl_cmd cmd;
   redisReply *r;
   int type;
+  lua_settop(L, 4);
+  lua_pushcfunction(L, push_reply_protected); /* at 5, before anything is allocated */
   check_wait(L, 2, c->prefix, c->plen, &cmd, &ms);
   /* The server may take the whole wait before it answers. */
   rl_conn_set_timeout(&c->waiter, ms + c->conn.o.timeout_ms);
@@ -331,7 +337,7 @@ static int client_wait(lua_State *L) {
     lua_pushstring(L, err);
     return 2;
   }
-  if (r->type == REDIS_REPLY_ERROR) return push_command_reply(L, r);
+  if (r->type == REDIS_REPLY_ERROR) return push_command_reply(L, r, 5);
   type = r->type;
   freeReplyObject(r);
   lua_pushboolean(L, type == REDIS_REPLY_ARRAY);
@@ -369,20 +375,42 @@ static int client_tostring(lua_State *L) {
  * what it reads into a Reader, so the lock protocol stays in this core.
  */
 
-/* Pushes the bytes of one command (RESP) and frees them. */
-static int push_formatted(lua_State *L, int argc, const char **argv, const size_t *len) {
-  char *bytes = NULL;
-  int n = redisFormatCommandArgv(&bytes, argc, argv, len);
+/* A command's arguments, to be formatted under lua_pcall. */
+typedef struct {
+  int argc;
+  const char **argv;
+  const size_t *len;
+  char *bytes; /* set by format_protected; the caller frees it */
+} rl_format;
+
+/* Protected: pushes the RESP bytes of f's command; f->bytes is freed by the
+   caller whether this returns or raises. */
+static int format_protected(lua_State *L) {
+  rl_format *f = (rl_format *)lua_touserdata(L, 1);
+  int n = redisFormatCommandArgv(&f->bytes, f->argc, f->argv, f->len);
   if (n < 0) return luaL_error(L, "redislock: out of memory");
-  lua_pushlstring(L, bytes, (size_t)n); /* may raise: copy first, then free */
-  redisFreeCommand(bytes);
+  lua_pushlstring(L, f->bytes, (size_t)n);
   return 1;
 }
 
-/* Protected part of core_encode_script: cmd is freed by the caller either way. */
-static int format_cmd_protected(lua_State *L) {
-  rl_cmd *cmd = (rl_cmd *)lua_touserdata(L, 1);
-  return push_formatted(L, cmd->argc, cmd->argv, cmd->len);
+/*
+ * Pushes the RESP bytes of a command. Nothing allocated outside Lua outlives
+ * a raise; the caller's own buffers (an rl_cmd) must be freed by the caller
+ * after this returns: so it returns the lua_pcall status instead of raising,
+ * with the error on the stack.
+ */
+static int push_formatted(lua_State *L, int argc, const char **argv, const size_t *len) {
+  rl_format f;
+  int status;
+  f.argc = argc;
+  f.argv = argv;
+  f.len = len;
+  f.bytes = NULL;
+  lua_pushcfunction(L, format_protected); /* LuaJIT allocates here: may raise */
+  lua_pushlightuserdata(L, &f);
+  status = lua_pcall(L, 1, 1, 0);
+  if (f.bytes != NULL) redisFreeCommand(f.bytes);
+  return status;
 }
 
 /*
@@ -404,9 +432,7 @@ static int core_encode_script(lua_State *L) {
   if (rl_cmd_init(&cmd, op, prefix, plen, key, klen, token, tlen, ms) != 0)
     return luaL_error(L, "redislock: out of memory");
   if (lua_toboolean(L, 6)) rl_cmd_use_eval(&cmd);
-  lua_pushcfunction(L, format_cmd_protected);
-  lua_pushlightuserdata(L, &cmd);
-  status = lua_pcall(L, 1, 1, 0);
+  status = push_formatted(L, cmd.argc, cmd.argv, cmd.len);
   rl_cmd_free(&cmd);
   if (status != 0) return lua_error(L);
   return 1;
@@ -425,9 +451,7 @@ static int core_encode_wait(lua_State *L) {
   int status;
   if (why != NULL) luaL_argerror(L, 4, lua_pushfstring(L, "prefix %s", why));
   check_wait(L, 1, prefix, plen, &cmd, &ms);
-  lua_pushcfunction(L, format_cmd_protected);
-  lua_pushlightuserdata(L, &cmd);
-  status = lua_pcall(L, 1, 1, 0);
+  status = push_formatted(L, cmd.argc, cmd.argv, cmd.len);
   rl_cmd_free(&cmd);
   if (status != 0) return lua_error(L);
   return 1;
@@ -438,13 +462,15 @@ static int core_encode(lua_State *L) {
   const char **argv;
   size_t *len;
   int argc = command_args(L, 1, &argv, &len);
-  return push_formatted(L, argc, argv, len);
+  if (push_formatted(L, argc, argv, len) != 0) return lua_error(L);
+  return 1;
 }
 
 typedef struct {
   redisReader *reader; /* NULL once freed */
 } rl_reader;
 
+/* The reader at 1, refusing other values and closed readers. */
 static rl_reader *check_reader(lua_State *L) {
   rl_reader *rd = (rl_reader *)luaL_checkudata(L, 1, READER_MT);
   if (rd->reader == NULL) luaL_argerror(L, 1, "reader is closed");
@@ -466,6 +492,8 @@ static int reader_feed(lua_State *L) {
   rl_reader *rd = check_reader(L);
   size_t len;
   const char *bytes = luaL_checklstring(L, 2, &len);
+  if (rd->reader->err) /* reply() already said why; feeding on is a misuse */
+    return luaL_error(L, "redislock: the reader failed (%s)", rd->reader->errstr);
   if (redisReaderFeed(rd->reader, bytes, len) != REDIS_OK)
     return luaL_error(L, "redislock: out of memory");
   return 0;
@@ -496,6 +524,8 @@ static int reader_reply(lua_State *L) {
   rl_reader *rd = check_reader(L);
   char err[RL_ERRLEN];
   redisReply *r;
+  lua_settop(L, 1);
+  lua_pushcfunction(L, push_reply_protected); /* at 2, before the reply exists */
   if (reader_next(rd, &r, err) != 0) {
     lua_pushnil(L);
     lua_pushstring(L, err);
@@ -505,7 +535,7 @@ static int reader_reply(lua_State *L) {
     lua_pushnil(L);
     return 1;
   }
-  return push_command_reply(L, r);
+  return push_command_reply(L, r, 2);
 }
 
 /*
@@ -542,7 +572,14 @@ static int reader_script_reply(lua_State *L) {
   return 2;
 }
 
-/* __gc and reader:close(): frees the reader and what it buffered. Idempotent. */
+/* __tostring: "redislock.Reader" or "redislock.Reader (closed)". */
+static int reader_tostring(lua_State *L) {
+  rl_reader *rd = (rl_reader *)luaL_checkudata(L, 1, READER_MT);
+  lua_pushstring(L, rd->reader == NULL ? "redislock.Reader (closed)" : "redislock.Reader");
+  return 1;
+}
+
+/* __gc, __close and reader:close(): frees the reader and what it buffered. Idempotent. */
 static int reader_close(lua_State *L) {
   rl_reader *rd = (rl_reader *)luaL_checkudata(L, 1, READER_MT);
   if (rd->reader != NULL) redisReaderFree(rd->reader);
@@ -684,6 +721,10 @@ RL_EXPORT int luaopen_redislock_core(lua_State *L) {
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, reader_close);
     lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, reader_close);
+    lua_setfield(L, -2, "__close");
+    lua_pushcfunction(L, reader_tostring);
+    lua_setfield(L, -2, "__tostring");
   }
   lua_pop(L, 1);
   luaL_newlib(L, core_functions);

@@ -100,7 +100,9 @@ end
 
 -- Refuses a client that was closed (whose is named by `whose`), and I/O in an
 -- nginx phase where cosockets are not available (blocking there would stall
--- the worker).
+-- the worker). The latter is a misuse found by the first test of the code,
+-- not a condition to handle at run time, so it raises like a bad argument
+-- rather than return nil, err.
 local function check_open(client, fname, whose)
   local t = client._transport
   if t:closed() then
@@ -429,7 +431,11 @@ end
 -- @param tok the lock's token: 32 hex digits, as lock.token
 -- @return lock
 function Client:from_token(key, tok, ...)
-  check_client(self, "from_token")
+  -- No I/O here: allowed in any nginx phase (the lock's methods check theirs).
+  check_self(self, client_mt, "from_token", "redislock client")
+  if self._transport:closed() then
+    raise_at_caller("bad self to 'from_token' (client is closed)")
+  end
   check_key(1, "from_token", key)
   if type(tok) ~= "string" then
     argerror(2, "from_token", "token must be a string, got " .. type(tok))
@@ -624,7 +630,9 @@ end
 --- redislock.with_lock(key, ttl, fn[, opts]) on the default client.
 function _M.with_lock(key, ttl, fn, opts, ...)
   local ms, wait = check_with_lock_args(key, ttl, fn, opts, ...)
-  return with_lock(_M.default_client(), key, ms, fn, wait)
+  local client = _M.default_client()
+  check_open(client, "with_lock", "client")
+  return with_lock(client, key, ms, fn, wait)
 end
 
 return _M

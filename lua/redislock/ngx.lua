@@ -21,7 +21,7 @@ local ipairs, setmetatable, string_format, table_concat = ipairs, setmetatable, 
 local tcp, get_phase, md5 = ngx.socket.tcp, ngx.get_phase, ngx.md5
 local encode, encode_script, new_reader = core.encode, core.encode_script, core.reader
 
-local _M = {}
+local _M = { _VERSION = core._VERSION }
 
 local Transport = {}
 local mt = { __index = Transport }
@@ -31,18 +31,24 @@ local READ_SIZE = 16384
 
 -- Phases in which cosockets (and ngx.sleep) may be used.
 local YIELDABLE = {
-  rewrite = true, access = true, content = true, timer = true,
+  server_rewrite = true, rewrite = true, access = true, content = true, timer = true,
   ssl_cert = true, ssl_session_fetch = true, ssl_client_hello = true, preread = true,
 }
+
+-- Salts the password's digest in pool names (pools live in one worker).
+local POOL_SALT = core.token()
 
 --- Makes a transport from the checked fields redislock.new gathered: host,
 -- port, path, username, password, db, connect_timeout_ms, timeout_ms, prefix,
 -- pool_size, keepalive_timeout_ms. No I/O.
 function _M.new(c)
   local db = c.db or 0
-  local where = c.path or string_format("%s:%d", c.host or "127.0.0.1", c.port or 6379)
+  local host, port = c.host or "127.0.0.1", c.port or 6379
+  -- As the C transport names it (rl_conn_describe), and as connect wants it.
+  local addr = host:find(":", 1, true) and "[" .. host .. "]" or host
+  local where = c.path and "unix:" .. c.path or string_format("%s:%d", addr, port)
   local self = {
-    host = c.host or "127.0.0.1", port = c.port or 6379, path = c.path, where = where,
+    host = addr, port = port, path = c.path, where = where,
     prefix = c.prefix or "lock:",
     connect_timeout_ms = c.connect_timeout_ms or 1000, timeout_ms = c.timeout_ms or 1000,
     keepalive_ms = c.keepalive_timeout_ms, pool_size = c.pool_size, closed_ = false,
@@ -51,7 +57,8 @@ function _M.new(c)
   -- must never be handed to a client of another server, db or user (nor to
   -- lua-resty-redis, whose default pool is named "host:port").
   self.pool_opts = {
-    pool = table_concat({ "redislock", where, db, c.username or "", c.password and md5(c.password) or "" }, "/"),
+    pool = table_concat({ "redislock", where, db, c.username or "",
+                          c.password and md5(POOL_SALT .. c.password) or "" }, "/"),
     pool_size = c.pool_size,
   }
   -- What a fresh connection is sent first, in one write.
@@ -89,11 +96,13 @@ local function io_message(self, err)
 end
 
 -- Reads until reader[method] has a complete reply. Returns what it returned;
--- or nil, a message, and true when the socket failed (then it must be closed)
--- and, fourth, true when that failure was a timeout.
+-- or nil, a message, and true when the connection failed or sent bytes that
+-- are not RESP (then it must be closed, never pooled) and, fourth, true when
+-- that failure was a timeout.
 local function read_reply(self, sock, reader, method)
   while true do
     local a, b = reader[method](reader)
+    if a == nil and b ~= nil and b:sub(1, 11) == "connection:" then return nil, b, true end
     if a ~= nil or b ~= nil then return a, b end
     local data, err = sock:receiveany(READ_SIZE)
     if not data then return nil, io_message(self, err), true, err == "timeout" end
@@ -145,16 +154,23 @@ local function open(self)
   return sock, reused
 end
 
--- Puts a healthy connection back into the pool.
+-- Puts a healthy connection back into the pool, whose size connect() set.
+-- No explicit nil: older ngx_lua refuses it (nginx's default applies then).
 local function keepalive(self, sock)
-  local ok = sock:setkeepalive(self.keepalive_ms, self.pool_size)
+  local ok
+  if self.keepalive_ms then
+    ok = sock:setkeepalive(self.keepalive_ms)
+  else
+    ok = sock:setkeepalive()
+  end
   if not ok then sock:close() end
 end
 
 --- transport:eval(op, key, token[, ms]) -> status, value | nil, err
 -- Runs one lock script, as the C client's eval does: EVALSHA, then EVAL after
 -- NOSCRIPT. A command lost on a pooled connection that the server had closed
--- is sent once more on another connection, except release (see rl_conn.c).
+-- is sent once more on another connection (maybe another pooled one; the C
+-- transport opens a fresh one), except release (see rl_conn.c).
 function Transport:eval(op, key, token, ms)
   local bytes = encode_script(op, key, token, ms, self.prefix)  -- checks the arguments
   local err
@@ -199,6 +215,7 @@ function Transport:close()
   self.closed_ = true
 end
 
+--- true once the client was closed.
 function Transport:closed()
   return self.closed_
 end

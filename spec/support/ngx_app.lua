@@ -121,6 +121,8 @@ end
 function app.log()
   local ok, err = pcall(client().acquire, client(), "phase", 5)
   ngx.log(ngx.ERR, "log phase: ", ok and "none" or tostring(err))
+  ok, err = pcall(redislock.with_lock, "phase", 5, function() end)
+  ngx.log(ngx.ERR, "log phase, module: ", ok and "none" or tostring(err))
 end
 
 return app
