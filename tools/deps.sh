@@ -2,11 +2,21 @@
 # SPDX-License-Identifier: MIT
 # Installs the Debian packages that building, testing and the demo need.
 # Does nothing when they are all present; needs root (apt-get) otherwise.
+#   sh tools/deps.sh          what make, make test and make demo need
+#   sh tools/deps.sh bench    that, plus the peers make bench compares with
 set -eu
 
 PACKAGES="gcc make libc6-dev lua5.4 liblua5.4-dev luajit2 libluajit2-5.1-dev lua-busted luarocks
   libhiredis-dev redis-server redis-tools lua-socket lua-check valgrind curl
   nginx libnginx-mod-http-lua lua-resty-core lua-resty-lrucache lua-nginx-redis"
+# Only make bench needs these: redis-py's Lock, run by Debian's /usr/bin/python3.
+BENCH_PACKAGES="python3 python3-redis"
+
+case "${1:-}" in
+  "") ;;
+  bench) PACKAGES="$PACKAGES $BENCH_PACKAGES" ;;
+  *) echo "usage: sh tools/deps.sh [bench]" >&2; exit 2 ;;
+esac
 
 missing=""
 for p in $PACKAGES; do
