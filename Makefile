@@ -64,8 +64,15 @@ demo: deps all
 test: deps all build/lua5.4/spec_fork.so build/luajit/spec_fork.so
 	@sh spec/run.sh lua5.4:build/lua5.4 luajit:build/luajit
 
-bench: deps all
+# Benchmarks (not tests): bench/run.sh prints a table and a `bench ...` line per
+# figure. The raw-socket floor is a small C program, built with the same warnings.
+bench: deps all build/bench/floor
+	@sh tools/deps.sh bench
 	@sh bench/run.sh
+
+build/bench/floor: bench/floor.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARNINGS) -o $@ $<
 
 lint: deps
 	@sh tools/lint.sh
