@@ -1,75 +1,129 @@
 -- SPDX-License-Identifier: MIT
 -- Benchmark (not a test): uncontended acquire+release cycles per second from
--- one client, as a ratio to a floor taken in the same run: redis-benchmark -c 1
--- sending the very same two EVALSHA commands, one round trip each. Also
--- with_lock with an empty fn as a ratio to a bare cycle.
--- Run by `make bench` (tools/with-redis.sh provides REDIS_PORT).
+-- one client, as a ratio to floors taken in the same run and placement:
+--  * the raw floor, build/bench/floor (bench/floor.c): the very bytes the
+--    library sends (core.encode_script), one write and one read per command
+--    over a plain socket, no library;
+--  * redis-benchmark -c 1 with the same two commands, one at a time (it
+--    repeats a command, so its acquire takes the "already mine" path and its
+--    release finds no lock: the same round trips, slightly different work).
+-- Also with_lock with an empty fn as a ratio to a bare cycle, and a wire check:
+-- the bytes and server-side commands per cycle of the library and of the raw
+-- floor, from INFO, must be the same.
+-- usage (from bench/run.sh, pinned by taskset): cycle.lua <placement name>
 local redislock = require "redislock"
 local core = require "redislock.core"
+local B = require "benchlib"
 
-local PORT = assert(tonumber(os.getenv("REDIS_PORT")), "REDIS_PORT is not set")
-local N = tonumber(os.getenv("BENCH_CYCLES")) or 20000
-local ROUNDS = 3
-local interp = jit and jit.version or _VERSION
+local PLACEMENT = arg[1] or "unpinned"
+local N = B.knob("BENCH_CYCLES", 20000)
+local ROUNDS = B.knob("BENCH_ROUNDS", 3)
+local KEY, TTL = "bench", 10
+local id = (jit and "luajit" or "lua5.4") .. "/" .. PLACEMENT  -- luacheck: ignore (jit)
+local where = B.interp .. ", " .. PLACEMENT
 
-local client = redislock.new({ port = PORT })
+local client = redislock.new({ port = B.port })
+local raw = core.new({ port = B.port })  -- for INFO, on a connection of its own
+
+-- The exact bytes of one cycle as the library sends them.
+local floor = B.floor(client, KEY, TTL)
+local ACQUIRE, RELEASE = floor.acquire, floor.release
+local function raw_floor(n) return floor:rate(n) end
 
 -- Requests per second redis-benchmark gets for one command from one client.
-local function redis_benchmark(...)
-  local args = { "redis-benchmark", "-p", PORT, "-c", "1", "-n", N, "--csv" }
-  for _, a in ipairs({ ... }) do args[#args + 1] = "'" .. a .. "'" end
-  local p = assert(io.popen(table.concat(args, " ") .. " 2>&1"))
-  local out = p:read("*a")
-  p:close()
+local function redis_benchmark(args)
+  local cmd = { "redis-benchmark", "-p", B.port, "-c", "1", "-n", N, "--csv" }
+  for _, a in ipairs(args) do cmd[#cmd + 1] = B.sh_quote(a) end
+  local out = B.run(table.concat(cmd, " "))
   local rps = tonumber(out:match('\n"[^"]*","([%d.]+)"'))
-  return assert(rps, "redis-benchmark said: " .. out)
+  return (assert(rps, "redis-benchmark said: " .. out))
 end
 
--- The floor for one cycle: the acquire script (taking the resend path, the same
--- round trip) then the release script, each at redis-benchmark's rate.
-local function floor_rate()
-  local s = core.scripts
-  local acq = redis_benchmark("EVALSHA", s.acquire.sha, "2", "lock:{floor}", "lock:{floor}:fence",
-                              "token", "10000")
-  local rel = redis_benchmark("EVALSHA", s.release.sha, "1", "lock:{floor-free}", "token")
+-- The redis-benchmark floor for one cycle: each command at its own rate.
+local function benchmark_floor()
+  local acq = redis_benchmark(B.resp_args(ACQUIRE))
+  local rel = redis_benchmark(B.resp_args(RELEASE))
   return 1 / (1 / acq + 1 / rel)
 end
 
-local function cycles()
+local function cycles(n)
   local t0 = core.now()
-  for _ = 1, N do
-    local lock = assert(client:acquire("bench", 10))
+  for _ = 1, n do
+    local lock = assert(client:acquire(KEY, TTL))
     assert(lock:release())
   end
-  return N / (core.now() - t0)
+  return n / (core.now() - t0)
 end
 
 local function noop() end
-local function with_locks()
+local function with_locks(n)
   local t0 = core.now()
-  for _ = 1, N do client:with_lock("bench", 10, noop) end
-  return N / (core.now() - t0)
+  for _ = 1, n do client:with_lock(KEY, TTL, noop) end
+  return n / (core.now() - t0)
 end
 
--- Warm up: connect, load the scripts.
-assert(client:with_lock("bench", 10, noop) == nil)
-floor_rate()
+-- Server-side counters: bytes read from clients and calls per command.
+local function server_counts()
+  local stats = assert(raw:command("INFO", "stats"))
+  local cmds = assert(raw:command("INFO", "commandstats"))
+  local t = { bytes = tonumber(stats:match("total_net_input_bytes:(%d+)")), calls = {} }
+  for name, calls in cmds:gmatch("cmdstat_([%w|_-]+):calls=(%d+)") do t.calls[name] = tonumber(calls) end
+  return t
+end
 
-local best = { floor = 0, cycle = 0, with_lock = 0 }
+-- What running fn(n) costs the server per cycle: input bytes, and calls per
+-- command as "name:calls,..." (INFO's own bytes and calls taken out).
+local function wire(fn, n)
+  local idle0 = server_counts()
+  local idle1 = server_counts()
+  fn(n)
+  local after = server_counts()
+  local bytes = (after.bytes - idle1.bytes) - (idle1.bytes - idle0.bytes)
+  local parts = {}
+  for name, calls in pairs(after.calls) do
+    local d = calls - (idle1.calls[name] or 0)
+    if name == "info" then d = d - (idle1.calls.info - (idle0.calls.info or 0)) end
+    if d ~= 0 then parts[#parts + 1] = string.format("%s:%g", name, d / n) end
+  end
+  table.sort(parts)
+  return bytes / n, table.concat(parts, ",")
+end
+
+-- Warm up: connect, load the scripts (the floor needs them loaded).
+assert(client:with_lock(KEY, TTL, noop) == nil)
+cycles(1000)
+raw_floor(1000)
+
+local lib_bytes, lib_calls = wire(cycles, 1000)
+local floor_bytes, floor_calls = wire(raw_floor, 1000)
+
+local best = { raw = 0, rb = 0, cycle = 0, with_lock = 0 }
 for _ = 1, ROUNDS do
-  best.floor = math.max(best.floor, floor_rate())
-  best.cycle = math.max(best.cycle, cycles())
-  best.with_lock = math.max(best.with_lock, with_locks())
+  best.raw = math.max(best.raw, raw_floor(N))
+  best.rb = math.max(best.rb, benchmark_floor())
+  best.cycle = math.max(best.cycle, cycles(N))
+  best.with_lock = math.max(best.with_lock, with_locks(N))
 end
+floor:close()
 
-print(string.format("%-44s %12s %8s", interp .. ", " .. N .. " cycles, best of " .. ROUNDS,
-                    "cycles/s", "ratio"))
-print(string.format("%-44s %12.0f %8s", "floor: redis-benchmark -c 1, same commands", best.floor, "1.00"))
-print(string.format("%-44s %12.0f %8.2f", "acquire+release", best.cycle, best.cycle / best.floor))
-print(string.format("%-44s %12.0f %8.2f", "with_lock, empty fn (ratio to bare cycle)",
-                    best.with_lock, best.with_lock / best.cycle))
--- Machine-readable line.
-print(string.format("bench interp=%q floor_cps=%.0f cycle_cps=%.0f cycle_ratio=%.3f "
-                    .. "with_lock_cps=%.0f with_lock_ratio=%.3f",
-                    interp, best.floor, best.cycle, best.cycle / best.floor,
-                    best.with_lock, best.with_lock / best.cycle))
+B.emit({ name = "floor.raw/" .. id, value = math.floor(best.raw + 0.5), unit = "cycles/s",
+         label = where .. ": raw floor (bench/floor.c, same bytes)" })
+B.emit({ name = "floor.redis-benchmark/" .. id, value = math.floor(best.rb + 0.5), unit = "cycles/s",
+         baseline = "floor.raw/" .. id, baseline_value = math.floor(best.raw + 0.5),
+         label = where .. ": redis-benchmark -c 1, same commands" })
+B.emit({ name = "cycle/" .. id, value = math.floor(best.cycle + 0.5), unit = "cycles/s",
+         baseline = "floor.raw/" .. id, baseline_value = math.floor(best.raw + 0.5), target = { ">=", 0.95 },
+         note = string.format("%.2f of the redis-benchmark floor", best.cycle / best.rb),
+         label = where .. ": acquire+release" })
+B.emit({ name = "with_lock/" .. id, value = math.floor(best.with_lock + 0.5), unit = "cycles/s",
+         baseline = "cycle/" .. id, baseline_value = math.floor(best.cycle + 0.5), target = { ">=", 0.95 },
+         label = where .. ": with_lock, empty fn" })
+B.emit({ name = "wire/" .. id, value = lib_bytes, unit = "bytes/cycle",
+         baseline = "floor.raw/" .. id, baseline_value = floor_bytes, target = { "==", 1 },
+         met = lib_calls == floor_calls,
+         note = lib_calls == floor_calls and ("same server calls per cycle: " .. lib_calls)
+           or ("server calls per cycle differ: library " .. lib_calls .. "; floor " .. floor_calls),
+         label = where .. ": bytes sent per cycle, library vs floor" })
+if lib_calls ~= floor_calls then
+  B.say("bench: the library and the floor make different server calls per cycle: %s vs %s", lib_calls, floor_calls)
+end

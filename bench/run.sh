@@ -1,21 +1,65 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# `make bench`: bench/cycle.lua under Lua 5.4 and LuaJIT against one private
-# redis-server pinned to core 0, with the client (and its redis-benchmark floor)
-# pinned first to another core, then to the same core: on a small machine the
-# two placements differ by several times, so each figure is a ratio to a floor
-# taken in the same run and placement.
+# `make bench` (benchmarks, not tests): every figure beside a baseline taken in
+# the same run, against one private redis-server pinned to core 0:
+#   bench/cycle.lua    acquire+release and with_lock vs the raw floor
+#                      (bench/floor.c) and redis-benchmark -c 1, Lua 5.4 and
+#                      LuaJIT, the client on another core, then on core 0 too
+#   bench/handoff.lua  release-to-next-holder latency per waiting mode vs a PING
+#   bench/contend.lua  2, 8, 32 processes on one key: acquisitions/s, violations
+#   bench/memory.lua   client RSS before and after 10^6 cycles
+#   bench/peers.lua    redis-py's Lock, lua-resty-redis in nginx
+# Each script prints `bench name=... value=...` lines; bench/report.lua turns
+# them into a table, then repeats them for machines. Progress goes to stderr.
+# Knobs (environment): BENCH_CYCLES (20000), BENCH_ROUNDS (3),
+# BENCH_HANDOFF_ROUNDS (300), BENCH_HANDOFF_PY_ROUNDS (100), BENCH_HOLD_MS (15),
+# BENCH_CONTEND_PROCS ("2 8 32"), BENCH_CONTEND_SECONDS (2),
+# BENCH_MEMORY_CYCLES (1000000), BENCH_ONLY (a list of the script names above,
+# without .lua, to run only those).
 cd "$(dirname "$0")/.." || exit 2
-exec sh tools/with-redis.sh sh -c '
-  set -e
-  echo "redislock bench: private redis-server at 127.0.0.1:$REDIS_PORT, $(nproc) cores"
-  taskset -apc 0 "$(cat "$REDIS_DIR/redis.pid")" >/dev/null
-  last=$(($(nproc) - 1))
-  for placement in "different cores:$last" "same core:0"; do
-    cpu=${placement##*:}
-    echo
-    echo "== server on core 0, client on core $cpu (${placement%%:*})"
-    taskset -c "$cpu" lua5.4 bench/cycle.lua
-    echo
-    LUA_CPATH="$PWD/build/luajit/?.so;;" taskset -c "$cpu" luajit bench/cycle.lua
-  done'
+if [ -z "${REDIS_PORT:-}" ]; then
+  exec sh tools/with-redis.sh sh bench/run.sh "$@"
+fi
+
+set -u
+BENCH_ROOT=$PWD
+LUA_PATH="$PWD/bench/?.lua;$LUA_PATH"
+LUA_PATH_5_4=$LUA_PATH
+export BENCH_ROOT LUA_PATH LUA_PATH_5_4
+JIT_CPATH="$PWD/build/luajit/?.so;;"
+results="$REDIS_DIR/results"
+: > "$results"
+status=0
+started=$(date +%s)
+
+# step NAME DESCRIPTION COMMAND...: runs one benchmark script, its results into
+# $results; a failure is reported and the run goes on.
+step() {
+  step_name=$1 step_what=$2
+  shift 2
+  case " ${BENCH_ONLY:-$step_name} " in *" $step_name "*) ;; *) return 0 ;; esac
+  echo "bench: $step_what" >&2
+  if ! "$@" >> "$results"; then
+    echo "bench: FAILED: $step_what" >&2
+    echo "FAILED: $step_what" >> "$results"
+    status=1
+  fi
+}
+
+taskset -apc 0 "$(cat "$REDIS_DIR/redis.pid")" >/dev/null
+last=$(($(nproc) - 1))
+{
+  echo "redislock bench, $(date -u '+%Y-%m-%d %H:%M UTC'): $(nproc) cores ($(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)), $(uname -sr)"
+  echo "redis-server $(redis-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p') at 127.0.0.1:$REDIS_PORT, pinned to core 0; clients on core $last (different cores) or core 0 (same core)"
+} >> "$results"
+
+for placement in "different-cores:$last" "same-core:0"; do
+  where=${placement%%:*} cpu=${placement##*:}
+  step cycle "cycle, Lua 5.4, $where" taskset -c "$cpu" lua5.4 bench/cycle.lua "$where"
+  step cycle "cycle, LuaJIT, $where" env LUA_CPATH="$JIT_CPATH" taskset -c "$cpu" luajit bench/cycle.lua "$where"
+done
+
+echo "total time: $(($(date +%s) - started)) s" >> "$results"
+echo >&2
+lua5.4 bench/report.lua "$results" || status=1
+exit $status

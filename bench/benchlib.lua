@@ -1,0 +1,172 @@
+-- SPDX-License-Identifier: MIT
+-- Shared by the bench/ scripts (benchmarks, not tests): the machine-readable
+-- result line, percentiles, RESP bytes, shell helpers. Runs under Lua 5.4 and
+-- LuaJIT; bench/run.sh puts bench/ on LUA_PATH.
+local core = require "redislock.core"
+
+local M = {}
+
+M.now = core.now
+M.port = assert(tonumber(os.getenv("REDIS_PORT")), "REDIS_PORT is not set (run through bench/run.sh)")
+M.interp = jit and "LuaJIT" or "Lua 5.4"  -- luacheck: ignore (jit is LuaJIT's)
+M.lua = jit and "luajit" or "lua5.4"      -- luacheck: ignore
+M.root = os.getenv("BENCH_ROOT") or "."
+
+--- Quotes s for sh.
+function M.sh_quote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+
+--- Runs a shell command; returns its output (stderr included) and whether it
+-- exited 0. The exit status travels as a last line, since LuaJIT's popen close
+-- does not report it.
+function M.run(cmd)
+  local p = assert(io.popen("(" .. cmd .. ") 2>&1; echo __EXIT:$?"))
+  local out = p:read("*a")
+  p:close()
+  local code = tonumber(out:match("__EXIT:(%d+)\n?$"))
+  return (out:gsub("__EXIT:%d+\n?$", "")), code == 0
+end
+
+--- A knob from the environment: a positive number, else the default.
+function M.knob(name, default)
+  local v = tonumber(os.getenv(name) or "")
+  if v and v > 0 then return v end
+  return default
+end
+
+--- The p-th percentile (0..100) of a list of numbers (nearest rank).
+function M.percentile(list, p)
+  local sorted = {}
+  for i, v in ipairs(list) do sorted[i] = v end
+  table.sort(sorted)
+  local rank = math.max(1, math.ceil(p / 100 * #sorted))
+  return sorted[rank]
+end
+
+--- The arguments of one RESP command (an array of bulk strings), as a list.
+function M.resp_args(bytes)
+  local n, pos = bytes:match("^%*(%d+)\r\n()")
+  local args = {}
+  for i = 1, assert(tonumber(n), "not a RESP command") do
+    local len, p = bytes:match("^%$(%d+)\r\n()", pos)
+    len = assert(tonumber(len), "not a RESP bulk string")
+    args[i] = bytes:sub(p, p + len - 1)
+    pos = p + len + 2
+  end
+  return args
+end
+
+--- Writes s to a new temporary file; returns its path.
+function M.temp_file(s)
+  local path = os.tmpname()
+  local f = assert(io.open(path, "wb"))
+  f:write(s)
+  f:close()
+  return path
+end
+
+--- The resident set size of this process, in KiB (/proc/self/statm).
+function M.rss_kib()
+  local f = assert(io.open("/proc/self/statm"))
+  local _, resident = f:read("*n", "*n")
+  f:close()
+  return resident * M.page_kib
+end
+M.page_kib = (tonumber((M.run("getconf PAGESIZE"))) or 4096) / 1024
+
+--- Whether Client:acquire takes the option wait_mode = mode ("notify",
+-- "poll"), or fair = true when mode is "fair". Older code refuses unknown
+-- options with an argument error before any I/O.
+function M.supports(client, mode)
+  local opts = { wait = 0 }
+  if mode == "fair" then opts.fair = true else opts.wait_mode = mode end
+  local ok, lock = pcall(client.acquire, client, "bench:probe", 1, opts)
+  if ok and lock then lock:release() end
+  return ok
+end
+
+--- The acquire options for a waiting mode: "notify", "poll", "fair", or
+-- "default" (no mode option: what the code of the day does).
+function M.wait_opts(mode, wait)
+  if mode == "fair" then return { wait = wait, fair = true } end
+  if mode == "default" then return { wait = wait } end
+  return { wait = wait, wait_mode = mode }
+end
+
+--- The waiting modes to compare: notify and poll when the API has them,
+-- fair too when it has that; else "default" alone.
+function M.wait_modes(client)
+  local modes = {}
+  for _, m in ipairs({ "notify", "poll", "fair" }) do
+    if M.supports(client, m) then modes[#modes + 1] = m end
+  end
+  if #modes == 0 then modes[1] = "default" end
+  return modes
+end
+
+local function fmt_value(v)
+  if type(v) ~= "number" then return tostring(v) end
+  if v == math.floor(v) and math.abs(v) < 1e15 then return string.format("%d", v) end
+  return string.format("%.4g", v)
+end
+
+--- Prints one machine-readable line for one figure:
+--   bench name=<id> value=<number> unit=<unit> [baseline=<id> baseline_value=<n>
+--   ratio=<value/baseline>] [target=<op><n> met=yes|no] label="<text>"
+-- f: name, value, unit, label, and optionally baseline, baseline_value,
+-- target ({ op, n }: op is ">=", "<=" or "=="; ratio is compared when there
+-- is a baseline, else value), target_of ("value" to compare the value even
+-- with a baseline), met (false fails the target whatever the numbers), note.
+function M.emit(f)
+  local parts = { "bench", "name=" .. f.name, "value=" .. fmt_value(f.value), "unit=" .. f.unit }
+  local ratio
+  if f.baseline then
+    parts[#parts + 1] = "baseline=" .. f.baseline
+    parts[#parts + 1] = "baseline_value=" .. fmt_value(f.baseline_value)
+    ratio = f.value / f.baseline_value
+    parts[#parts + 1] = string.format("ratio=%.3f", ratio)
+  end
+  if f.target then
+    local op, n = f.target[1], f.target[2]
+    local x = (ratio and f.target_of ~= "value") and ratio or f.value
+    local met = (op == ">=" and x >= n) or (op == "<=" and x <= n) or (op == "==" and x == n)
+    if f.met ~= nil then met = met and f.met end
+    parts[#parts + 1] = "target=" .. op .. fmt_value(n)
+    parts[#parts + 1] = "met=" .. (met and "yes" or "no")
+  end
+  if f.note then parts[#parts + 1] = string.format("note=%q", f.note) end
+  parts[#parts + 1] = string.format("label=%q", f.label)
+  print(table.concat(parts, " "))
+  io.stdout:flush()
+end
+
+--- The raw floor (build/bench/floor, bench/floor.c) for client's lock cycle:
+-- the exact bytes the library sends for acquire and release of key (ttl in
+-- seconds), with a token of the library's length. Returns an object with
+-- :rate(n) (cycles per second over n cycles), :close() and the fields
+-- acquire and release (the bytes).
+function M.floor(client, key, ttl)
+  local tok = core.token()
+  local f = {
+    acquire = core.encode_script("acquire", key, tok, ttl * 1000, client.prefix),
+    release = core.encode_script("release", key, tok, nil, client.prefix),
+  }
+  local files = { M.temp_file(f.acquire), M.temp_file(f.release) }
+  function f.rate(_, n)
+    local out, ok = M.run(table.concat({ M.root .. "/build/bench/floor", M.port, n, files[1], files[2] }, " "))
+    local rate = ok and tonumber(out:match("cycles_per_s=([%d.]+)"))
+    return (assert(rate, "bench/floor failed: " .. out))
+  end
+  function f.close()
+    for _, path in ipairs(files) do os.remove(path) end
+  end
+  return f
+end
+
+--- Prints a progress line on stderr (the report is built from stdout).
+function M.say(fmt, ...)
+  io.stderr:write(string.format(fmt, ...), "\n")
+end
+
+return M
