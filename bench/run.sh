@@ -58,6 +58,11 @@ for placement in "different-cores:$last" "same-core:0"; do
   step cycle "cycle, Lua 5.4, $where" taskset -c "$cpu" lua5.4 bench/cycle.lua "$where"
   step cycle "cycle, LuaJIT, $where" env LUA_CPATH="$JIT_CPATH" taskset -c "$cpu" luajit bench/cycle.lua "$where"
 done
+# Handoff: the holder beside the server, the waiter and the PINGs on another
+# core. Contention: the processes go wherever the scheduler puts them.
+BENCH_SERVER_CPU=0 BENCH_CLIENT_CPU=$last
+export BENCH_SERVER_CPU BENCH_CLIENT_CPU
+step handoff "handoff latency" taskset -c "$last" lua5.4 bench/handoff.lua
 
 echo "total time: $(($(date +%s) - started)) s" >> "$results"
 echo >&2
