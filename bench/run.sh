@@ -63,6 +63,7 @@ done
 BENCH_SERVER_CPU=0 BENCH_CLIENT_CPU=$last
 export BENCH_SERVER_CPU BENCH_CLIENT_CPU
 step handoff "handoff latency" taskset -c "$last" lua5.4 bench/handoff.lua
+step contend "contended throughput" lua5.4 bench/contend.lua
 
 echo "total time: $(($(date +%s) - started)) s" >> "$results"
 echo >&2

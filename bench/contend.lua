@@ -1,0 +1,102 @@
+-- SPDX-License-Identifier: MIT
+-- Benchmark (not a test): contended throughput. 2, 8 and 32 processes on one
+-- key (BENCH_CONTEND_PROCS), for each waiting mode the API has, each looping
+-- for BENCH_CONTEND_SECONDS (2): acquire with a wait, a read-modify-write of a
+-- shared counter under the lock (GET, then SET n+1), release. Reports the
+-- total acquisitions per second (those released inside the timed window) and
+-- the mutual-exclusion violations, which must be 0: each holder INCRs an
+-- "inside" key on entry (more than 1 is an overlap) and DECRs it on leaving,
+-- and at the end the counter must equal the number of acquisitions made.
+-- usage: contend.lua                   (the whole benchmark, from bench/run.sh)
+--        contend.lua worker <mode> <key> <start_at> <stop_at>   (one process)
+local redislock = require "redislock"
+local core = require "redislock.core"
+local B = require "benchlib"
+
+local TTL, WAIT = 10, 10
+
+-- One process: prints "done <acquired in window> <acquired in all> <overlaps> <busy>".
+local function worker(mode, key, start_at, stop_at)
+  local client = redislock.new({ port = B.port, timeout = 10 })
+  local inside, counter = key .. ":inside", key .. ":counter"
+  local opts = B.wait_opts(mode, WAIT)
+  local in_window, all, overlaps, busy = 0, 0, 0, 0
+  assert(client:command("PING")) -- connect before the start
+  local delay = start_at - core.now()
+  if delay > 0 then core.sleep(delay) end -- start together, so that they compete
+  while core.now() < stop_at do
+    local lock, err = client:acquire(key, TTL, opts)
+    if lock then
+      if assert(client:command("INCR", inside)) > 1 then overlaps = overlaps + 1 end
+      local n = assert(tonumber(assert(client:command("GET", counter))))
+      assert(client:command("SET", counter, n + 1))
+      assert(client:command("DECR", inside))
+      assert(lock:release())
+      all = all + 1
+      if core.now() <= stop_at then in_window = in_window + 1 end
+    elseif err:match("^busy") then
+      busy = busy + 1
+    else
+      error(err)
+    end
+  end
+  print(string.format("done %d %d %d %d", in_window, all, overlaps, busy))
+end
+
+if arg[1] == "worker" then
+  worker(arg[2], arg[3], tonumber(arg[4]), tonumber(arg[5]))
+  os.exit(0)
+end
+
+local SECONDS = B.knob("BENCH_CONTEND_SECONDS", 2)
+local PROCS = {}
+for n in (os.getenv("BENCH_CONTEND_PROCS") or "2 8 32"):gmatch("%d+") do PROCS[#PROCS + 1] = tonumber(n) end
+
+local raw = core.new({ port = B.port })
+
+-- Runs procs workers in mode; returns acquisitions/s, violations and a note.
+local function run(mode, procs)
+  local key = string.format("bench:contend:%s:%d", mode, procs)
+  assert(raw:command("DEL", key, key .. ":inside"))
+  assert(raw:command("SET", key .. ":counter", 0))
+  -- Time for every process to start and connect (a Lua process takes a few
+  -- ms); they then begin together.
+  local start_at = core.now() + 0.3 + 0.02 * procs
+  local stop_at = start_at + SECONDS
+  local pipes = {}
+  for i = 1, procs do
+    pipes[i] = assert(io.popen(table.concat({ B.lua, B.root .. "/bench/contend.lua", "worker", mode, key,
+                                              string.format("%.6f %.6f", start_at, stop_at) }, " ")
+                               .. " 2>&1"))
+  end
+  local in_window, all, overlaps, busy = 0, 0, 0, 0
+  for i = 1, procs do
+    local out = pipes[i]:read("*a")
+    pipes[i]:close()
+    local a, b, c, d = out:match("done (%d+) (%d+) (%d+) (%d+)")
+    assert(a, "a contention worker failed:\n" .. out)
+    in_window, all = in_window + tonumber(a), all + tonumber(b)
+    overlaps, busy = overlaps + tonumber(c), busy + tonumber(d)
+  end
+  local counter = tonumber(raw:command("GET", key .. ":counter")) or 0
+  local violations = overlaps + math.abs(counter - all)
+  local note = string.format("%d acquisitions, counter %d, %d overlaps seen, %d waits ran out",
+                             all, counter, overlaps, busy)
+  return in_window / SECONDS, violations, note
+end
+
+local client = redislock.new({ port = B.port })
+for _, mode in ipairs(B.wait_modes(client)) do
+  for _, procs in ipairs(PROCS) do
+    B.say("bench: contention, %s, %d processes, %g s", mode, procs, SECONDS)
+    local rate, violations, note = run(mode, procs)
+    local label = string.format("%d processes, one key, %s", procs,
+                                mode == "default" and "waiting as the API does today"
+                                  or mode == "fair" and "fair = true" or "wait_mode = \"" .. mode .. "\"")
+    local id = string.format("%s/%d", mode, procs)
+    B.emit({ name = "contended/" .. id, value = math.floor(rate + 0.5), unit = "acquisitions/s", note = note,
+             label = label .. ": acquisitions/s" })
+    B.emit({ name = "violations/" .. id, value = violations, unit = "count", target = { "==", 0 },
+             label = label .. ": mutual-exclusion violations" })
+  end
+end
