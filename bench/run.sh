@@ -64,6 +64,8 @@ BENCH_SERVER_CPU=0 BENCH_CLIENT_CPU=$last
 export BENCH_SERVER_CPU BENCH_CLIENT_CPU
 step handoff "handoff latency" taskset -c "$last" lua5.4 bench/handoff.lua
 step contend "contended throughput" lua5.4 bench/contend.lua
+step memory "memory, Lua 5.4" taskset -c 0 lua5.4 bench/memory.lua same-core
+step memory "memory, LuaJIT" env LUA_CPATH="$JIT_CPATH" taskset -c 0 luajit bench/memory.lua same-core
 
 echo "total time: $(($(date +%s) - started)) s" >> "$results"
 echo >&2
