@@ -66,6 +66,7 @@ step handoff "handoff latency" taskset -c "$last" lua5.4 bench/handoff.lua
 step contend "contended throughput" lua5.4 bench/contend.lua
 step memory "memory, Lua 5.4" taskset -c 0 lua5.4 bench/memory.lua same-core
 step memory "memory, LuaJIT" env LUA_CPATH="$JIT_CPATH" taskset -c 0 luajit bench/memory.lua same-core
+step peers "peers: redis-py, lua-resty-redis in nginx" taskset -c "$last" lua5.4 bench/peers.lua different-cores
 
 echo "total time: $(($(date +%s) - started)) s" >> "$results"
 echo >&2

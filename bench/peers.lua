@@ -1,0 +1,207 @@
+-- SPDX-License-Identifier: MIT
+-- Benchmark (not a test): redislock side by side with the peers installable
+-- here, on the same server, single client, uncontended acquire+release cycles
+-- per second, best of BENCH_ROUNDS (3) rounds taken in turn, each beside the
+-- raw floor (bench/floor.c with redislock's bytes) of the same round:
+--  * Debian's python3-redis Lock (bench/redis_py.py, /usr/bin/python3) vs
+--    redislock under Lua 5.4 in this process;
+--  * Debian's lua-resty-redis in nginx (SET NX PX + compare-and-delete EVAL,
+--    per request: connect from the pool ... set_keepalive; and on one
+--    connection) vs redislock in the same nginx (bench/ngx_bench.lua).
+-- The private nginx runs from a temporary prefix with the lua module, on a
+-- free loopback port, and is stopped by its PID (kill -QUIT).
+-- usage (from bench/run.sh, pinned by taskset): peers.lua <placement name>
+local redislock = require "redislock"
+local socket = require "socket"
+local http = require "socket.http"
+local B = require "benchlib"
+
+local PLACEMENT = arg[1] or "unpinned"
+local N = B.knob("BENCH_CYCLES", 20000)
+local PY_N = B.knob("BENCH_PY_CYCLES", math.floor(N / 4))
+local ROUNDS = B.knob("BENCH_ROUNDS", 3)
+local PYTHON = "/usr/bin/python3"
+
+local client = redislock.new({ port = B.port })
+local floor = B.floor(client, "bench", 10)
+
+local function cycles(n)
+  local t0 = B.now()
+  for _ = 1, n do
+    local lock = assert(client:acquire("bench", 10))
+    assert(lock:release())
+  end
+  return n / (B.now() - t0)
+end
+
+-- Best of ROUNDS of each named measurement, taken in turn: fns[name]() -> rate.
+local function best_of(fns)
+  local best = {}
+  for _ = 1, ROUNDS do
+    for name, fn in pairs(fns) do best[name] = math.max(best[name] or 0, fn()) end
+  end
+  return best
+end
+
+local function emit_rate(name, label, rate, base_name, base, note)
+  B.emit({ name = name, value = math.floor(rate + 0.5), unit = "cycles/s", baseline = base_name,
+           baseline_value = math.floor(base + 0.5), note = note, label = label })
+end
+
+------------------------------------------------------------------------------
+-- redis-py
+
+local function python_cycles()
+  local out, ok = B.run(table.concat({ PYTHON, B.root .. "/bench/redis_py.py", "cycles", B.port, PY_N }, " "))
+  local rate = ok and tonumber(out:match("cycles_per_s=([%d.]+)"))
+  return (assert(rate, "bench/redis_py.py failed: " .. out))
+end
+
+local _, has_redis_py = B.run(PYTHON .. " -c 'import redis'")
+cycles(1000)
+floor:rate(1000)
+local id = "/" .. PLACEMENT
+local best
+if has_redis_py then
+  python_cycles() -- warm up: loads its release script
+  best = best_of({ floor = function() return floor:rate(N) end, lua = function() return cycles(N) end,
+                   py = python_cycles })
+  local version = (B.run(PYTHON .. " -c 'import redis; print(redis.__version__)'")):gsub("%s+$", "")
+  emit_rate("peer.redislock/lua5.4" .. id, "redislock, Lua 5.4, " .. PLACEMENT, best.lua,
+            "peer.floor.raw" .. id, best.floor)
+  emit_rate("peer.redis-py" .. id, "redis-py " .. version .. " Lock, /usr/bin/python3, " .. PLACEMENT, best.py,
+            "peer.redislock/lua5.4" .. id, best.lua, string.format("%.2f of the raw floor", best.py / best.floor))
+else
+  B.say("bench: no redis-py for %s (sh tools/deps.sh bench installs python3-redis): skipped", PYTHON)
+  best = best_of({ floor = function() return floor:rate(N) end })
+end
+B.emit({ name = "peer.floor.raw" .. id, value = math.floor(best.floor + 0.5), unit = "cycles/s",
+         label = "raw floor beside the peers, " .. PLACEMENT })
+
+------------------------------------------------------------------------------
+-- nginx: redislock over cosockets vs lua-resty-redis
+
+local function free_port()
+  local s = assert(socket.bind("127.0.0.1", 0))
+  local _, port = s:getsockname()
+  s:close()
+  return tonumber(port)
+end
+
+local function read_file(path)
+  local f = io.open(path)
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+local function alive(pid)
+  local stat = read_file("/proc/" .. pid .. "/stat")
+  return stat ~= nil and not stat:match("^%d+ %b() Z")
+end
+
+local function nginx_conf(prefix, port)
+  local q = function(s) return '"' .. s .. '"' end
+  local lines = {
+    "load_module /usr/lib/nginx/modules/ndk_http_module.so;",
+    "load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;",
+    -- As root the worker would run as nobody, who may not enter the checkout.
+    (B.run("id -u")):match("^0%s") and "user root;" or "",
+    "worker_processes 1;",
+    "daemon on;",
+    "pid " .. q(prefix .. "/nginx.pid") .. ";",
+    "error_log " .. q(prefix .. "/logs/error.log") .. " warn;",
+    "events { worker_connections 64; }",
+    "http {",
+    "  access_log off;",
+  }
+  for _, kind in ipairs({ "client_body", "proxy", "fastcgi", "uwsgi", "scgi" }) do
+    lines[#lines + 1] = "  " .. kind .. "_temp_path " .. q(prefix .. "/tmp/" .. kind) .. ";"
+  end
+  local root = B.root
+  lines[#lines + 1] = "  lua_package_path " .. q(root .. "/lua/?.lua;" .. root .. "/bench/?.lua;;") .. ";"
+  lines[#lines + 1] = "  lua_package_cpath " .. q(root .. "/build/luajit/?.so;;") .. ";"
+  lines[#lines + 1] = "  server {"
+  lines[#lines + 1] = "    listen 127.0.0.1:" .. port .. ";"
+  lines[#lines + 1] = "    location / { content_by_lua_block { require('ngx_bench').handle(" .. B.port .. ") } }"
+  lines[#lines + 1] = "  }"
+  lines[#lines + 1] = "}"
+  return table.concat(lines, "\n") .. "\n"
+end
+
+-- Starts nginx, pinned where this process is; returns its port, master PID
+-- and prefix, or raises with its error log.
+local function start_nginx()
+  local prefix = (B.run("mktemp -d")):gsub("%s+$", "")
+  assert(prefix:match("^/"), "cannot make a temporary folder")
+  assert(B.run("mkdir -p " .. B.sh_quote(prefix .. "/conf") .. " " .. B.sh_quote(prefix .. "/logs") .. " "
+               .. B.sh_quote(prefix .. "/tmp")))
+  for _ = 1, 5 do
+    local port = free_port()
+    local conf = prefix .. "/conf/nginx.conf"
+    local f = assert(io.open(conf, "w"))
+    f:write(nginx_conf(prefix, port))
+    f:close()
+    -- Output to a file: the daemon would hold a pipe open. LUA_PATH/LUA_CPATH
+    -- would leak the Lua 5.4 build into the lua module's ";;".
+    B.run("env -u LUA_PATH -u LUA_CPATH nginx -p " .. B.sh_quote(prefix .. "/") .. " -c " .. B.sh_quote(conf)
+          .. " > " .. B.sh_quote(prefix .. "/logs/nginx.out") .. " 2>&1")
+    local deadline = B.now() + 5
+    while B.now() < deadline do
+      local pid = tonumber(read_file(prefix .. "/nginx.pid") or "")
+      local c = socket.tcp()
+      c:settimeout(0.2)
+      local up = pid and alive(pid) and c:connect("127.0.0.1", port)
+      c:close()
+      if up then return port, pid, prefix end
+      local log = (read_file(prefix .. "/logs/nginx.out") or "") .. (read_file(prefix .. "/logs/error.log") or "")
+      if log:find("Address already in use", 1, true) then break end
+      if pid == nil and log:find("emerg", 1, true) then error("nginx did not start:\n" .. log) end
+      socket.sleep(0.02)
+    end
+  end
+  error("nginx did not start:\n" .. (read_file(prefix .. "/logs/error.log") or ""))
+end
+
+-- Stops nginx by its PID: QUIT (graceful), then TERM; removes the prefix.
+local function stop_nginx(pid, prefix)
+  for _, sig in ipairs({ "QUIT", "TERM" }) do
+    if pid and alive(pid) then
+      os.execute("kill -" .. sig .. " " .. pid .. " 2>/dev/null")
+      local deadline = B.now() + 5
+      while alive(pid) and B.now() < deadline do socket.sleep(0.02) end
+    end
+  end
+  os.execute("rm -rf " .. B.sh_quote(prefix))
+end
+
+local port, pid, prefix = start_nginx()
+local ok, err = pcall(function()
+  local function get(path)
+    return function()
+      local body, code = http.request(string.format("http://127.0.0.1:%d/%s?n=%d", port, path, N))
+      local rate = code == 200 and tonumber(body:match("cycles_per_s=([%d.]+)"))
+      return (assert(rate, path .. " in nginx failed (" .. tostring(code) .. "): " .. tostring(body)
+                                .. (read_file(prefix .. "/logs/error.log") or "")))
+    end
+  end
+  for _, path in ipairs({ "redislock", "resty", "resty-one" }) do -- warm up: connections, scripts
+    http.request(string.format("http://127.0.0.1:%d/%s?n=1000", port, path))
+  end
+  local b = best_of({ floor = function() return floor:rate(N) end, ngx = get("redislock"),
+                      resty = get("resty"), resty_one = get("resty-one") })
+  local where = ", nginx (one worker), " .. PLACEMENT
+  B.emit({ name = "peer.floor.raw.nginx" .. id, value = math.floor(b.floor + 0.5), unit = "cycles/s",
+           label = "raw floor beside nginx, " .. PLACEMENT })
+  emit_rate("peer.redislock/nginx" .. id, "redislock over cosockets" .. where, b.ngx,
+            "peer.floor.raw.nginx" .. id, b.floor)
+  emit_rate("peer.resty/nginx" .. id, "lua-resty-redis 0.27, connect+set_keepalive per cycle" .. where, b.resty,
+            "peer.redislock/nginx" .. id, b.ngx, string.format("%.2f of the raw floor", b.resty / b.floor))
+  emit_rate("peer.resty-one/nginx" .. id, "lua-resty-redis 0.27, one connection for all cycles" .. where,
+            b.resty_one, "peer.redislock/nginx" .. id, b.ngx,
+            string.format("%.2f of the raw floor", b.resty_one / b.floor))
+end)
+stop_nginx(pid, prefix)
+floor:close()
+if not ok then error(err, 0) end
