@@ -135,17 +135,25 @@ local function check_opts(n, fname, opts, known)
   return opts
 end
 
-local ACQUIRE_OPTS = { wait = true }
+local ACQUIRE_OPTS = { wait = true, wait_mode = true, fair = true }
+local WAIT_MODES = { notify = true, poll = true }
 
--- The options of acquire and with_lock, checked; returns the wait in seconds.
+-- The options of acquire and with_lock, checked; returns how to wait:
+-- { wait = seconds, mode = "notify" | "poll", fair = boolean }.
 local function check_acquire_opts(n, fname, opts)
   opts = check_opts(n, fname, opts, ACQUIRE_OPTS)
-  local wait = opts.wait
-  if wait == nil then return 0 end
+  local how = { wait = opts.wait or 0, mode = opts.wait_mode or "notify", fair = opts.fair or false }
+  local wait = how.wait
   if type(wait) ~= "number" or wait ~= wait or wait < 0 or wait == math.huge then
     argerror(n, fname, "option 'wait' must be a finite number of seconds >= 0")
   end
-  return wait
+  if not WAIT_MODES[how.mode] then
+    argerror(n, fname, "option 'wait_mode' must be \"notify\" or \"poll\", got " .. quote(tostring(how.mode)))
+  end
+  if type(how.fair) ~= "boolean" then
+    argerror(n, fname, "option 'fair' must be a boolean, got " .. type(how.fair))
+  end
+  return how
 end
 
 ------------------------------------------------------------------------------
@@ -363,45 +371,73 @@ local function seconds_text(ms)
   return string_format("%.3g s left", ms / 1000)
 end
 
--- Tries to take key with token until `wait` seconds have passed. The same token
--- is resent after a connection error: the acquire script treats "the key already
--- holds my token" as success, so a send that landed is not counted twice.
+-- A fair waiter comes back at least this often (seconds), so that the queue
+-- keeps it: the server drops one that stays away 3 s (RL_FAIR_STAY_MS).
+local FAIR_STEP = 1
+
+-- Whole milliseconds, at least 1, for a wait of s seconds.
+local function wait_ms(s)
+  return math_max(1, math_floor(s * 1000 + 0.5))
+end
+
+-- The busy message after an attempt that answered value (the holder's PTTL,
+-- or -2 when a fair lock is free but promised to earlier waiters).
+local function busy_message(key, value, waited)
+  local state, detail = "held by another owner", seconds_text(value)
+  if value == -2 then state, detail = "promised to earlier waiters", "fair queue" end
+  if waited > 0 then
+    return string_format("busy: %s is still %s after waiting %.3g s (%s)", quote(key), state, waited, detail)
+  end
+  return string_format("busy: %s is %s (%s)", quote(key), state, detail)
+end
+
+-- Tries to take key with token until how.wait seconds have passed. Between
+-- attempts it blocks on the lock's wake-up list (mode "notify": release
+-- wakes one waiter, and a block never outlasts the holder's TTL or the
+-- deadline), or sleeps a jittered, doubling step (mode "poll", and after a
+-- connection error). A fair waiter queues on the server and leaves the queue
+-- when it gives up. The same token is resent after a connection error: the
+-- acquire scripts treat "the key already holds my token" as success, so a
+-- send that landed is not counted twice.
 -- Returns the fence and the time the successful attempt was sent, or nil and
 -- an error message.
-local function take(self, key, tok, ms, wait)
+local function take(self, key, tok, ms, how)
   local c, sleep = self._transport, self._sleep
+  local wait, fair = how.wait, how.fair
+  local op = fair and "acquire_fair" or "acquire"
   local deadline = now() + wait
   local step = FIRST_STEP
   while true do
     local sent = now()
-    local status, value = c:eval("acquire", key, tok, ms)
+    local status, value = c:eval(op, key, tok, ms)
     if status == 1 then return value, sent end
     local left = deadline - now()
-    if status == nil and (left <= 0 or value:sub(1, 11) ~= "connection:") then
-      return nil, value
+    if left <= 0 or (status == nil and value:sub(1, 11) ~= "connection:") then
+      if fair then c:eval("leave", key, tok) end -- best effort: else it drops out in 3 s
+      if status == nil then return nil, value end
+      return nil, busy_message(key, value, wait)
     end
-    if left <= 0 then
-      if wait > 0 then
-        return nil, string_format("busy: %s is still held by another owner after waiting %.3g s (%s)",
-                                  quote(key), wait, seconds_text(value))
-      end
-      return nil, string_format("busy: %s is held by another owner (%s)", quote(key), seconds_text(value))
+    -- How long the lock can stay as it is: until the holder's TTL runs out.
+    local block = left
+    if status == -1 and value >= 0 then block = math_min(block, value / 1000 + 0.001) end
+    if fair then block = math_min(block, FAIR_STEP) end
+    local woke
+    if status ~= nil and how.mode == "notify" then
+      woke = c:wait(key, fair and tok or nil, wait_ms(block))
     end
-    local pause = step * jitter()
-    if status == -1 and value >= 0 then
-      pause = math_min(pause, value / 1000 + 0.001)
+    if woke == nil then -- polling, a connection error, or the wait failed
+      -- At least 1 ms: nginx's timers have millisecond resolution, and
+      -- ngx.sleep(0) only yields.
+      sleep(math_max(math_min(step * jitter(), block), 0.001))
+      step = math_min(step * 2, MAX_STEP)
     end
-    -- At least 1 ms: nginx's timers have millisecond resolution, and
-    -- ngx.sleep(0) only yields.
-    sleep(math_max(math_min(pause, left), 0.001))
-    step = math_min(step * 2, MAX_STEP)
   end
 end
 
 -- acquire after its arguments were checked.
-local function acquire(self, key, ms, wait)
+local function acquire(self, key, ms, how)
   local tok = token()
-  local fence, sent = take(self, key, tok, ms, wait)
+  local fence, sent = take(self, key, tok, ms, how)
   if not fence then return nil, sent end
   -- _expires: the lock cannot expire on the server before this (the TTL
   -- started after the send), by the monotonic clock.
@@ -418,9 +454,9 @@ function Client:acquire(key, ttl, opts, ...)
   check_client(self, "acquire")
   check_key(1, "acquire", key)
   local ms = check_seconds(2, "acquire", "ttl", ttl)
-  local wait = check_acquire_opts(3, "acquire", opts)
+  local how = check_acquire_opts(3, "acquire", opts)
   check_nargs("acquire", 3, ...)
-  return acquire(self, key, ms, wait)
+  return acquire(self, key, ms, how)
 end
 
 --- A lock object for a lock taken elsewhere, known by its key and token (a
@@ -551,14 +587,14 @@ local function check_fn(n, fname, fn)
   end
 end
 
--- The arguments of both with_locks, checked; returns the ttl in ms and the wait.
+-- The arguments of both with_locks, checked; returns the ttl in ms and how to wait.
 local function check_with_lock_args(key, ttl, fn, opts, ...)
   check_key(1, "with_lock", key)
   local ms = check_seconds(2, "with_lock", "ttl", ttl)
   check_fn(3, "with_lock", fn)
-  local wait = check_acquire_opts(4, "with_lock", opts)
+  local how = check_acquire_opts(4, "with_lock", opts)
   check_nargs("with_lock", 4, ...)
-  return ms, wait
+  return ms, how
 end
 
 -- pack(pcall(fn, lock)). On Lua 5.4 the lock is also held by a to-be-closed
@@ -585,8 +621,8 @@ if load("local guard <close> = nil") then -- Lua 5.4 and later
 end
 
 -- Runs fn(lock) under the lock and releases it in every case.
-local function with_lock(self, key, ms, fn, wait)
-  local lock, err = acquire(self, key, ms, wait)
+local function with_lock(self, key, ms, fn, how)
+  local lock, err = acquire(self, key, ms, how)
   if not lock then error(err, 0) end
   local res = call_locked(lock, fn)
   -- Protected: if fn closed the client, release raises, and fn's own error
@@ -605,8 +641,8 @@ end
 -- @param opts optional table: wait (seconds to keep trying to acquire)
 function Client:with_lock(key, ttl, fn, opts, ...)
   check_client(self, "with_lock")
-  local ms, wait = check_with_lock_args(key, ttl, fn, opts, ...)
-  return with_lock(self, key, ms, fn, wait)
+  local ms, how = check_with_lock_args(key, ttl, fn, opts, ...)
+  return with_lock(self, key, ms, fn, how)
 end
 
 local default_client
@@ -629,10 +665,10 @@ end
 
 --- redislock.with_lock(key, ttl, fn[, opts]) on the default client.
 function _M.with_lock(key, ttl, fn, opts, ...)
-  local ms, wait = check_with_lock_args(key, ttl, fn, opts, ...)
+  local ms, how = check_with_lock_args(key, ttl, fn, opts, ...)
   local client = _M.default_client()
   check_open(client, "with_lock", "client")
-  return with_lock(client, key, ms, fn, wait)
+  return with_lock(client, key, ms, fn, how)
 end
 
 return _M

@@ -12,14 +12,14 @@
 -- with `setkeepalive`. A client therefore holds no socket between calls and
 -- may be shared by every request of a worker (cosockets cannot outlive the
 -- request that made them). It has the methods of the C client that
--- redislock.lua uses (eval, command, close, closed) and io_problem.
+-- redislock.lua uses (eval, wait, command, close, closed) and io_problem.
 
 local core = require "redislock.core"
 
 local ngx = ngx
 local ipairs, setmetatable, string_format, table_concat = ipairs, setmetatable, string.format, table.concat
 local tcp, get_phase, md5 = ngx.socket.tcp, ngx.get_phase, ngx.md5
-local encode, encode_script, new_reader = core.encode, core.encode_script, core.reader
+local encode, encode_script, encode_wait, new_reader = core.encode, core.encode_script, core.encode_wait, core.reader
 
 local _M = { _VERSION = core._VERSION }
 
@@ -192,6 +192,25 @@ function Transport:eval(op, key, token, ms)
     if reused == 0 or timed_out or op == "release" then break end
   end
   return nil, err
+end
+
+--- transport:wait(key, token, ms) -> true | false | nil, err (as the C client's
+-- wait): blocks on the lock's wake-up list for at most ms, on a connection of
+-- its own from the pool; true when woken, false when the time ran out.
+function Transport:wait(key, token, ms)
+  local bytes = encode_wait(key, token, ms, self.prefix)  -- checks the arguments
+  local sock, err = open(self)
+  if not sock then return nil, err end
+  -- The server may take the whole wait before it answers.
+  sock:settimeouts(self.connect_timeout_ms, self.timeout_ms, ms + self.timeout_ms)
+  local v, msg, failed = round_trip(self, sock, bytes, "reply")
+  if failed then
+    sock:close()
+  else
+    keepalive(self, sock)
+  end
+  if v == nil then return nil, msg end
+  return v ~= false
 end
 
 --- transport:command(name, ...) -> reply | nil, err (as the C client's command).
