@@ -1,6 +1,7 @@
 -- SPDX-License-Identifier: MIT
 -- Mutual exclusion across OS processes: 8 workers increment a shared Redis
--- counter by read-modify-write. With with_lock no update is lost and no two
+-- counter by read-modify-write. With with_lock (waiting by notification, by
+-- polling, or in a fair queue) no update is lost and no two
 -- workers are ever inside at once; without it, updates are lost (so this spec
 -- would fail if the lock did not exclude).
 local core = require "redislock.core"
@@ -44,12 +45,14 @@ describe("mutual exclusion across processes", function()
     assert.is_true(overlaps > 0)
   end)
 
-  it("loses none with with_lock, and no two workers are ever inside at once", function()
-    local counter, overlaps = race("lock")
-    assert.are.equal(WORKERS * ROUNDS, counter)
-    assert.are.equal(0, overlaps)
-    -- Every acquisition took a fence of its own.
-    assert.are.equal(tostring(WORKERS * ROUNDS), raw:command("GET", "lock:{counter}:fence"))
-    assert.are.equal(0, raw:command("EXISTS", "lock:{counter}"))
-  end)
+  for _, mode in ipairs({ "notify", "poll", "fair" }) do
+    it("loses none with with_lock (" .. mode .. "), and no two workers are ever inside at once", function()
+      local counter, overlaps = race(mode)
+      assert.are.equal(WORKERS * ROUNDS, counter)
+      assert.are.equal(0, overlaps)
+      -- Every acquisition took a fence of its own.
+      assert.are.equal(tostring(WORKERS * ROUNDS), raw:command("GET", "lock:{counter}:fence"))
+      assert.are.equal(0, raw:command("EXISTS", "lock:{counter}"))
+    end)
+  end
 end)

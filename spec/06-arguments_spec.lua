@@ -123,6 +123,14 @@ describe("argument checks", function()
         raises("bad argument #3 to 'acquire' (option 'wait' must be a finite number of seconds >= 0)",
                client.acquire, client, "k", 5, { wait = w })
       end
+      raises("bad argument #3 to 'acquire' (option 'wait_mode' must be \"notify\" or \"poll\", got \"spin\")",
+             client.acquire, client, "k", 5, { wait_mode = "spin" })
+      raises("bad argument #3 to 'acquire' (option 'wait_mode' must be \"notify\" or \"poll\", got \"1\")",
+             client.acquire, client, "k", 5, { wait_mode = 1 })
+      raises("bad argument #3 to 'acquire' (option 'fair' must be a boolean, got string)",
+             client.acquire, client, "k", 5, { fair = "yes" })
+      raises("bad argument #4 to 'with_lock' (option 'fair' must be a boolean, got number)",
+             client.with_lock, client, "k", 5, function() end, { fair = 1 })
     end)
 
     it("refuses surplus arguments", function()

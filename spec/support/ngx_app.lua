@@ -36,10 +36,11 @@ local function status_for(err)
   return ({ busy = 409, lost = 409, connection = 503, redis = 502 })[code] or 500
 end
 
---- GET /counter[?lock=1]: one read-modify-write of the counter, with a yield
--- between the read and the write (and a check for overlaps: "inside" counts
--- the requests between read and write at once, "overlaps" how often it was
--- found above one). With lock=1 it runs inside with_lock.
+--- GET /counter[?lock=notify|poll|fair]: one read-modify-write of the
+-- counter, with a yield between the read and the write (and a check for
+-- overlaps: "inside" counts the requests between read and write at once,
+-- "overlaps" how often it was found above one). With lock it runs inside
+-- with_lock, waiting that way.
 function app.counter()
   local c = client()
   local function work()
@@ -51,8 +52,10 @@ function app.counter()
     assert(c:command("SET", "counter", v + 1))
     assert(c:command("DECR", "inside"))
   end
-  if ngx.var.arg_lock == "1" then
-    c:with_lock("counter", 5, work, { wait = 60 })
+  local mode = ngx.var.arg_lock
+  if mode then
+    c:with_lock("counter", 5, work, { wait = 60, wait_mode = mode == "fair" and "notify" or mode,
+                                      fair = mode == "fair" })
   else
     work()
   end

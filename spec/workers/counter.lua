@@ -3,7 +3,8 @@
 -- counter, `rounds` times, with or without the lock. While inside, it also
 -- counts how many workers are inside at once ("inside" key): more than one is
 -- an overlap, which the lock must make impossible.
--- usage: counter.lua <port> <lock|nolock> <rounds> <start_at (core.now seconds)>
+-- usage: counter.lua <port> <notify|poll|fair|nolock> <rounds> <start_at (core.now seconds)>
+-- (notify, poll: with_lock with that wait_mode; fair: a fair lock)
 local redislock = require "redislock"
 local core = require "redislock.core"
 
@@ -24,8 +25,9 @@ local delay = start_at - core.now()
 if delay > 0 then core.sleep(delay) end
 
 for _ = 1, rounds do
-  if mode == "lock" then
-    client:with_lock("counter", 10, critical, { wait = 60 })
+  if mode ~= "nolock" then
+    local fair = mode == "fair"
+    client:with_lock("counter", 10, critical, { wait = 60, wait_mode = fair and "notify" or mode, fair = fair })
   else
     critical()
   end

@@ -1,0 +1,176 @@
+-- SPDX-License-Identifier: MIT
+-- Waiting for a busy lock, across OS processes (spec/workers/waiter.lua):
+-- release wakes exactly one waiter (no herd, no polling), a lock that expires
+-- is taken within its TTL, polling still works, and a fair lock serves its
+-- waiters in arrival order even when one of them dies. Nothing here is timed:
+-- the proofs are counts the server keeps (blocked clients, scripts run) and
+-- the order in which the waiters got the lock.
+local core = require "redislock.core"
+local helpers = require "spec.helpers"
+
+describe("waiting", function()
+  local srv, raw, holder
+
+  lazy_setup(function()
+    srv = helpers.start_redis()
+    raw = srv:raw()
+  end)
+  lazy_teardown(function()
+    if raw then raw:close() end
+    if srv then srv:stop() end
+  end)
+  before_each(function()
+    assert.are.equal("OK", raw:command("FLUSHALL"))
+    holder = srv:client()
+    -- Load the scripts, so that no NOSCRIPT round trip adds to the counts.
+    assert(assert(holder:acquire("warm-up", 1)):release())
+    assert.are.equal("OK", raw:command("FLUSHALL"))
+    assert.are.equal("OK", raw:command("CONFIG", "RESETSTAT"))
+  end)
+  after_each(function() holder:close() end)
+
+  -- Clients blocked in the server right now (waiters in BLPOP).
+  local function blocked()
+    return tonumber(raw:command("INFO", "clients"):match("blocked_clients:(%d+)"))
+  end
+
+  -- Lock scripts the server has run since the last CONFIG RESETSTAT.
+  local function scripts_run()
+    local n = 0
+    for calls in raw:command("INFO", "commandstats"):gmatch("cmdstat_eval%a*:calls=(%d+)") do
+      n = n + tonumber(calls)
+    end
+    return n
+  end
+
+  -- Starts a waiter process: waiter(key, wait, mode, kind, hold, tag).
+  local function waiter(key, wait, mode, kind, hold, tag)
+    return helpers.spawn(helpers.spec_dir .. "workers/waiter.lua", srv.port, key, wait, mode, kind, hold, tag)
+  end
+
+  -- Waits for every process; returns their outputs, checking they succeeded.
+  local function finish(procs)
+    local outs = {}
+    for i, p in ipairs(procs) do
+      local out, ok = p.wait()
+      assert.is_true(ok, "waiter " .. i .. ": " .. out)
+      outs[i] = out
+    end
+    return outs
+  end
+
+  describe("with notification (the default)", function()
+    it("wakes exactly one waiter per release, and the waiters try once each", function()
+      local lock = assert(holder:acquire("k", 30))
+      local before = scripts_run()
+      local procs = {}
+      for i = 1, 3 do procs[i] = waiter("k", 20, "notify", "plain", 0.2, "w" .. i) end
+      assert.is_truthy(helpers.eventually(5, function() return blocked() == 3 end), "the waiters never blocked")
+      assert.is_true(lock:release())
+      -- One waiter woke and holds the lock; the other two still block.
+      assert.is_truthy(helpers.eventually(5, function() return raw:command("LLEN", "order") == 1 end))
+      assert.are.equal(2, blocked())
+      for _, out in ipairs(finish(procs)) do assert.is_truthy(out:match("^got w%d"), out) end
+      assert.are.equal(3, raw:command("LLEN", "order"))
+      -- The holder's release, then per waiter: one try before blocking, one
+      -- after its wake-up, one release. Polling would have tried again and
+      -- again while it waited.
+      assert.are.equal(1 + 3 * 3, scripts_run() - before)
+      assert.are.equal(0, blocked())
+    end)
+
+    it("takes a lock that expires without a release, within the holder's TTL", function()
+      assert(holder:acquire("k", 0.3))
+      local before = scripts_run()
+      local out = finish({ waiter("k", 10, "notify", "plain", 0, "late") })[1]
+      assert.is_truthy(out:match("^got late"), out)
+      -- A try, a block that ends when the TTL does, a try, the release.
+      assert.is_true(scripts_run() - before <= 4, "scripts run: " .. (scripts_run() - before))
+    end)
+
+    it("waits longer than the client's reply timeout without a connection error", function()
+      assert(holder:acquire("k", 30))
+      local c = srv:client({ timeout = 0.2 })
+      local none, err = c:acquire("k", 5, { wait = 0.6 })
+      assert.is_nil(none)
+      assert.is_truthy(err:match('^busy: "k" is still held by another owner after waiting 0%.6 s'), err)
+      assert.are.equal("PONG", c:command("PING"))
+      c:close()
+    end)
+  end)
+
+  describe("with polling", function()
+    it("never blocks in the server, and still gets the lock after a release", function()
+      local lock = assert(holder:acquire("k", 30))
+      local procs = { waiter("k", 20, "poll", "plain", 0, "p1"), waiter("k", 20, "poll", "plain", 0, "p2") }
+      assert.is_truthy(helpers.eventually(5, function() return raw:command("LLEN", "pids") == 2 end))
+      core.sleep(0.3) -- let them poll a few times
+      assert.are.equal(0, blocked())
+      assert.is_true(scripts_run() > 4, "the waiters did not poll")
+      assert.is_true(lock:release())
+      finish(procs)
+      assert.are.equal(2, raw:command("LLEN", "order"))
+    end)
+  end)
+
+  describe("a fair lock", function()
+    -- Queues waiters one by one (each is in the queue before the next starts),
+    -- releases, and returns the order in which they got the lock.
+    local function queue_up(n, mode)
+      local lock = assert(holder:acquire("fair", 30, { fair = true }))
+      local procs = {}
+      for i = 1, n do
+        procs[i] = waiter("fair", 30, mode, "fair", 0.05, tostring(i))
+        assert.is_truthy(helpers.eventually(5, function()
+          return raw:command("ZCARD", "lock:{fair}:queue") == i
+        end), "waiter " .. i .. " never queued")
+      end
+      assert.is_true(lock:release())
+      finish(procs)
+      return raw:command("LRANGE", "order", 0, -1)
+    end
+
+    it("serves 10 waiters in arrival order (notify)", function()
+      assert.are.same({ "1", "2", "3", "4", "5", "6", "7", "8", "9", "10" }, queue_up(10, "notify"))
+      assert.are.equal(0, raw:command("EXISTS", "lock:{fair}:queue", "lock:{fair}:alive"))
+    end)
+
+    it("serves waiters in arrival order (poll)", function()
+      assert.are.same({ "1", "2", "3", "4" }, queue_up(4, "poll"))
+    end)
+
+    it("goes on when a queued waiter dies", function()
+      local lock = assert(holder:acquire("fair", 30, { fair = true }))
+      local doomed = waiter("fair", 30, "notify", "fair", 0, "doomed")
+      assert.is_truthy(helpers.eventually(5, function() return raw:command("ZCARD", "lock:{fair}:queue") == 1 end))
+      local next_one = waiter("fair", 30, "notify", "fair", 0, "next")
+      assert.is_truthy(helpers.eventually(5, function() return raw:command("ZCARD", "lock:{fair}:queue") == 2 end))
+      local pid = raw:command("LINDEX", "pids", 0)
+      assert.is_true(helpers.sh_ok("kill -9 " .. pid))
+      doomed.wait()
+      assert.is_true(lock:release())
+      -- The dead waiter was first in line; it is dropped once it fails to
+      -- come back (3 s), and the next one gets the lock.
+      local out = finish({ next_one })[1]
+      assert.is_truthy(out:match("^got next"), out)
+      assert.are.same({ "next" }, raw:command("LRANGE", "order", 0, -1))
+      assert.are.equal(0, raw:command("ZCARD", "lock:{fair}:queue"))
+    end)
+
+    it("leaves the queue at once when the wait runs out", function()
+      assert(holder:acquire("fair", 30, { fair = true }))
+      local c = srv:client()
+      local none, err = c:acquire("fair", 5, { wait = 0.2, fair = true })
+      assert.is_nil(none)
+      assert.is_truthy(err:match('^busy: "fair" is still held by another owner after waiting 0%.2 s'), err)
+      assert.are.equal(0, raw:command("ZCARD", "lock:{fair}:queue"))
+      c:close()
+    end)
+
+    it("is taken at once when free and nobody waits, and works with with_lock", function()
+      local fence = holder:with_lock("fair", 5, function(lock) return lock.fence end, { fair = true })
+      assert.are.equal(1, fence)
+      assert.are.equal(0, raw:command("EXISTS", "lock:{fair}"))
+    end)
+  end)
+end)

@@ -1,0 +1,24 @@
+-- SPDX-License-Identifier: MIT
+-- Worker for the waiting specs: announces its PID (RPUSH pids), waits for a
+-- lock, records its tag when it gets it (RPUSH order), holds it, releases it.
+-- usage: waiter.lua <port> <key> <wait> <notify|poll> <fair|plain> <hold> <tag>
+-- Prints "got <tag> <fence>" or "failed <tag> <error>".
+local redislock = require "redislock"
+local core = require "redislock.core"
+
+local port, key, wait, mode, kind, hold, tag =
+  tonumber(arg[1]), arg[2], tonumber(arg[3]), arg[4], arg[5], tonumber(arg[6]), arg[7]
+local client = redislock.new({ port = port })
+
+local stat = assert(io.open("/proc/self/stat")):read("*l")
+assert(client:command("RPUSH", "pids", stat:match("^%d+")))
+
+local lock, err = client:acquire(key, 30, { wait = wait, wait_mode = mode, fair = kind == "fair" })
+if not lock then
+  print("failed " .. tag .. " " .. err)
+  return
+end
+assert(client:command("RPUSH", "order", tag))
+core.sleep(hold)
+assert(lock:release())
+print("got " .. tag .. " " .. lock.fence)
