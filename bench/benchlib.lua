@@ -111,12 +111,39 @@ local function fmt_value(v)
   return string.format("%.4g", v)
 end
 
+--- Measures in slices: each of list ({ name, fn } pairs; fn() -> a rate) runs
+-- once per slice, in an order that rotates from slice to slice, `slices`
+-- times. Returns rates[name] = the list of its rates, one per slice. On a
+-- small virtual machine the loopback rate swings by 2x from one second to
+-- the next; figures taken in the same slice see the same conditions, so
+-- ratios are taken slice by slice (median_ratio).
+function M.slices(list, slices)
+  local rates = {}
+  for _, m in ipairs(list) do rates[m[1]] = {} end
+  for s = 1, slices do
+    for k = 0, #list - 1 do
+      local m = list[(s + k - 1) % #list + 1]
+      local r = rates[m[1]]
+      r[#r + 1] = m[2]()
+    end
+  end
+  return rates
+end
+
+--- The median over slices of a[i] / b[i], and the lowest and highest.
+function M.median_ratio(a, b)
+  local r = {}
+  for i = 1, #a do r[i] = a[i] / b[i] end
+  return M.percentile(r, 50), M.percentile(r, 0), M.percentile(r, 100)
+end
+
 --- Prints one machine-readable line for one figure:
 --   bench name=<id> value=<number> unit=<unit> [baseline=<id> baseline_value=<n>
 --   ratio=<value/baseline>] [target=<op><n> met=yes|no] label="<text>"
 -- f: name, value, unit, label, and optionally baseline, baseline_value,
--- target ({ op, n }: op is ">=", "<=" or "=="; ratio is compared when there
--- is a baseline, else value), target_of ("value" to compare the value even
+-- ratio (when not value / baseline_value, e.g. a median of ratios), target
+-- ({ op, n }: op is ">=", "<=" or "=="; the ratio is compared when there is a
+-- baseline, else the value), target_of ("value" to compare the value even
 -- with a baseline), met (false fails the target whatever the numbers), note.
 function M.emit(f)
   local parts = { "bench", "name=" .. f.name, "value=" .. fmt_value(f.value), "unit=" .. f.unit }
@@ -124,7 +151,7 @@ function M.emit(f)
   if f.baseline then
     parts[#parts + 1] = "baseline=" .. f.baseline
     parts[#parts + 1] = "baseline_value=" .. fmt_value(f.baseline_value)
-    ratio = f.value / f.baseline_value
+    ratio = f.ratio or f.value / f.baseline_value
     parts[#parts + 1] = string.format("ratio=%.3f", ratio)
   end
   if f.target then

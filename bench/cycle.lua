@@ -10,14 +10,17 @@
 -- Also with_lock with an empty fn as a ratio to a bare cycle, and a wire check:
 -- the bytes and server-side commands per cycle of the library and of the raw
 -- floor, from INFO, must be the same.
+-- Each figure is taken BENCH_SLICES (15) times, in slices of BENCH_CYCLES
+-- (4000) cycles, the four in turn (benchlib's slices): ratios are the median
+-- of the ratios within a slice, rates the median rate.
 -- usage (from bench/run.sh, pinned by taskset): cycle.lua <placement name>
 local redislock = require "redislock"
 local core = require "redislock.core"
 local B = require "benchlib"
 
 local PLACEMENT = arg[1] or "unpinned"
-local N = B.knob("BENCH_CYCLES", 20000)
-local ROUNDS = B.knob("BENCH_ROUNDS", 3)
+local N = B.knob("BENCH_CYCLES", 4000)
+local SLICES = B.knob("BENCH_SLICES", 15)
 local KEY, TTL = "bench", 10
 local id = (jit and "luajit" or "lua5.4") .. "/" .. PLACEMENT  -- luacheck: ignore (jit)
 local where = B.interp .. ", " .. PLACEMENT
@@ -97,26 +100,38 @@ raw_floor(1000)
 local lib_bytes, lib_calls = wire(cycles, 1000)
 local floor_bytes, floor_calls = wire(raw_floor, 1000)
 
-local best = { raw = 0, rb = 0, cycle = 0, with_lock = 0 }
-for _ = 1, ROUNDS do
-  best.raw = math.max(best.raw, raw_floor(N))
-  best.rb = math.max(best.rb, benchmark_floor())
-  best.cycle = math.max(best.cycle, cycles(N))
-  best.with_lock = math.max(best.with_lock, with_locks(N))
-end
+local rates = B.slices({
+  { "raw", function() return raw_floor(N) end },
+  { "rb", benchmark_floor },
+  { "cycle", function() return cycles(N) end },
+  { "with_lock", function() return with_locks(N) end },
+}, SLICES)
 floor:close()
 
-B.emit({ name = "floor.raw/" .. id, value = math.floor(best.raw + 0.5), unit = "cycles/s",
+local median = {}
+for name, list in pairs(rates) do median[name] = math.floor(B.percentile(list, 50) + 0.5) end
+local slices_note = string.format("median of %d slices of %d cycles", SLICES, N)
+
+-- A ratio of two figures, slice by slice, with its note.
+local function ratio(a, b)
+  local mid, lo, hi = B.median_ratio(rates[a], rates[b])
+  return mid, string.format("%s; slice ratios %.2f-%.2f", slices_note, lo, hi)
+end
+
+B.emit({ name = "floor.raw/" .. id, value = median.raw, unit = "cycles/s", note = slices_note,
          label = where .. ": raw floor (bench/floor.c, same bytes)" })
-B.emit({ name = "floor.redis-benchmark/" .. id, value = math.floor(best.rb + 0.5), unit = "cycles/s",
-         baseline = "floor.raw/" .. id, baseline_value = math.floor(best.raw + 0.5),
+local r, note = ratio("rb", "raw")
+B.emit({ name = "floor.redis-benchmark/" .. id, value = median.rb, unit = "cycles/s",
+         baseline = "floor.raw/" .. id, baseline_value = median.raw, ratio = r, note = note,
          label = where .. ": redis-benchmark -c 1, same commands" })
-B.emit({ name = "cycle/" .. id, value = math.floor(best.cycle + 0.5), unit = "cycles/s",
-         baseline = "floor.raw/" .. id, baseline_value = math.floor(best.raw + 0.5), target = { ">=", 0.95 },
-         note = string.format("%.2f of the redis-benchmark floor", best.cycle / best.rb),
+r, note = ratio("cycle", "raw")
+B.emit({ name = "cycle/" .. id, value = median.cycle, unit = "cycles/s",
+         baseline = "floor.raw/" .. id, baseline_value = median.raw, ratio = r, target = { ">=", 0.95 },
+         note = string.format("%s; %.2f of the redis-benchmark floor", note, (B.median_ratio(rates.cycle, rates.rb))),
          label = where .. ": acquire+release" })
-B.emit({ name = "with_lock/" .. id, value = math.floor(best.with_lock + 0.5), unit = "cycles/s",
-         baseline = "cycle/" .. id, baseline_value = math.floor(best.cycle + 0.5), target = { ">=", 0.95 },
+r, note = ratio("with_lock", "cycle")
+B.emit({ name = "with_lock/" .. id, value = median.with_lock, unit = "cycles/s",
+         baseline = "cycle/" .. id, baseline_value = median.cycle, ratio = r, target = { ">=", 0.95 }, note = note,
          label = where .. ": with_lock, empty fn" })
 B.emit({ name = "wire/" .. id, value = lib_bytes, unit = "bytes/cycle",
          baseline = "floor.raw/" .. id, baseline_value = floor_bytes, target = { "==", 1 },

@@ -1,8 +1,10 @@
 -- SPDX-License-Identifier: MIT
 -- Benchmark (not a test): redislock side by side with the peers installable
 -- here, on the same server, single client, uncontended acquire+release cycles
--- per second, best of BENCH_ROUNDS (3) rounds taken in turn, each beside the
--- raw floor (bench/floor.c with redislock's bytes) of the same round:
+-- per second, each beside the raw floor (bench/floor.c with redislock's bytes),
+-- in BENCH_PEER_SLICES (9) slices of BENCH_CYCLES (4000) cycles each, taken in
+-- turn (benchlib's slices); rates are medians, ratios medians of the ratios
+-- within a slice:
 --  * Debian's python3-redis Lock (bench/redis_py.py, /usr/bin/python3) vs
 --    redislock under Lua 5.4 in this process;
 --  * Debian's lua-resty-redis in nginx (SET NX PX + compare-and-delete EVAL,
@@ -17,9 +19,8 @@ local http = require "socket.http"
 local B = require "benchlib"
 
 local PLACEMENT = arg[1] or "unpinned"
-local N = B.knob("BENCH_CYCLES", 20000)
-local PY_N = B.knob("BENCH_PY_CYCLES", math.floor(N / 4))
-local ROUNDS = B.knob("BENCH_ROUNDS", 3)
+local N = B.knob("BENCH_CYCLES", 4000)
+local SLICES = B.knob("BENCH_PEER_SLICES", 9)
 local PYTHON = "/usr/bin/python3"
 
 local client = redislock.new({ port = B.port })
@@ -34,25 +35,30 @@ local function cycles(n)
   return n / (B.now() - t0)
 end
 
--- Best of ROUNDS of each named measurement, taken in turn: fns[name]() -> rate.
-local function best_of(fns)
-  local best = {}
-  for _ = 1, ROUNDS do
-    for name, fn in pairs(fns) do best[name] = math.max(best[name] or 0, fn()) end
-  end
-  return best
+local slices_note = string.format("median of %d slices of %d cycles", SLICES, N)
+
+-- The median rate of rates[name].
+local function median(rates, name)
+  return math.floor(B.percentile(rates[name], 50) + 0.5)
 end
 
-local function emit_rate(name, label, rate, base_name, base, note)
-  B.emit({ name = name, value = math.floor(rate + 0.5), unit = "cycles/s", baseline = base_name,
-           baseline_value = math.floor(base + 0.5), note = note, label = label })
+-- Emits rates[a] with rates[b] (named base_name) as its baseline; notes
+-- rates[a] against rates.floor too when b is not the floor.
+local function emit_rate(rates, a, b, name, base_name, label)
+  local r, lo, hi = B.median_ratio(rates[a], rates[b])
+  local note = string.format("%s; slice ratios %.2f-%.2f", slices_note, lo, hi)
+  if b ~= "floor" then
+    note = string.format("%s; %.2f of the raw floor", note, (B.median_ratio(rates[a], rates.floor)))
+  end
+  B.emit({ name = name, value = median(rates, a), unit = "cycles/s", baseline = base_name,
+           baseline_value = median(rates, b), ratio = r, note = note, label = label })
 end
 
 ------------------------------------------------------------------------------
 -- redis-py
 
 local function python_cycles()
-  local out, ok = B.run(table.concat({ PYTHON, B.root .. "/bench/redis_py.py", "cycles", B.port, PY_N }, " "))
+  local out, ok = B.run(table.concat({ PYTHON, B.root .. "/bench/redis_py.py", "cycles", B.port, N }, " "))
   local rate = ok and tonumber(out:match("cycles_per_s=([%d.]+)"))
   return (assert(rate, "bench/redis_py.py failed: " .. out))
 end
@@ -61,22 +67,20 @@ local _, has_redis_py = B.run(PYTHON .. " -c 'import redis'")
 cycles(1000)
 floor:rate(1000)
 local id = "/" .. PLACEMENT
-local best
 if has_redis_py then
   python_cycles() -- warm up: loads its release script
-  best = best_of({ floor = function() return floor:rate(N) end, lua = function() return cycles(N) end,
-                   py = python_cycles })
+  local rates = B.slices({ { "floor", function() return floor:rate(N) end }, { "lua", function() return cycles(N) end },
+                           { "py", python_cycles } }, SLICES)
   local version = (B.run(PYTHON .. " -c 'import redis; print(redis.__version__)'")):gsub("%s+$", "")
-  emit_rate("peer.redislock/lua5.4" .. id, "redislock, Lua 5.4, " .. PLACEMENT, best.lua,
-            "peer.floor.raw" .. id, best.floor)
-  emit_rate("peer.redis-py" .. id, "redis-py " .. version .. " Lock, /usr/bin/python3, " .. PLACEMENT, best.py,
-            "peer.redislock/lua5.4" .. id, best.lua, string.format("%.2f of the raw floor", best.py / best.floor))
+  B.emit({ name = "peer.floor.raw" .. id, value = median(rates, "floor"), unit = "cycles/s", note = slices_note,
+           label = "raw floor beside redis-py, " .. PLACEMENT })
+  emit_rate(rates, "lua", "floor", "peer.redislock/lua5.4" .. id, "peer.floor.raw" .. id,
+            "redislock, Lua 5.4, " .. PLACEMENT)
+  emit_rate(rates, "py", "lua", "peer.redis-py" .. id, "peer.redislock/lua5.4" .. id,
+            "redis-py " .. version .. " Lock, /usr/bin/python3, " .. PLACEMENT)
 else
   B.say("bench: no redis-py for %s (sh tools/deps.sh bench installs python3-redis): skipped", PYTHON)
-  best = best_of({ floor = function() return floor:rate(N) end })
 end
-B.emit({ name = "peer.floor.raw" .. id, value = math.floor(best.floor + 0.5), unit = "cycles/s",
-         label = "raw floor beside the peers, " .. PLACEMENT })
 
 ------------------------------------------------------------------------------
 -- nginx: redislock over cosockets vs lua-resty-redis
@@ -189,18 +193,17 @@ local ok, err = pcall(function()
   for _, path in ipairs({ "redislock", "resty", "resty-one" }) do -- warm up: connections, scripts
     http.request(string.format("http://127.0.0.1:%d/%s?n=1000", port, path))
   end
-  local b = best_of({ floor = function() return floor:rate(N) end, ngx = get("redislock"),
-                      resty = get("resty"), resty_one = get("resty-one") })
-  local where = ", nginx (one worker), " .. PLACEMENT
-  B.emit({ name = "peer.floor.raw.nginx" .. id, value = math.floor(b.floor + 0.5), unit = "cycles/s",
+  local rates = B.slices({ { "floor", function() return floor:rate(N) end }, { "ngx", get("redislock") },
+                           { "resty", get("resty") }, { "resty_one", get("resty-one") } }, SLICES)
+  local where = ", in nginx (one worker), " .. PLACEMENT
+  local floor_id, ngx_id = "peer.floor.raw.nginx" .. id, "peer.redislock/nginx" .. id
+  B.emit({ name = floor_id, value = median(rates, "floor"), unit = "cycles/s", note = slices_note,
            label = "raw floor beside nginx, " .. PLACEMENT })
-  emit_rate("peer.redislock/nginx" .. id, "redislock over cosockets" .. where, b.ngx,
-            "peer.floor.raw.nginx" .. id, b.floor)
-  emit_rate("peer.resty/nginx" .. id, "lua-resty-redis 0.27, connect+set_keepalive per cycle" .. where, b.resty,
-            "peer.redislock/nginx" .. id, b.ngx, string.format("%.2f of the raw floor", b.resty / b.floor))
-  emit_rate("peer.resty-one/nginx" .. id, "lua-resty-redis 0.27, one connection for all cycles" .. where,
-            b.resty_one, "peer.redislock/nginx" .. id, b.ngx,
-            string.format("%.2f of the raw floor", b.resty_one / b.floor))
+  emit_rate(rates, "ngx", "floor", ngx_id, floor_id, "redislock over cosockets" .. where)
+  emit_rate(rates, "resty", "ngx", "peer.resty/nginx" .. id, ngx_id,
+            "lua-resty-redis, connect+set_keepalive per cycle" .. where)
+  emit_rate(rates, "resty_one", "ngx", "peer.resty-one/nginx" .. id, ngx_id,
+            "lua-resty-redis, one connection for all cycles" .. where)
 end)
 stop_nginx(pid, prefix)
 floor:close()

@@ -103,6 +103,9 @@ for _, f in ipairs(results) do
   if f.met == "yes" then met = met + 1 elseif f.met == "no" then missed[#missed + 1] = f.name end
 end
 
+print("Ratios are to the baseline in the same run; where rates were taken in slices, the ratio is the median")
+print("of the ratios within a slice (the loopback rate can swing 2x between slices), not of the medians.")
+print()
 print(table.concat(lines, "\n"))
 print()
 for _, line in ipairs(other) do print(line) end

@@ -11,8 +11,8 @@
 #   bench/peers.lua    redis-py's Lock, lua-resty-redis in nginx
 # Each script prints `bench name=... value=...` lines; bench/report.lua turns
 # them into a table, then repeats them for machines. Progress goes to stderr.
-# Knobs (environment): BENCH_CYCLES (20000), BENCH_ROUNDS (3),
-# BENCH_HANDOFF_ROUNDS (300), BENCH_HANDOFF_PY_ROUNDS (100), BENCH_HOLD_MS (15),
+# Knobs (environment): BENCH_CYCLES (4000 per slice), BENCH_SLICES (15),
+# BENCH_PEER_SLICES (9), BENCH_HANDOFF_ROUNDS (300), BENCH_HANDOFF_PY_ROUNDS (100), BENCH_HOLD_MS (15),
 # BENCH_CONTEND_PROCS ("2 8 32"), BENCH_CONTEND_SECONDS (2),
 # BENCH_MEMORY_CYCLES (1000000), BENCH_ONLY (a list of the script names above,
 # without .lua, to run only those).
