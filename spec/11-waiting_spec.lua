@@ -64,7 +64,8 @@ describe("waiting", function()
       local lock = assert(holder:acquire("k", 30))
       local before = scripts_run()
       local procs = {}
-      for i = 1, 3 do procs[i] = waiter("k", 20, "notify", "plain", 0.2, "w" .. i) end
+      -- Each holds the lock 1 s: time enough to look at the others.
+      for i = 1, 3 do procs[i] = waiter("k", 20, "notify", "plain", 1, "w" .. i) end
       assert.is_truthy(helpers.eventually(5, function() return blocked() == 3 end), "the waiters never blocked")
       assert.is_true(lock:release())
       -- One waiter woke and holds the lock; the other two still block.
