@@ -40,7 +40,9 @@ policy=/usr/sbin/policy-rc.d
 if [ ! -e "$policy" ]; then
   printf '#!/bin/sh\nexit 101\n' > "$policy"
   chmod 755 "$policy"
+  # dash runs no EXIT trap when a signal ends it: remove the policy then too.
   trap 'rm -f "$policy"' EXIT
+  trap 'rm -f "$policy"; exit 130' INT TERM HUP
 fi
 apt-get update -qq
 # shellcheck disable=SC2086
