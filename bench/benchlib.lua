@@ -71,7 +71,7 @@ function M.rss_kib()
   local f = assert(io.open("/proc/self/statm"))
   local _, resident = f:read("*n", "*n")
   f:close()
-  return resident * M.page_kib
+  return math.floor(resident * M.page_kib)
 end
 M.page_kib = (tonumber((M.run("getconf PAGESIZE"))) or 4096) / 1024
 
