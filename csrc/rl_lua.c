@@ -4,9 +4,10 @@
  * The friendly API (acquire with waiting, locks, with_lock) is lua/redislock.lua;
  * this module checks its arguments again so that no call from Lua can crash the VM.
  */
-#ifndef _DEFAULT_SOURCE
-#define _DEFAULT_SOURCE /* clock_gettime, nanosleep under -std=c99 */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* clock_gettime, nanosleep, dladdr under -std=c99 */
 #endif
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,9 +17,12 @@
 #include "rl_conn.h"
 #include "rl_proto.h"
 #include "rl_version.h"
+#include "rl_watchdog.h"
 
 #define CLIENT_MT "redislock.Client"
 #define READER_MT "redislock.Reader"
+#define LEASE_MT "redislock.Lease"
+#define WATCHDOG_MT "redislock.Watchdog"
 #define MAX_REPLY_DEPTH 16
 
 typedef struct {
@@ -342,6 +346,89 @@ static int client_wait(lua_State *L) {
   freeReplyObject(r);
   lua_pushboolean(L, type == REDIS_REPLY_ARRAY);
   return 1;
+}
+
+typedef struct {
+  rl_lease *lease; /* NULL once stopped */
+} rl_lease_ud;
+
+/*
+ * client:lease(key, token, ttl_ms[, max_hold_ms]) -> lease | nil, err
+ * Has the watchdog thread renew the lock key/token to ttl_ms every ttl_ms/3,
+ * on a connection of its own made like the client's, until lease:stop() or
+ * the lease is collected; max_hold_ms > 0 ends the renewals that long from now.
+ */
+static int client_lease(lua_State *L) {
+  rl_client *c = check_client(L, 1);
+  size_t klen, tlen;
+  const char *key = luaL_checklstring(L, 2, &klen);
+  const char *token = luaL_checklstring(L, 3, &tlen);
+  const char *why = rl_check_key(key, klen);
+  int isnum = 0, isnum2 = 0;
+  lua_Integer ttl = lua_tointegerx(L, 4, &isnum);
+  lua_Integer max_hold = lua_isnoneornil(L, 5) ? 0 : lua_tointegerx(L, 5, &isnum2);
+  char err[RL_ERRLEN];
+  rl_lease_ud *ud;
+  if (why != NULL) luaL_argerror(L, 2, why);
+  luaL_argcheck(L, tlen > 0, 3, "token must not be empty");
+  luaL_argcheck(L, lua_type(L, 4) == LUA_TNUMBER && isnum && ttl >= 3 && ttl <= RL_MAX_MS, 4,
+                "ttl must be an integer number of milliseconds >= 3");
+  luaL_argcheck(L, lua_isnoneornil(L, 5) || (lua_type(L, 5) == LUA_TNUMBER && isnum2 && max_hold >= 0),
+                5, "max_hold must be an integer number of milliseconds >= 0");
+  /* Made empty first: an error below cannot leak the lease. */
+  ud = (rl_lease_ud *)lua_newuserdatauv(L, sizeof *ud, 0);
+  ud->lease = NULL;
+  luaL_setmetatable(L, LEASE_MT);
+  ud->lease = rl_lease_start(&c->conn.o, c->prefix, c->plen, key, klen, token, tlen, (long long)ttl,
+                             (long long)max_hold, err);
+  if (ud->lease == NULL) {
+    lua_pushnil(L);
+    lua_pushstring(L, err);
+    return 2;
+  }
+  return 1;
+}
+
+/*
+ * lease:state() -> "held" | "ended" | "lost", why
+ * What the watchdog knows: "ended" once max_hold stopped the renewals; "lost"
+ * with a sentence fragment when a renewal found the lock gone or taken, or
+ * could not reach the server within the TTL. A stopped lease says "ended".
+ */
+static int lease_state(lua_State *L) {
+  rl_lease_ud *ud = (rl_lease_ud *)luaL_checkudata(L, 1, LEASE_MT);
+  char why[RL_ERRLEN];
+  rl_lease_state s = ud->lease == NULL ? RL_LEASE_ENDED : rl_lease_state_of(ud->lease, why, sizeof why);
+  lua_pushstring(L, s == RL_LEASE_HELD ? "held" : s == RL_LEASE_LOST ? "lost" : "ended");
+  if (s != RL_LEASE_LOST) return 1;
+  lua_pushstring(L, why);
+  return 2;
+}
+
+/* lease:extended(ttl_ms): the owner extended the lock; renew to ttl_ms from now. */
+static int lease_extended(lua_State *L) {
+  rl_lease_ud *ud = (rl_lease_ud *)luaL_checkudata(L, 1, LEASE_MT);
+  int isnum = 0;
+  lua_Integer ttl = lua_tointegerx(L, 2, &isnum);
+  luaL_argcheck(L, lua_type(L, 2) == LUA_TNUMBER && isnum && ttl >= 3 && ttl <= RL_MAX_MS, 2,
+                "ttl must be an integer number of milliseconds >= 3");
+  if (ud->lease != NULL) rl_lease_extended(ud->lease, (long long)ttl);
+  return 0;
+}
+
+/* lease:stop(), __gc: no more renewals. Idempotent; no I/O. */
+static int lease_stop(lua_State *L) {
+  rl_lease_ud *ud = (rl_lease_ud *)luaL_checkudata(L, 1, LEASE_MT);
+  if (ud->lease != NULL) rl_lease_stop(ud->lease);
+  ud->lease = NULL;
+  return 0;
+}
+
+/* __gc of the per-state sentinel: the last Lua state out stops the thread. */
+static int watchdog_leave(lua_State *L) {
+  (void)L;
+  rl_watchdog_leave();
+  return 0;
 }
 
 /* client:closed() -> true once the client was closed. */
@@ -673,8 +760,16 @@ static const luaL_Reg client_methods[] = {
   { "eval", client_eval },
   { "command", client_command },
   { "wait", client_wait },
+  { "lease", client_lease },
   { "close", client_close },
   { "closed", client_closed },
+  { NULL, NULL }
+};
+
+static const luaL_Reg lease_methods[] = {
+  { "state", lease_state },
+  { "extended", lease_extended },
+  { "stop", lease_stop },
   { NULL, NULL }
 };
 
@@ -703,6 +798,18 @@ static const luaL_Reg core_functions[] = {
 
 RL_EXPORT int luaopen_redislock_core(lua_State *L);
 
+/*
+ * Keeps this module mapped until the process ends, whatever Lua unloads: the
+ * watchdog thread runs its code, and a state closing (which joins the thread
+ * first) must not pull it away from a thread of another state.
+ */
+static void keep_loaded(void) {
+  static const char here = 0; /* an object in this module (ISO C forbids a function pointer here) */
+  Dl_info info;
+  if (dladdr(&here, &info) != 0 && info.dli_fname != NULL)
+    dlopen(info.dli_fname, RTLD_NOW | RTLD_NODELETE); /* never closed, on purpose */
+}
+
 /* Leaves the module table on the stack. */
 RL_EXPORT int luaopen_redislock_core(lua_State *L) {
   if (luaL_newmetatable(L, CLIENT_MT)) {
@@ -716,6 +823,25 @@ RL_EXPORT int luaopen_redislock_core(lua_State *L) {
     lua_setfield(L, -2, "__tostring");
   }
   lua_pop(L, 1);
+  if (luaL_newmetatable(L, LEASE_MT)) {
+    luaL_newlib(L, lease_methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, lease_stop);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
+  keep_loaded();
+  /* A sentinel that lives as long as this Lua state: its __gc runs when the
+     state closes (before the module is unloaded: it was made after the
+     package library's table of loaded C libraries). */
+  rl_watchdog_enter();
+  lua_newuserdatauv(L, 1, 0);
+  if (luaL_newmetatable(L, WATCHDOG_MT)) {
+    lua_pushcfunction(L, watchdog_leave);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  luaL_ref(L, LUA_REGISTRYINDEX);
   if (luaL_newmetatable(L, READER_MT)) {
     luaL_newlib(L, reader_methods);
     lua_setfield(L, -2, "__index");

@@ -1,0 +1,340 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef _DEFAULT_SOURCE
+#define _DEFAULT_SOURCE /* strdup, clock_gettime under -std=c99 */
+#endif
+#include "rl_watchdog.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* A watchdog connection, shared by the leases made with the same options.
+   Only the watchdog thread does I/O on it. */
+typedef struct rl_wconn {
+  struct rl_wconn *next;
+  rl_conn conn;
+  int users; /* leases using it; freed at 0 */
+} rl_wconn;
+
+struct rl_lease {
+  rl_lease *next, *prev;
+  rl_wconn *wc;
+  char *names;              /* prefix, key and token, one after another */
+  size_t plen, klen, tlen;
+  long long ttl_ms;
+  long long due;            /* monotonic ms of the next renewal */
+  long long confirmed;      /* monotonic ms when the last good renewal was sent */
+  long long until;          /* no renewals from then on (0: no limit) */
+  rl_lease_state state;
+  char why[512];            /* when lost */
+  int busy;                 /* the thread is renewing it, without the mutex */
+  int stopped;              /* its owner let go: freed once not busy */
+  int orphan;               /* made before a fork(), seen from the child */
+};
+
+static pthread_mutex_t wd_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Everything in wd is guarded by wd_mu. */
+static struct {
+  pthread_cond_t cv; /* on CLOCK_MONOTONIC: a lease was added, changed or the thread must quit */
+  pthread_t thread;
+  int running;       /* started and not yet joined */
+  int quit;
+  int states;        /* Lua states that loaded the module */
+  rl_lease *leases;
+  rl_wconn *conns;
+  /* A forked child keeps its parent's leases and connections here, untouched
+     (their sockets are the parent's); they stay reachable, never freed. */
+  rl_lease *stale_leases;
+  rl_wconn *stale_conns;
+} wd;
+
+static pthread_once_t wd_once = PTHREAD_ONCE_INIT;
+
+static long long now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void init_cv(void) {
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&wd.cv, &attr);
+  pthread_condattr_destroy(&attr);
+}
+
+/* fork(): the mutex is held across it, so the child gets a consistent copy. */
+static void before_fork(void) { pthread_mutex_lock(&wd_mu); }
+static void after_fork_parent(void) { pthread_mutex_unlock(&wd_mu); }
+
+/* In the child there is no watchdog thread, and the parent's connections and
+   leases are not the child's: they are set aside, and the child starts afresh. */
+static void after_fork_child(void) {
+  rl_lease *l;
+  rl_wconn *c;
+  for (l = wd.leases; l != NULL; l = l->next) l->orphan = 1;
+  if (wd.leases != NULL) {
+    for (l = wd.leases; l->next != NULL; l = l->next) {}
+    l->next = wd.stale_leases;
+    wd.stale_leases = wd.leases;
+  }
+  if (wd.conns != NULL) {
+    for (c = wd.conns; c->next != NULL; c = c->next) {}
+    c->next = wd.stale_conns;
+    wd.stale_conns = wd.conns;
+  }
+  wd.leases = NULL;
+  wd.conns = NULL;
+  wd.running = 0;
+  wd.quit = 0;
+  init_cv();
+  pthread_mutex_unlock(&wd_mu);
+}
+
+static void wd_init(void) {
+  init_cv();
+  pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
+static int same_str(const char *a, const char *b) {
+  return (a == NULL || b == NULL) ? a == b : strcmp(a, b) == 0;
+}
+
+static int same_opts(const rl_conn_opts *a, const rl_conn_opts *b) {
+  return same_str(a->host, b->host) && a->port == b->port && same_str(a->path, b->path) &&
+         same_str(a->username, b->username) && same_str(a->password, b->password) &&
+         a->db == b->db && a->connect_timeout_ms == b->connect_timeout_ms &&
+         a->timeout_ms == b->timeout_ms;
+}
+
+/* The watchdog connection for opts, made if needed (NULL when out of memory). */
+static rl_wconn *conn_for(const rl_conn_opts *opts) {
+  rl_wconn *c;
+  for (c = wd.conns; c != NULL; c = c->next)
+    if (same_opts(&c->conn.o, opts)) return c;
+  c = (rl_wconn *)calloc(1, sizeof *c);
+  if (c == NULL) return NULL;
+  if (rl_conn_init(&c->conn, opts) != 0) {
+    rl_conn_free(&c->conn);
+    free(c);
+    return NULL;
+  }
+  c->next = wd.conns;
+  wd.conns = c;
+  return c;
+}
+
+/* Unlinks and frees a lease that is not busy, and its connection when unused. */
+static void free_lease(rl_lease *l) {
+  rl_wconn *c = l->wc, **pc;
+  if (l->prev != NULL) l->prev->next = l->next;
+  else wd.leases = l->next;
+  if (l->next != NULL) l->next->prev = l->prev;
+  if (c != NULL && --c->users == 0) {
+    for (pc = &wd.conns; *pc != NULL; pc = &(*pc)->next)
+      if (*pc == c) {
+        *pc = c->next;
+        break;
+      }
+    rl_conn_free(&c->conn);
+    free(c);
+  }
+  free(l->names);
+  free(l);
+}
+
+static void mark_lost(rl_lease *l, const char *why) {
+  l->state = RL_LEASE_LOST;
+  snprintf(l->why, sizeof l->why, "%s", why);
+}
+
+/*
+ * Renews l once. Called and returns with wd_mu held; drops it for the I/O,
+ * during which l is marked busy (so that nobody frees it) and only the
+ * watchdog thread touches l->wc.
+ */
+static void renew(rl_lease *l) {
+  const char *prefix = l->names, *key = prefix + l->plen, *token = key + l->klen;
+  long long ttl = l->ttl_ms, sent = now_ms();
+  char err[RL_ERRLEN], why[sizeof ((rl_lease *)0)->why];
+  rl_result res;
+  rl_cmd cmd;
+  int rc;
+  l->busy = 1;
+  pthread_mutex_unlock(&wd_mu);
+  if (rl_cmd_init(&cmd, RL_OP_EXTEND, prefix, l->plen, key, l->klen, token, l->tlen, ttl) != 0) {
+    snprintf(err, sizeof err, "out of memory");
+    rc = -1;
+  } else {
+    rc = rl_conn_eval(&l->wc->conn, &cmd, &res, err);
+    rl_cmd_free(&cmd);
+  }
+  pthread_mutex_lock(&wd_mu);
+  l->busy = 0;
+  if (l->stopped) {
+    free_lease(l);
+  } else if (l->ttl_ms != ttl) {
+    /* extended by its owner meanwhile: rl_lease_extended set the schedule */
+  } else if (rc == 0 && res.status == RL_HELD) {
+    l->confirmed = sent;
+    l->due = sent + ttl / 3;
+  } else if (rc == 0) {
+    mark_lost(l, res.status == RL_OTHER ? "another owner holds it now; found by the watchdog"
+                                        : "it expired or was deleted; found by the watchdog");
+  } else if (now_ms() >= l->confirmed + ttl) {
+    snprintf(why, sizeof why, "the watchdog could not renew it before its TTL ran out: %.400s", err);
+    mark_lost(l, why);
+  } else {
+    /* Try again soon, while the lock still has time left. */
+    long long retry = ttl / 10 < 10 ? 10 : ttl / 10 > 1000 ? 1000 : ttl / 10;
+    l->due = now_ms() + retry;
+  }
+}
+
+/* The thread: renews each lease when it is due, sleeps until the next one. */
+static void *watch(void *unused) {
+  (void)unused;
+  pthread_mutex_lock(&wd_mu);
+  while (!wd.quit) {
+    rl_lease *l, *next = NULL;
+    long long now = now_ms();
+    for (l = wd.leases; l != NULL; l = l->next)
+      if (l->state == RL_LEASE_HELD && !l->stopped && !l->busy && (next == NULL || l->due < next->due))
+        next = l;
+    if (next == NULL) {
+      pthread_cond_wait(&wd.cv, &wd_mu);
+    } else if (next->due > now) {
+      struct timespec ts;
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      ts.tv_sec += (time_t)((next->due - now) / 1000);
+      ts.tv_nsec += (long)((next->due - now) % 1000) * 1000000L;
+      if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+      }
+      pthread_cond_timedwait(&wd.cv, &wd_mu, &ts);
+    } else if (next->until > 0 && now >= next->until) {
+      next->state = RL_LEASE_ENDED; /* max_hold: the TTL runs out from here */
+    } else {
+      renew(next);
+    }
+  }
+  pthread_mutex_unlock(&wd_mu);
+  return NULL;
+}
+
+/* Starts the thread with every signal blocked: they belong to the Lua thread. */
+static int start_thread(void) {
+  sigset_t all, old;
+  int rc;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  rc = pthread_create(&wd.thread, NULL, watch, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc == 0) wd.running = 1;
+  return rc;
+}
+
+rl_lease *rl_lease_start(const rl_conn_opts *opts, const char *prefix, size_t plen,
+                         const char *key, size_t klen, const char *token, size_t tlen,
+                         long long ttl_ms, long long max_hold_ms, char err[RL_ERRLEN]) {
+  rl_lease *l = (rl_lease *)calloc(1, sizeof *l);
+  long long now = now_ms();
+  int rc;
+  pthread_once(&wd_once, wd_init);
+  if (l == NULL || (l->names = (char *)malloc(plen + klen + tlen + 1)) == NULL) {
+    free(l);
+    snprintf(err, RL_ERRLEN, "renewal: out of memory");
+    return NULL;
+  }
+  memcpy(l->names, prefix, plen);
+  memcpy(l->names + plen, key, klen);
+  memcpy(l->names + plen + klen, token, tlen);
+  l->plen = plen;
+  l->klen = klen;
+  l->tlen = tlen;
+  l->ttl_ms = ttl_ms;
+  l->confirmed = now; /* the acquire was sent before: the lock lasts at least this long */
+  l->due = now + ttl_ms / 3;
+  l->until = max_hold_ms > 0 ? now + max_hold_ms : 0;
+  l->state = RL_LEASE_HELD;
+  pthread_mutex_lock(&wd_mu);
+  l->wc = conn_for(opts);
+  if (l->wc == NULL) {
+    pthread_mutex_unlock(&wd_mu);
+    free(l->names);
+    free(l);
+    snprintf(err, RL_ERRLEN, "renewal: out of memory");
+    return NULL;
+  }
+  l->wc->users++;
+  l->next = wd.leases;
+  if (wd.leases != NULL) wd.leases->prev = l;
+  wd.leases = l;
+  if (!wd.running && (rc = start_thread()) != 0) {
+    free_lease(l);
+    pthread_mutex_unlock(&wd_mu);
+    snprintf(err, RL_ERRLEN, "renewal: cannot start the watchdog thread (%s)", strerror(rc));
+    return NULL;
+  }
+  pthread_cond_signal(&wd.cv);
+  pthread_mutex_unlock(&wd_mu);
+  return l;
+}
+
+rl_lease_state rl_lease_state_of(rl_lease *l, char *why, size_t len) {
+  rl_lease_state s;
+  pthread_mutex_lock(&wd_mu);
+  s = l->state;
+  if (s == RL_LEASE_LOST && len > 0) snprintf(why, len, "%s", l->why);
+  pthread_mutex_unlock(&wd_mu);
+  return s;
+}
+
+void rl_lease_extended(rl_lease *l, long long ttl_ms) {
+  long long now = now_ms();
+  pthread_mutex_lock(&wd_mu);
+  if (l->state == RL_LEASE_HELD) {
+    l->ttl_ms = ttl_ms;
+    l->confirmed = now;
+    l->due = now + ttl_ms / 3;
+    pthread_cond_signal(&wd.cv);
+  }
+  pthread_mutex_unlock(&wd_mu);
+}
+
+void rl_lease_stop(rl_lease *l) {
+  pthread_mutex_lock(&wd_mu);
+  if (l->orphan || l->busy) l->stopped = 1; /* orphans stay set aside; busy: renew frees it */
+  else free_lease(l);
+  pthread_mutex_unlock(&wd_mu);
+}
+
+void rl_watchdog_enter(void) {
+  pthread_once(&wd_once, wd_init);
+  pthread_mutex_lock(&wd_mu);
+  wd.states++;
+  pthread_mutex_unlock(&wd_mu);
+}
+
+void rl_watchdog_leave(void) {
+  int join;
+  pthread_mutex_lock(&wd_mu);
+  join = --wd.states == 0 && wd.running;
+  if (join) {
+    wd.quit = 1;
+    pthread_cond_signal(&wd.cv);
+  }
+  pthread_mutex_unlock(&wd_mu);
+  if (!join) return;
+  pthread_join(wd.thread, NULL);
+  pthread_mutex_lock(&wd_mu);
+  wd.running = 0;
+  wd.quit = 0;
+  pthread_mutex_unlock(&wd_mu);
+}

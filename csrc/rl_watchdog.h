@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The watchdog: one thread per process that renews held locks (owner-checked
+ * pexpire) every ttl/3 on connections of its own, so that renewal goes on
+ * while the Lua state is busy. No Lua here. It starts with the first lease,
+ * is forgotten by a forked child (which starts its own when it needs one),
+ * and is stopped and joined when the last Lua state using it closes.
+ */
+#ifndef REDISLOCK_RL_WATCHDOG_H
+#define REDISLOCK_RL_WATCHDOG_H
+
+#include <stddef.h>
+
+#include "rl_conn.h"
+
+#pragma GCC visibility push(hidden)
+
+/* What a lease says of its lock. */
+typedef enum {
+  RL_LEASE_HELD,  /* renewed on time, as far as the watchdog knows */
+  RL_LEASE_LOST,  /* a renewal found it gone or taken, or could not reach the
+                     server before the TTL ran out */
+  RL_LEASE_ENDED  /* max_hold passed: no more renewals; the TTL runs out */
+} rl_lease_state;
+
+typedef struct rl_lease rl_lease;
+
+/*
+ * Starts renewing the lock key/token (names as rl_cmd_init builds them from
+ * prefix) to ttl_ms every ttl_ms / 3, on a watchdog connection made like opts
+ * (shared by the leases with the same options). max_hold_ms > 0 stops the
+ * renewals that long after now. Returns the lease, or NULL with a message in
+ * err (out of memory, or the thread could not start).
+ */
+rl_lease *rl_lease_start(const rl_conn_opts *opts, const char *prefix, size_t plen,
+                         const char *key, size_t klen, const char *token, size_t tlen,
+                         long long ttl_ms, long long max_hold_ms, char err[RL_ERRLEN]);
+
+/* The lease's state; when RL_LEASE_LOST, why (a sentence fragment) in why. */
+rl_lease_state rl_lease_state_of(rl_lease *lease, char *why, size_t len);
+
+/* The lock was extended by its owner to ttl_ms: renew to that from now on. */
+void rl_lease_extended(rl_lease *lease, long long ttl_ms);
+
+/* Stops renewing and frees the lease (now, or once a renewal under way ends). */
+void rl_lease_stop(rl_lease *lease);
+
+/* A Lua state loaded the module / is closing: the last one out stops the thread. */
+void rl_watchdog_enter(void);
+void rl_watchdog_leave(void);
+
+#pragma GCC visibility pop
+
+#endif
