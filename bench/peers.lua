@@ -75,9 +75,9 @@ if has_redis_py then
   B.emit({ name = "peer.floor.raw" .. id, value = median(rates, "floor"), unit = "cycles/s", note = slices_note,
            label = "raw floor beside redis-py, " .. PLACEMENT })
   emit_rate(rates, "lua", "floor", "peer.redislock/lua5.4" .. id, "peer.floor.raw" .. id,
-            "redislock, Lua 5.4, " .. PLACEMENT)
+            "redislock (Lua 5.4, " .. PLACEMENT .. ")")
   emit_rate(rates, "py", "lua", "peer.redis-py" .. id, "peer.redislock/lua5.4" .. id,
-            "redis-py " .. version .. " Lock, /usr/bin/python3, " .. PLACEMENT)
+            "redis-py " .. version .. " Lock (/usr/bin/python3, " .. PLACEMENT .. ")")
 else
   B.say("bench: no redis-py for %s (sh tools/deps.sh bench installs python3-redis): skipped", PYTHON)
 end
@@ -195,15 +195,15 @@ local ok, err = pcall(function()
   end
   local rates = B.slices({ { "floor", function() return floor:rate(N) end }, { "ngx", get("redislock") },
                            { "resty", get("resty") }, { "resty_one", get("resty-one") } }, SLICES)
-  local where = ", in nginx (one worker), " .. PLACEMENT
+  local where = " (nginx, 1 worker, " .. PLACEMENT .. ")"
   local floor_id, ngx_id = "peer.floor.raw.nginx" .. id, "peer.redislock/nginx" .. id
   B.emit({ name = floor_id, value = median(rates, "floor"), unit = "cycles/s", note = slices_note,
            label = "raw floor beside nginx, " .. PLACEMENT })
   emit_rate(rates, "ngx", "floor", ngx_id, floor_id, "redislock over cosockets" .. where)
   emit_rate(rates, "resty", "ngx", "peer.resty/nginx" .. id, ngx_id,
-            "lua-resty-redis, connect+set_keepalive per cycle" .. where)
+            "lua-resty-redis 0.27, pooled connect per cycle" .. where)
   emit_rate(rates, "resty_one", "ngx", "peer.resty-one/nginx" .. id, ngx_id,
-            "lua-resty-redis, one connection for all cycles" .. where)
+            "lua-resty-redis 0.27, one connection" .. where)
 end)
 stop_nginx(pid, prefix)
 floor:close()
