@@ -51,10 +51,10 @@ static void die_errno(const char *what) {
 /* Reads the whole file at path into cmd; exits on failure. */
 static void read_command(const char *path, command *cmd) {
   FILE *f = fopen(path, "rb");
-  long size;
+  long size = -1;
   if (f == NULL) die_errno(path);
-  if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) <= 0 || fseek(f, 0, SEEK_SET) != 0)
-    die("cannot size a command file (empty?)");
+  if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
+  if (size <= 0 || fseek(f, 0, SEEK_SET) != 0) die("cannot size a command file (empty?)");
   cmd->bytes = malloc((size_t)size);
   if (cmd->bytes == NULL) die("out of memory");
   if (fread(cmd->bytes, 1, (size_t)size, f) != (size_t)size) die_errno(path);
