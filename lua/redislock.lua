@@ -11,12 +11,12 @@
 
 local core = require "redislock.core"
 
-local error, getmetatable, pairs, pcall, rawget, select, setmetatable, tonumber, tostring, type =
-      error, getmetatable, pairs, pcall, rawget, select, setmetatable, tonumber, tostring, type
+local error, getmetatable, ipairs, pairs, pcall, rawget, select, setmetatable, tonumber, tostring, type =
+      error, getmetatable, ipairs, pairs, pcall, rawget, select, setmetatable, tonumber, tostring, type
 local string_format, string_char = string.format, string.char
 local math_max, math_min, math_floor = math.max, math.min, math.floor
 local os_getenv = os.getenv
-local debug_getinfo = debug.getinfo
+local debug_getinfo, debug_gethook, debug_sethook = debug.getinfo, debug.gethook, debug.sethook
 local unpack = table.unpack or unpack  -- luacheck: ignore (LuaJIT)
 local now, token, to_ms, key_problem = core.now, core.token, core.ms, core.key_problem
 
@@ -135,14 +135,55 @@ local function check_opts(n, fname, opts, known)
   return opts
 end
 
-local ACQUIRE_OPTS = { wait = true, wait_mode = true, fair = true }
+local function is_whole(v, lo, hi)
+  return type(v) == "number" and v == math_floor(v) and v >= lo and v <= hi
+end
+
+local function is_callable(f)
+  local mt = getmetatable(f)
+  return type(f) == "function" or (type(mt) == "table" and mt.__call ~= nil)
+end
+
+local ACQUIRE_OPTS = {
+  wait = true, wait_mode = true, fair = true, renew = true, max_hold = true, on_lost = true,
+  replicas = true, replica_timeout = true,
+}
 local WAIT_MODES = { notify = true, poll = true }
 
--- The options of acquire and with_lock, checked; returns how to wait:
--- { wait = seconds, mode = "notify" | "poll", fair = boolean }.
-local function check_acquire_opts(n, fname, opts)
+-- The options of acquire and with_lock, checked; returns how to take and
+-- hold the lock: { wait = seconds, mode = "notify" | "poll", fair = boolean,
+-- renew = boolean (default `renew`), max_hold_ms, on_lost, replicas,
+-- replica_ms }.
+local function check_acquire_opts(n, fname, opts, renew)
   opts = check_opts(n, fname, opts, ACQUIRE_OPTS)
   local how = { wait = opts.wait or 0, mode = opts.wait_mode or "notify", fair = opts.fair or false }
+  if opts.renew ~= nil then renew = opts.renew end
+  if type(renew) ~= "boolean" then
+    argerror(n, fname, "option 'renew' must be a boolean, got " .. type(renew))
+  end
+  how.renew = renew
+  if opts.max_hold ~= nil then
+    how.max_hold_ms = check_seconds(n, fname, "option 'max_hold'", opts.max_hold)
+  end
+  if opts.on_lost ~= nil and not is_callable(opts.on_lost) then
+    argerror(n, fname, "option 'on_lost' must be a function, got " .. type(opts.on_lost))
+  end
+  how.on_lost = opts.on_lost
+  for _, name in ipairs({ "max_hold", "on_lost" }) do
+    if opts[name] ~= nil and not renew then
+      argerror(n, fname, string_format("option '%s' needs renewal (renew = true)", name))
+    end
+  end
+  if opts.replicas ~= nil then
+    if not is_whole(opts.replicas, 1, 1000000) then
+      argerror(n, fname, "option 'replicas' must be a whole number >= 1")
+    end
+    how.replicas = opts.replicas
+    how.replica_ms = opts.replica_timeout == nil and 1000
+      or check_seconds(n, fname, "option 'replica_timeout'", opts.replica_timeout)
+  elseif opts.replica_timeout ~= nil then
+    argerror(n, fname, "option 'replica_timeout' needs 'replicas'")
+  end
   local wait = how.wait
   if type(wait) ~= "number" or wait ~= wait or wait < 0 or wait == math.huge then
     argerror(n, fname, "option 'wait' must be a finite number of seconds >= 0")
@@ -236,10 +277,6 @@ local NEW_OPTS = {
   pool_size = true, keepalive_timeout = true,
 }
 local STRING_OPTS = { "url", "host", "path", "username", "password", "prefix" }
-
-local function is_whole(v, lo, hi)
-  return type(v) == "number" and v == math_floor(v) and v >= lo and v <= hi
-end
 
 --- Makes a client. No I/O: it connects on first use. Under OpenResty it talks
 -- over cosockets and nginx's connection pool (see redislock/ngx.lua).
@@ -371,6 +408,10 @@ local function seconds_text(ms)
   return string_format("%.3g s left", ms / 1000)
 end
 
+-- How late Redis may end a BLPOP that timed out (seconds): it checks the
+-- timeouts of blocked clients at its tick, hz = 10 by default.
+local BLPOP_SLACK = 0.1
+
 -- A fair waiter comes back at least this often (seconds), so that the queue
 -- keeps it: the server drops one that stays away 3 s (RL_FAIR_STAY_MS).
 local FAIR_STEP = 1
@@ -399,8 +440,8 @@ end
 -- when it gives up. The same token is resent after a connection error: the
 -- acquire scripts treat "the key already holds my token" as success, so a
 -- send that landed is not counted twice.
--- Returns the fence and the time the successful attempt was sent, or nil and
--- an error message.
+-- Returns the fence, the time the successful attempt was sent and (with
+-- how.replicas) how many replicas acknowledged it; or nil and an error message.
 local function take(self, key, tok, ms, how)
   local c, sleep = self._transport, self._sleep
   local wait, fair = how.wait, how.fair
@@ -409,8 +450,8 @@ local function take(self, key, tok, ms, how)
   local step = FIRST_STEP
   while true do
     local sent = now()
-    local status, value = c:eval(op, key, tok, ms)
-    if status == 1 then return value, sent end
+    local status, value, acked = c:eval(op, key, tok, ms, how.replicas, how.replica_ms)
+    if status == 1 then return value, sent, acked end
     local left = deadline - now()
     if left <= 0 or (status == nil and value:sub(1, 11) ~= "connection:") then
       if fair then c:eval("leave", key, tok) end -- best effort: else it drops out in 3 s
@@ -421,28 +462,52 @@ local function take(self, key, tok, ms, how)
     local block = left
     if status == -1 and value >= 0 then block = math_min(block, value / 1000 + 0.001) end
     if fair then block = math_min(block, FAIR_STEP) end
-    local woke
-    if status ~= nil and how.mode == "notify" then
-      woke = c:wait(key, fair and tok or nil, wait_ms(block))
-    end
-    if woke == nil then -- polling, a connection error, or the wait failed
+    if status == nil or how.mode == "poll" then
       -- At least 1 ms: nginx's timers have millisecond resolution, and
       -- ngx.sleep(0) only yields.
       sleep(math_max(math_min(step * jitter(), block), 0.001))
       step = math_min(step * 2, MAX_STEP)
+    elseif block > 1.5 * BLPOP_SLACK then
+      -- Redis ends a BLPOP that timed out only at its next tick (10 a second
+      -- by default): block that much less, and sleep what is left near the end.
+      if c:wait(key, fair and tok or nil, wait_ms(block - BLPOP_SLACK)) == nil then
+        sleep(math_max(math_min(step * jitter(), block), 0.001)) -- the wait failed: back off
+        step = math_min(step * 2, MAX_STEP)
+      end
+    else
+      sleep(block) -- the holder's TTL or the deadline ends first
     end
   end
 end
 
+local lease_lost
+
 -- acquire after its arguments were checked.
 local function acquire(self, key, ms, how)
   local tok = token()
-  local fence, sent = take(self, key, tok, ms, how)
+  local fence, sent, acked = take(self, key, tok, ms, how)
   if not fence then return nil, sent end
   -- _expires: the lock cannot expire on the server before this (the TTL
   -- started after the send), by the monotonic clock.
-  return setmetatable({ key = key, token = tok, fence = fence, _client = self, _state = "held",
-                        _expires = sent + ms / 1000 }, lock_mt)
+  local lock = setmetatable({ key = key, token = tok, fence = fence, _client = self, _state = "held",
+                              _expires = sent + ms / 1000 }, lock_mt)
+  if how.replicas and acked < how.replicas then
+    lock:release() -- not durable enough to count as taken
+    return nil, string_format("redis: %s reached %d of %d replica%s within %.3g s (WAIT), so it was released",
+                              quote(key), acked, how.replicas, how.replicas == 1 and "" or "s",
+                              how.replica_ms / 1000)
+  end
+  if how.renew then
+    local lease, err = self._transport:lease(key, tok, ms, how.max_hold_ms)
+    if not lease then
+      lock:release()
+      error(err, 0) -- the watchdog thread could not start, or out of memory
+    end
+    lock._lease, lock._on_lost = lease, how.on_lost
+    -- Under OpenResty the renewal timer reports a loss as it finds it.
+    if ngx_transport then lease.on_lost = function() lease_lost(lock) end end
+  end
+  return lock
 end
 
 --- Takes the lock named key for ttl seconds.
@@ -454,7 +519,7 @@ function Client:acquire(key, ttl, opts, ...)
   check_client(self, "acquire")
   check_key(1, "acquire", key)
   local ms = check_seconds(2, "acquire", "ttl", ttl)
-  local how = check_acquire_opts(3, "acquire", opts)
+  local how = check_acquire_opts(3, "acquire", opts, false)
   check_nargs("acquire", 3, ...)
   return acquire(self, key, ms, how)
 end
@@ -486,13 +551,33 @@ end
 ------------------------------------------------------------------------------
 -- Locks
 
--- Records that the lock is no longer ours and returns the "lost" message.
-local function mark_lost(self, status, op)
-  local why = status == -1 and "another owner holds it now"
-    or "it expired or was deleted"
+-- Records that the lock is no longer ours (why: a sentence fragment), stops
+-- its renewal, calls its on_lost once, and returns the "lost" message.
+local function set_lost(self, why)
   self._state = "lost"
-  self._lost = string_format("lost: %s is no longer ours (%s; found at %s)", quote(self.key), why, op)
+  self._lost = string_format("lost: %s is no longer ours (%s)", quote(self.key), why)
+  if self._lease then self._lease:stop() end
+  local on_lost = self._on_lost
+  if on_lost then
+    self._on_lost = nil
+    on_lost(self, self._lost) -- may raise, to abort the work
+  end
   return self._lost
+end
+
+-- The "lost" message after a script answered status (0 or -1) at op.
+local function mark_lost(self, status, op)
+  local why = status == -1 and "another owner holds it now" or "it expired or was deleted"
+  return set_lost(self, why .. "; found at " .. op)
+end
+
+-- The "lost" message when the lock's renewal found it lost, else nil.
+lease_lost = function(self)
+  local lease = self._lease
+  if not lease or self._state ~= "held" then return nil end
+  local state, why = lease:state()
+  if state ~= "lost" then return nil end
+  return set_lost(self, why)
 end
 
 -- Runs op on the server for a lock that is still ours by our own account;
@@ -502,9 +587,11 @@ local function lock_eval(self, fname, op, ms)
   check_open(self._client, fname, "its client")
   if self._state == "released" then
     return nil, string_format("lost: %s was already released", quote(self.key))
-  elseif self._state == "lost" then
-    return nil, self._lost
   end
+  local lost = lease_lost(self)
+  if self._state == "lost" then return nil, lost or self._lost end
+  -- Stopped first, so that no renewal runs after the release.
+  if op == "release" and self._lease then self._lease:stop() end
   local sent = now()
   local status, value = self._client._transport:eval(op, self.key, self.token, ms)
   if status == nil then
@@ -523,7 +610,10 @@ local function lock_eval(self, fname, op, ms)
     end
     return nil, mark_lost(self, status, op)
   end
-  if op == "extend" then self._expires = sent + ms / 1000 end
+  if op == "extend" then
+    self._expires = sent + ms / 1000
+    if self._lease then self._lease:extended(ms) end
+  end
   return value
 end
 
@@ -561,6 +651,32 @@ function Lock:ttl(...)
   return ms / 1000
 end
 
+--- Whether the lock is still ours: true, or nil and "lost: ...". Cheap: it
+-- looks at what the renewal (watchdog) found and, without renewal, at whether
+-- the TTL can have run out; with server = true it also asks the server.
+-- @return true, or nil and "lost: ..." (or "connection: ..." / "redis: ..." when asking the server)
+function Lock:check(server, ...)
+  check_self(self, lock_mt, "check", "redislock lock")
+  if server ~= nil and type(server) ~= "boolean" then
+    argerror(1, "check", "server must be a boolean or nil, got " .. type(server))
+  end
+  check_nargs("check", 1, ...)
+  if self._state == "released" then
+    return nil, string_format("lost: %s was already released", quote(self.key))
+  end
+  local lost = lease_lost(self)
+  if self._state == "lost" then return nil, lost or self._lost end
+  if not self._lease and now() >= self._expires then
+    -- Not renewed, and its TTL has run out by now.
+    return nil, set_lost(self, "its TTL ran out")
+  end
+  if server then
+    local ms, err = lock_eval(self, "check", "pttl")
+    if not ms then return nil, err end
+  end
+  return true
+end
+
 lock_mt.__tostring = function(self)
   return string_format("redislock lock %s (fence %s, %s)", quote(self.key), tostring(self.fence), self._state)
 end
@@ -592,7 +708,7 @@ local function check_with_lock_args(key, ttl, fn, opts, ...)
   check_key(1, "with_lock", key)
   local ms = check_seconds(2, "with_lock", "ttl", ttl)
   check_fn(3, "with_lock", fn)
-  local how = check_acquire_opts(4, "with_lock", opts)
+  local how = check_acquire_opts(4, "with_lock", opts, true)
   check_nargs("with_lock", 4, ...)
   return ms, how
 end
@@ -621,10 +737,25 @@ if load("local guard <close> = nil") then -- Lua 5.4 and later
 end
 
 -- Runs fn(lock) under the lock and releases it in every case.
+-- While fn runs, a count hook looks at the watchdog's news every 10,000 VM
+-- instructions, so that on_lost runs (and may raise to abort fn) soon after
+-- the lease is lost, even in pure computation. Only where no other hook is
+-- set, and in plain Lua (under OpenResty the renewal timer calls on_lost).
+-- LuaJIT does not run hooks inside compiled code. Returns the undo.
+local function watch_lost(lock)
+  if not (lock._on_lost and lock._lease) or ngx_transport or debug_gethook() then
+    return function() end
+  end
+  debug_sethook(function() lease_lost(lock) end, "", 10000)
+  return function() debug_sethook() end
+end
+
 local function with_lock(self, key, ms, fn, how)
   local lock, err = acquire(self, key, ms, how)
   if not lock then error(err, 0) end
+  local unwatch = watch_lost(lock)
   local res = call_locked(lock, fn)
+  unwatch()
   -- Protected: if fn closed the client, release raises, and fn's own error
   -- must still be the one that comes out.
   local rok, released, rerr = pcall(lock.release, lock)
