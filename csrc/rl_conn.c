@@ -195,6 +195,39 @@ redisReply *rl_conn_command(rl_conn *conn, int argc, const char **argv,
   return r;
 }
 
+int rl_conn_wait_replicas(rl_conn *conn, long long replicas, long long ms, long long *acked,
+                          char err[RL_ERRLEN]) {
+  char n[24], t[24];
+  const char *argv[3] = { "WAIT", n, t };
+  size_t len[3];
+  redisReply *r;
+  len[0] = 4;
+  len[1] = (size_t)snprintf(n, sizeof n, "%lld", replicas);
+  len[2] = (size_t)snprintf(t, sizeof t, "%lld", ms);
+  /* Only on the connection that wrote: WAIT counts that connection's writes. */
+  if (conn->ctx == NULL || conn->pid != getpid() ||
+      redisSetTimeout(conn->ctx, ms_to_tv(ms + conn->o.timeout_ms)) != REDIS_OK) {
+    snprintf(err, RL_ERRLEN, "connection: lost the connection before WAIT");
+    rl_conn_close(conn);
+    return -1;
+  }
+  r = redisCommandArgv(conn->ctx, 3, argv, len);
+  if (r == NULL) {
+    io_error(conn, err);
+    return -1;
+  }
+  redisSetTimeout(conn->ctx, ms_to_tv(conn->o.timeout_ms));
+  if (r->type != REDIS_REPLY_INTEGER) {
+    snprintf(err, RL_ERRLEN, "redis: WAIT: %.*s", r->type == REDIS_REPLY_ERROR ? (int)r->len : 0,
+             r->type == REDIS_REPLY_ERROR ? r->str : "");
+    freeReplyObject(r);
+    return -1;
+  }
+  *acked = r->integer;
+  freeReplyObject(r);
+  return 0;
+}
+
 void rl_conn_set_timeout(rl_conn *conn, long long ms) {
   conn->o.timeout_ms = ms;
   if (conn->ctx != NULL && redisSetTimeout(conn->ctx, ms_to_tv(ms)) != REDIS_OK)

@@ -64,6 +64,14 @@ redisReply *rl_conn_command(rl_conn *conn, int argc, const char **argv,
  */
 int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]);
 
+/*
+ * WAIT replicas ms on the connection the last command used (never a new one:
+ * WAIT counts that connection's writes), with a reply timeout that covers ms.
+ * Sets *acked to the replicas that acknowledged. Returns 0, or -1 and err.
+ */
+int rl_conn_wait_replicas(rl_conn *conn, long long replicas, long long ms, long long *acked,
+                          char err[RL_ERRLEN]);
+
 /* Sets the reply timeout (ms) of the open connection and of later ones. */
 void rl_conn_set_timeout(rl_conn *conn, long long ms);
 

@@ -159,11 +159,14 @@ static rl_op check_script(lua_State *L, int idx, const char **key, size_t *klen,
 }
 
 /*
- * client:eval(op, key, token[, ms]) -> status, value | nil, err
+ * client:eval(op, key, token[, ms[, replicas, replica_ms]]) -> status, value[, acked] | nil, err
  * Runs one lock script. op is "acquire", "release", "extend", "pttl",
- * "acquire_fair" or "leave"; ms is the ttl for acquire, acquire_fair and extend. Leaves two values: status 1 (ours), 0 (no
- * such lock) or -1 (another owner's), and the fence (acquire when ours) or
- * milliseconds left; or nil and a "connection: ..." / "redis: ..." message.
+ * "acquire_fair" or "leave"; ms is the ttl for acquire, acquire_fair and
+ * extend. Leaves two values: status 1 (ours), 0 (no such lock) or -1 (another
+ * owner's), and the fence (acquire when ours) or milliseconds left; or nil
+ * and a "connection: ..." / "redis: ..." message. With replicas, a script
+ * that answered 1 is followed by WAIT replicas replica_ms on the same
+ * connection, and a third value: how many replicas acknowledged.
  */
 static int client_eval(lua_State *L) {
   rl_client *c = check_client(L, 1);
@@ -174,11 +177,23 @@ static int client_eval(lua_State *L) {
   char err[RL_ERRLEN];
   rl_cmd cmd;
   rl_result res;
-  int rc;
+  long long acked = 0;
+  lua_Integer replicas = 0, replica_ms = 0;
+  int rc, isnum = 0, isnum2 = 0;
+  if (!lua_isnoneornil(L, 6)) {
+    replicas = lua_tointegerx(L, 6, &isnum);
+    replica_ms = lua_tointegerx(L, 7, &isnum2);
+    luaL_argcheck(L, lua_type(L, 6) == LUA_TNUMBER && isnum && replicas >= 1 && replicas <= 1000000, 6,
+                  "replicas must be an integer >= 1");
+    luaL_argcheck(L, lua_type(L, 7) == LUA_TNUMBER && isnum2 && replica_ms >= 1 && replica_ms <= RL_MAX_MS, 7,
+                  "replica_ms must be an integer number of milliseconds >= 1");
+  }
   if (rl_cmd_init(&cmd, op, c->prefix, c->plen, key, klen, token, tlen, ms) != 0)
     return luaL_error(L, "redislock: out of memory");
   rc = rl_conn_eval(&c->conn, &cmd, &res, err);
   rl_cmd_free(&cmd);
+  if (rc == 0 && replicas > 0 && res.status == RL_HELD)
+    rc = rl_conn_wait_replicas(&c->conn, (long long)replicas, (long long)replica_ms, &acked, err);
   if (rc != 0) {
     lua_pushnil(L);
     lua_pushstring(L, err);
@@ -186,7 +201,9 @@ static int client_eval(lua_State *L) {
   }
   lua_pushinteger(L, res.status);
   lua_pushinteger(L, (lua_Integer)res.value);
-  return 2;
+  if (replicas == 0 || res.status != RL_HELD) return 2;
+  lua_pushinteger(L, (lua_Integer)acked);
+  return 3;
 }
 
 /* Pushes r as a Lua value: strings, integers, tables; nil bulk -> false. */

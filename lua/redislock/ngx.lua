@@ -17,7 +17,8 @@
 local core = require "redislock.core"
 
 local ngx = ngx
-local ipairs, setmetatable, string_format, table_concat = ipairs, setmetatable, string.format, table.concat
+local ipairs, pairs, pcall, setmetatable, tostring = ipairs, pairs, pcall, setmetatable, tostring
+local string_format, table_concat = string.format, table.concat
 local tcp, get_phase, md5 = ngx.socket.tcp, ngx.get_phase, ngx.md5
 local encode, encode_script, encode_wait, new_reader = core.encode, core.encode_script, core.encode_wait, core.reader
 
@@ -166,12 +167,13 @@ local function keepalive(self, sock)
   if not ok then sock:close() end
 end
 
---- transport:eval(op, key, token[, ms]) -> status, value | nil, err
+--- transport:eval(op, key, token[, ms[, replicas, replica_ms]]) -> status, value[, acked] | nil, err
 -- Runs one lock script, as the C client's eval does: EVALSHA, then EVAL after
--- NOSCRIPT. A command lost on a pooled connection that the server had closed
+-- NOSCRIPT, and WAIT on the same connection after a success when replicas
+-- is given. A command lost on a pooled connection that the server had closed
 -- is sent once more on another connection (maybe another pooled one; the C
 -- transport opens a fresh one), except release (see rl_conn.c).
-function Transport:eval(op, key, token, ms)
+function Transport:eval(op, key, token, ms, replicas, replica_ms)
   local bytes = encode_script(op, key, token, ms, self.prefix)  -- checks the arguments
   local err
   for _ = 1, 2 do
@@ -182,6 +184,19 @@ function Transport:eval(op, key, token, ms)
       status, value, failed, timed_out = round_trip(self, sock, encode_script(op, key, token, ms, self.prefix, true),
                                                     "script_reply")
       if status == false then status, value = nil, "redis: NOSCRIPT after EVAL" end
+    end
+    if not failed and status == 1 and replicas then
+      -- WAIT counts the writes of this very connection. Its reply may take
+      -- replica_ms.
+      sock:settimeouts(self.connect_timeout_ms, self.timeout_ms, self.timeout_ms + replica_ms)
+      local acked, werr, wfailed = round_trip(self, sock, encode("WAIT", replicas, replica_ms), "reply")
+      if wfailed then
+        sock:close()
+        return nil, werr
+      end
+      keepalive(self, sock)
+      if acked == nil then return nil, werr end
+      return status, value, acked
     end
     if not failed then
       keepalive(self, sock)
@@ -227,6 +242,116 @@ function Transport:command(...)
   end
   if v == nil then return nil, msg end
   return v
+end
+
+------------------------------------------------------------------------------
+-- Renewal: one ngx.timer per worker renews the worker's leases over cosockets
+-- (the C watchdog thread is for plain Lua; nginx workers are single-threaded).
+
+-- Leases being renewed, weakly: a lease whose lock was garbage-collected
+-- drops out, and is no longer renewed.
+local leases = setmetatable({}, { __mode = "k" })
+local timer_due -- when the pending timer fires (core.now seconds), or nil
+
+local Lease = {}
+local lease_mt = { __index = Lease }
+
+local schedule
+
+-- Renews one lease (in the timer, so cosockets are allowed).
+local function renew(lease, now)
+  local t = lease.transport
+  local ttl = lease.ttl_ms
+  local status, value = t:eval("extend", lease.key, lease.token, ttl)
+  if leases[lease] == nil then return end -- stopped meanwhile
+  if lease.ttl_ms ~= ttl then return end  -- extended by its owner meanwhile
+  if status == 1 then
+    lease.confirmed, lease.due = now, now + ttl / 3000
+    return
+  end
+  local why
+  if status ~= nil then
+    why = status == -1 and "another owner holds it now; found by the renewal timer"
+      or "it expired or was deleted; found by the renewal timer"
+  elseif core.now() >= lease.confirmed + ttl / 1000 then
+    why = "the renewal timer could not renew it before its TTL ran out: " .. value
+  else
+    lease.due = core.now() + math.min(math.max(ttl / 10000, 0.01), 1)
+    return
+  end
+  lease.status, lease.why = "lost", why
+  leases[lease] = nil
+  if lease.on_lost then
+    local ok, err = pcall(lease.on_lost, why)
+    if not ok then ngx.log(ngx.ERR, "redislock: on_lost raised: ", tostring(err)) end
+  end
+end
+
+-- The timer: renews what is due, then schedules the next run.
+local function tick(premature)
+  timer_due = nil
+  if premature then return end -- nginx is exiting: the leases run out by their TTL
+  local now = core.now()
+  local due = {}
+  for lease in pairs(leases) do
+    if lease.stop_at and now >= lease.stop_at then
+      lease.status = "ended"
+      leases[lease] = nil
+    elseif lease.due <= now then
+      due[#due + 1] = lease
+    end
+  end
+  for _, lease in ipairs(due) do renew(lease, now) end
+  schedule()
+end
+
+-- Makes sure a timer fires by the earliest due renewal.
+schedule = function()
+  local first
+  for lease in pairs(leases) do
+    if not first or lease.due < first then first = lease.due end
+  end
+  if not first or (timer_due and timer_due <= first) then return end
+  local delay = math.max(first - core.now(), 0.001)
+  local ok, err = ngx.timer.at(delay, tick)
+  if ok then
+    timer_due = first
+  else
+    ngx.log(ngx.ERR, "redislock: cannot start the renewal timer: ", err)
+  end
+end
+
+--- transport:lease(key, token, ttl_ms[, max_hold_ms]) -> lease, as the C
+-- client's (state, extended, stop), renewed by this worker's timer.
+function Transport:lease(key, token, ttl_ms, max_hold_ms)
+  local now = core.now()
+  local lease = setmetatable({
+    transport = self, key = key, token = token, ttl_ms = ttl_ms, confirmed = now,
+    due = now + ttl_ms / 3000, stop_at = max_hold_ms and max_hold_ms > 0 and now + max_hold_ms / 1000 or nil,
+    status = "held",
+  }, lease_mt)
+  leases[lease] = true
+  schedule()
+  return lease
+end
+
+--- "held" | "ended" | "lost", why
+function Lease:state()
+  return self.status, self.why
+end
+
+--- The owner extended the lock to ttl_ms: renew to that from now on.
+function Lease:extended(ttl_ms)
+  if self.status ~= "held" then return end
+  local now = core.now()
+  self.ttl_ms, self.confirmed, self.due = ttl_ms, now, now + ttl_ms / 3000
+  schedule()
+end
+
+--- No more renewals.
+function Lease:stop()
+  if self.status == "held" then self.status = "ended" end
+  leases[self] = nil
 end
 
 --- Marks the client closed; pooled connections stay in nginx's pool.
