@@ -82,13 +82,14 @@ function app.ping()
   ngx.say("pong")
 end
 
---- GET /with_lock?key=k&ttl=s&hold=s: holds the lock hold seconds (ngx.sleep
--- inside fn) -> 200 "fence" | 409 lost/busy | 503.
+--- GET /with_lock?key=k&ttl=s&hold=s[&renew=0]: holds the lock hold seconds
+-- (ngx.sleep inside fn) -> 200 "fence" | 409 lost/busy | 503. renew=0 turns
+-- the renewal off.
 function app.with_lock()
   local ok, fence = pcall(client().with_lock, client(), ngx.var.arg_key, arg_number("ttl", 5), function(lock)
     ngx.sleep(arg_number("hold", 0))
     return lock.fence
-  end)
+  end, { renew = ngx.var.arg_renew ~= "0" })
   if not ok then return reply(status_for(fence), fence) end
   return reply(200, fence)
 end
