@@ -741,7 +741,8 @@ end
 -- instructions, so that on_lost runs (and may raise to abort fn) soon after
 -- the lease is lost, even in pure computation. Only where no other hook is
 -- set, and in plain Lua (under OpenResty the renewal timer calls on_lost).
--- LuaJIT does not run hooks inside compiled code. Returns the undo.
+-- LuaJIT runs no hooks in compiled code: there on_lost comes when fn calls
+-- lock:check() (or returns). Returns the undo.
 local function watch_lost(lock)
   if not (lock._on_lost and lock._lease) or ngx_transport or debug_gethook() then
     return function() end

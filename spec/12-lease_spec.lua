@@ -1,0 +1,203 @@
+-- SPDX-License-Identifier: MIT
+-- Lease safety: the watchdog renews a lock while fn computes, a lease lost
+-- while the holder was stopped is reported (check, with_lock, on_lost) with
+-- fences that show the order, renewal survives CLIENT KILL, max_hold ends it,
+-- a collected lock is not renewed, and replicas acknowledge (WAIT) or the
+-- lock is given back. Several specs run the watchdog in this process, so
+-- `make valgrind` and `make asan` check the thread too.
+local core = require "redislock.core"
+local helpers = require "spec.helpers"
+
+describe("leases", function()
+  local srv, raw, client
+
+  lazy_setup(function()
+    srv = helpers.start_redis()
+    raw = srv:raw()
+  end)
+  lazy_teardown(function()
+    if raw then raw:close() end
+    if srv then srv:stop() end
+  end)
+  before_each(function()
+    assert.are.equal("OK", raw:command("FLUSHALL"))
+    client = srv:client()
+  end)
+  after_each(function() client:close() end)
+
+  local function worker(key, ttl, seconds)
+    return helpers.spawn(helpers.spec_dir .. "workers/lease.lua", srv.port, key, ttl, seconds)
+  end
+
+  -- Computes for `seconds` with no Redis calls (core.now() only reads the clock).
+  local function compute(seconds)
+    local stop, n = core.now() + seconds * helpers.slow, 0
+    while core.now() < stop do n = n + 1 end
+    return n
+  end
+
+  describe("in a worker process", function()
+    it("stay held while fn computes for 3 TTLs, and are released at the end", function()
+      local proc = worker("cpu", 0.5, 1.5)
+      assert.is_truthy(helpers.eventually(5, function() return raw:command("LLEN", "holders") == 1 end))
+      -- Another owner keeps finding it busy, well past the first TTL.
+      local other = srv:client()
+      local tries = 0
+      while raw:command("EXISTS", "lock:{cpu}") == 1 and tries < 200 do
+        local lock, err = other:acquire("cpu", 5)
+        assert.is_nil(lock, "another owner took a renewed lock")
+        assert.is_truthy(err:match("^busy: "), err)
+        tries = tries + 1
+        core.sleep(0.02)
+      end
+      local out, ok = proc.wait()
+      assert.is_true(ok, out)
+      assert.is_truthy(out:find("check: true nil", 1, true), out)
+      assert.is_truthy(out:find("done 1", 1, true), out)
+      assert.is_true(tries >= 50, "the lock was gone after " .. tries .. " tries: " .. out) -- > 1 s of 1.5
+      assert.are.equal(0, raw:command("EXISTS", "lock:{cpu}"))
+      other:close()
+    end)
+
+    it("learn that a lease was lost while the holder was stopped (SIGSTOP), and the fences show it", function()
+      local proc = worker("paused", 0.5, 3)
+      assert.is_truthy(helpers.eventually(5, function() return raw:command("LLEN", "holders") == 1 end))
+      local pid, fence = raw:command("LINDEX", "holders", 0):match("^(%d+) (%d+)$")
+      assert.is_true(helpers.sh_ok("kill -STOP " .. pid))
+      -- Stopped, it renews nothing: the lock expires and another owner takes it.
+      local other = srv:client()
+      local theirs = helpers.eventually(5, function() return other:acquire("paused", 30) end)
+      assert.is_truthy(theirs, "the lock of a stopped holder never expired")
+      assert.is_true(helpers.sh_ok("kill -CONT " .. pid))
+      local out, ok = proc.wait()
+      assert.is_true(ok, out)
+      assert.is_truthy(out:find('check: nil lost: "paused" is no longer ours (another owner holds it now',
+                                1, true), out)
+      assert.is_truthy(out:find('raised lost: "paused" is no longer ours', 1, true), out)
+      assert.is_true(theirs.fence > tonumber(fence), theirs.fence .. " after " .. fence)
+      assert.are.equal(theirs.token, raw:command("GET", "lock:{paused}"))
+      other:close()
+    end)
+
+    it("keep renewing after CLIENT KILL of every connection", function()
+      local proc = worker("killed", 0.6, 2)
+      assert.is_truthy(helpers.eventually(5, function() return raw:command("LLEN", "holders") == 1 end))
+      local other = srv:client()
+      for _ = 1, 4 do
+        -- raw's own connection is spared (SKIPME); the worker's and the
+        -- watchdog's are cut.
+        assert(raw:command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"))
+        core.sleep(0.3)
+        local lock = other:acquire("killed", 5)
+        assert.is_nil(lock, "another owner took the lock after CLIENT KILL")
+      end
+      local out, ok = proc.wait()
+      assert.is_true(ok, out)
+      assert.is_truthy(out:find("done 1", 1, true), out)
+      other:close()
+    end)
+  end)
+
+  describe("in this process", function()
+    it("renew while Lua computes, and stop at release", function()
+      local lock = assert(client:acquire("here", 0.3, { renew = true }))
+      compute(1)
+      assert.is_true(lock:check())
+      assert.is_true(lock:check(true))
+      local pttl = raw:command("PTTL", "lock:{here}")
+      assert.is_true(pttl > 0 and pttl <= 300, tostring(pttl))
+      assert.is_true(lock:release())
+      core.sleep(0.3)
+      assert.are.equal(0, raw:command("EXISTS", "lock:{here}"))
+    end)
+
+    it("report a lock deleted under them as lost, once, through on_lost", function()
+      local calls = {}
+      local lock = assert(client:acquire("gone", 0.3, {
+        renew = true, on_lost = function(l, err) calls[#calls + 1] = { l, err } end,
+      }))
+      assert.are.equal(1, raw:command("DEL", "lock:{gone}"))
+      assert.is_truthy(helpers.eventually(2, function() return not lock:check() end))
+      local _, err = lock:check()
+      assert.is_truthy(
+        err:match('^lost: "gone" is no longer ours %(it expired or was deleted; found by the watchdog%)'), err)
+      assert.are.equal(1, #calls)
+      assert.are.equal(lock, calls[1][1])
+      assert.are.equal(err, calls[1][2])
+      local ok, rerr = lock:release()
+      assert.is_nil(ok)
+      assert.are.equal(err, rerr)
+      local _, eerr = lock:extend(5)
+      assert.are.equal(err, eerr)
+      assert.are.equal(1, #calls)
+    end)
+
+    -- LuaJIT runs no debug hooks in compiled code (the loop below compiles).
+    local it_hooks = jit and pending or it
+    it_hooks("let on_lost abort with_lock's fn early (LuaJIT: only from interpreted code)", function()
+      local finished = false
+      local ok, err = pcall(client.with_lock, client, "abort", 0.3, function()
+        assert.are.equal(1, raw:command("DEL", "lock:{abort}"))
+        compute(3)
+        finished = true
+      end, { on_lost = function(_, why) error("aborted: " .. why, 0) end })
+      assert.is_false(ok)
+      assert.is_truthy(tostring(err):match('^aborted: lost: "abort" is no longer ours'), tostring(err))
+      assert.is_false(finished)
+    end)
+
+    it("stop renewing after max_hold, and the lease runs out", function()
+      local lock = assert(client:acquire("capped", 0.3, { renew = true, max_hold = 0.4 }))
+      assert.is_truthy(helpers.eventually(3, function() return raw:command("EXISTS", "lock:{capped}") == 0 end))
+      local ok, err = lock:check(true)
+      assert.is_nil(ok)
+      assert.is_truthy(err:match('^lost: "capped" is no longer ours %(it expired'), err)
+    end)
+
+    it("are not renewed once the lock was garbage-collected", function()
+      assert(client:acquire("dropped", 0.3, { renew = true }))
+      collectgarbage()
+      collectgarbage()
+      assert.is_truthy(helpers.eventually(3, function() return raw:command("EXISTS", "lock:{dropped}") == 0 end))
+    end)
+
+    it("are not taken when renew = false, and with_lock can turn renewal off", function()
+      local lock = assert(client:acquire("plain", 0.2))
+      core.sleep(0.3)
+      local ok, err = lock:check()
+      assert.is_nil(ok)
+      assert.is_truthy(err:match('^lost: "plain" is no longer ours %(its TTL ran out%)'), err)
+    end)
+  end)
+
+  describe("with a replica", function()
+    local replica
+
+    lazy_setup(function()
+      replica = helpers.start_redis({ "--replicaof", "127.0.0.1", tostring(srv.port) })
+      assert.is_truthy(helpers.eventually(10, function()
+        return replica:cli("INFO", "replication"):find("master_link_status:up", 1, true)
+      end), "the replica never connected")
+    end)
+    lazy_teardown(function()
+      if replica then
+        helpers.sh_ok("kill -CONT " .. replica.pid .. " 2>/dev/null")
+        replica:stop()
+      end
+    end)
+
+    it("acquire when the replica acknowledges, and give the lock back when it does not", function()
+      local lock = assert(client:acquire("durable", 5, { replicas = 1, replica_timeout = 2 }))
+      assert.is_truthy(helpers.eventually(2, function()
+        return replica:cli("GET", "lock:{durable}") == lock.token
+      end))
+      assert.is_true(helpers.sh_ok("kill -STOP " .. replica.pid))
+      local none, err = client:acquire("flaky", 5, { replicas = 1, replica_timeout = 0.3 })
+      assert.is_true(helpers.sh_ok("kill -CONT " .. replica.pid))
+      assert.is_nil(none)
+      assert.is_truthy(err:match('^redis: "flaky" reached 0 of 1 replica within 0%.3 s %(WAIT%), so it was released$'),
+                       err)
+      assert.are.equal(0, raw:command("EXISTS", "lock:{flaky}"))
+    end)
+  end)
+end)
