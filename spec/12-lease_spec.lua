@@ -99,21 +99,24 @@ describe("leases", function()
   end)
 
   describe("in this process", function()
+    -- Under valgrind one thread runs at a time: times are widened.
+    local slow = helpers.slow
+
     it("renew while Lua computes, and stop at release", function()
-      local lock = assert(client:acquire("here", 0.3, { renew = true }))
+      local lock = assert(client:acquire("here", 0.3 * slow, { renew = true }))
       compute(1)
       assert.is_true(lock:check())
       assert.is_true(lock:check(true))
       local pttl = raw:command("PTTL", "lock:{here}")
-      assert.is_true(pttl > 0 and pttl <= 300, tostring(pttl))
+      assert.is_true(pttl > 0 and pttl <= 300 * slow, tostring(pttl))
       assert.is_true(lock:release())
-      core.sleep(0.3)
+      core.sleep(0.3 * slow)
       assert.are.equal(0, raw:command("EXISTS", "lock:{here}"))
     end)
 
     it("report a lock deleted under them as lost, once, through on_lost", function()
       local calls = {}
-      local lock = assert(client:acquire("gone", 0.3, {
+      local lock = assert(client:acquire("gone", 0.3 * slow, {
         renew = true, on_lost = function(l, err) calls[#calls + 1] = { l, err } end,
       }))
       assert.are.equal(1, raw:command("DEL", "lock:{gone}"))
@@ -136,7 +139,7 @@ describe("leases", function()
     local it_hooks = jit and pending or it
     it_hooks("let on_lost abort with_lock's fn early (LuaJIT: only from interpreted code)", function()
       local finished = false
-      local ok, err = pcall(client.with_lock, client, "abort", 0.3, function()
+      local ok, err = pcall(client.with_lock, client, "abort", 0.3 * slow, function()
         assert.are.equal(1, raw:command("DEL", "lock:{abort}"))
         compute(3)
         finished = true
@@ -147,7 +150,7 @@ describe("leases", function()
     end)
 
     it("stop renewing after max_hold, and the lease runs out", function()
-      local lock = assert(client:acquire("capped", 0.3, { renew = true, max_hold = 0.4 }))
+      local lock = assert(client:acquire("capped", 0.3 * slow, { renew = true, max_hold = 0.4 * slow }))
       assert.is_truthy(helpers.eventually(3, function() return raw:command("EXISTS", "lock:{capped}") == 0 end))
       local ok, err = lock:check(true)
       assert.is_nil(ok)
@@ -155,15 +158,15 @@ describe("leases", function()
     end)
 
     it("are not renewed once the lock was garbage-collected", function()
-      assert(client:acquire("dropped", 0.3, { renew = true }))
+      assert(client:acquire("dropped", 0.3 * slow, { renew = true }))
       collectgarbage()
       collectgarbage()
       assert.is_truthy(helpers.eventually(3, function() return raw:command("EXISTS", "lock:{dropped}") == 0 end))
     end)
 
     it("are not taken when renew = false, and with_lock can turn renewal off", function()
-      local lock = assert(client:acquire("plain", 0.2))
-      core.sleep(0.3)
+      local lock = assert(client:acquire("plain", 0.2 * slow))
+      core.sleep(0.3 * slow)
       local ok, err = lock:check()
       assert.is_nil(ok)
       assert.is_truthy(err:match('^lost: "plain" is no longer ours %(its TTL ran out%)'), err)
