@@ -5,6 +5,7 @@
 -- The handlers are spec/support/ngx_app.lua. nginx loads the LuaJIT build of
 -- the C core whichever interpreter runs busted, so these run in the LuaJIT
 -- pass of `make test` only.
+local core = require "redislock.core"
 local helpers = require "spec.helpers"
 local http = require "spec.support.http"
 
@@ -209,6 +210,30 @@ describe("OpenResty", function()
       assert.is_truthy(body:match('^lost: "taken" is no longer ours %(another owner holds it now'), body)
       assert.are.equal(lock.token, raw:command("GET", "lock:{taken}"))
       other:close()
+    end)
+
+    it("renews the lock while fn runs past its TTL (the worker's renewal timer)", function()
+      local req = http.start(ngx.port, "GET", "/with_lock?key=renewed&ttl=0.3&hold=1.2")
+      assert.is_truthy(helpers.eventually(2, function() return raw:command("EXISTS", "lock:{renewed}") == 1 end))
+      local other = srv:client()
+      core.sleep(0.6) -- two TTLs
+      local lock, err = other:acquire("renewed", 5)
+      assert.is_nil(lock)
+      assert.is_truthy(err:match("^busy: "), err)
+      local status, body = req:finish()
+      assert.are.equal(200, status, body)
+      assert.are.equal(0, raw:command("EXISTS", "lock:{renewed}"))
+      other:close()
+    end)
+
+    it("reports a lease the renewal timer found lost, through with_lock and on_lost", function()
+      local req = http.start(ngx.port, "GET", "/with_lock?key=vanished&ttl=0.3&hold=1&on_lost=1")
+      assert.is_truthy(helpers.eventually(2, function() return raw:command("EXISTS", "lock:{vanished}") == 1 end))
+      assert.are.equal(1, raw:command("DEL", "lock:{vanished}"))
+      local status, body = req:finish()
+      assert.are.equal(409, status)
+      assert.is_truthy(body:match('^lost: "vanished" is no longer ours %(it expired or was deleted; found by the '
+                                  .. 'renewal timer%) | on_lost: lost: "vanished"'), body)
     end)
 
     it("releases the lock when fn raises, and nginx answers 500 and logs the error", function()

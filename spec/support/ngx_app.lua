@@ -82,15 +82,23 @@ function app.ping()
   ngx.say("pong")
 end
 
---- GET /with_lock?key=k&ttl=s&hold=s[&renew=0]: holds the lock hold seconds
--- (ngx.sleep inside fn) -> 200 "fence" | 409 lost/busy | 503. renew=0 turns
--- the renewal off.
+--- GET /with_lock?key=k&ttl=s&hold=s[&renew=0][&on_lost=1]: holds the lock
+-- hold seconds (ngx.sleep inside fn) -> 200 "fence" | 409 lost/busy | 503.
+-- renew=0 turns the renewal off; on_lost=1 reports what on_lost was called
+-- with after a lost error.
+local lost_calls = {} -- key -> the error on_lost was called with (in the renewal timer)
+
 function app.with_lock()
-  local ok, fence = pcall(client().with_lock, client(), ngx.var.arg_key, arg_number("ttl", 5), function(lock)
+  local key = ngx.var.arg_key
+  lost_calls[key] = nil
+  local on_lost = ngx.var.arg_on_lost == "1" and function(_, err) lost_calls[key] = err end or nil
+  local ok, fence = pcall(client().with_lock, client(), key, arg_number("ttl", 5), function(lock)
     ngx.sleep(arg_number("hold", 0))
     return lock.fence
-  end, { renew = ngx.var.arg_renew ~= "0" })
-  if not ok then return reply(status_for(fence), fence) end
+  end, { renew = ngx.var.arg_renew ~= "0", on_lost = on_lost })
+  if not ok then
+    return reply(status_for(fence), fence .. (on_lost and " | on_lost: " .. tostring(lost_calls[key]) or ""))
+  end
   return reply(200, fence)
 end
 
