@@ -149,7 +149,7 @@ static int conn_open(rl_conn *conn, char err[RL_ERRLEN]) {
     return -1;
   }
   conn->ctx = ctx;
-  conn->pid = getpid();
+  conn->gen = rl_fork_gen();
   if (redisSetTimeout(ctx, ms_to_tv(conn->o.timeout_ms)) != REDIS_OK) {
     io_error(conn, err);
     return -1;
@@ -178,7 +178,7 @@ redisReply *rl_conn_command(rl_conn *conn, int argc, const char **argv,
   redisReply *r;
   int reused;
   /* After fork() the socket is shared with the parent: replies would mix. */
-  if (conn->ctx != NULL && (conn->pid != getpid() || went_away(conn->ctx))) rl_conn_close(conn);
+  if (conn->ctx != NULL && (conn->gen != rl_fork_gen() || went_away(conn->ctx))) rl_conn_close(conn);
   reused = conn->ctx != NULL;
   if (!reused && conn_open(conn, err) != 0) return NULL;
   r = redisCommandArgv(conn->ctx, argc, argv, len);
@@ -205,7 +205,7 @@ int rl_conn_wait_replicas(rl_conn *conn, long long replicas, long long ms, long 
   len[1] = (size_t)snprintf(n, sizeof n, "%lld", replicas);
   len[2] = (size_t)snprintf(t, sizeof t, "%lld", ms);
   /* Only on the connection that wrote: WAIT counts that connection's writes. */
-  if (conn->ctx == NULL || conn->pid != getpid() ||
+  if (conn->ctx == NULL || conn->gen != rl_fork_gen() ||
       redisSetTimeout(conn->ctx, ms_to_tv(ms + conn->o.timeout_ms)) != REDIS_OK) {
     snprintf(err, RL_ERRLEN, "connection: lost the connection before WAIT");
     rl_conn_close(conn);

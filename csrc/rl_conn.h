@@ -34,7 +34,7 @@ typedef struct {
 typedef struct {
   rl_conn_opts o;
   redisContext *ctx; /* NULL until connected, and after an error */
-  pid_t pid;         /* the process that opened ctx */
+  unsigned gen;      /* rl_fork_gen() when ctx was opened: a forked child's differs */
 } rl_conn;
 
 /*

@@ -351,11 +351,54 @@ static int os_random(unsigned char *buf, size_t n) {
   return 0;
 }
 
+/* Counts fork()s in this process's line: a child sees a new value. */
+static unsigned fork_gen;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void count_fork(void) { fork_gen++; }
+static void watch_forks(void) { pthread_atfork(NULL, NULL, count_fork); }
+
+unsigned rl_fork_gen(void) {
+  pthread_once(&fork_once, watch_forks);
+  return fork_gen;
+}
+
+/*
+ * OS randomness is read RANDOM_BATCH bytes at a time (one syscall for 16
+ * tokens). The batch is never used twice, nor by a forked child, which would
+ * otherwise hand out its parent's next tokens.
+ */
+#define RANDOM_BATCH (16 * RL_TOKEN_BYTES)
+static struct {
+  pthread_mutex_t mu;
+  unsigned char bytes[RANDOM_BATCH];
+  size_t used; /* bytes already handed out; RANDOM_BATCH when empty */
+  unsigned gen;
+} pool = { PTHREAD_MUTEX_INITIALIZER, { 0 }, RANDOM_BATCH, 0 };
+
+static int take_random(unsigned char *out, size_t len) {
+  unsigned gen = rl_fork_gen();
+  int rc = 0;
+  pthread_mutex_lock(&pool.mu);
+  if (pool.gen != gen) pool.used = RANDOM_BATCH; /* a fork: drop the parent's batch */
+  pool.gen = gen;
+  if (pool.used + len > RANDOM_BATCH) {
+    rc = os_random(pool.bytes, RANDOM_BATCH);
+    pool.used = rc == 0 ? 0 : RANDOM_BATCH;
+  }
+  if (rc == 0) {
+    memcpy(out, pool.bytes + pool.used, len);
+    memset(pool.bytes + pool.used, 0, len);
+    pool.used += len;
+  }
+  pthread_mutex_unlock(&pool.mu);
+  return rc;
+}
+
 int rl_token(char out[RL_TOKEN_HEX + 1]) {
   static const char digits[] = "0123456789abcdef";
   unsigned char raw[RL_TOKEN_BYTES];
   int i;
-  if (os_random(raw, sizeof raw) != 0) return -1;
+  if (take_random(raw, sizeof raw) != 0) return -1;
   for (i = 0; i < RL_TOKEN_BYTES; i++) {
     out[2 * i] = digits[raw[i] >> 4];
     out[2 * i + 1] = digits[raw[i] & 15];

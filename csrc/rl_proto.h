@@ -114,6 +114,10 @@ const char *rl_check_prefix(const char *prefix, size_t len);
  */
 const char *rl_seconds_to_ms(double seconds, long long *ms);
 
+/* Changes in a child after every fork(): a connection or random bytes made
+   under another value belong to an ancestor. */
+unsigned rl_fork_gen(void);
+
 /* Writes RL_TOKEN_HEX hex digits of OS randomness and a NUL. 0, or -1 (errno). */
 int rl_token(char out[RL_TOKEN_HEX + 1]);
 
