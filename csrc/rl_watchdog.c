@@ -4,6 +4,7 @@
 #endif
 #include "rl_watchdog.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -42,6 +43,7 @@ static struct {
   pthread_cond_t cv; /* on CLOCK_MONOTONIC: a lease was added, changed or the thread must quit */
   pthread_t thread;
   int running;       /* started and not yet joined */
+  long long wake_at; /* when the sleeping thread wakes by itself (LLONG_MAX: never) */
   int quit;
   int states;        /* Lua states that loaded the module */
   rl_lease *leases;
@@ -207,6 +209,7 @@ static void *watch(void *unused) {
       if (l->state == RL_LEASE_HELD && !l->stopped && !l->busy && (next == NULL || l->due < next->due))
         next = l;
     if (next == NULL) {
+      wd.wake_at = LLONG_MAX;
       pthread_cond_wait(&wd.cv, &wd_mu);
     } else if (next->due > now) {
       struct timespec ts;
@@ -217,15 +220,24 @@ static void *watch(void *unused) {
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;
       }
+      wd.wake_at = next->due;
       pthread_cond_timedwait(&wd.cv, &wd_mu, &ts);
     } else if (next->until > 0 && now >= next->until) {
       next->state = RL_LEASE_ENDED; /* max_hold: the TTL runs out from here */
     } else {
+      wd.wake_at = 0; /* busy: it looks at the list again before sleeping */
       renew(next);
     }
   }
   pthread_mutex_unlock(&wd_mu);
   return NULL;
+}
+
+/* Wakes the thread if it would sleep past due (with wd_mu held). A busy loop
+   of short locks then costs no wake-up each: the thread already sleeps until
+   an earlier due than theirs. */
+static void wake_for(long long due) {
+  if (due < wd.wake_at) pthread_cond_signal(&wd.cv);
 }
 
 /* Starts the thread with every signal blocked: they belong to the Lua thread. */
@@ -234,6 +246,7 @@ static int start_thread(void) {
   int rc;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
+  wd.wake_at = 0; /* it looks at the list before it first sleeps */
   rc = pthread_create(&wd.thread, NULL, watch, NULL);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (rc == 0) wd.running = 1;
@@ -282,7 +295,7 @@ rl_lease *rl_lease_start(const rl_conn_opts *opts, const char *prefix, size_t pl
     snprintf(err, RL_ERRLEN, "renewal: cannot start the watchdog thread (%s)", strerror(rc));
     return NULL;
   }
-  pthread_cond_signal(&wd.cv);
+  wake_for(l->due);
   pthread_mutex_unlock(&wd_mu);
   return l;
 }
@@ -303,7 +316,7 @@ void rl_lease_extended(rl_lease *l, long long ttl_ms) {
     l->ttl_ms = ttl_ms;
     l->confirmed = now;
     l->due = now + ttl_ms / 3;
-    pthread_cond_signal(&wd.cv);
+    wake_for(l->due);
   }
   pthread_mutex_unlock(&wd_mu);
 }
