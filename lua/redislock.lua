@@ -154,7 +154,13 @@ local WAIT_MODES = { notify = true, poll = true }
 -- hold the lock: { wait = seconds, mode = "notify" | "poll", fair = boolean,
 -- renew = boolean (default `renew`), max_hold_ms, on_lost, replicas,
 -- replica_ms }.
+local DEFAULT_HOW = {
+  [false] = { wait = 0, mode = "notify", fair = false, renew = false },
+  [true] = { wait = 0, mode = "notify", fair = false, renew = true },
+}
+
 local function check_acquire_opts(n, fname, opts, renew)
+  if opts == nil then return DEFAULT_HOW[renew] end -- shared, never changed
   opts = check_opts(n, fname, opts, ACQUIRE_OPTS)
   local how = { wait = opts.wait or 0, mode = opts.wait_mode or "notify", fair = opts.fair or false }
   if opts.renew ~= nil then renew = opts.renew end
@@ -743,9 +749,11 @@ end
 -- set, and in plain Lua (under OpenResty the renewal timer calls on_lost).
 -- LuaJIT runs no hooks in compiled code: there on_lost comes when fn calls
 -- lock:check() (or returns). Returns the undo.
+local function NOOP() end
+
 local function watch_lost(lock)
   if not (lock._on_lost and lock._lease) or ngx_transport or debug_gethook() then
-    return function() end
+    return NOOP
   end
   debug_sethook(function() lease_lost(lock) end, "", 10000)
   return function() debug_sethook() end
