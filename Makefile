@@ -6,6 +6,7 @@ LUA_INCDIR     ?= /usr/include/lua5.4
 LUAJIT_INCDIR  ?= /usr/include/luajit-2.1
 HIREDIS_INCDIR ?= /usr/include
 HIREDIS_LIBS   ?= -lhiredis
+SYS_LIBS        = -ldl   # dladdr/dlopen; part of libc since glibc 2.34
 CC             ?= cc
 CFLAGS         ?= -O2 -g
 WARNINGS        = -std=c99 -Wall -Wextra -pedantic -Wmissing-prototypes -Wshadow \
@@ -42,7 +43,7 @@ build/asan/%:   MOD_CFLAGS = -O1 -g $(SANITIZE)
 
 $(LUA54_MOD) $(LUAJIT_MOD) $(ASAN_MOD): $(SRC) $(HDR)
 	@mkdir -p $(@D)
-	$(CC) $(MOD_CFLAGS) $(WARNINGS) $(MODFLAGS) -I$(MOD_INC) $(SHARED) -o $@ $(SRC) $(HIREDIS_LIBS)
+	$(CC) $(MOD_CFLAGS) $(WARNINGS) $(MODFLAGS) -I$(MOD_INC) $(SHARED) -o $@ $(SRC) $(HIREDIS_LIBS) $(SYS_LIBS)
 
 # Test support for the fork spec, beside each module (never installed).
 build/%/spec_fork.so: spec/support/fork.c

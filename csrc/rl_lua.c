@@ -159,14 +159,15 @@ static rl_op check_script(lua_State *L, int idx, const char **key, size_t *klen,
 }
 
 /*
- * client:eval(op, key, token[, ms[, replicas, replica_ms]]) -> status, value[, acked] | nil, err
+ * client:eval(op, key, token[, ms[, replicas, replica_ms]]) -> status, value[, acked | nil, err] | nil, err
  * Runs one lock script. op is "acquire", "release", "extend", "pttl",
  * "acquire_fair" or "leave"; ms is the ttl for acquire, acquire_fair and
  * extend. Leaves two values: status 1 (ours), 0 (no such lock) or -1 (another
  * owner's), and the fence (acquire when ours) or milliseconds left; or nil
  * and a "connection: ..." / "redis: ..." message. With replicas, a script
  * that answered 1 is followed by WAIT replicas replica_ms on the same
- * connection, and a third value: how many replicas acknowledged.
+ * connection, and a third value: how many replicas acknowledged (or nil and
+ * why the WAIT failed, the lock being ours all the same).
  */
 static int client_eval(lua_State *L) {
   rl_client *c = check_client(L, 1);
@@ -192,8 +193,6 @@ static int client_eval(lua_State *L) {
     return luaL_error(L, "redislock: out of memory");
   rc = rl_conn_eval(&c->conn, &cmd, &res, err);
   rl_cmd_free(&cmd);
-  if (rc == 0 && replicas > 0 && res.status == RL_HELD)
-    rc = rl_conn_wait_replicas(&c->conn, (long long)replicas, (long long)replica_ms, &acked, err);
   if (rc != 0) {
     lua_pushnil(L);
     lua_pushstring(L, err);
@@ -202,6 +201,13 @@ static int client_eval(lua_State *L) {
   lua_pushinteger(L, res.status);
   lua_pushinteger(L, (lua_Integer)res.value);
   if (replicas == 0 || res.status != RL_HELD) return 2;
+  /* The lock is ours now: a failed WAIT is reported beside it, so that the
+     caller can give the lock back rather than leave it to its TTL. */
+  if (rl_conn_wait_replicas(&c->conn, (long long)replicas, (long long)replica_ms, &acked, err) != 0) {
+    lua_pushnil(L);
+    lua_pushstring(L, err);
+    return 4;
+  }
   lua_pushinteger(L, (lua_Integer)acked);
   return 3;
 }
@@ -369,11 +375,30 @@ typedef struct {
   rl_lease *lease; /* NULL once stopped */
 } rl_lease_ud;
 
+/* An optional integer argument >= 0 (milliseconds); def when nil. */
+static long long opt_ms(lua_State *L, int idx, const char *what, long long def) {
+  int isnum = 0;
+  lua_Integer v;
+  if (lua_isnoneornil(L, idx)) return def;
+  v = lua_tointegerx(L, idx, &isnum);
+  if (lua_type(L, idx) != LUA_TNUMBER || !isnum || v < 0 || v > RL_MAX_MS)
+    luaL_argerror(L, idx, lua_pushfstring(L, "%s must be an integer number of milliseconds >= 0", what));
+  return (long long)v;
+}
+
+/* Monotonic milliseconds, as core.now() counts them. */
+static long long mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /*
- * client:lease(key, token, ttl_ms[, max_hold_ms]) -> lease | nil, err
+ * client:lease(key, token, ttl_ms[, max_hold_ms[, sent_ms]]) -> lease | nil, err
  * Has the watchdog thread renew the lock key/token to ttl_ms every ttl_ms/3,
  * on a connection of its own made like the client's, until lease:stop() or
- * the lease is collected; max_hold_ms > 0 ends the renewals that long from now.
+ * the lease is collected; max_hold_ms > 0 ends the renewals that long from
+ * now. sent_ms: when the acquire was sent (monotonic ms; default now).
  */
 static int client_lease(lua_State *L) {
   rl_client *c = check_client(L, 1);
@@ -381,23 +406,21 @@ static int client_lease(lua_State *L) {
   const char *key = luaL_checklstring(L, 2, &klen);
   const char *token = luaL_checklstring(L, 3, &tlen);
   const char *why = rl_check_key(key, klen);
-  int isnum = 0, isnum2 = 0;
+  int isnum = 0;
   lua_Integer ttl = lua_tointegerx(L, 4, &isnum);
-  lua_Integer max_hold = lua_isnoneornil(L, 5) ? 0 : lua_tointegerx(L, 5, &isnum2);
+  long long max_hold = opt_ms(L, 5, "max_hold", 0), sent = opt_ms(L, 6, "sent", mono_ms());
   char err[RL_ERRLEN];
   rl_lease_ud *ud;
   if (why != NULL) luaL_argerror(L, 2, why);
   luaL_argcheck(L, tlen > 0, 3, "token must not be empty");
-  luaL_argcheck(L, lua_type(L, 4) == LUA_TNUMBER && isnum && ttl >= 3 && ttl <= RL_MAX_MS, 4,
-                "ttl must be an integer number of milliseconds >= 3");
-  luaL_argcheck(L, lua_isnoneornil(L, 5) || (lua_type(L, 5) == LUA_TNUMBER && isnum2 && max_hold >= 0),
-                5, "max_hold must be an integer number of milliseconds >= 0");
+  luaL_argcheck(L, lua_type(L, 4) == LUA_TNUMBER && isnum && ttl >= 1 && ttl <= RL_MAX_MS, 4,
+                "ttl must be an integer number of milliseconds >= 1");
   /* Made empty first: an error below cannot leak the lease. */
   ud = (rl_lease_ud *)lua_newuserdatauv(L, sizeof *ud, 0);
   ud->lease = NULL;
   luaL_setmetatable(L, LEASE_MT);
   ud->lease = rl_lease_start(&c->conn.o, c->prefix, c->plen, key, klen, token, tlen, (long long)ttl,
-                             (long long)max_hold, err);
+                             max_hold, sent, err);
   if (ud->lease == NULL) {
     lua_pushnil(L);
     lua_pushstring(L, err);
@@ -422,15 +445,26 @@ static int lease_state(lua_State *L) {
   return 2;
 }
 
-/* lease:extended(ttl_ms): the owner extended the lock; renew to ttl_ms from now. */
+/* lease:extended(ttl_ms[, sent_ms]): the owner extended the lock with a
+   command sent at sent_ms (default now); renew to ttl_ms from then on. */
 static int lease_extended(lua_State *L) {
   rl_lease_ud *ud = (rl_lease_ud *)luaL_checkudata(L, 1, LEASE_MT);
   int isnum = 0;
   lua_Integer ttl = lua_tointegerx(L, 2, &isnum);
-  luaL_argcheck(L, lua_type(L, 2) == LUA_TNUMBER && isnum && ttl >= 3 && ttl <= RL_MAX_MS, 2,
-                "ttl must be an integer number of milliseconds >= 3");
-  if (ud->lease != NULL) rl_lease_extended(ud->lease, (long long)ttl);
+  long long sent = opt_ms(L, 3, "sent", mono_ms());
+  luaL_argcheck(L, lua_type(L, 2) == LUA_TNUMBER && isnum && ttl >= 1 && ttl <= RL_MAX_MS, 2,
+                "ttl must be an integer number of milliseconds >= 1");
+  if (ud->lease != NULL) rl_lease_extended(ud->lease, (long long)ttl, sent);
   return 0;
+}
+
+/* lease:expires() -> seconds on core.now()'s clock by which the lock expires
+   unless renewed again (from the last confirmed renewal); nil once stopped. */
+static int lease_expires(lua_State *L) {
+  rl_lease_ud *ud = (rl_lease_ud *)luaL_checkudata(L, 1, LEASE_MT);
+  if (ud->lease == NULL) return 0;
+  lua_pushnumber(L, (lua_Number)rl_lease_expires(ud->lease) / 1000.0);
+  return 1;
 }
 
 /* lease:stop(), __gc: no more renewals. Idempotent; no I/O. */
@@ -786,6 +820,7 @@ static const luaL_Reg client_methods[] = {
 static const luaL_Reg lease_methods[] = {
   { "state", lease_state },
   { "extended", lease_extended },
+  { "expires", lease_expires },
   { "stop", lease_stop },
   { NULL, NULL }
 };
@@ -851,13 +886,13 @@ RL_EXPORT int luaopen_redislock_core(lua_State *L) {
   /* A sentinel that lives as long as this Lua state: its __gc runs when the
      state closes (before the module is unloaded: it was made after the
      package library's table of loaded C libraries). */
-  rl_watchdog_enter();
   lua_newuserdatauv(L, 1, 0);
   if (luaL_newmetatable(L, WATCHDOG_MT)) {
     lua_pushcfunction(L, watchdog_leave);
     lua_setfield(L, -2, "__gc");
   }
   lua_setmetatable(L, -2);
+  rl_watchdog_enter(); /* after the allocations: the __gc above is now certain to run */
   luaL_ref(L, LUA_REGISTRYINDEX);
   if (luaL_newmetatable(L, READER_MT)) {
     luaL_newlib(L, reader_methods);

@@ -49,13 +49,20 @@
 #define RL_STR_(x) #x
 #define RL_STR(x) RL_STR_(x)
 
-/* Drops fair waiters whose deadline passed; leaves `now` (ms, server time). */
+/* Drops fair waiters whose deadline passed, and a head of the queue with no
+   deadline at all (left by an eviction or a partial delete); leaves `now`
+   (ms, server time). */
 #define PRUNE_QUEUE(queue, alive)                                          \
   "local t = redis.call('TIME')\n"                                         \
   "local now = t[1] * 1000 + math.floor(t[2] / 1000)\n"                    \
   "local dead = redis.call('ZRANGEBYSCORE', " alive ", '-inf', now)\n"     \
   "for _, w in ipairs(dead) do redis.call('ZREM', " queue ", w) end\n"   \
-  "if #dead > 0 then redis.call('ZREMRANGEBYSCORE', " alive ", '-inf', now) end\n"
+  "if #dead > 0 then redis.call('ZREMRANGEBYSCORE', " alive ", '-inf', now) end\n" \
+  "while true do\n"                                                        \
+  "  local h = redis.call('ZRANGE', " queue ", 0, 0)[1]\n"                 \
+  "  if not h or redis.call('ZSCORE', " alive ", h) then break end\n"      \
+  "  redis.call('ZREM', " queue ", h)\n"                                   \
+  "end\n"
 
 /* Wakes one waiter: the fair queue's head, else the shared list. */
 #define SIGNAL_ONE(signal, queue)                                          \
@@ -77,12 +84,17 @@ static const char *const script_text[RL_OP_COUNT] = {
   "  return {1, redis.call('INCR', KEYS[2])}\n"
   "end\n"
   "return {-1, redis.call('PTTL', KEYS[1])}\n",
-  /* RL_OP_RELEASE: KEYS lock, signal, queue, alive; ARGV[1] token */
+  /* RL_OP_RELEASE: KEYS lock, signal, queue, alive; ARGV[1] token. The
+     wake-up runs under pcall: once the lock is deleted, a failure there
+     (a key of the wrong type, no memory) must not turn the release into
+     an error, as Redis does not undo the DEL. */
   "local v = redis.call('GET', KEYS[1])\n"
   "if v == ARGV[1] then\n"
   "  redis.call('DEL', KEYS[1])\n"
+  "  pcall(function()\n"
   PRUNE_QUEUE("KEYS[3]", "KEYS[4]")
   SIGNAL_ONE("KEYS[2]", "KEYS[3]")
+  "  end)\n"
   "  return {1, 0}\n"
   "end\n"
   "if v then return {-1, redis.call('PTTL', KEYS[1])} end\n"
@@ -354,8 +366,16 @@ static int os_random(unsigned char *buf, size_t n) {
 /* Counts fork()s in this process's line: a child sees a new value. */
 static unsigned fork_gen;
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
-static void count_fork(void) { fork_gen++; }
-static void watch_forks(void) { pthread_atfork(NULL, NULL, count_fork); }
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+/* The random pool's mutex is held across fork(), so the child never inherits
+   it locked by a thread that does not exist there. */
+static void lock_pool(void) { pthread_mutex_lock(&pool_mu); }
+static void unlock_pool(void) { pthread_mutex_unlock(&pool_mu); }
+static void count_fork(void) {
+  fork_gen++;
+  pthread_mutex_unlock(&pool_mu);
+}
+static void watch_forks(void) { pthread_atfork(lock_pool, unlock_pool, count_fork); }
 
 unsigned rl_fork_gen(void) {
   pthread_once(&fork_once, watch_forks);
@@ -369,16 +389,15 @@ unsigned rl_fork_gen(void) {
  */
 #define RANDOM_BATCH (16 * RL_TOKEN_BYTES)
 static struct {
-  pthread_mutex_t mu;
   unsigned char bytes[RANDOM_BATCH];
   size_t used; /* bytes already handed out; RANDOM_BATCH when empty */
   unsigned gen;
-} pool = { PTHREAD_MUTEX_INITIALIZER, { 0 }, RANDOM_BATCH, 0 };
+} pool = { { 0 }, RANDOM_BATCH, 0 }; /* guarded by pool_mu */
 
 static int take_random(unsigned char *out, size_t len) {
   unsigned gen = rl_fork_gen();
   int rc = 0;
-  pthread_mutex_lock(&pool.mu);
+  pthread_mutex_lock(&pool_mu);
   if (pool.gen != gen) pool.used = RANDOM_BATCH; /* a fork: drop the parent's batch */
   pool.gen = gen;
   if (pool.used + len > RANDOM_BATCH) {
@@ -390,7 +409,7 @@ static int take_random(unsigned char *out, size_t len) {
     memset(pool.bytes + pool.used, 0, len);
     pool.used += len;
   }
-  pthread_mutex_unlock(&pool.mu);
+  pthread_mutex_unlock(&pool_mu);
   return rc;
 }
 

@@ -16,8 +16,9 @@
    Only the watchdog thread does I/O on it. */
 typedef struct rl_wconn {
   struct rl_wconn *next;
-  rl_conn conn;
-  int users; /* leases using it; freed at 0 */
+  rl_conn conn;       /* its timeouts are cut per renewal (see renew) */
+  long long connect_timeout_ms, timeout_ms; /* as asked for, to match opts */
+  int users;          /* leases using it; kept while the thread runs */
 } rl_wconn;
 
 struct rl_lease {
@@ -56,12 +57,14 @@ static struct {
 
 static pthread_once_t wd_once = PTHREAD_ONCE_INIT;
 
+/* Monotonic milliseconds (CLOCK_MONOTONIC, as core.now() in Lua). */
 static long long now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* (Re)makes the condition variable, waiting on the monotonic clock. */
 static void init_cv(void) {
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
@@ -98,6 +101,7 @@ static void after_fork_child(void) {
   pthread_mutex_unlock(&wd_mu);
 }
 
+/* Once per process: the condition variable and the fork handlers. */
 static void wd_init(void) {
   init_cv();
   pthread_atfork(before_fork, after_fork_parent, after_fork_child);
@@ -107,18 +111,20 @@ static int same_str(const char *a, const char *b) {
   return (a == NULL || b == NULL) ? a == b : strcmp(a, b) == 0;
 }
 
-static int same_opts(const rl_conn_opts *a, const rl_conn_opts *b) {
+/* Whether c connects as opts asks (its own timeouts are cut per renewal). */
+static int same_opts(const rl_wconn *c, const rl_conn_opts *b) {
+  const rl_conn_opts *a = &c->conn.o;
   return same_str(a->host, b->host) && a->port == b->port && same_str(a->path, b->path) &&
          same_str(a->username, b->username) && same_str(a->password, b->password) &&
-         a->db == b->db && a->connect_timeout_ms == b->connect_timeout_ms &&
-         a->timeout_ms == b->timeout_ms;
+         a->db == b->db && c->connect_timeout_ms == b->connect_timeout_ms &&
+         c->timeout_ms == b->timeout_ms;
 }
 
 /* The watchdog connection for opts, made if needed (NULL when out of memory). */
 static rl_wconn *conn_for(const rl_conn_opts *opts) {
   rl_wconn *c;
   for (c = wd.conns; c != NULL; c = c->next)
-    if (same_opts(&c->conn.o, opts)) return c;
+    if (same_opts(c, opts)) return c;
   c = (rl_wconn *)calloc(1, sizeof *c);
   if (c == NULL) return NULL;
   if (rl_conn_init(&c->conn, opts) != 0) {
@@ -126,28 +132,44 @@ static rl_wconn *conn_for(const rl_conn_opts *opts) {
     free(c);
     return NULL;
   }
+  c->connect_timeout_ms = opts->connect_timeout_ms;
+  c->timeout_ms = opts->timeout_ms;
   c->next = wd.conns;
   wd.conns = c;
   return c;
 }
 
-/* Unlinks and frees a lease that is not busy, and its connection when unused. */
-static void free_lease(rl_lease *l) {
-  rl_wconn *c = l->wc, **pc;
-  if (l->prev != NULL) l->prev->next = l->next;
-  else wd.leases = l->next;
-  if (l->next != NULL) l->next->prev = l->prev;
-  if (c != NULL && --c->users == 0) {
-    for (pc = &wd.conns; *pc != NULL; pc = &(*pc)->next)
-      if (*pc == c) {
-        *pc = c->next;
-        break;
-      }
+/* Frees the connections no lease uses. Only when the thread is not running:
+   while it runs it keeps them, so that a loop of short locks does not open
+   a connection each. */
+static void free_idle_conns(void) {
+  rl_wconn **pc = &wd.conns;
+  while (*pc != NULL) {
+    rl_wconn *c = *pc;
+    if (c->users > 0) {
+      pc = &c->next;
+      continue;
+    }
+    *pc = c->next;
     rl_conn_free(&c->conn);
     free(c);
   }
+}
+
+/* Unlinks and frees a lease that is not busy. */
+static void free_lease(rl_lease *l) {
+  if (l->prev != NULL) l->prev->next = l->next;
+  else wd.leases = l->next;
+  if (l->next != NULL) l->next->prev = l->prev;
+  if (l->wc != NULL) l->wc->users--;
+  if (!wd.running) free_idle_conns();
   free(l->names);
   free(l);
+}
+
+/* How often a lock of this TTL (ms) is renewed: a third of it, at least 1 ms. */
+static long long step_of(long long ttl_ms) {
+  return ttl_ms / 3 > 0 ? ttl_ms / 3 : 1;
 }
 
 static void mark_lost(rl_lease *l, const char *why) {
@@ -167,13 +189,19 @@ static void renew(rl_lease *l) {
   rl_result res;
   rl_cmd cmd;
   int rc;
+  rl_wconn *wc = l->wc;
+  /* One thread renews for every server: a slow one must not hold up the
+     others past their TTLs, so no wait is longer than a third of this TTL. */
+  long long cap = step_of(ttl);
   l->busy = 1;
+  wc->conn.o.connect_timeout_ms = wc->connect_timeout_ms < cap ? wc->connect_timeout_ms : cap;
+  rl_conn_set_timeout(&wc->conn, wc->timeout_ms < cap ? wc->timeout_ms : cap);
   pthread_mutex_unlock(&wd_mu);
   if (rl_cmd_init(&cmd, RL_OP_EXTEND, prefix, l->plen, key, l->klen, token, l->tlen, ttl) != 0) {
     snprintf(err, sizeof err, "out of memory");
     rc = -1;
   } else {
-    rc = rl_conn_eval(&l->wc->conn, &cmd, &res, err);
+    rc = rl_conn_eval(&wc->conn, &cmd, &res, err);
     rl_cmd_free(&cmd);
   }
   pthread_mutex_lock(&wd_mu);
@@ -184,7 +212,7 @@ static void renew(rl_lease *l) {
     /* extended by its owner meanwhile: rl_lease_extended set the schedule */
   } else if (rc == 0 && res.status == RL_HELD) {
     l->confirmed = sent;
-    l->due = sent + ttl / 3;
+    l->due = sent + step_of(ttl);
   } else if (rc == 0) {
     mark_lost(l, res.status == RL_OTHER ? "another owner holds it now; found by the watchdog"
                                         : "it expired or was deleted; found by the watchdog");
@@ -255,7 +283,8 @@ static int start_thread(void) {
 
 rl_lease *rl_lease_start(const rl_conn_opts *opts, const char *prefix, size_t plen,
                          const char *key, size_t klen, const char *token, size_t tlen,
-                         long long ttl_ms, long long max_hold_ms, char err[RL_ERRLEN]) {
+                         long long ttl_ms, long long max_hold_ms, long long sent_ms,
+                         char err[RL_ERRLEN]) {
   rl_lease *l = (rl_lease *)calloc(1, sizeof *l);
   long long now = now_ms();
   int rc;
@@ -272,8 +301,8 @@ rl_lease *rl_lease_start(const rl_conn_opts *opts, const char *prefix, size_t pl
   l->klen = klen;
   l->tlen = tlen;
   l->ttl_ms = ttl_ms;
-  l->confirmed = now; /* the acquire was sent before: the lock lasts at least this long */
-  l->due = now + ttl_ms / 3;
+  l->confirmed = sent_ms; /* the TTL started after the acquire was sent */
+  l->due = sent_ms + step_of(ttl_ms);
   l->until = max_hold_ms > 0 ? now + max_hold_ms : 0;
   l->state = RL_LEASE_HELD;
   pthread_mutex_lock(&wd_mu);
@@ -309,16 +338,23 @@ rl_lease_state rl_lease_state_of(rl_lease *l, char *why, size_t len) {
   return s;
 }
 
-void rl_lease_extended(rl_lease *l, long long ttl_ms) {
-  long long now = now_ms();
+void rl_lease_extended(rl_lease *l, long long ttl_ms, long long sent_ms) {
   pthread_mutex_lock(&wd_mu);
   if (l->state == RL_LEASE_HELD) {
     l->ttl_ms = ttl_ms;
-    l->confirmed = now;
-    l->due = now + ttl_ms / 3;
+    l->confirmed = sent_ms;
+    l->due = sent_ms + step_of(ttl_ms);
     wake_for(l->due);
   }
   pthread_mutex_unlock(&wd_mu);
+}
+
+long long rl_lease_expires(rl_lease *l) {
+  long long at;
+  pthread_mutex_lock(&wd_mu);
+  at = l->confirmed + l->ttl_ms;
+  pthread_mutex_unlock(&wd_mu);
+  return at;
 }
 
 void rl_lease_stop(rl_lease *l) {
@@ -349,5 +385,12 @@ void rl_watchdog_leave(void) {
   pthread_mutex_lock(&wd_mu);
   wd.running = 0;
   wd.quit = 0;
+  /* A state in another thread may have started a lease meanwhile. */
+  if (wd.leases != NULL && start_thread() != 0) {
+    rl_lease *l;
+    for (l = wd.leases; l != NULL; l = l->next)
+      if (l->state == RL_LEASE_HELD) mark_lost(l, "the watchdog thread could not be restarted");
+  }
+  if (!wd.running) free_idle_conns();
   pthread_mutex_unlock(&wd_mu);
 }

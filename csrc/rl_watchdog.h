@@ -28,21 +28,30 @@ typedef struct rl_lease rl_lease;
 /*
  * Starts renewing the lock key/token (names as rl_cmd_init builds them from
  * prefix) to ttl_ms every ttl_ms / 3, on a watchdog connection made like opts
- * (shared by the leases with the same options). max_hold_ms > 0 stops the
- * renewals that long after now. Returns the lease, or NULL with a message in
- * err (out of memory, or the thread could not start).
+ * (shared by the leases with the same options; its timeouts are cut to
+ * ttl_ms / 3). sent_ms is when the acquire was sent (monotonic ms): the TTL
+ * runs from no earlier. max_hold_ms > 0 stops the renewals that long after
+ * now. Returns the lease, or NULL with a message in err (out of memory, or
+ * the thread could not start).
  */
 rl_lease *rl_lease_start(const rl_conn_opts *opts, const char *prefix, size_t plen,
                          const char *key, size_t klen, const char *token, size_t tlen,
-                         long long ttl_ms, long long max_hold_ms, char err[RL_ERRLEN]);
+                         long long ttl_ms, long long max_hold_ms, long long sent_ms,
+                         char err[RL_ERRLEN]);
 
 /* The lease's state; when RL_LEASE_LOST, why (a sentence fragment) in why. */
 rl_lease_state rl_lease_state_of(rl_lease *lease, char *why, size_t len);
 
-/* The lock was extended by its owner to ttl_ms: renew to that from now on. */
-void rl_lease_extended(rl_lease *lease, long long ttl_ms);
+/* The owner extended the lock to ttl_ms with a command sent at sent_ms:
+   renew to that from now on. */
+void rl_lease_extended(rl_lease *lease, long long ttl_ms, long long sent_ms);
 
-/* Stops renewing and frees the lease (now, or once a renewal under way ends). */
+/* The latest the lock can have lasted to, by the last confirmed renewal
+   (monotonic ms): when renewal ended or stopped, it expires by then. */
+long long rl_lease_expires(rl_lease *lease);
+
+/* Stops renewing and frees the lease (now, or once a renewal under way ends;
+   a lease made before a fork() is only set aside in the child). */
 void rl_lease_stop(rl_lease *lease);
 
 /* A Lua state loaded the module / is closing: the last one out stops the thread. */

@@ -4,7 +4,7 @@
 -- first one wakes up, only the resource itself can stop its stale write: it
 -- keeps the highest fence it has seen and refuses a write carrying a lower
 -- one. Here the resource is a Redis hash, guarded by a server-side script;
--- a database would do the same with `UPDATE ... WHERE fence < ?`.
+-- a database would do the same with `UPDATE ... WHERE fence <= ?`.
 --
 -- Run by hand (needs a redis-server; REDIS_URL, else 127.0.0.1:6379):
 --  REDIS_URL=redis://127.0.0.1:6379 LUA_PATH="lua/?.lua;;" LUA_CPATH="build/lua5.4/?.so;;" lua5.4 examples/fencing.lua

@@ -348,11 +348,15 @@ function _M.new(opts, ...)
   c.prefix = opts.prefix or "lock:"
   local why = core.prefix_problem(c.prefix)
   if why then argerror(1, "new", "option 'prefix' " .. why) end
+  -- _renewed: its locks with a lease, weakly (close stops their renewal).
+  local renewed = setmetatable({}, { __mode = "k" })
   if ngx_transport then
-    return setmetatable({ _transport = ngx_transport.new(c), _sleep = ngx.sleep, prefix = c.prefix }, client_mt)
+    return setmetatable({ _transport = ngx_transport.new(c), _sleep = ngx.sleep, prefix = c.prefix,
+                          _renewed = renewed }, client_mt)
   end
   c.pool_size, c.keepalive_timeout_ms = nil, nil -- one connection per client
-  return setmetatable({ _transport = core.new(c), _sleep = core.sleep, prefix = c.prefix }, client_mt)
+  return setmetatable({ _transport = core.new(c), _sleep = core.sleep, prefix = c.prefix, _renewed = renewed },
+                      client_mt)
 end
 
 client_mt.__tostring = function(self)
@@ -399,6 +403,13 @@ end
 function Client:close(...)
   check_self(self, client_mt, "close", "redislock client")
   check_nargs("close", 0, ...)
+  -- Its locks are no longer renewed: they run out by their TTL.
+  for lock in pairs(self._renewed) do
+    if lock._lease then
+      lock._expires = lock._lease:expires() or lock._expires
+      lock._lease:stop()
+    end
+  end
   self._transport:close()
 end
 
@@ -447,7 +458,8 @@ end
 -- acquire scripts treat "the key already holds my token" as success, so a
 -- send that landed is not counted twice.
 -- Returns the fence, the time the successful attempt was sent and (with
--- how.replicas) how many replicas acknowledged it; or nil and an error message.
+-- how.replicas) how many replicas acknowledged it, or nil and why the WAIT
+-- failed; or nil and an error message.
 local function take(self, key, tok, ms, how)
   local c, sleep = self._transport, self._sleep
   local wait, fair = how.wait, how.fair
@@ -456,8 +468,8 @@ local function take(self, key, tok, ms, how)
   local step = FIRST_STEP
   while true do
     local sent = now()
-    local status, value, acked = c:eval(op, key, tok, ms, how.replicas, how.replica_ms)
-    if status == 1 then return value, sent, acked end
+    local status, value, acked, werr = c:eval(op, key, tok, ms, how.replicas, how.replica_ms)
+    if status == 1 then return value, sent, acked, werr end
     local left = deadline - now()
     if left <= 0 or (status == nil and value:sub(1, 11) ~= "connection:") then
       if fair then c:eval("leave", key, tok) end -- best effort: else it drops out in 3 s
@@ -481,7 +493,10 @@ local function take(self, key, tok, ms, how)
         step = math_min(step * 2, MAX_STEP)
       end
     else
-      sleep(block) -- the holder's TTL or the deadline ends first
+      -- Near the holder's expiry or the deadline: short backoff steps, so
+      -- that a release meanwhile is not slept through.
+      sleep(math_max(math_min(step * jitter(), block), 0.001))
+      step = math_min(step * 2, MAX_STEP)
     end
   end
 end
@@ -491,25 +506,29 @@ local lease_lost
 -- acquire after its arguments were checked.
 local function acquire(self, key, ms, how)
   local tok = token()
-  local fence, sent, acked = take(self, key, tok, ms, how)
+  local fence, sent, acked, werr = take(self, key, tok, ms, how)
   if not fence then return nil, sent end
   -- _expires: the lock cannot expire on the server before this (the TTL
   -- started after the send), by the monotonic clock.
   local lock = setmetatable({ key = key, token = tok, fence = fence, _client = self, _state = "held",
                               _expires = sent + ms / 1000 }, lock_mt)
-  if how.replicas and acked < how.replicas then
+  if how.replicas and not acked then
+    lock:release() -- taken, but the WAIT failed: give it back
+    return nil, werr
+  elseif how.replicas and acked < how.replicas then
     lock:release() -- not durable enough to count as taken
     return nil, string_format("redis: %s reached %d of %d replica%s within %.3g s (WAIT), so it was released",
                               quote(key), acked, how.replicas, how.replicas == 1 and "" or "s",
                               how.replica_ms / 1000)
   end
   if how.renew then
-    local lease, err = self._transport:lease(key, tok, ms, how.max_hold_ms)
+    local lease, err = self._transport:lease(key, tok, ms, how.max_hold_ms, math_floor(sent * 1000))
     if not lease then
       lock:release()
-      error(err, 0) -- the watchdog thread could not start, or out of memory
+      error("redislock: " .. err, 0) -- the watchdog thread could not start, or out of memory
     end
     lock._lease, lock._on_lost = lease, how.on_lost
+    self._renewed[lock] = true
     -- Under OpenResty the renewal timer reports a loss as it finds it.
     if ngx_transport then lease.on_lost = function() lease_lost(lock) end end
   end
@@ -550,19 +569,34 @@ function Client:from_token(key, tok, ...)
     argerror(2, "from_token", "token must be 32 lowercase hex digits, as lock.token")
   end
   check_nargs("from_token", 2, ...)
-  -- _expires: when it could expire is unknown, so it is taken as now.
-  return setmetatable({ key = key, token = tok, _client = self, _state = "held", _expires = now() }, lock_mt)
+  -- No _expires: when it expires is not known here.
+  return setmetatable({ key = key, token = tok, _client = self, _state = "held" }, lock_mt)
 end
 
 ------------------------------------------------------------------------------
 -- Locks
+
+-- Stops the lock's renewal, if any, keeping in _expires when the lock runs
+-- out by the last renewal.
+local function stop_lease(self)
+  local lease = self._lease
+  if not lease then return end
+  self._expires = lease:expires() or self._expires
+  lease:stop()
+end
+
+-- The latest time (core.now()) the lock may last to, or nil when unknown.
+local function expires_of(self)
+  local lease = self._lease
+  return lease and lease:expires() or self._expires
+end
 
 -- Records that the lock is no longer ours (why: a sentence fragment), stops
 -- its renewal, calls its on_lost once, and returns the "lost" message.
 local function set_lost(self, why)
   self._state = "lost"
   self._lost = string_format("lost: %s is no longer ours (%s)", quote(self.key), why)
-  if self._lease then self._lease:stop() end
+  stop_lease(self)
   local on_lost = self._on_lost
   if on_lost then
     self._on_lost = nil
@@ -597,7 +631,7 @@ local function lock_eval(self, fname, op, ms)
   local lost = lease_lost(self)
   if self._state == "lost" then return nil, lost or self._lost end
   -- Stopped first, so that no renewal runs after the release.
-  if op == "release" and self._lease then self._lease:stop() end
+  if op == "release" then stop_lease(self) end
   local sent = now()
   local status, value = self._client._transport:eval(op, self.key, self.token, ms)
   if status == nil then
@@ -611,14 +645,14 @@ local function lock_eval(self, fname, op, ms)
   if status ~= 1 then
     -- The key is gone before the lock could have expired: that earlier,
     -- unanswered release did land, and left it as this one would have.
-    if status == 0 and op == "release" and self._release_unconfirmed and now() < self._expires then
+    if status == 0 and op == "release" and self._release_unconfirmed and now() < (expires_of(self) or 0) then
       return 0
     end
     return nil, mark_lost(self, status, op)
   end
   if op == "extend" then
     self._expires = sent + ms / 1000
-    if self._lease then self._lease:extended(ms) end
+    if self._lease then self._lease:extended(ms, math_floor(sent * 1000)) end
   end
   return value
 end
@@ -672,8 +706,9 @@ function Lock:check(server, ...)
   end
   local lost = lease_lost(self)
   if self._state == "lost" then return nil, lost or self._lost end
-  if not self._lease and now() >= self._expires then
-    -- Not renewed, and its TTL has run out by now.
+  local expires = expires_of(self)
+  if (not self._lease or self._lease:state() ~= "held") and expires and now() >= expires then
+    -- Not renewed (or no longer: max_hold), and its TTL has run out by now.
     return nil, set_lost(self, "its TTL ran out")
   end
   if server then

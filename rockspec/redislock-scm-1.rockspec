@@ -28,7 +28,7 @@ build = {
   modules = {
     ["redislock.core"] = {
       sources = { "csrc/rl_proto.c", "csrc/rl_sha1.c", "csrc/rl_conn.c", "csrc/rl_watchdog.c", "csrc/rl_lua.c" },
-      libraries = { "hiredis", "pthread" },
+      libraries = { "hiredis", "pthread", "dl" },
       incdirs = { "$(HIREDIS_INCDIR)" },
       libdirs = { "$(HIREDIS_LIBDIR)" },
     },

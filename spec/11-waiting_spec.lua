@@ -80,13 +80,15 @@ describe("waiting", function()
       assert.are.equal(0, blocked())
     end)
 
-    it("takes a lock that expires without a release, within the holder's TTL", function()
-      assert(holder:acquire("k", 0.3))
+    it("takes a lock that expires without a release, blocking rather than polling meanwhile", function()
+      assert(holder:acquire("k", 1.5))
       local before = scripts_run()
       local out = finish({ waiter("k", 10, "notify", "plain", 0, "late") })[1]
       assert.is_truthy(out:match("^got late"), out)
-      -- A try, a block that ends when the TTL does, a try, the release.
-      assert.is_true(scripts_run() - before <= 4, "scripts run: " .. (scripts_run() - before))
+      assert.are.equal(0, raw:command("EXISTS", "lock:{k}"))
+      -- A try, one block until 0.1 s before the TTL ends, a few short tries
+      -- near the end (polling over 1.5 s would take about 17), the release.
+      assert.is_true(scripts_run() - before <= 10, "scripts run: " .. (scripts_run() - before))
     end)
 
     it("waits longer than the client's reply timeout without a connection error", function()

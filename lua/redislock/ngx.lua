@@ -20,6 +20,8 @@ local ngx = ngx
 local ipairs, pairs, pcall, setmetatable, tostring = ipairs, pairs, pcall, setmetatable, tostring
 local string_format, table_concat = string.format, table.concat
 local tcp, get_phase, md5 = ngx.socket.tcp, ngx.get_phase, ngx.md5
+local timer_at, ngx_log, ERR = ngx.timer.at, ngx.log, ngx.ERR
+local math_max, math_min = math.max, math.min
 local encode, encode_script, encode_wait, new_reader = core.encode, core.encode_script, core.encode_wait, core.reader
 
 local _M = { _VERSION = core._VERSION }
@@ -167,7 +169,7 @@ local function keepalive(self, sock)
   if not ok then sock:close() end
 end
 
---- transport:eval(op, key, token[, ms[, replicas, replica_ms]]) -> status, value[, acked] | nil, err
+--- transport:eval(op, key, token[, ms[, replicas, replica_ms]]) -> status, value[, acked | nil, err] | nil, err
 -- Runs one lock script, as the C client's eval does: EVALSHA, then EVAL after
 -- NOSCRIPT, and WAIT on the same connection after a success when replicas
 -- is given. A command lost on a pooled connection that the server had closed
@@ -192,10 +194,10 @@ function Transport:eval(op, key, token, ms, replicas, replica_ms)
       local acked, werr, wfailed = round_trip(self, sock, encode("WAIT", replicas, replica_ms), "reply")
       if wfailed then
         sock:close()
-        return nil, werr
+      else
+        keepalive(self, sock)
       end
-      keepalive(self, sock)
-      if acked == nil then return nil, werr end
+      if acked == nil then return status, value, nil, werr end -- ours, but unconfirmed
       return status, value, acked
     end
     if not failed then
@@ -252,6 +254,7 @@ end
 -- drops out, and is no longer renewed.
 local leases = setmetatable({}, { __mode = "k" })
 local timer_due -- when the pending timer fires (core.now seconds), or nil
+local ticking = false -- a tick is running: it schedules the next one itself
 
 local Lease = {}
 local lease_mt = { __index = Lease }
@@ -266,7 +269,7 @@ local function renew(lease, now)
   if leases[lease] == nil then return end -- stopped meanwhile
   if lease.ttl_ms ~= ttl then return end  -- extended by its owner meanwhile
   if status == 1 then
-    lease.confirmed, lease.due = now, now + ttl / 3000
+    lease.confirmed, lease.due = now, now + math_max(ttl / 3000, 0.001)
     return
   end
   local why
@@ -276,21 +279,30 @@ local function renew(lease, now)
   elseif core.now() >= lease.confirmed + ttl / 1000 then
     why = "the renewal timer could not renew it before its TTL ran out: " .. value
   else
-    lease.due = core.now() + math.min(math.max(ttl / 10000, 0.01), 1)
+    lease.due = core.now() + math_min(math_max(ttl / 10000, 0.01), 1)
     return
   end
   lease.status, lease.why = "lost", why
   leases[lease] = nil
   if lease.on_lost then
     local ok, err = pcall(lease.on_lost, why)
-    if not ok then ngx.log(ngx.ERR, "redislock: on_lost raised: ", tostring(err)) end
+    if not ok then ngx_log(ERR, "redislock: on_lost raised: ", tostring(err)) end
   end
 end
 
 -- The timer: renews what is due, then schedules the next run.
 local function tick(premature)
   timer_due = nil
-  if premature then return end -- nginx is exiting: the leases run out by their TTL
+  if premature then
+    -- The worker is exiting (reload, stop): no timer runs any more, so the
+    -- leases end here and run out by their TTL (check() says so then).
+    for lease in pairs(leases) do
+      lease.status = "ended"
+      leases[lease] = nil
+    end
+    return
+  end
+  ticking = true
   local now = core.now()
   local due = {}
   for lease in pairs(leases) do
@@ -302,32 +314,37 @@ local function tick(premature)
     end
   end
   for _, lease in ipairs(due) do renew(lease, now) end
+  ticking = false
   schedule()
 end
 
 -- Makes sure a timer fires by the earliest due renewal.
 schedule = function()
+  if ticking then return end -- the running tick schedules when it is done
   local first
   for lease in pairs(leases) do
     if not first or lease.due < first then first = lease.due end
   end
   if not first or (timer_due and timer_due <= first) then return end
-  local delay = math.max(first - core.now(), 0.001)
-  local ok, err = ngx.timer.at(delay, tick)
+  local delay = math_max(first - core.now(), 0.001)
+  local ok, err = timer_at(delay, tick)
   if ok then
     timer_due = first
   else
-    ngx.log(ngx.ERR, "redislock: cannot start the renewal timer: ", err)
+    ngx_log(ERR, "redislock: cannot start the renewal timer: ", err)
   end
 end
 
---- transport:lease(key, token, ttl_ms[, max_hold_ms]) -> lease, as the C
--- client's (state, extended, stop), renewed by this worker's timer.
-function Transport:lease(key, token, ttl_ms, max_hold_ms)
+--- transport:lease(key, token, ttl_ms[, max_hold_ms[, sent_ms]]) -> lease, as
+-- the C client's (state, extended, expires, stop), renewed by this worker's
+-- timer. sent_ms: when the acquire was sent (core.now() * 1000).
+function Transport:lease(key, token, ttl_ms, max_hold_ms, sent_ms)
   local now = core.now()
+  local sent = sent_ms and sent_ms / 1000 or now
   local lease = setmetatable({
-    transport = self, key = key, token = token, ttl_ms = ttl_ms, confirmed = now,
-    due = now + ttl_ms / 3000, stop_at = max_hold_ms and max_hold_ms > 0 and now + max_hold_ms / 1000 or nil,
+    transport = self, key = key, token = token, ttl_ms = ttl_ms, confirmed = sent,
+    due = sent + math_max(ttl_ms / 3000, 0.001),
+    stop_at = max_hold_ms and max_hold_ms > 0 and now + max_hold_ms / 1000 or nil,
     status = "held",
   }, lease_mt)
   leases[lease] = true
@@ -340,12 +357,18 @@ function Lease:state()
   return self.status, self.why
 end
 
---- The owner extended the lock to ttl_ms: renew to that from now on.
-function Lease:extended(ttl_ms)
+--- The owner extended the lock to ttl_ms with a command sent at sent_ms:
+-- renew to that from then on.
+function Lease:extended(ttl_ms, sent_ms)
   if self.status ~= "held" then return end
-  local now = core.now()
-  self.ttl_ms, self.confirmed, self.due = ttl_ms, now, now + ttl_ms / 3000
+  local sent = sent_ms and sent_ms / 1000 or core.now()
+  self.ttl_ms, self.confirmed, self.due = ttl_ms, sent, sent + math_max(ttl_ms / 3000, 0.001)
   schedule()
+end
+
+--- The latest time (core.now()) the lock lasts to without another renewal.
+function Lease:expires()
+  return self.confirmed + self.ttl_ms / 1000
 end
 
 --- No more renewals.
