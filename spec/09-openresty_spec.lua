@@ -213,10 +213,10 @@ describe("OpenResty", function()
     end)
 
     it("renews the lock while fn runs past its TTL (the worker's renewal timer)", function()
-      local req = http.start(ngx.port, "GET", "/with_lock?key=renewed&ttl=0.3&hold=1.2")
+      local req = http.start(ngx.port, "GET", "/with_lock?key=renewed&ttl=0.5&hold=1.8")
       assert.is_truthy(helpers.eventually(2, function() return raw:command("EXISTS", "lock:{renewed}") == 1 end))
       local other = srv:client()
-      core.sleep(0.6) -- two TTLs
+      core.sleep(1) -- two TTLs
       local lock, err = other:acquire("renewed", 5)
       assert.is_nil(lock)
       assert.is_truthy(err:match("^busy: "), err)
