@@ -121,7 +121,7 @@ local function nginx_conf(prefix, port)
     "  access_log off;",
   }
   for _, kind in ipairs({ "client_body", "proxy", "fastcgi", "uwsgi", "scgi" }) do
-    lines[#lines + 1] = "  " .. kind .. "_temp_path " .. q(prefix .. "/tmp/" .. kind) .. ";"
+    lines[#lines + 1] = "  " .. kind .. "_temp_path " .. q(prefix .. "/temp/" .. kind) .. ";"
   end
   local root = B.root
   lines[#lines + 1] = "  lua_package_path " .. q(root .. "/lua/?.lua;" .. root .. "/bench/?.lua;;") .. ";"
@@ -140,7 +140,7 @@ local function start_nginx()
   local prefix = (B.run("mktemp -d")):gsub("%s+$", "")
   assert(prefix:match("^/"), "cannot make a temporary folder")
   assert(B.run("mkdir -p " .. B.sh_quote(prefix .. "/conf") .. " " .. B.sh_quote(prefix .. "/logs") .. " "
-               .. B.sh_quote(prefix .. "/tmp")))
+               .. B.sh_quote(prefix .. "/temp")))
   for _ = 1, 5 do
     local port = free_port()
     local conf = prefix .. "/conf/nginx.conf"

@@ -213,7 +213,7 @@ local function nginx_conf(prefix, vars, opts)
     "  access_log off;",
   }
   for _, kind in ipairs({ "client_body", "proxy", "fastcgi", "uwsgi", "scgi" }) do
-    lines[#lines + 1] = "  " .. kind .. "_temp_path " .. ngx_quote(prefix .. "/tmp/" .. kind) .. ";"
+    lines[#lines + 1] = "  " .. kind .. "_temp_path " .. ngx_quote(prefix .. "/temp/" .. kind) .. ";"
   end
   lines[#lines + 1] = "  lua_package_path " .. ngx_quote(root .. "/lua/?.lua;" .. root .. "/?.lua;;") .. ";"
   lines[#lines + 1] = "  lua_package_cpath " .. ngx_quote(cdir .. "/?.so;;") .. ";"
@@ -240,7 +240,7 @@ function helpers.start_nginx(opts)
     local vars = { port = tostring(helpers.free_port()), port2 = tostring(helpers.free_port()),
                    root = helpers.root(), prefix = prefix }
     run("mkdir -p " .. sh_quote(prefix .. "/conf") .. " " .. sh_quote(prefix .. "/logs") .. " "
-        .. sh_quote(prefix .. "/tmp"))
+        .. sh_quote(prefix .. "/temp"))
     local conf = prefix .. "/conf/nginx.conf"
     local f = assert(io.open(conf, "w"))
     f:write(nginx_conf(prefix, vars, opts))

@@ -42,7 +42,7 @@ fi
 root=$(pwd -P)
 prefix=$REDIS_DIR/nginx
 out=$prefix/out
-mkdir -p "$prefix/conf" "$prefix/logs" "$prefix/tmp" "$out" || exit 2
+mkdir -p "$prefix/conf" "$prefix/logs" "$prefix/temp" "$out" || exit 2
 
 # A free port, as tools/with-redis.sh finds one.
 free_port() {
@@ -72,11 +72,11 @@ env REDIS_URL;
 events { worker_connections 256; }
 http {
     access_log "$prefix/logs/access.log";
-    client_body_temp_path "$prefix/tmp/client_body";
-    proxy_temp_path "$prefix/tmp/proxy";
-    fastcgi_temp_path "$prefix/tmp/fastcgi";
-    uwsgi_temp_path "$prefix/tmp/uwsgi";
-    scgi_temp_path "$prefix/tmp/scgi";
+    client_body_temp_path "$prefix/temp/client_body";
+    proxy_temp_path "$prefix/temp/proxy";
+    fastcgi_temp_path "$prefix/temp/fastcgi";
+    uwsgi_temp_path "$prefix/temp/uwsgi";
+    scgi_temp_path "$prefix/temp/scgi";
     lua_package_path "$root/lua/?.lua;$root/examples/openresty/lua/?.lua;;";
     lua_package_cpath "$root/build/luajit/?.so;;";
     include "$prefix/conf/redislock.conf";
