@@ -399,17 +399,14 @@ function Client:command(name, ...)
   return self._transport:command(name, ...)
 end
 
+local stop_lease -- (locks, below)
+
 --- Closes the client's connection for good; later calls on it raise.
 function Client:close(...)
   check_self(self, client_mt, "close", "redislock client")
   check_nargs("close", 0, ...)
   -- Its locks are no longer renewed: they run out by their TTL.
-  for lock in pairs(self._renewed) do
-    if lock._lease then
-      lock._expires = lock._lease:expires() or lock._expires
-      lock._lease:stop()
-    end
-  end
+  for lock in pairs(self._renewed) do stop_lease(lock) end
   self._transport:close()
 end
 
@@ -578,7 +575,7 @@ end
 
 -- Stops the lock's renewal, if any, keeping in _expires when the lock runs
 -- out by the last renewal.
-local function stop_lease(self)
+stop_lease = function(self)
   local lease = self._lease
   if not lease then return end
   self._expires = lease:expires() or self._expires
