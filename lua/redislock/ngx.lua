@@ -169,6 +169,28 @@ local function keepalive(self, sock)
   if not ok then sock:close() end
 end
 
+-- After a round trip: a failed connection is closed, a healthy one pooled.
+local function give_back(self, sock, failed)
+  if failed then
+    sock:close()
+  else
+    keepalive(self, sock)
+  end
+end
+
+-- Sends bytes (from the core's encoders, which check the arguments) on a
+-- connection of its own, reading the reply for at most read_ms. Returns the
+-- reply, or nil and an error message.
+local function one_reply(self, bytes, read_ms)
+  local sock, err = open(self)
+  if not sock then return nil, err end
+  sock:settimeouts(self.connect_timeout_ms, self.timeout_ms, read_ms)
+  local v, msg, failed = round_trip(self, sock, bytes, "reply")
+  give_back(self, sock, failed)
+  if v == nil then return nil, msg end
+  return v
+end
+
 --- transport:eval(op, key, token[, ms[, replicas, replica_ms]]) -> status, value[, acked | nil, err] | nil, err
 -- Runs one lock script, as the C client's eval does: EVALSHA, then EVAL after
 -- NOSCRIPT, and WAIT on the same connection after a success when replicas
@@ -192,19 +214,12 @@ function Transport:eval(op, key, token, ms, replicas, replica_ms)
       -- replica_ms.
       sock:settimeouts(self.connect_timeout_ms, self.timeout_ms, self.timeout_ms + replica_ms)
       local acked, werr, wfailed = round_trip(self, sock, encode("WAIT", replicas, replica_ms), "reply")
-      if wfailed then
-        sock:close()
-      else
-        keepalive(self, sock)
-      end
+      give_back(self, sock, wfailed)
       if acked == nil then return status, value, nil, werr end -- ours, but unconfirmed
       return status, value, acked
     end
-    if not failed then
-      keepalive(self, sock)
-      return status, value
-    end
-    sock:close()
+    give_back(self, sock, failed)
+    if not failed then return status, value end
     err = value
     if reused == 0 or timed_out or op == "release" then break end
   end
@@ -215,34 +230,17 @@ end
 -- wait): blocks on the lock's wake-up list for at most ms, on a connection of
 -- its own from the pool; true when woken, false when the time ran out.
 function Transport:wait(key, token, ms)
-  local bytes = encode_wait(key, token, ms, self.prefix)  -- checks the arguments
-  local sock, err = open(self)
-  if not sock then return nil, err end
   -- The server may take the whole wait before it answers.
-  sock:settimeouts(self.connect_timeout_ms, self.timeout_ms, ms + self.timeout_ms)
-  local v, msg, failed = round_trip(self, sock, bytes, "reply")
-  if failed then
-    sock:close()
-  else
-    keepalive(self, sock)
-  end
-  if v == nil then return nil, msg end
+  local v, err = one_reply(self, encode_wait(key, token, ms, self.prefix), ms + self.timeout_ms)
+  if v == nil then return nil, err end
   return v ~= false
 end
 
 --- transport:command(name, ...) -> reply | nil, err (as the C client's command).
 -- Never resent: INCR twice is wrong.
 function Transport:command(...)
-  local bytes = encode(...)  -- checks the arguments
-  local sock, err = open(self)
-  if not sock then return nil, err end
-  local v, msg, failed = round_trip(self, sock, bytes, "reply")
-  if failed then
-    sock:close()
-  else
-    keepalive(self, sock)
-  end
-  if v == nil then return nil, msg end
+  local v, err = one_reply(self, encode(...), self.timeout_ms)
+  if v == nil then return nil, err end
   return v
 end
 
