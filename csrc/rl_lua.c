@@ -386,13 +386,6 @@ static long long opt_ms(lua_State *L, int idx, const char *what, long long def) 
   return (long long)v;
 }
 
-/* Monotonic milliseconds, as core.now() counts them. */
-static long long mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /*
  * client:lease(key, token, ttl_ms[, max_hold_ms[, sent_ms]]) -> lease | nil, err
  * Has the watchdog thread renew the lock key/token to ttl_ms every ttl_ms/3,
@@ -408,7 +401,7 @@ static int client_lease(lua_State *L) {
   const char *why = rl_check_key(key, klen);
   int isnum = 0;
   lua_Integer ttl = lua_tointegerx(L, 4, &isnum);
-  long long max_hold = opt_ms(L, 5, "max_hold", 0), sent = opt_ms(L, 6, "sent", mono_ms());
+  long long max_hold = opt_ms(L, 5, "max_hold", 0), sent = opt_ms(L, 6, "sent", rl_now_ms());
   char err[RL_ERRLEN];
   rl_lease_ud *ud;
   if (why != NULL) luaL_argerror(L, 2, why);
@@ -451,7 +444,7 @@ static int lease_extended(lua_State *L) {
   rl_lease_ud *ud = (rl_lease_ud *)luaL_checkudata(L, 1, LEASE_MT);
   int isnum = 0;
   lua_Integer ttl = lua_tointegerx(L, 2, &isnum);
-  long long sent = opt_ms(L, 3, "sent", mono_ms());
+  long long sent = opt_ms(L, 3, "sent", rl_now_ms());
   luaL_argcheck(L, lua_type(L, 2) == LUA_TNUMBER && isnum && ttl >= 1 && ttl <= RL_MAX_MS, 2,
                 "ttl must be an integer number of milliseconds >= 1");
   if (ud->lease != NULL) rl_lease_extended(ud->lease, (long long)ttl, sent);

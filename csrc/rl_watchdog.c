@@ -57,8 +57,7 @@ static struct {
 
 static pthread_once_t wd_once = PTHREAD_ONCE_INIT;
 
-/* Monotonic milliseconds (CLOCK_MONOTONIC, as core.now() in Lua). */
-static long long now_ms(void) {
+long long rl_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
@@ -184,7 +183,7 @@ static void mark_lost(rl_lease *l, const char *why) {
  */
 static void renew(rl_lease *l) {
   const char *prefix = l->names, *key = prefix + l->plen, *token = key + l->klen;
-  long long ttl = l->ttl_ms, sent = now_ms();
+  long long ttl = l->ttl_ms, sent = rl_now_ms();
   char err[RL_ERRLEN], why[sizeof ((rl_lease *)0)->why];
   rl_result res;
   rl_cmd cmd;
@@ -216,13 +215,13 @@ static void renew(rl_lease *l) {
   } else if (rc == 0) {
     mark_lost(l, res.status == RL_OTHER ? "another owner holds it now; found by the watchdog"
                                         : "it expired or was deleted; found by the watchdog");
-  } else if (now_ms() >= l->confirmed + ttl) {
+  } else if (rl_now_ms() >= l->confirmed + ttl) {
     snprintf(why, sizeof why, "the watchdog could not renew it before its TTL ran out: %.400s", err);
     mark_lost(l, why);
   } else {
     /* Try again soon, while the lock still has time left. */
     long long retry = ttl / 10 < 10 ? 10 : ttl / 10 > 1000 ? 1000 : ttl / 10;
-    l->due = now_ms() + retry;
+    l->due = rl_now_ms() + retry;
   }
 }
 
@@ -232,7 +231,7 @@ static void *watch(void *unused) {
   pthread_mutex_lock(&wd_mu);
   while (!wd.quit) {
     rl_lease *l, *next = NULL;
-    long long now = now_ms();
+    long long now = rl_now_ms();
     for (l = wd.leases; l != NULL; l = l->next)
       if (l->state == RL_LEASE_HELD && !l->stopped && !l->busy && (next == NULL || l->due < next->due))
         next = l;
@@ -286,7 +285,7 @@ rl_lease *rl_lease_start(const rl_conn_opts *opts, const char *prefix, size_t pl
                          long long ttl_ms, long long max_hold_ms, long long sent_ms,
                          char err[RL_ERRLEN]) {
   rl_lease *l = (rl_lease *)calloc(1, sizeof *l);
-  long long now = now_ms();
+  long long now = rl_now_ms();
   int rc;
   pthread_once(&wd_once, wd_init);
   if (l == NULL || (l->names = (char *)malloc(plen + klen + tlen + 1)) == NULL) {
