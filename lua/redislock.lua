@@ -617,16 +617,24 @@ lease_lost = function(self)
   return set_lost(self, why)
 end
 
+-- The "lost" message when the lock is not ours by our own account (released,
+-- or found lost, by us or by its renewal), else nil.
+local function no_longer_ours(self)
+  if self._state == "released" then
+    return string_format("lost: %s was already released", quote(self.key))
+  end
+  lease_lost(self)
+  if self._state == "lost" then return self._lost end
+  return nil
+end
+
 -- Runs op on the server for a lock that is still ours by our own account;
 -- fname names the public method for errors.
 -- Returns the script's value, or nil and an error message.
 local function lock_eval(self, fname, op, ms)
   check_open(self._client, fname, "its client")
-  if self._state == "released" then
-    return nil, string_format("lost: %s was already released", quote(self.key))
-  end
-  local lost = lease_lost(self)
-  if self._state == "lost" then return nil, lost or self._lost end
+  local gone = no_longer_ours(self)
+  if gone then return nil, gone end
   -- Stopped first, so that no renewal runs after the release.
   if op == "release" then stop_lease(self) end
   local sent = now()
@@ -698,11 +706,8 @@ function Lock:check(server, ...)
     argerror(1, "check", "server must be a boolean or nil, got " .. type(server))
   end
   check_nargs("check", 1, ...)
-  if self._state == "released" then
-    return nil, string_format("lost: %s was already released", quote(self.key))
-  end
-  local lost = lease_lost(self)
-  if self._state == "lost" then return nil, lost or self._lost end
+  local gone = no_longer_ours(self)
+  if gone then return nil, gone end
   local expires = expires_of(self)
   if (not self._lease or self._lease:state() ~= "held") and expires and now() >= expires then
     -- Not renewed (or no longer: max_hold), and its TTL has run out by now.
