@@ -7,14 +7,7 @@ local helpers = require "spec.helpers"
 describe("with_lock", function()
   local srv, client, raw
 
-  lazy_setup(function()
-    srv = helpers.start_redis()
-    raw = srv:raw()
-  end)
-  lazy_teardown(function()
-    raw:close()
-    srv:stop()
-  end)
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
   before_each(function()
     assert.are.equal("OK", raw:command("FLUSHALL"))
     client = srv:client()

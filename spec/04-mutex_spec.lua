@@ -12,14 +12,7 @@ local WORKERS, ROUNDS = 8, 40
 describe("mutual exclusion across processes", function()
   local srv, raw
 
-  lazy_setup(function()
-    srv = helpers.start_redis()
-    raw = srv:raw()
-  end)
-  lazy_teardown(function()
-    raw:close()
-    srv:stop()
-  end)
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
 
   -- Runs the workers in `mode`; returns the final counter and the overlaps seen.
   local function race(mode)

@@ -72,14 +72,9 @@ describe("OpenResty", function()
 
   local srv, raw
 
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
   lazy_setup(function()
-    srv = helpers.start_redis()
-    raw = srv:raw()
     assert(raw:command("ACL", "SETUSER", "locker", "on", ">s3cret", "~*", "&*", "+@all"))
-  end)
-  lazy_teardown(function()
-    if raw then raw:close() end
-    if srv then srv:stop() end
   end)
   before_each(function()
     assert.are.equal("OK", raw:command("FLUSHALL"))

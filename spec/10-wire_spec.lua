@@ -10,14 +10,7 @@ local socket = require "socket"
 describe("wire functions", function()
   local srv, raw, conn
 
-  lazy_setup(function()
-    srv = helpers.start_redis()
-    raw = srv:raw()
-  end)
-  lazy_teardown(function()
-    if raw then raw:close() end
-    if srv then srv:stop() end
-  end)
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
   before_each(function()
     assert.are.equal("OK", raw:command("FLUSHALL"))
     conn = assert(socket.connect("127.0.0.1", srv.port))

@@ -11,14 +11,7 @@ local helpers = require "spec.helpers"
 describe("waiting", function()
   local srv, raw, holder
 
-  lazy_setup(function()
-    srv = helpers.start_redis()
-    raw = srv:raw()
-  end)
-  lazy_teardown(function()
-    if raw then raw:close() end
-    if srv then srv:stop() end
-  end)
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
   before_each(function()
     assert.are.equal("OK", raw:command("FLUSHALL"))
     holder = srv:client()

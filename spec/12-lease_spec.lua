@@ -12,14 +12,7 @@ describe("leases", function()
   local srv, raw, client
   local stopped -- the PID of a process a spec sent SIGSTOP, until it sends SIGCONT
 
-  lazy_setup(function()
-    srv = helpers.start_redis()
-    raw = srv:raw()
-  end)
-  lazy_teardown(function()
-    if raw then raw:close() end
-    if srv then srv:stop() end
-  end)
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
   before_each(function()
     assert.are.equal("OK", raw:command("FLUSHALL"))
     client = srv:client()

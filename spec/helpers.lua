@@ -126,6 +126,23 @@ function helpers.start_redis(extra, opts)
   error("cannot start redis-server; its log says:\n" .. last_log)
 end
 
+--- A private redis-server and a raw core client on it for the enclosing
+-- describe block: started in its lazy_setup, stopped in its lazy_teardown
+-- (busted's hooks are passed in: a required module does not see them).
+-- ready(srv, raw) is called once both are up, to keep them in the spec's locals.
+function helpers.redis_for(lazy_setup, lazy_teardown, ready)
+  local srv, raw
+  lazy_setup(function()
+    srv = helpers.start_redis()
+    raw = srv:raw()
+    ready(srv, raw)
+  end)
+  lazy_teardown(function()
+    if raw then raw:close() end
+    if srv then srv:stop() end
+  end)
+end
+
 --- Stops the server (SIGTERM by PID, then waits for it to go) and removes its folder.
 function Server:stop()
   if not self.pid then return end
