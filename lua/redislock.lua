@@ -446,6 +446,23 @@ local function busy_message(key, value, waited)
   return string_format("busy: %s is %s (%s)", quote(key), state, detail)
 end
 
+-- Replies that mean "this server will answer later": a restart loading its
+-- data (LOADING), a script running (BUSY), a replica cut off from its master
+-- (MASTERDOWN), a cluster slot moving or a cluster without quorum (TRYAGAIN,
+-- CLUSTERDOWN). With wait time left they are retried like a lost connection;
+-- every lock script checks the token, so a resend is always reconciled. The
+-- one list of them: topologies add theirs here.
+local TRANSIENT = { LOADING = true, BUSY = true, MASTERDOWN = true, TRYAGAIN = true, CLUSTERDOWN = true }
+_M.TRANSIENT = TRANSIENT
+
+-- Whether an error message (from eval) is worth retrying within the wait:
+-- a connection failure or a transient server state.
+local function retryable(err)
+  if err:sub(1, 11) == "connection:" then return true end
+  local code = err:match("^redis: (%u+)")
+  return code ~= nil and TRANSIENT[code] == true
+end
+
 -- Tries to take key with token until how.wait seconds have passed. Between
 -- attempts it blocks on the lock's wake-up list (mode "notify": release
 -- wakes one waiter, and a block never outlasts the holder's TTL or the
@@ -468,7 +485,7 @@ local function take(self, key, tok, ms, how)
     local status, value, acked, werr = c:eval(op, key, tok, ms, how.replicas, how.replica_ms)
     if status == 1 then return value, sent, acked, werr end
     local left = deadline - now()
-    if left <= 0 or (status == nil and value:sub(1, 11) ~= "connection:") then
+    if left <= 0 or (status == nil and not retryable(value)) then
       if fair then c:eval("leave", key, tok) end -- best effort: else it drops out in 3 s
       if status == nil then return nil, value end
       return nil, busy_message(key, value, wait)

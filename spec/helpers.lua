@@ -107,14 +107,15 @@ function helpers.start_redis(extra, opts)
       "--enable-debug-command", "local",
     }
     for _, a in ipairs(extra or {}) do args[#args + 1] = sh_quote(a) end
-    run(table.concat(args, " "))
+    local cmd = table.concat(args, " ")
+    run(cmd)
     local deadline = core.now() + 5 * helpers.slow
     while core.now() < deadline do
       local log = read_file(dir .. "/redis.log") or ""
       local pid = tonumber(read_file(dir .. "/redis.pid") or "")
       if pid and log:find("Ready to accept connections", 1, true) then
         return setmetatable({ port = port, dir = dir, pid = pid, sock = dir .. "/redis.sock",
-                              password = nil, url = "redis://127.0.0.1:" .. port }, Server)
+                              password = nil, url = "redis://127.0.0.1:" .. port, cmd = cmd }, Server)
       end
       if log:find("Address already in use", 1, true) then break end
       core.sleep(0.01)
@@ -152,6 +153,28 @@ function Server:stop()
   if alive(self.pid) then os.execute("kill -9 " .. self.pid .. " 2>/dev/null") end
   os.execute("rm -rf " .. sh_quote(self.dir))
   self.pid = nil
+end
+
+--- Restarts the server on the same port and folder (its data set is loaded
+-- from the folder's dump.rdb, if any): SIGTERM by PID, then the same command.
+-- Returns as soon as the new process listens, which may be while it still
+-- loads its data (it answers -LOADING then). Raises when it cannot restart.
+function Server:restart()
+  assert(self.pid, "the server was stopped")
+  os.execute("kill " .. self.pid .. " 2>/dev/null")
+  assert(helpers.eventually(10, function() return not alive(self.pid) end), "redis-server would not stop")
+  os.remove(self.dir .. "/redis.pid")
+  run(self.cmd)
+  local listening = helpers.eventually(10, function()
+    self.pid = tonumber(read_file(self.dir .. "/redis.pid") or "")
+    if not self.pid then return false end
+    local c = socket.tcp()
+    c:settimeout(1)
+    local ok = c:connect("127.0.0.1", self.port)
+    c:close()
+    return ok
+  end)
+  assert(listening, "redis-server did not come back; its log says:\n" .. (read_file(self.dir .. "/redis.log") or ""))
 end
 
 --- Runs redis-cli against the server; returns its output without the last newline.
@@ -334,7 +357,9 @@ end
 function helpers.spawn(script, ...)
   local args = { helpers.lua, sh_quote(script) }
   for _, a in ipairs({ ... }) do args[#args + 1] = sh_quote(a) end
-  local p = assert(io.popen("(" .. table.concat(args, " ") .. ") 2>&1; echo __EXIT:$?"))
+  -- The outer shell's own stderr is dropped: a worker a spec SIGKILLs on
+  -- purpose would make it print a bare "Killed" into the suite's output.
+  local p = assert(io.popen("{ (" .. table.concat(args, " ") .. ") 2>&1; echo __EXIT:$?; } 2>/dev/null"))
   return { wait = function() return finish(p) end }
 end
 
