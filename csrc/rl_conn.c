@@ -102,7 +102,7 @@ static void io_error(rl_conn *conn, char err[RL_ERRLEN]) {
   else if (ctx->err == REDIS_ERR_EOF)
     snprintf(err, RL_ERRLEN, "connection: %s closed the connection", where);
   else
-    snprintf(err, RL_ERRLEN, "connection: lost %s (%s)", where, ctx->errstr);
+    rl_read_error(ctx->err, ctx->errstr, where, err, RL_ERRLEN);
   rl_conn_close(conn);
 }
 

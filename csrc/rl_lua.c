@@ -632,14 +632,15 @@ static int reader_feed(lua_State *L) {
 
 /*
  * Takes the next complete reply out of the reader into *r (NULL when more
- * bytes are needed). Returns 0, or -1 with a "connection: ..." message in err
- * when the bytes are not RESP (the reader is then unusable).
+ * bytes are needed). Returns 0, or -1 with a message in err when the bytes
+ * cannot be read (not RESP, or nested too deep; see rl_read_error): the
+ * reader, and the connection it reads, are unusable then.
  */
 static int reader_next(rl_reader *rd, redisReply **r, char err[RL_ERRLEN]) {
   void *reply = NULL;
   *r = NULL;
   if (redisReaderGetReply(rd->reader, &reply) != REDIS_OK) {
-    snprintf(err, RL_ERRLEN, "connection: the server's reply is not RESP (%s)", rd->reader->errstr);
+    rl_read_error(rd->reader->err, rd->reader->errstr, NULL, err, RL_ERRLEN);
     return -1;
   }
   *r = (redisReply *)reply;
@@ -647,9 +648,10 @@ static int reader_next(rl_reader *rd, redisReply **r, char err[RL_ERRLEN]) {
 }
 
 /*
- * reader:reply() -> value | nil, err | nil
+ * reader:reply() -> value | nil, err | nil, err, true | nil
  * The next reply to a plain command, as client:command returns it; nothing
- * but nil (no message) when more bytes are needed.
+ * but nil (no message) when more bytes are needed; a third value, true, when
+ * the bytes cannot be read (the connection must be closed).
  */
 static int reader_reply(lua_State *L) {
   rl_reader *rd = check_reader(L);
@@ -660,7 +662,8 @@ static int reader_reply(lua_State *L) {
   if (reader_next(rd, &r, err) != 0) {
     lua_pushnil(L);
     lua_pushstring(L, err);
-    return 2;
+    lua_pushboolean(L, 1);
+    return 3;
   }
   if (r == NULL) {
     lua_pushnil(L);
@@ -670,10 +673,11 @@ static int reader_reply(lua_State *L) {
 }
 
 /*
- * reader:script_reply() -> status, value | false, err | nil, err | nil
+ * reader:script_reply() -> status, value | false, err | nil, err[, true] | nil
  * The next reply to a lock script, as client:eval returns it; false and the
  * server's message for NOSCRIPT (resend with EVAL); nil alone when more
- * bytes are needed.
+ * bytes are needed; a third value, true, when the bytes cannot be read (the
+ * connection must be closed).
  */
 static int reader_script_reply(lua_State *L) {
   rl_reader *rd = check_reader(L);
@@ -684,7 +688,8 @@ static int reader_script_reply(lua_State *L) {
   if (reader_next(rd, &r, err) != 0) {
     lua_pushnil(L);
     lua_pushstring(L, err);
-    return 2;
+    lua_pushboolean(L, 1);
+    return 3;
   }
   if (r == NULL) {
     lua_pushnil(L);

@@ -289,6 +289,17 @@ static rl_decoded fail(char *err, size_t errlen, const char *what, size_t len) {
   return RL_ERROR;
 }
 
+void rl_read_error(int err, const char *errstr, const char *where, char *out, size_t len) {
+  /* hiredis 0.14's reader keeps a fixed stack of 8 levels (REDIS_ERR_PROTOCOL). */
+  if (err == REDIS_ERR_PROTOCOL && strstr(errstr, "nested") != NULL)
+    snprintf(out, len, "redis: the reply%s%s nests arrays deeper than hiredis 0.14 can read"
+             " (8 levels at most; %s)", where ? " of " : "", where ? where : "", errstr);
+  else if (where != NULL)
+    snprintf(out, len, "connection: lost %s (%s)", where, errstr);
+  else
+    snprintf(out, len, "connection: the server's reply is not RESP (%s)", errstr);
+}
+
 rl_decoded rl_decode(const redisReply *r, rl_result *out, char *err, size_t errlen) {
   static const char bad[] = "unexpected reply to a redislock script";
   if (r->type == REDIS_REPLY_ERROR) {
@@ -328,7 +339,7 @@ const char *rl_seconds_to_ms(double seconds, long long *ms) {
   if (seconds - seconds != 0) return "must be finite";
   if (seconds <= 0) return "must be > 0";
   scaled = seconds * 1000.0 + 0.5;
-  if (scaled > (double)RL_MAX_MS) return "must be at most 100 years";
+  if (scaled > (double)RL_MAX_MS) return "must be at most 9007199254740.992 (2^53 ms, about 285,000 years)";
   if (scaled < 1.0) return "must be at least 0.001 (1 ms)";
   *ms = (long long)scaled;
   return NULL;

@@ -46,7 +46,10 @@ typedef enum {
 
 #define RL_TOKEN_BYTES 16               /* 128 bits from the OS CSPRNG */
 #define RL_TOKEN_HEX (2 * RL_TOKEN_BYTES)
-#define RL_MAX_MS 3153600000000LL       /* 100 years; Redis takes far more */
+/* The longest time (ms): the largest whole number a Lua number (a double)
+   holds exactly, 2^53, about 285,000 years. Redis takes more (SET PX and
+   PEXPIRE to LLONG_MAX less the clock), and script numbers are doubles. */
+#define RL_MAX_MS 9007199254740992LL
 #define RL_MAX_KEYS 5                    /* lock, fence, signal, queue, alive */
 #define RL_CMD_MAXARGS (3 + RL_MAX_KEYS + 3)
 #define RL_SIGNAL_MS 1000               /* a wake-up signal waits this long for a taker */
@@ -100,6 +103,15 @@ void rl_cmd_free(rl_cmd *cmd);
  * a description of the unexpected reply) is copied into err.
  */
 rl_decoded rl_decode(const redisReply *r, rl_result *out, char *err, size_t errlen);
+
+/*
+ * Describes a failed read (hiredis' reader, or a context's reader) whose error
+ * was err (REDIS_ERR_*) with text errstr, into out: a reply nested deeper
+ * than hiredis can read is "redis: ..." (the server answered, we cannot read
+ * it); anything else is "connection: ..." (the bytes are not RESP). Either
+ * way the connection is unusable after it. where names the server, or NULL.
+ */
+void rl_read_error(int err, const char *errstr, const char *where, char *out, size_t len);
 
 /* NULL when key may name a lock, else why not (a sentence fragment). */
 const char *rl_check_key(const char *key, size_t len);

@@ -59,9 +59,51 @@ local function argerror(n, fname, msg)
   raise_at_caller(string_format("bad argument #%d to '%s' (%s)", n, fname, msg))
 end
 
--- A key as it appears in messages: quoted, control bytes escaped.
+-- Keys (and other user strings) in messages are cut to this many bytes.
+local MAX_SHOWN = 64
+
+local ESCAPES = { ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t", ['"'] = '\\"', ["\\"] = "\\\\" }
+local function escape(c)
+  return ESCAPES[c] or string_format("\\x%02x", c:byte())
+end
+
+-- Whether s is UTF-8 text (for messages only: overlong forms pass).
+local function is_utf8(s)
+  local i, n = 1, #s
+  while i <= n do
+    local c = s:byte(i)
+    local len = c < 0x80 and 1 or (c >= 0xC2 and c <= 0xDF) and 2 or (c >= 0xE0 and c <= 0xEF) and 3
+                or (c >= 0xF0 and c <= 0xF4) and 4 or nil
+    if not len then return false end
+    for j = i + 1, i + len - 1 do
+      local b = s:byte(j)
+      if not b or b < 0x80 or b > 0xBF then return false end
+    end
+    i = i + len
+  end
+  return true
+end
+
+-- A string as it appears in messages: quoted, control bytes escaped (and
+-- every byte over 127 when it is not UTF-8 text), cut to about MAX_SHOWN
+-- bytes (on a character's edge) with its full length after it.
 local function quote(s)
-  return (string_format("%q", s):gsub("\\\n", "\\n"))
+  local shown = s
+  if #s > MAX_SHOWN then
+    local cut = MAX_SHOWN
+    while cut > 1 and (s:byte(cut + 1) or 0) >= 0x80 and s:byte(cut + 1) <= 0xBF do cut = cut - 1 end
+    shown = s:sub(1, cut)
+  end
+  local bytes = is_utf8(shown) and "[%c\"\\]" or "[%c\"\\\128-\255]"
+  shown = '"' .. shown:gsub(bytes, escape) .. '"'
+  if #s > MAX_SHOWN then shown = string_format("%s... (%d bytes)", shown, #s) end
+  return shown
+end
+
+-- A value as it appears in messages: strings quoted, anything else as tostring.
+local function show(v)
+  if type(v) == "string" then return quote(v) end
+  return tostring(v)
 end
 
 local function check_key(n, fname, key)
@@ -98,16 +140,12 @@ local function check_nargs(fname, max, ...)
   end
 end
 
--- Refuses a client that was closed (whose is named by `whose`), and I/O in an
--- nginx phase where cosockets are not available (blocking there would stall
--- the worker). The latter is a misuse found by the first test of the code,
--- not a condition to handle at run time, so it raises like a bad argument
--- rather than return nil, err.
-local function check_open(client, fname, whose)
+-- Refuses I/O in an nginx phase where cosockets are not available (blocking
+-- there would stall the worker). A misuse found by the first test of the
+-- code, not a condition to handle at run time, so it raises like a bad
+-- argument rather than return nil, err.
+local function check_phase(client, fname)
   local t = client._transport
-  if t:closed() then
-    raise_at_caller(string_format("bad self to '%s' (%s is closed)", fname, whose))
-  end
   local phase = t.io_problem and t:io_problem()
   if phase then
     raise_at_caller(string_format("redislock: '%s' cannot run in nginx's %s phase: cosockets are not"
@@ -115,10 +153,18 @@ local function check_open(client, fname, whose)
   end
 end
 
+-- Refuses a client that was closed, and I/O where nginx forbids it.
+local function check_open(client, fname)
+  if client._transport:closed() then
+    raise_at_caller(string_format("bad self to '%s' (client is closed)", fname))
+  end
+  check_phase(client, fname)
+end
+
 -- check_self for clients, refusing closed ones too.
 local function check_client(self, fname)
   check_self(self, client_mt, fname, "redislock client")
-  check_open(self, fname, "client")
+  check_open(self, fname)
 end
 
 -- Refuses anything but nil or a table whose keys are all in `known`.
@@ -129,7 +175,7 @@ local function check_opts(n, fname, opts, known)
   end
   for k in pairs(opts) do
     if not known[k] then
-      argerror(n, fname, "unknown option " .. quote(tostring(k)))
+      argerror(n, fname, "unknown option " .. show(k))
     end
   end
   return opts
@@ -191,11 +237,11 @@ local function check_acquire_opts(n, fname, opts, renew)
     argerror(n, fname, "option 'replica_timeout' needs 'replicas'")
   end
   local wait = how.wait
-  if type(wait) ~= "number" or wait ~= wait or wait < 0 or wait == math.huge then
-    argerror(n, fname, "option 'wait' must be a finite number of seconds >= 0")
+  if type(wait) ~= "number" or wait ~= wait or wait < 0 or wait * 1000 > core.MAX_MS then
+    argerror(n, fname, "option 'wait' must be a number of seconds in 0..9007199254740.992 (2^53 ms)")
   end
   if not WAIT_MODES[how.mode] then
-    argerror(n, fname, "option 'wait_mode' must be \"notify\" or \"poll\", got " .. quote(tostring(how.mode)))
+    argerror(n, fname, "option 'wait_mode' must be \"notify\" or \"poll\", got " .. show(how.mode))
   end
   if type(how.fair) ~= "boolean" then
     argerror(n, fname, "option 'fair' must be a boolean, got " .. type(how.fair))
@@ -349,14 +395,21 @@ function _M.new(opts, ...)
   local why = core.prefix_problem(c.prefix)
   if why then argerror(1, "new", "option 'prefix' " .. why) end
   -- _renewed: its locks with a lease, weakly (close stops their renewal).
-  local renewed = setmetatable({}, { __mode = "k" })
+  -- _held: key -> its lock taken by this client, weakly (for messages).
+  local self = { prefix = c.prefix, _renewed = setmetatable({}, { __mode = "k" }),
+                 _held = setmetatable({}, { __mode = "v" }) }
   if ngx_transport then
-    return setmetatable({ _transport = ngx_transport.new(c), _sleep = ngx.sleep, prefix = c.prefix,
-                          _renewed = renewed }, client_mt)
+    self._transport, self._sleep = ngx_transport.new(c), ngx.sleep
+  else
+    c.pool_size, c.keepalive_timeout_ms = nil, nil -- one connection per client
+    self._transport, self._sleep = core.new(c), core.sleep
   end
-  c.pool_size, c.keepalive_timeout_ms = nil, nil -- one connection per client
-  return setmetatable({ _transport = core.new(c), _sleep = core.sleep, prefix = c.prefix, _renewed = renewed },
-                      client_mt)
+  return setmetatable(self, client_mt)
+end
+
+-- Lua 5.4 `local client <close> = redislock.new(...)`: closed at scope exit.
+client_mt.__close = function(self)
+  self:close()
 end
 
 client_mt.__tostring = function(self)
@@ -435,11 +488,25 @@ local function wait_ms(s)
   return math_max(1, math_floor(s * 1000 + 0.5))
 end
 
+local expires_of -- (locks, below)
+
+-- Whether client holds key itself, as far as it knows (not released, not
+-- found lost, and its TTL cannot have run out).
+local function held_here(client, key)
+  local lock = client._held[key]
+  return lock ~= nil and lock._state == "held" and now() < (expires_of(lock) or math.huge)
+end
+
 -- The busy message after an attempt that answered value (the holder's PTTL,
--- or -2 when a fair lock is free but promised to earlier waiters).
-local function busy_message(key, value, waited)
+-- or -2 when a fair lock is free but promised to earlier waiters); mine: the
+-- holder is this very client.
+local function busy_message(key, value, waited, mine)
   local state, detail = "held by another owner", seconds_text(value)
-  if value == -2 then state, detail = "promised to earlier waiters", "fair queue" end
+  if value == -2 then
+    state, detail = "promised to earlier waiters", "fair queue"
+  elseif mine then
+    state, detail = "held by this client", "locks are not reentrant; " .. detail
+  end
   if waited > 0 then
     return string_format("busy: %s is still %s after waiting %.3g s (%s)", quote(key), state, waited, detail)
   end
@@ -488,7 +555,7 @@ local function take(self, key, tok, ms, how)
     if left <= 0 or (status == nil and not retryable(value)) then
       if fair then c:eval("leave", key, tok) end -- best effort: else it drops out in 3 s
       if status == nil then return nil, value end
-      return nil, busy_message(key, value, wait)
+      return nil, busy_message(key, value, wait, held_here(self, key))
     end
     -- How long the lock can stay as it is: until the holder's TTL runs out.
     local block = left
@@ -546,6 +613,7 @@ local function acquire(self, key, ms, how)
     -- Under OpenResty the renewal timer reports a loss as it finds it.
     if ngx_transport then lease.on_lost = function() lease_lost(lock) end end
   end
+  self._held[key] = lock
   return lock
 end
 
@@ -600,7 +668,7 @@ stop_lease = function(self)
 end
 
 -- The latest time (core.now()) the lock may last to, or nil when unknown.
-local function expires_of(self)
+expires_of = function(self)
   local lease = self._lease
   return lease and lease:expires() or self._expires
 end
@@ -634,6 +702,13 @@ lease_lost = function(self)
   return set_lost(self, why)
 end
 
+-- The "connection" message when the lock's client was closed, else nil.
+-- Close is no release: the lock runs out by its TTL.
+local function client_closed(self)
+  if not self._client._transport:closed() then return nil end
+  return string_format("connection: the lock's client is closed; %s runs out by its TTL", quote(self.key))
+end
+
 -- The "lost" message when the lock is not ours by our own account (released,
 -- or found lost, by us or by its renewal), else nil.
 local function no_longer_ours(self)
@@ -649,8 +724,8 @@ end
 -- fname names the public method for errors.
 -- Returns the script's value, or nil and an error message.
 local function lock_eval(self, fname, op, ms)
-  check_open(self._client, fname, "its client")
-  local gone = no_longer_ours(self)
+  check_phase(self._client, fname)
+  local gone = no_longer_ours(self) or client_closed(self)
   if gone then return nil, gone end
   -- Stopped first, so that no renewal runs after the release.
   if op == "release" then stop_lease(self) end
@@ -723,7 +798,7 @@ function Lock:check(server, ...)
     argerror(1, "check", "server must be a boolean or nil, got " .. type(server))
   end
   check_nargs("check", 1, ...)
-  local gone = no_longer_ours(self)
+  local gone = no_longer_ours(self) or client_closed(self)
   if gone then return nil, gone end
   local expires = expires_of(self)
   if (not self._lease or self._lease:state() ~= "held") and expires and now() >= expires then
@@ -743,14 +818,15 @@ end
 
 -- Lua 5.4 `local l <close> = ...`: release at scope exit. When the scope is left
 -- by an error, that error wins; otherwise a failed release raises, so a lost
--- lock is never passed over in silence.
+-- lock is never passed over in silence; but not when the code closed the
+-- lock's client first (cleanup in any order must not raise).
 lock_mt.__close = function(self, err)
   if err ~= nil then
     pcall(self.release, self)
     return
   end
   local ok, rerr = self:release()
-  if not ok then error(rerr, 0) end
+  if not ok and not self._client._transport:closed() then error(rerr, 0) end
 end
 
 ------------------------------------------------------------------------------
@@ -861,7 +937,7 @@ end
 function _M.with_lock(key, ttl, fn, opts, ...)
   local ms, how = check_with_lock_args(key, ttl, fn, opts, ...)
   local client = _M.default_client()
-  check_open(client, "with_lock", "client")
+  check_open(client, "with_lock")
   return with_lock(client, key, ms, fn, how)
 end
 

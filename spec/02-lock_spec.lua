@@ -33,6 +33,22 @@ describe("locks", function()
     other:close()
   end)
 
+  it("takes every TTL a Lua number holds exactly in milliseconds (up to 2^53 ms)", function()
+    -- node-redlock's suite: MAX_SAFE_INTEGER / 10 ms, then three times that.
+    local long = (2 ^ 53 - 1) / 10 / 1000
+    local lock = assert(client:acquire("long", long))
+    assert.is_true(raw:command("PTTL", "lock:{long}") > 900719925474000)
+    assert.is_true(lock:extend(3 * long))
+    assert.is_true(lock:ttl() > 2702159776422)
+    assert.is_true(lock:release())
+    -- The largest, renewed (with_lock's default) and waited for.
+    local max = 2 ^ 53 / 1000
+    assert.is_true(client:with_lock("long", max, function(l)
+      return raw:command("PTTL", "lock:{long}") > 9007199254000000 and l:check()
+    end, { wait = max }))
+    assert.are.equal(0, raw:command("EXISTS", "lock:{long}"))
+  end)
+
   it("releases by compare-and-delete, and a second release is harmless", function()
     local lock = assert(client:acquire("k", 5))
     assert.is_true(lock:release())

@@ -226,6 +226,32 @@ describe("with_lock", function()
       assert.is_false(held("k"))
     end)
 
+    it("takes clients as <close> variables too, closed before or after their locks without an error", function()
+      local run = assert(load([[
+        local srv, first = ...
+        local c = srv:client()
+        if first == "client" then
+          local lock <close> = assert(c:acquire("k", 5))
+          local client <close> = c -- closed first: the lock then runs out by its TTL
+          return lock
+        end
+        local client <close> = c
+        local lock <close> = assert(c:acquire("k", 5)) -- released first
+        return lock, client
+      ]]))
+      local lock = run(srv, "lock")
+      assert.are.equal("released", lock._state)
+      assert.is_false(held("k"))
+      assert.is_truthy(tostring(select(2, run(srv, "lock"))):find("closed", 1, true))
+      assert.is_false(held("k"))
+      lock = run(srv, "client")
+      assert.is_true(held("k"))
+      local ok, err = lock:release()
+      assert.is_nil(ok)
+      assert.is_truthy(err:match("^connection: the lock's client is closed"), err)
+      assert.are.equal(1, raw:command("DEL", "lock:{k}"))
+    end)
+
     it("keeps the scope's error even when the lock's client was closed", function()
       local run = assert(load([[
         local c = ...

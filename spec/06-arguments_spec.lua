@@ -30,7 +30,7 @@ describe("argument checks", function()
     it("refuses options that are not a table or URL", function()
       raises("bad argument #1 to 'new' (options must be a table, got number)", redislock.new, 42)
       raises("unknown option \"hots\"", redislock.new, { hots = "x" })
-      raises("unknown option \"1\"", redislock.new, { "redis://x" })
+      raises("(unknown option 1)", redislock.new, { "redis://x" })
       raises("bad argument #2 to 'new' (no more than 1 argument expected, got 2)", redislock.new, {}, {})
     end)
 
@@ -109,7 +109,7 @@ describe("argument checks", function()
         { nil, "ttl must be a number, got nil" }, { "5", "ttl must be a number, got string" },
         { 0, "ttl must be > 0" }, { -1, "ttl must be > 0" }, { 0 / 0, "ttl must be a number, not NaN" },
         { math.huge, "ttl must be finite" }, { 1e-5, "ttl must be at least 0.001" },
-        { 1e12, "ttl must be at most 100 years" },
+        { 1e13, "ttl must be at most 9007199254740.992 (2^53 ms, about 285,000 years)" },
       }
       for _, c in ipairs(cases) do
         raises("bad argument #2 to 'acquire' (" .. c[2], client.acquire, client, "k", c[1])
@@ -119,13 +119,13 @@ describe("argument checks", function()
     it("checks the options", function()
       raises("bad argument #3 to 'acquire' (options must be a table, got number)", client.acquire, client, "k", 5, 2)
       raises("bad argument #3 to 'acquire' (unknown option \"wiat\")", client.acquire, client, "k", 5, { wiat = 1 })
-      for _, w in ipairs({ -1, 0 / 0, math.huge, "1", true }) do
-        raises("bad argument #3 to 'acquire' (option 'wait' must be a finite number of seconds >= 0)",
+      for _, w in ipairs({ -1, 0 / 0, math.huge, 2 ^ 53, "1", true }) do
+        raises("bad argument #3 to 'acquire' (option 'wait' must be a number of seconds in 0..9007199254740.992 (2^53 ms))",
                client.acquire, client, "k", 5, { wait = w })
       end
       raises("bad argument #3 to 'acquire' (option 'wait_mode' must be \"notify\" or \"poll\", got \"spin\")",
              client.acquire, client, "k", 5, { wait_mode = "spin" })
-      raises("bad argument #3 to 'acquire' (option 'wait_mode' must be \"notify\" or \"poll\", got \"1\")",
+      raises("bad argument #3 to 'acquire' (option 'wait_mode' must be \"notify\" or \"poll\", got 1)",
              client.acquire, client, "k", 5, { wait_mode = 1 })
       raises("bad argument #3 to 'acquire' (option 'fair' must be a boolean, got string)",
              client.acquire, client, "k", 5, { fair = "yes" })
@@ -205,11 +205,80 @@ describe("argument checks", function()
       raises("client is closed", c.with_lock, c, "k", 5, function() end)
       raises("client is closed", c.command, c, "PING")
       raises("client is closed", c.from_token, c, "k", l.token)
-      raises("bad self to 'release' (its client is closed)", l.release, l)
-      raises("bad self to 'extend' (its client is closed)", l.extend, l, 5)
-      raises("bad self to 'ttl' (its client is closed)", l.ttl, l)
       c:close() -- closing twice is harmless
       assert.is_truthy(tostring(c):find("closed", 1, true))
+    end)
+
+    it("leaves its locks answering a connection error, check() included", function()
+      local c = srv:client()
+      local l = assert(c:acquire("closed", 5))
+      c:close()
+      local want = 'connection: the lock\'s client is closed; "closed" runs out by its TTL'
+      local calls = {
+        function() return l:release() end, function() return l:extend(5) end, function() return l:ttl() end,
+        function() return l:check() end, function() return l:check(true) end,
+      }
+      for _, call in ipairs(calls) do
+        local ok, v, err = pcall(call)
+        assert.is_true(ok, v)
+        assert.is_nil(v)
+        assert.are.equal(want, err)
+      end
+      assert.is_truthy(srv:cli("GET", "lock:{closed}") == l.token, "close released the lock")
+      assert.are.equal("1", srv:cli("DEL", "lock:{closed}"))
+    end)
+  end)
+
+  describe("messages", function()
+    it("say when the holder is this very client (locks are not reentrant)", function()
+      local c = srv:client()
+      local l = assert(c:acquire("rec", 5))
+      local none, err = c:acquire("rec", 5)
+      assert.is_nil(none)
+      assert.is_truthy(err:match('^busy: "rec" is held by this client %(locks are not reentrant; [%d.]+ s left%)$'), err)
+      none, err = c:acquire("rec", 5, { wait = 0.05 })
+      assert.is_nil(none)
+      assert.is_truthy(err:match('^busy: "rec" is still held by this client after waiting'), err)
+      local ok, raised = pcall(c.with_lock, c, "rec", 5, function() end)
+      assert.is_false(ok)
+      assert.is_truthy(raised:match('^busy: "rec" is held by this client'), raised)
+      -- Another client's view is the usual one.
+      local other = srv:client()
+      none, err = other:acquire("rec", 5)
+      assert.is_truthy(err:match('^busy: "rec" is held by another owner'), err)
+      assert.is_true(l:release())
+      -- Released: whoever holds it next is another owner again.
+      assert(other:acquire("rec", 5))
+      none, err = c:acquire("rec", 5)
+      assert.is_truthy(err:match('^busy: "rec" is held by another owner'), err)
+      other:close()
+      c:close()
+    end)
+
+    it("cut long keys and escape bytes that are not text", function()
+      local c = srv:client()
+      local long = ("k"):rep(1024 * 1024)
+      assert(c:acquire(long, 5))
+      local _, err = c:acquire(long, 5)
+      assert.is_true(#err < 200, #err)
+      assert.is_truthy(err:find('"' .. ("k"):rep(64) .. '"... (1048576 bytes)', 1, true), err)
+      assert(c:acquire("bin\0\1\255\n", 5))
+      _, err = c:acquire("bin\0\1\255\n", 5)
+      assert.is_truthy(err:find('"bin\\x00\\x01\\xff\\n"', 1, true), err)
+      assert(c:acquire("заказ", 5))
+      _, err = c:acquire("заказ", 5)
+      assert.is_truthy(err:find('"заказ"', 1, true), err)
+      c:close()
+    end)
+
+    it("call a reply nested deeper than hiredis reads a redis error, and go on", function()
+      local c = srv:client()
+      local none, err = c:command("EVAL", "local t=1 for i=1,20 do t={t} end return t", 0)
+      assert.is_nil(none)
+      assert.is_truthy(err:match("^redis: the reply of 127%.0%.0%.1:%d+ nests arrays deeper than hiredis 0%.14 can read"),
+                       err)
+      assert.are.equal("PONG", c:command("PING"))
+      c:close()
     end)
   end)
 

@@ -100,12 +100,12 @@ end
 
 -- Reads until reader[method] has a complete reply. Returns what it returned;
 -- or nil, a message, and true when the connection failed or sent bytes that
--- are not RESP (then it must be closed, never pooled) and, fourth, true when
+-- cannot be read (then it must be closed, never pooled) and, fourth, true when
 -- that failure was a timeout.
 local function read_reply(self, sock, reader, method)
   while true do
-    local a, b = reader[method](reader)
-    if a == nil and b ~= nil and b:sub(1, 11) == "connection:" then return nil, b, true end
+    local a, b, unreadable = reader[method](reader)
+    if unreadable then return nil, b, true end
     if a ~= nil or b ~= nil then return a, b end
     local data, err = sock:receiveany(READ_SIZE)
     if not data then return nil, io_message(self, err), true, err == "timeout" end
