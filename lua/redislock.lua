@@ -11,11 +11,14 @@
 
 local core = require "redislock.core"
 
-local error, getmetatable, ipairs, pairs, pcall, rawget, select, setmetatable, tonumber, tostring, type =
-      error, getmetatable, ipairs, pairs, pcall, rawget, select, setmetatable, tonumber, tostring, type
+local collectgarbage, error, getmetatable, ipairs, next, pairs, pcall, rawget, select, setmetatable, tonumber,
+      tostring, type =
+      collectgarbage, error, getmetatable, ipairs, next, pairs, pcall, rawget, select, setmetatable, tonumber,
+      tostring, type
 local string_format, string_char = string.format, string.char
 local math_max, math_min, math_floor = math.max, math.min, math.floor
 local os_getenv = os.getenv
+local coroutine_running = coroutine.running
 local debug_getinfo, debug_gethook, debug_sethook = debug.getinfo, debug.gethook, debug.sethook
 local unpack = table.unpack or unpack  -- luacheck: ignore (LuaJIT)
 local now, token, to_ms, key_problem = core.now, core.token, core.ms, core.key_problem
@@ -582,7 +585,7 @@ local function take(self, key, tok, ms, how)
   end
 end
 
-local lease_lost
+local lease_lost, note_taken -- (below)
 
 -- acquire after its arguments were checked.
 local function acquire(self, key, ms, how)
@@ -614,6 +617,7 @@ local function acquire(self, key, ms, how)
     if ngx_transport then lease.on_lost = function() lease_lost(lock) end end
   end
   self._held[key] = lock
+  note_taken(self, lock)
   return lock
 end
 
@@ -872,29 +876,81 @@ if load("local guard <close> = nil") then -- Lua 5.4 and later
   ]], "=redislock.with_lock"))(pack, pcall, setmetatable, guard_mt)
 end
 
--- Runs fn(lock) under the lock and releases it in every case.
 -- While fn runs, a count hook looks at the watchdog's news every 10,000 VM
 -- instructions, so that on_lost runs (and may raise to abort fn) soon after
 -- the lease is lost, even in pure computation. Only where no other hook is
 -- set, and in plain Lua (under OpenResty the renewal timer calls on_lost).
 -- LuaJIT runs no hooks in compiled code: there on_lost comes when fn calls
--- lock:check() (or returns). Returns the undo.
-local function NOOP() end
+-- lock:check() (or returns).
+--
+-- Such an abort strikes at any instruction, so two rules keep it from
+-- stranding a lock fn was taking: it is never delivered while redislock's own
+-- code runs (the hook looks again 10,000 instructions later), and when it did
+-- abort fn, the locks fn took that nothing refers to any more are released
+-- (fn may have been stopped between acquire's return and the variable that
+-- would have released it). A scope records those locks: { lock, hook, co,
+-- parent (the scope it hides), taken = { { client, key, token, ref }, ... },
+-- aborted }. Scopes stack per coroutine (LuaJIT's main one is MAIN).
+local MAIN = {}
+local OURS = { [HERE] = true, ["=redislock.with_lock"] = true } -- sources of redislock's Lua code
+local scopes = setmetatable({}, { __mode = "k" })
+local WEAK_VALUES = { __mode = "v" }
 
-local function watch_lost(lock)
-  if not (lock._on_lost and lock._lease) or ngx_transport or debug_gethook() then
-    return NOOP
-  end
-  debug_sethook(function() lease_lost(lock) end, "", 10000)
-  return function() debug_sethook() end
+local function running()
+  return coroutine_running() or MAIN
 end
 
+-- Notes a lock just taken in the current coroutine's scope, if any (called by
+-- acquire; costs one `next` when no with_lock watches for on_lost).
+note_taken = function(client, lock)
+  local scope = next(scopes) ~= nil and scopes[running()]
+  if not scope then return end
+  scope.taken[#scope.taken + 1] = { client = client, key = lock.key, token = lock.token,
+                                    ref = setmetatable({ lock }, WEAK_VALUES) }
+end
+
+-- Starts watching lock for on_lost while fn runs; returns the scope, or nil.
+local function watch_lost(lock)
+  if not (lock._on_lost and lock._lease) or ngx_transport or debug_gethook() then
+    return nil
+  end
+  local co = running()
+  local scope = { lock = lock, co = co, parent = scopes[co], taken = {} }
+  scope.hook = function()
+    if lock._state ~= "held" or lock._lease:state() ~= "lost" then return end
+    if OURS[debug_getinfo(2, "S").source] then return end -- not inside redislock
+    scope.aborted = true
+    lease_lost(lock) -- calls on_lost, which may raise
+  end
+  scopes[co] = scope
+  debug_sethook(scope.hook, "", 10000)
+  return scope
+end
+
+-- Ends the scope; ok: fn returned normally. A hook fn set for itself stays.
+local function unwatch(scope, ok)
+  scopes[scope.co] = scope.parent
+  if debug_gethook() == scope.hook then debug_sethook() end
+  if ok or not scope.aborted or #scope.taken == 0 then return end
+  -- Aborted: fn's frames are gone, so a lock nothing else refers to is
+  -- collected now; release those (a lock released before is left alone by
+  -- the compare-and-delete).
+  collectgarbage("collect")
+  for _, t in ipairs(scope.taken) do
+    if t.ref[1] == nil then
+      pcall(Lock.release, setmetatable({ key = t.key, token = t.token, _client = t.client, _state = "held" },
+                                       lock_mt))
+    end
+  end
+end
+
+-- Runs fn(lock) under the lock and releases it in every case.
 local function with_lock(self, key, ms, fn, how)
   local lock, err = acquire(self, key, ms, how)
   if not lock then error(err, 0) end
-  local unwatch = watch_lost(lock)
+  local scope = watch_lost(lock)
   local res = call_locked(lock, fn)
-  unwatch()
+  if scope then unwatch(scope, res[1]) end
   -- Protected: if fn closed the client, release raises, and fn's own error
   -- must still be the one that comes out.
   local rok, released, rerr = pcall(lock.release, lock)

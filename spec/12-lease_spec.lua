@@ -159,6 +159,74 @@ describe("leases", function()
       assert.is_false(finished)
     end)
 
+    -- The issue's case: on_lost aborts fn while fn takes and releases other
+    -- locks in a loop; the abort may strike inside acquire, or between its
+    -- return and the variable that releases the lock. No lock may be left.
+    -- LuaJIT: the loop runs interpreted (jit.off), or no hook would fire.
+    local function abort_while_taking(body)
+      local c = srv:client()
+      local fn = assert(load(body, "=abort-loop"))
+      if jit then jit.off(fn, true) end
+      local aborted = 0
+      for run = 1, 30 do
+        local ok, err = pcall(c.with_lock, c, "outer", 0.06 * slow, fn,
+                              { on_lost = function() error("aborted", 0) end })
+        assert.is_false(ok, "fn was not aborted")
+        if err == "aborted" then aborted = aborted + 1 end
+        assert.are.equal(0, raw:command("EXISTS", "lock:{inner}"), "run " .. run .. " left lock:{inner}: " .. tostring(err))
+        raw:command("DEL", "lock:{outer}")
+      end
+      assert.is_true(aborted >= 25, aborted .. " of 30 runs aborted")
+      c:close()
+    end
+
+    it("never strand a lock fn was taking when on_lost aborts fn (plain locals)", function()
+      abort_while_taking([[
+        local lock = ...
+        local c = lock._client
+        c:command("DEL", "lock:{outer}")
+        for _ = 1, 1000000 do
+          local l = c:acquire("inner", 60)
+          l:release()
+        end
+      ]])
+    end)
+
+    if _VERSION ~= "Lua 5.1" then
+      it("never strand a lock fn was taking when on_lost aborts fn (<close> variables)", function()
+        abort_while_taking([[
+          local lock = ...
+          local c = lock._client
+          c:command("DEL", "lock:{outer}")
+          for _ = 1, 1000000 do local l <close> = c:acquire("inner", 60) end
+        ]])
+      end)
+    end
+
+    it("keep a lock fn took and kept outside fn when on_lost aborts fn", function()
+      local c = srv:client()
+      local kept
+      local ok, err = pcall(c.with_lock, c, "outer", 0.06 * slow, function()
+        kept = c:acquire("kept", 60)
+        raw:command("DEL", "lock:{outer}")
+        compute(3)
+      end, { on_lost = function() error("aborted", 0) end })
+      assert.is_false(ok)
+      if not jit then assert.are.equal("aborted", err) end
+      assert.are.equal(kept.token, raw:command("GET", "lock:{kept}"))
+      assert.is_true(kept:release())
+      c:close()
+    end)
+
+    it("leave a debug hook that fn set for itself in place", function()
+      local mine = function() end
+      client:with_lock("hooked", 5, function()
+        debug.sethook(mine, "", 1000000)
+      end, { on_lost = function() end })
+      assert.are.equal(mine, (debug.gethook()))
+      debug.sethook()
+    end)
+
     it("stop renewing after max_hold, and the lease runs out", function()
       local lock = assert(client:acquire("capped", 0.3 * slow, { renew = true, max_hold = 0.4 * slow }))
       assert.is_truthy(helpers.eventually(3, function() return raw:command("EXISTS", "lock:{capped}") == 0 end))
