@@ -587,8 +587,9 @@ end
 
 local lease_lost, note_taken -- (below)
 
--- acquire after its arguments were checked.
-local function acquire(self, key, ms, how)
+-- acquire after its arguments were checked. scoped: with_lock's lock, which
+-- must not outlive the running thread (see redislock/ngx.lua).
+local function acquire(self, key, ms, how, scoped)
   local tok = token()
   local fence, sent, acked, werr = take(self, key, tok, ms, how)
   if not fence then return nil, sent end
@@ -606,7 +607,7 @@ local function acquire(self, key, ms, how)
                               how.replica_ms / 1000)
   end
   if how.renew then
-    local lease, err = self._transport:lease(key, tok, ms, how.max_hold_ms, math_floor(sent * 1000))
+    local lease, err = self._transport:lease(key, tok, ms, how.max_hold_ms, math_floor(sent * 1000), scoped)
     if not lease then
       lock:release()
       error("redislock: " .. err, 0) -- the watchdog thread could not start, or out of memory
@@ -946,14 +947,17 @@ end
 
 -- Runs fn(lock) under the lock and releases it in every case.
 local function with_lock(self, key, ms, fn, how)
-  local lock, err = acquire(self, key, ms, how)
+  local lock, err = acquire(self, key, ms, how, true)
   if not lock then error(err, 0) end
   local scope = watch_lost(lock)
   local res = call_locked(lock, fn)
   if scope then unwatch(scope, res[1]) end
-  -- Protected: if fn closed the client, release raises, and fn's own error
-  -- must still be the one that comes out.
+  -- Protected: fn's own error must be the one that comes out, whatever
+  -- release does.
   local rok, released, rerr = pcall(lock.release, lock)
+  -- Stopped here too: a lease found lost elsewhere (the OpenResty renewal
+  -- timer) could not end the sentinel, which only this thread may kill.
+  if lock._lease then lock._lease:stop() end
   if not res[1] then error(res[2], 0) end
   if not rok then error(released, 0) end
   if not released then error(rerr, 0) end

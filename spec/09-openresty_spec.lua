@@ -31,6 +31,10 @@ local function server_conf(url, dead_url, unix_url, auth_url, badauth_url)
     handler("/module", "module"),
     handler("/raise", "raise"),
     handler("/raise_table", "raise_table"),
+    handler("/leave", "leave"),
+    handler("/drop", "drop"),
+    '  location = /guarded { access_by_lua_block { require("spec.support.ngx_app").leave() }',
+    '                        content_by_lua_block { ngx.say("not reached") } }',
     handler("/dead/acquire", "acquire", 'set $redis_url "' .. dead_url .. '";'),
     handler("/slow/acquire", "acquire", 'set $redis_timeout 0.2;'),
     handler("/unix/acquire", "acquire", 'set $redis_url "' .. unix_url .. '";'),
@@ -229,6 +233,36 @@ describe("OpenResty", function()
       assert.are.equal(409, status)
       assert.is_truthy(body:match('^lost: "vanished" is no longer ours %(it expired or was deleted; found by the '
                                   .. 'renewal timer%) | on_lost: lost: "vanished"'), body)
+    end)
+
+    -- ngx.exit, ngx.exec, ngx.redirect and ngx.thread.kill end fn's thread
+    -- without unwinding: the lock must not outlive it (it was renewed for
+    -- ever by the worker's timer before). Released at the next renewal (a
+    -- third of the TTL), so well within the TTL of 1 s.
+    for _, case in ipairs({ { "exit", 200, "bye" }, { "exec", 200, "pong" }, { "redirect", 302 },
+                            { "kill", 200, "killed" }, { "access", 403, nil, "/guarded" } }) do
+      local how, want_status, want_body, path = case[1], case[2], case[3], case[4] or "/leave"
+      it("gives the lock back after " .. how .. " inside fn, within its TTL", function()
+        local key = "left-" .. how
+        local started = core.now()
+        local status, body = http.request(ngx.port, "GET", path .. "?key=" .. key .. "&ttl=1&how=" .. how)
+        assert.are.equal(want_status, status, body)
+        if want_body then assert.are.equal(want_body .. "\n", body) end
+        assert.is_true(core.now() - started < 0.9, "the request itself was held up")
+        local gone = helpers.eventually(1, function() return raw:command("EXISTS", "lock:{" .. key .. "}") == 0 end)
+        assert.is_truthy(gone, "the lock outlived its request thread")
+        -- Released, not expired: gone before a TTL passed since the request.
+        assert.is_true(core.now() - started < 1, string.format("gone only after %.2f s", core.now() - started))
+      end)
+    end
+
+    it("does not hold up a request that dropped a coroutine suspended inside fn; the lock runs out", function()
+      local started = core.now()
+      local status, body = http.request(ngx.port, "GET", "/drop?key=dropped&ttl=0.5")
+      assert.are.equal(200, status, body)
+      assert.is_true(core.now() - started < 0.4, "the request was held up")
+      -- Collected, so no longer renewed: it runs out by its TTL.
+      assert.is_truthy(helpers.eventually(2, function() return raw:command("EXISTS", "lock:{dropped}") == 0 end))
     end)
 
     it("releases the lock when fn raises, and nginx answers 500 and logs the error", function()

@@ -92,7 +92,6 @@ describe("wire functions", function()
     assert.are.same({ { { { { { { { 1 } } } } } } } }, reader:reply())
     reader = core.reader()
     reader:feed(("*1\r\n"):rep(9) .. ":1\r\n")
-    local unreadable
     none, err, unreadable = reader:reply()
     assert.is_nil(none)
     assert.is_true(unreadable)

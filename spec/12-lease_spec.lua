@@ -173,7 +173,8 @@ describe("leases", function()
                               { on_lost = function() error("aborted", 0) end })
         assert.is_false(ok, "fn was not aborted")
         if err == "aborted" then aborted = aborted + 1 end
-        assert.are.equal(0, raw:command("EXISTS", "lock:{inner}"), "run " .. run .. " left lock:{inner}: " .. tostring(err))
+        assert.are.equal(0, raw:command("EXISTS", "lock:{inner}"),
+                         "run " .. run .. " left lock:{inner}: " .. tostring(err))
         raw:command("DEL", "lock:{outer}")
       end
       assert.is_true(aborted >= 25, aborted .. " of 30 runs aborted")
@@ -240,6 +241,18 @@ describe("leases", function()
       collectgarbage()
       collectgarbage()
       assert.is_truthy(helpers.eventually(3, function() return raw:command("EXISTS", "lock:{dropped}") == 0 end))
+    end)
+
+    it("are not renewed once a coroutine dropped inside with_lock was collected", function()
+      local co = coroutine.create(function()
+        client:with_lock("dropped-co", 0.3 * slow, function() coroutine.yield() end)
+      end)
+      assert.is_true((coroutine.resume(co)))
+      assert.are.equal(1, raw:command("EXISTS", "lock:{dropped-co}"))
+      co = nil -- luacheck: ignore (dropped on purpose)
+      collectgarbage()
+      collectgarbage()
+      assert.is_truthy(helpers.eventually(3, function() return raw:command("EXISTS", "lock:{dropped-co}") == 0 end))
     end)
 
     it("are not taken without renew, and check() says when the TTL has run out", function()

@@ -18,9 +18,12 @@ local core = require "redislock.core"
 
 local ngx = ngx
 local ipairs, pairs, pcall, setmetatable, tostring = ipairs, pairs, pcall, setmetatable, tostring
+local co_running, co_status = coroutine.running, coroutine.status
+local debug_getinfo = debug.getinfo
 local string_format, table_concat = string.format, table.concat
 local tcp, get_phase, md5 = ngx.socket.tcp, ngx.get_phase, ngx.md5
 local timer_at, ngx_log, ERR = ngx.timer.at, ngx.log, ngx.ERR
+local spawn, kill = ngx.thread.spawn, ngx.thread.kill
 local math_max, math_min = math.max, math.min
 local encode, encode_script, encode_wait, new_reader = core.encode, core.encode_script, core.encode_wait, core.reader
 
@@ -247,6 +250,53 @@ end
 ------------------------------------------------------------------------------
 -- Renewal: one ngx.timer per worker renews the worker's leases over cosockets
 -- (the C watchdog thread is for plain Lua; nginx workers are single-threaded).
+--
+-- A lock with_lock took must not outlive the request's Lua thread that runs
+-- fn. ngx.exit, ngx.exec and ngx.redirect end that thread without unwinding
+-- (no pcall, no <close> runs), and ngx.thread.kill can end it too; the timer,
+-- which belongs to the worker, would renew such a lock for ever. So with_lock's
+-- lease comes with a sentinel: a light thread of fn's thread that waits on a
+-- semaphore of its own. nginx ends every light thread of a request that is
+-- left by ngx.exit/exec/redirect, which takes the sentinel off the semaphore;
+-- the sentinel leaves by itself once fn's thread is dead (killed). Either way
+-- the semaphore has no waiter any more, and the timer, at the lease's next
+-- renewal, releases the lock instead of renewing it. with_lock kills the
+-- sentinel when it ends normally.
+
+local semaphore -- ngx.semaphore (lua-resty-core), loaded on first use
+
+-- How often the sentinel looks whether fn's thread was killed (seconds).
+local SENTINEL_STEP = 1
+
+-- Whether the running coroutine is one that nginx ends with the request: a
+-- handler's entry thread or a light thread. A light thread spawned from a
+-- coroutine the code made itself (coroutine.create) would, if that coroutine
+-- were dropped while suspended, keep the request open for ever: nginx waits
+-- for it. Timers are left out (their entry thread cannot be told apart).
+local function request_thread()
+  if get_phase() == "timer" then return false end
+  local _, why = kill(co_running())
+  if why == "killer not parent" then return true end -- a light thread
+  -- A handler's entry thread has the handler's chunk at the bottom of its stack.
+  local level, what = 2, nil
+  while true do
+    local info = debug_getinfo(level, "S")
+    if not info then break end
+    what, level = info.what, level + 1
+  end
+  return what == "main"
+end
+
+-- The sentinel's body: waits until fn's thread (owner) is dead, or nginx ends
+-- it with the request.
+local function sentinel(sema, owner)
+  repeat sema:wait(SENTINEL_STEP) until co_status(owner) == "dead"
+end
+
+-- Whether the request thread behind a lease's sentinel is gone.
+local function abandoned(lease)
+  return lease.sema ~= nil and lease.sema:count() >= 0
+end
 
 -- Leases being renewed, weakly: a lease whose lock was garbage-collected
 -- drops out, and is no longer renewed.
@@ -303,6 +353,7 @@ local function tick(premature)
   ticking = true
   local now = core.now()
   local due = {}
+  local gone = {}
   for lease in pairs(leases) do
     if lease.stop_at and now >= lease.stop_at then
       lease.status = "ended"
@@ -311,7 +362,19 @@ local function tick(premature)
       due[#due + 1] = lease
     end
   end
-  for _, lease in ipairs(due) do renew(lease, now) end
+  for _, lease in ipairs(due) do
+    if abandoned(lease) then gone[#gone + 1] = lease else renew(lease, now) end
+  end
+  for _, lease in ipairs(gone) do
+    -- Its request's thread ended without unwinding: give the lock back.
+    leases[lease] = nil
+    lease.status = "ended"
+    local status, err = lease.transport:eval("release", lease.key, lease.token)
+    if status == nil then
+      ngx_log(ERR, "redislock: cannot release a lock whose request ended inside with_lock (it runs out by its TTL): ",
+              err)
+    end
+  end
   ticking = false
   schedule()
 end
@@ -333,10 +396,12 @@ schedule = function()
   end
 end
 
---- transport:lease(key, token, ttl_ms[, max_hold_ms[, sent_ms]]) -> lease, as
--- the C client's (state, extended, expires, stop), renewed by this worker's
--- timer. sent_ms: when the acquire was sent (core.now() * 1000).
-function Transport:lease(key, token, ttl_ms, max_hold_ms, sent_ms)
+--- transport:lease(key, token, ttl_ms[, max_hold_ms[, sent_ms[, scoped]]]) -> lease,
+-- as the C client's (state, extended, expires, stop), renewed by this worker's
+-- timer. sent_ms: when the acquire was sent (core.now() * 1000). scoped: the
+-- lock must not outlive the running request thread (with_lock): it gets a
+-- sentinel (see above) when that thread is one nginx ends with the request.
+function Transport:lease(key, token, ttl_ms, max_hold_ms, sent_ms, scoped)
   local now = core.now()
   local sent = sent_ms and sent_ms / 1000 or now
   local lease = setmetatable({
@@ -345,6 +410,11 @@ function Transport:lease(key, token, ttl_ms, max_hold_ms, sent_ms)
     stop_at = max_hold_ms and max_hold_ms > 0 and now + max_hold_ms / 1000 or nil,
     status = "held",
   }, lease_mt)
+  if scoped and request_thread() then
+    semaphore = semaphore or require "ngx.semaphore"
+    lease.sema = semaphore.new(0)
+    lease.sentinel = spawn(sentinel, lease.sema, co_running()) -- waits at once: spawn returns then
+  end
   leases[lease] = true
   schedule()
   return lease
@@ -369,10 +439,12 @@ function Lease:expires()
   return self.confirmed + self.ttl_ms / 1000
 end
 
---- No more renewals.
+--- No more renewals; ends the sentinel, if any, when called from the thread
+-- that made it (with_lock's).
 function Lease:stop()
   if self.status == "held" then self.status = "ended" end
   leases[self] = nil
+  if self.sentinel and kill(self.sentinel) then self.sentinel = nil end
 end
 
 --- Marks the client closed; pooled connections stay in nginx's pool.

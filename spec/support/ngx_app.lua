@@ -102,6 +102,44 @@ function app.with_lock()
   return reply(200, fence)
 end
 
+--- GET /leave?key=k&ttl=s&how=exit|exec|redirect|kill|access: fn ends its
+-- request thread without unwinding: ngx.exit (after a line of output),
+-- ngx.exec or ngx.redirect to /ping, or (kill) fn runs in a light thread
+-- that the entry thread kills once the lock is held; access: ngx.exit(403)
+-- from an access handler (see /guarded).
+function app.leave()
+  local c, how = client(), ngx.var.arg_how
+  local key, ttl = ngx.var.arg_key, arg_number("ttl", 1)
+  if how == "kill" then
+    local t = ngx.thread.spawn(c.with_lock, c, key, ttl, function() ngx.sleep(30) end)
+    while c:command("EXISTS", "lock:{" .. key .. "}") ~= 1 do ngx.sleep(0.01) end
+    assert(ngx.thread.kill(t))
+    return reply(200, "killed")
+  end
+  c:with_lock(key, ttl, function()
+    if how == "exec" then return ngx.exec("/ping") end
+    if how == "redirect" then return ngx.redirect("/ping") end
+    if how == "access" then return ngx.exit(403) end
+    ngx.say("bye")
+    return ngx.exit(200)
+  end)
+  return reply(500, "with_lock returned")
+end
+
+--- GET /drop?key=k&ttl=s: with_lock inside a coroutine of the handler's own,
+-- dropped while suspended in fn, then a full collection. Answers at once.
+function app.drop()
+  local c = client()
+  local co = coroutine.create(function()
+    c:with_lock(ngx.var.arg_key, arg_number("ttl", 1), function() coroutine.yield() end)
+  end)
+  assert(coroutine.resume(co))
+  co = nil -- luacheck: ignore (dropped on purpose)
+  collectgarbage()
+  collectgarbage()
+  return reply(200, "dropped")
+end
+
 --- GET /module: redislock.with_lock on the default client (REDIS_URL).
 function app.module()
   local fence, tostr = redislock.with_lock("module", 5, function(lock)
