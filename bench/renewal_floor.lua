@@ -29,7 +29,8 @@ for _, ttl in ipairs({ 0.003, 0.005, 0.01, 0.02, 0.05, 0.1 }) do
     end)
     if not ok then lost = lost + 1 end
   end
-  print(string.format("bench name=renewal_floor ttl_ms=%d busy=%d lost=%d of=%d", math.floor(ttl * 1000 + 0.5), busy, lost, holds))
+  print(string.format("bench name=renewal_floor ttl_ms=%d busy=%d lost=%d of=%d",
+                      math.floor(ttl * 1000 + 0.5), busy, lost, holds))
 end
 
 for _, p in ipairs(pids) do
