@@ -33,7 +33,15 @@ build = {
       libdirs = { "$(HIREDIS_LIBDIR)" },
     },
     redislock = "lua/redislock.lua",
+    ["redislock.args"] = "lua/redislock/args.lua",
+    ["redislock.client"] = "lua/redislock/client.lua",
+    ["redislock.lock"] = "lua/redislock/lock.lua",
     ["redislock.ngx"] = "lua/redislock/ngx.lua",
+    ["redislock.ngx_lease"] = "lua/redislock/ngx_lease.lua",
+    ["redislock.scope"] = "lua/redislock/scope.lua",
+    ["redislock.transport"] = "lua/redislock/transport.lua",
+    ["redislock.url"] = "lua/redislock/url.lua",
+    ["redislock.wait"] = "lua/redislock/wait.lua",
   },
 }
 test = {

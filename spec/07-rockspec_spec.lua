@@ -20,12 +20,20 @@ describe("the rockspec", function()
         .. " make rockspec/redislock-scm-1.rockspec" .. incdir,
     }, " && "))
     assert.is_true(ok, out)
+    -- Every Lua module of the checkout (lua/redislock.lua, lua/redislock/*.lua)
+    -- must come from the tree.
+    local files = helpers.run("cd " .. q(root .. "/lua") .. " && find . -name '*.lua' | sort")
+    local modules = {}
+    for file in files:gmatch("%./(%S+)%.lua") do modules[#modules + 1] = string.format("%q", file:gsub("/", ".")) end
+    assert.is_true(#modules >= 8, files)
     local check = [[
       local redislock = require "redislock"
       local core = require "redislock.core"
       assert(package.searchpath("redislock.core", package.cpath):find("/tree/", 1, true))
-      assert(package.searchpath("redislock", package.path):find("/tree/", 1, true))
-      assert(package.searchpath("redislock.ngx", package.path):find("/tree/", 1, true))
+      for _, m in ipairs({ ]] .. table.concat(modules, ", ") .. [[ }) do
+        local where = package.searchpath(m, package.path)
+        assert(where and where:find("/tree/", 1, true), m .. " is not installed: " .. tostring(where))
+      end
       print(redislock._VERSION, core._VERSION, #core.token())
     ]]
     local loaded, ran = helpers.run("cd " .. q(dir) .. " && eval \"$(luarocks --lua-version=" .. version

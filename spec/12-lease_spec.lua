@@ -165,7 +165,7 @@ describe("leases", function()
     -- LuaJIT: the loop runs interpreted (jit.off), or no hook would fire.
     local function abort_while_taking(body)
       local c = srv:client()
-      local fn = assert(load(body, "=abort-loop"))
+      local fn = assert(load(body, "=abort-loop"))(c)
       if jit then jit.off(fn, true) end
       local aborted = 0
       for run = 1, 30 do
@@ -183,12 +183,13 @@ describe("leases", function()
 
     it("never strand a lock fn was taking when on_lost aborts fn (plain locals)", function()
       abort_while_taking([[
-        local lock = ...
-        local c = lock._client
-        c:command("DEL", "lock:{outer}")
-        for _ = 1, 1000000 do
-          local l = c:acquire("inner", 60)
-          l:release()
+        local c = ...
+        return function()
+          c:command("DEL", "lock:{outer}")
+          for _ = 1, 1000000 do
+            local l = c:acquire("inner", 60)
+            l:release()
+          end
         end
       ]])
     end)
@@ -196,13 +197,30 @@ describe("leases", function()
     if _VERSION ~= "Lua 5.1" then
       it("never strand a lock fn was taking when on_lost aborts fn (<close> variables)", function()
         abort_while_taking([[
-          local lock = ...
-          local c = lock._client
-          c:command("DEL", "lock:{outer}")
-          for _ = 1, 1000000 do local l <close> = c:acquire("inner", 60) end
+          local c = ...
+          return function()
+            c:command("DEL", "lock:{outer}")
+            for _ = 1, 1000000 do local l <close> = c:acquire("inner", 60) end
+          end
         ]])
       end)
     end
+
+    it("do not pile up what they note of the locks fn takes and releases while on_lost watches", function()
+      local c = srv:client()
+      collectgarbage()
+      collectgarbage()
+      local before, grown = collectgarbage("count"), nil
+      c:with_lock("outer", 30, function()
+        for _ = 1, 20000 do assert(c:acquire("inner", 5)):release() end
+        collectgarbage()
+        collectgarbage()
+        grown = collectgarbage("count") - before
+      end, { on_lost = function() end })
+      -- A note for each of the 20,000 locks would be several MiB.
+      assert.is_true(grown < 512, string.format("grew by %.0f KiB", grown))
+      c:close()
+    end)
 
     it("keep a lock fn took and kept outside fn when on_lost aborts fn", function()
       local c = srv:client()

@@ -27,6 +27,19 @@ if grep -n '_VERSION *= *"' lua/*.lua lua/*/*.lua 2>/dev/null; then
   status=1
 fi
 
+# Every Lua file under lua/ is installed by every rockspec, as the module its
+# path names (lua/redislock/x.lua is redislock.x): a file left out would
+# fail a user's require, not the build.
+for spec in rockspec/redislock-*.rockspec; do
+  for file in $(find lua -name '*.lua' | sort); do
+    module=$(echo "${file#lua/}" | sed 's/\.lua$//; s#/#.#g')
+    if ! grep -q "^ *\(\[\"$module\"\]\|$module\) = \"$file\"," "$spec"; then
+      echo "lint: $spec does not install $file as $module"
+      status=1
+    fi
+  done
+done
+
 luacheck -q --no-color lua spec examples bench || status=1
 
 # The C core under -Werror, for both Lua headers (syntax only: writes nothing).

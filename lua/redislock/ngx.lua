@@ -11,20 +11,17 @@
 -- then sends AUTH and SELECT), runs its command, and puts the connection back
 -- with `setkeepalive`. A client therefore holds no socket between calls and
 -- may be shared by every request of a worker (cosockets cannot outlive the
--- request that made them). It has the methods of the C client that
--- redislock.lua uses (eval, wait, command, close, closed) and io_problem.
+-- request that made them). It has the methods of the C client that the rest
+-- of redislock uses (eval, wait, command, lease, close, closed; see
+-- redislock/client.lua) and io_problem; its leases are redislock/ngx_lease.lua's.
 
 local core = require "redislock.core"
+local ngx_lease = require "redislock.ngx_lease"
 
 local ngx = ngx
-local ipairs, pairs, pcall, setmetatable, tostring = ipairs, pairs, pcall, setmetatable, tostring
-local co_running, co_status = coroutine.running, coroutine.status
-local debug_getinfo = debug.getinfo
+local ipairs, setmetatable = ipairs, setmetatable
 local string_format, table_concat = string.format, table.concat
 local tcp, get_phase, md5 = ngx.socket.tcp, ngx.get_phase, ngx.md5
-local timer_at, ngx_log, ERR = ngx.timer.at, ngx.log, ngx.ERR
-local spawn, kill = ngx.thread.spawn, ngx.thread.kill
-local math_max, math_min = math.max, math.min
 local encode, encode_script, encode_wait, new_reader = core.encode, core.encode_script, core.encode_wait, core.reader
 
 local _M = { _VERSION = core._VERSION }
@@ -247,204 +244,13 @@ function Transport:command(...)
   return v
 end
 
-------------------------------------------------------------------------------
--- Renewal: one ngx.timer per worker renews the worker's leases over cosockets
--- (the C watchdog thread is for plain Lua; nginx workers are single-threaded).
---
--- A lock with_lock took must not outlive the request's Lua thread that runs
--- fn. ngx.exit, ngx.exec and ngx.redirect end that thread without unwinding
--- (no pcall, no <close> runs), and ngx.thread.kill can end it too; the timer,
--- which belongs to the worker, would renew such a lock for ever. So with_lock's
--- lease comes with a sentinel: a light thread of fn's thread that waits on a
--- semaphore of its own. nginx ends every light thread of a request that is
--- left by ngx.exit/exec/redirect, which takes the sentinel off the semaphore;
--- the sentinel leaves by itself once fn's thread is dead (killed). Either way
--- the semaphore has no waiter any more, and the timer, at the lease's next
--- renewal, releases the lock instead of renewing it. with_lock kills the
--- sentinel when it ends normally.
+-- This transport calls a lease's on_lost as its timer finds the lock lost.
+Transport.reports_loss = true
 
-local semaphore -- ngx.semaphore (lua-resty-core), loaded on first use
-
--- How often the sentinel looks whether fn's thread was killed (seconds).
-local SENTINEL_STEP = 1
-
--- Whether the running coroutine is one that nginx ends with the request: a
--- handler's entry thread or a light thread. A light thread spawned from a
--- coroutine the code made itself (coroutine.create) would, if that coroutine
--- were dropped while suspended, keep the request open for ever: nginx waits
--- for it. Timers are left out (their entry thread cannot be told apart).
-local function request_thread()
-  if get_phase() == "timer" then return false end
-  local _, why = kill(co_running())
-  if why == "killer not parent" then return true end -- a light thread
-  -- A handler's entry thread has the handler's chunk at the bottom of its stack.
-  local level, what = 2, nil
-  while true do
-    local info = debug_getinfo(level, "S")
-    if not info then break end
-    what, level = info.what, level + 1
-  end
-  return what == "main"
-end
-
--- The sentinel's body: waits until fn's thread (owner) is dead, or nginx ends
--- it with the request.
-local function sentinel(sema, owner)
-  repeat sema:wait(SENTINEL_STEP) until co_status(owner) == "dead"
-end
-
--- Whether the request thread behind a lease's sentinel is gone.
-local function abandoned(lease)
-  return lease.sema ~= nil and lease.sema:count() >= 0
-end
-
--- Leases being renewed, weakly: a lease whose lock was garbage-collected
--- drops out, and is no longer renewed.
-local leases = setmetatable({}, { __mode = "k" })
-local timer_due -- when the pending timer fires (core.now seconds), or nil
-local ticking = false -- a tick is running: it schedules the next one itself
-
-local Lease = {}
-local lease_mt = { __index = Lease }
-
-local schedule
-
--- Renews one lease (in the timer, so cosockets are allowed).
-local function renew(lease, now)
-  local t = lease.transport
-  local ttl = lease.ttl_ms
-  local status, value = t:eval("extend", lease.key, lease.token, ttl)
-  if leases[lease] == nil then return end -- stopped meanwhile
-  if lease.ttl_ms ~= ttl then return end  -- extended by its owner meanwhile
-  if status == 1 then
-    lease.confirmed, lease.due = now, now + math_max(ttl / 3000, 0.001)
-    return
-  end
-  local why
-  if status ~= nil then
-    why = status == -1 and "another owner holds it now; found by the renewal timer"
-      or "it expired or was deleted; found by the renewal timer"
-  elseif core.now() >= lease.confirmed + ttl / 1000 then
-    why = "the renewal timer could not renew it before its TTL ran out: " .. value
-  else
-    lease.due = core.now() + math_min(math_max(ttl / 10000, 0.01), 1)
-    return
-  end
-  lease.status, lease.why = "lost", why
-  leases[lease] = nil
-  if lease.on_lost then
-    local ok, err = pcall(lease.on_lost, why)
-    if not ok then ngx_log(ERR, "redislock: on_lost raised: ", tostring(err)) end
-  end
-end
-
--- The timer: renews what is due, then schedules the next run.
-local function tick(premature)
-  timer_due = nil
-  if premature then
-    -- The worker is exiting (reload, stop): no timer runs any more, so the
-    -- leases end here and run out by their TTL (check() says so then).
-    for lease in pairs(leases) do
-      lease.status = "ended"
-      leases[lease] = nil
-    end
-    return
-  end
-  ticking = true
-  local now = core.now()
-  local due = {}
-  local gone = {}
-  for lease in pairs(leases) do
-    if lease.stop_at and now >= lease.stop_at then
-      lease.status = "ended"
-      leases[lease] = nil
-    elseif lease.due <= now then
-      due[#due + 1] = lease
-    end
-  end
-  for _, lease in ipairs(due) do
-    if abandoned(lease) then gone[#gone + 1] = lease else renew(lease, now) end
-  end
-  for _, lease in ipairs(gone) do
-    -- Its request's thread ended without unwinding: give the lock back.
-    leases[lease] = nil
-    lease.status = "ended"
-    local status, err = lease.transport:eval("release", lease.key, lease.token)
-    if status == nil then
-      ngx_log(ERR, "redislock: cannot release a lock whose request ended inside with_lock (it runs out by its TTL): ",
-              err)
-    end
-  end
-  ticking = false
-  schedule()
-end
-
--- Makes sure a timer fires by the earliest due renewal.
-schedule = function()
-  if ticking then return end -- the running tick schedules when it is done
-  local first
-  for lease in pairs(leases) do
-    if not first or lease.due < first then first = lease.due end
-  end
-  if not first or (timer_due and timer_due <= first) then return end
-  local delay = math_max(first - core.now(), 0.001)
-  local ok, err = timer_at(delay, tick)
-  if ok then
-    timer_due = first
-  else
-    ngx_log(ERR, "redislock: cannot start the renewal timer: ", err)
-  end
-end
-
---- transport:lease(key, token, ttl_ms[, max_hold_ms[, sent_ms[, scoped]]]) -> lease,
--- as the C client's (state, extended, expires, stop), renewed by this worker's
--- timer. sent_ms: when the acquire was sent (core.now() * 1000). scoped: the
--- lock must not outlive the running request thread (with_lock): it gets a
--- sentinel (see above) when that thread is one nginx ends with the request.
-function Transport:lease(key, token, ttl_ms, max_hold_ms, sent_ms, scoped)
-  local now = core.now()
-  local sent = sent_ms and sent_ms / 1000 or now
-  local lease = setmetatable({
-    transport = self, key = key, token = token, ttl_ms = ttl_ms, confirmed = sent,
-    due = sent + math_max(ttl_ms / 3000, 0.001),
-    stop_at = max_hold_ms and max_hold_ms > 0 and now + max_hold_ms / 1000 or nil,
-    status = "held",
-  }, lease_mt)
-  if scoped and request_thread() then
-    semaphore = semaphore or require "ngx.semaphore"
-    lease.sema = semaphore.new(0)
-    lease.sentinel = spawn(sentinel, lease.sema, co_running()) -- waits at once: spawn returns then
-  end
-  leases[lease] = true
-  schedule()
-  return lease
-end
-
---- "held" | "ended" | "lost", why
-function Lease:state()
-  return self.status, self.why
-end
-
---- The owner extended the lock to ttl_ms with a command sent at sent_ms:
--- renew to that from then on.
-function Lease:extended(ttl_ms, sent_ms)
-  if self.status ~= "held" then return end
-  local sent = sent_ms and sent_ms / 1000 or core.now()
-  self.ttl_ms, self.confirmed, self.due = ttl_ms, sent, sent + math_max(ttl_ms / 3000, 0.001)
-  schedule()
-end
-
---- The latest time (core.now()) the lock lasts to without another renewal.
-function Lease:expires()
-  return self.confirmed + self.ttl_ms / 1000
-end
-
---- No more renewals; ends the sentinel, if any, when called from the thread
--- that made it (with_lock's).
-function Lease:stop()
-  if self.status == "held" then self.status = "ended" end
-  leases[self] = nil
-  if self.sentinel and kill(self.sentinel) then self.sentinel = nil end
+--- transport:lease(key, token, ttl_ms[, max_hold_ms[, sent_ms[, scoped[, on_lost]]]]) -> lease:
+-- renewed by this worker's timer (redislock/ngx_lease.lua).
+function Transport:lease(...)
+  return ngx_lease.start(self, ...)
 end
 
 --- Marks the client closed; pooled connections stay in nginx's pool.

@@ -1,0 +1,252 @@
+-- SPDX-License-Identifier: MIT
+--- redislock.args: checking what callers pass, and saying what they passed.
+--
+-- Argument errors raise at the caller's line ("bad argument #2 to 'acquire'
+-- (ttl must be > 0)"), however deep inside redislock the check sits: every
+-- module of redislock registers its source with `own`, and errors skip those
+-- frames. Strings shown in messages are quoted, escaped and cut (`quote`).
+-- Also the options of acquire and with_lock (`lock_opts`), shared by every
+-- primitive that takes and holds a lease.
+
+local core = require "redislock.core"
+
+local error, getmetatable, ipairs, pairs, select, tostring, type =
+      error, getmetatable, ipairs, pairs, select, tostring, type
+local string_format = string.format
+local math_floor = math.floor
+local debug_getinfo = debug.getinfo
+local to_ms, key_problem = core.ms, core.key_problem
+
+local _M = { _VERSION = core._VERSION }
+
+-- Sources (debug.getinfo's `source`) of redislock's own Lua code.
+local OWN = {}
+
+--- Registers a source (debug.getinfo(1, "S").source of a module, or a chunk
+-- name) as redislock's own: errors skip its frames, and with_lock's abort
+-- waits while it runs.
+function _M.own(source)
+  OWN[source] = true
+end
+
+--- Whether source is redislock's own code.
+function _M.is_own(source)
+  return OWN[source] == true
+end
+
+_M.own(debug_getinfo(1, "S").source)
+
+--- { n = select("#", ...), ... }
+function _M.pack(...)
+  return { n = select("#", ...), ... }
+end
+
+--- Raises msg with the position of the first caller outside redislock, so
+-- that argument errors point at the user's line however deep the check sits.
+function _M.raise_at_caller(msg)
+  local level = 2
+  while true do
+    local info = debug_getinfo(level, "S")
+    if not info or not OWN[info.source] then break end
+    level = level + 1
+  end
+  error(msg, level)
+end
+local raise_at_caller = _M.raise_at_caller
+
+--- Raises "bad argument #n to 'fname' (msg)".
+function _M.argerror(n, fname, msg)
+  raise_at_caller(string_format("bad argument #%d to '%s' (%s)", n, fname, msg))
+end
+local argerror = _M.argerror
+
+-- Keys (and other user strings) in messages are cut to this many bytes.
+local MAX_SHOWN = 64
+
+local ESCAPES = { ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t", ['"'] = '\\"', ["\\"] = "\\\\" }
+local function escape(c)
+  return ESCAPES[c] or string_format("\\x%02x", c:byte())
+end
+
+-- Whether s is UTF-8 text (for messages only: overlong forms pass).
+local function is_utf8(s)
+  local i, n = 1, #s
+  while i <= n do
+    local c = s:byte(i)
+    local len = c < 0x80 and 1 or (c >= 0xC2 and c <= 0xDF) and 2 or (c >= 0xE0 and c <= 0xEF) and 3
+                or (c >= 0xF0 and c <= 0xF4) and 4 or nil
+    if not len then return false end
+    for j = i + 1, i + len - 1 do
+      local b = s:byte(j)
+      if not b or b < 0x80 or b > 0xBF then return false end
+    end
+    i = i + len
+  end
+  return true
+end
+
+-- A string as it appears in messages: quoted, control bytes escaped (and
+-- every byte over 127 when it is not UTF-8 text), cut to about MAX_SHOWN
+-- bytes (on a character's edge) with its full length after it.
+local function quote(s)
+  local shown = s
+  if #s > MAX_SHOWN then
+    local cut = MAX_SHOWN
+    while cut > 1 and (s:byte(cut + 1) or 0) >= 0x80 and s:byte(cut + 1) <= 0xBF do cut = cut - 1 end
+    shown = s:sub(1, cut)
+  end
+  local bytes = is_utf8(shown) and "[%c\"\\]" or "[%c\"\\\128-\255]"
+  shown = '"' .. shown:gsub(bytes, escape) .. '"'
+  if #s > MAX_SHOWN then shown = string_format("%s... (%d bytes)", shown, #s) end
+  return shown
+end
+
+-- A value as it appears in messages: strings quoted, anything else as tostring.
+local function show(v)
+  if type(v) == "string" then return quote(v) end
+  return tostring(v)
+end
+_M.quote, _M.show = quote, show
+
+local function check_key(n, fname, key)
+  if type(key) ~= "string" then
+    argerror(n, fname, "key must be a string, got " .. type(key))
+  end
+  local why = key_problem(key)
+  if why then argerror(n, fname, why) end
+end
+
+-- Seconds (a Lua number) to integer milliseconds, or raise naming `what`.
+local function check_seconds(n, fname, what, value)
+  if type(value) ~= "number" then
+    argerror(n, fname, string_format("%s must be a number, got %s", what, type(value)))
+  end
+  local ms, why = to_ms(value)
+  if not ms then argerror(n, fname, what .. " " .. why) end
+  return ms
+end
+
+local function check_self(self, mt, fname, what)
+  if getmetatable(self) ~= mt then
+    raise_at_caller(string_format("bad self to '%s' (%s expected, got %s; call it with ':', as x:%s(...))",
+                                  fname, what, type(self), fname))
+  end
+end
+
+-- Refuses arguments past the last one fname takes (luaposix's checknargs).
+local function check_nargs(fname, max, ...)
+  local extra = select("#", ...)
+  if extra > 0 then
+    argerror(max + 1, fname, string_format("no more than %d argument%s expected, got %d",
+                                           max, max == 1 and "" or "s", max + extra))
+  end
+end
+_M.check_key, _M.check_seconds, _M.check_self, _M.check_nargs = check_key, check_seconds, check_self, check_nargs
+
+--- Refuses I/O in an nginx phase where cosockets are not available (blocking
+-- there would stall the worker): t is the transport. A misuse found by the
+-- first test of the code, not a condition to handle at run time, so it raises
+-- like a bad argument rather than return nil, err.
+function _M.check_phase(t, fname)
+  local phase = t.io_problem and t:io_problem()
+  if phase then
+    raise_at_caller(string_format("redislock: '%s' cannot run in nginx's %s phase: cosockets are not"
+      .. " available there; call it from rewrite, access, content or a timer (ngx.timer.at)", fname, phase))
+  end
+end
+
+-- Refuses anything but nil or a table whose keys are all in `known`.
+local function check_opts(n, fname, opts, known)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then
+    argerror(n, fname, "options must be a table, got " .. type(opts))
+  end
+  for k in pairs(opts) do
+    if not known[k] then
+      argerror(n, fname, "unknown option " .. show(k))
+    end
+  end
+  return opts
+end
+
+local function is_whole(v, lo, hi)
+  return type(v) == "number" and v == math_floor(v) and v >= lo and v <= hi
+end
+
+local function is_callable(f)
+  local mt = getmetatable(f)
+  return type(f) == "function" or (type(mt) == "table" and mt.__call ~= nil)
+end
+
+local ACQUIRE_OPTS = {
+  wait = true, wait_mode = true, fair = true, renew = true, max_hold = true, on_lost = true,
+  replicas = true, replica_timeout = true,
+}
+local WAIT_MODES = { notify = true, poll = true }
+
+-- The options of acquire and with_lock, checked; returns how to take and
+-- hold the lock: { wait = seconds, mode = "notify" | "poll", fair = boolean,
+-- renew = boolean (default `renew`), max_hold_ms, on_lost, replicas,
+-- replica_ms }.
+local DEFAULT_HOW = {
+  [false] = { wait = 0, mode = "notify", fair = false, renew = false },
+  [true] = { wait = 0, mode = "notify", fair = false, renew = true },
+}
+
+local function check_acquire_opts(n, fname, opts, renew)
+  if opts == nil then return DEFAULT_HOW[renew] end -- shared, never changed
+  opts = check_opts(n, fname, opts, ACQUIRE_OPTS)
+  local how = { wait = opts.wait or 0, mode = opts.wait_mode or "notify", fair = opts.fair or false }
+  if opts.renew ~= nil then renew = opts.renew end
+  if type(renew) ~= "boolean" then
+    argerror(n, fname, "option 'renew' must be a boolean, got " .. type(renew))
+  end
+  how.renew = renew
+  if opts.max_hold ~= nil then
+    how.max_hold_ms = check_seconds(n, fname, "option 'max_hold'", opts.max_hold)
+  end
+  if opts.on_lost ~= nil and not is_callable(opts.on_lost) then
+    argerror(n, fname, "option 'on_lost' must be a function, got " .. type(opts.on_lost))
+  end
+  how.on_lost = opts.on_lost
+  for _, name in ipairs({ "max_hold", "on_lost" }) do
+    if opts[name] ~= nil and not renew then
+      argerror(n, fname, string_format("option '%s' needs renewal (renew = true)", name))
+    end
+  end
+  if opts.replicas ~= nil then
+    if not is_whole(opts.replicas, 1, 1000000) then
+      argerror(n, fname, "option 'replicas' must be a whole number >= 1")
+    end
+    how.replicas = opts.replicas
+    how.replica_ms = opts.replica_timeout == nil and 1000
+      or check_seconds(n, fname, "option 'replica_timeout'", opts.replica_timeout)
+  elseif opts.replica_timeout ~= nil then
+    argerror(n, fname, "option 'replica_timeout' needs 'replicas'")
+  end
+  local wait = how.wait
+  if type(wait) ~= "number" or wait ~= wait or wait < 0 or wait * 1000 > core.MAX_MS then
+    argerror(n, fname, "option 'wait' must be a number of seconds in 0..9007199254740.992 (2^53 ms)")
+  end
+  if not WAIT_MODES[how.mode] then
+    argerror(n, fname, "option 'wait_mode' must be \"notify\" or \"poll\", got " .. show(how.mode))
+  end
+  if type(how.fair) ~= "boolean" then
+    argerror(n, fname, "option 'fair' must be a boolean, got " .. type(how.fair))
+  end
+  return how
+end
+_M.check_opts, _M.is_whole, _M.is_callable = check_opts, is_whole, is_callable
+
+--- The options of acquire and with_lock (n: their argument number; renew:
+-- the default of `renew`), checked: returns how to take and hold the lock.
+_M.lock_opts = check_acquire_opts
+
+--- Raises unless fn can be called.
+function _M.check_fn(n, fname, fn)
+  if not is_callable(fn) then
+    argerror(n, fname, "function expected, got " .. type(fn))
+  end
+end
+
+return _M

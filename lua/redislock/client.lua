@@ -1,0 +1,291 @@
+-- SPDX-License-Identifier: MIT
+--- redislock.client: the client. `new` checks the connection options and
+-- connects (lazily) through redislock.transport. A client takes locks
+-- (acquire, with_lock), makes lock objects from tokens, and runs plain
+-- commands.
+
+local args = require "redislock.args"
+local core = require "redislock.core"
+local lock_mod = require "redislock.lock"
+local scope = require "redislock.scope"
+local url = require "redislock.url"
+local transport = require "redislock.transport"
+local wait = require "redislock.wait"
+
+local error, pairs, select, setmetatable, tostring, type = error, pairs, select, setmetatable, tostring, type
+local string_format = string.format
+local token = core.token
+local take, note_taken = wait.take, scope.note_taken
+local argerror, raise_at_caller, quote, pack = args.argerror, args.raise_at_caller, args.quote, args.pack
+local check_key, check_seconds, check_self, check_nargs, check_opts, is_whole, check_phase, lock_opts =
+      args.check_key, args.check_seconds, args.check_self, args.check_nargs, args.check_opts, args.is_whole,
+      args.check_phase, args.lock_opts
+
+local _M = { _VERSION = core._VERSION }
+
+args.own(debug.getinfo(1, "S").source)
+
+local Client = {}
+local client_mt = { __index = Client }
+
+--- Whether the client was closed.
+function _M.closed(client)
+  return client._link.closed
+end
+
+-- Refuses a client that was closed, and I/O where nginx forbids it.
+local function check_open(client, fname)
+  if client._link.closed then
+    raise_at_caller(string_format("bad self to '%s' (client is closed)", fname))
+  end
+  check_phase(client._transport, fname)
+end
+_M.check_open = check_open
+
+-- check_self for clients, refusing closed ones too.
+local function check_client(self, fname)
+  check_self(self, client_mt, fname, "redislock client")
+  check_open(self, fname)
+end
+
+local CSTRING_OPTS = { "host", "path", "username", "password" }
+local MAX_TIMEOUT_MS = 86400 * 1000
+
+local NEW_OPTS = {
+  url = true, host = true, port = true, path = true, username = true, password = true,
+  db = true, connect_timeout = true, timeout = true, prefix = true,
+  pool_size = true, keepalive_timeout = true,
+}
+local STRING_OPTS = { "url", "host", "path", "username", "password", "prefix" }
+
+--- Makes a client. No I/O: it connects on first use. Under OpenResty it talks
+-- over cosockets and nginx's connection pool (see redislock/ngx.lua).
+-- @param opts table (or a URL string): url, host, port, path, username, password,
+--   db, connect_timeout, timeout (seconds), prefix (default "lock:"); under
+--   OpenResty also pool_size and keepalive_timeout (seconds) for setkeepalive
+-- @return client
+function _M.new(opts, ...)
+  check_nargs("new", 1, ...)
+  if type(opts) == "string" then opts = { url = opts } end
+  opts = check_opts(1, "new", opts, NEW_OPTS)
+  for _, name in pairs(STRING_OPTS) do
+    if opts[name] ~= nil and type(opts[name]) ~= "string" then
+      argerror(1, "new", string_format("option '%s' must be a string, got %s", name, type(opts[name])))
+    end
+  end
+  local c = {}
+  if opts.url then
+    local t, why = url.parse(opts.url)
+    if not t then argerror(1, "new", "option 'url' " .. why) end
+    c = t
+  end
+  for _, name in pairs({ "host", "port", "path", "username", "password", "db" }) do
+    if opts[name] ~= nil then c[name] = opts[name] end
+  end
+  if opts.host and opts.path then
+    argerror(1, "new", "options 'host' and 'path' exclude each other")
+  elseif opts.host then
+    c.path = nil
+  elseif opts.path then
+    c.host, c.port = nil, nil
+  end
+  if c.port ~= nil and not is_whole(c.port, 1, 65535) then
+    argerror(1, "new", "option 'port' must be a whole number in 1..65535")
+  end
+  if c.db ~= nil and not is_whole(c.db, 0, 1000000) then
+    argerror(1, "new", "option 'db' must be a whole number >= 0")
+  end
+  if c.username and not c.password then
+    argerror(1, "new", "option 'username' needs a 'password'")
+  end
+  if c.host == "" or c.path == "" then
+    argerror(1, "new", "options 'host' and 'path' must not be empty")
+  end
+  for _, name in pairs(CSTRING_OPTS) do
+    if c[name] and c[name]:find("\0", 1, true) then
+      argerror(1, "new", string_format("option '%s' must not contain NUL bytes", name))
+    end
+  end
+  if opts.pool_size ~= nil and not is_whole(opts.pool_size, 1, 1000000) then
+    argerror(1, "new", "option 'pool_size' must be a whole number >= 1")
+  end
+  c.pool_size = opts.pool_size
+  for _, name in pairs({ "connect_timeout", "timeout", "keepalive_timeout" }) do
+    if opts[name] ~= nil then
+      local ms = check_seconds(1, "new", "option '" .. name .. "'", opts[name])
+      if ms > MAX_TIMEOUT_MS then
+        argerror(1, "new", string_format("option '%s' must be at most 86400 (one day)", name))
+      end
+      c[name .. "_ms"] = ms
+    end
+  end
+  c.prefix = opts.prefix or "lock:"
+  local why = core.prefix_problem(c.prefix)
+  if why then argerror(1, "new", "option 'prefix' " .. why) end
+  -- _renewed: its locks with a lease, weakly (close stops their renewal).
+  -- _held: key -> its lock taken by this client, weakly (for messages).
+  -- _link: shared with its locks, which read whether it was closed.
+  local self = { prefix = c.prefix, _renewed = setmetatable({}, { __mode = "k" }),
+                 _held = setmetatable({}, { __mode = "v" }), _link = { closed = false } }
+  self._transport, self._sleep = transport.node(c)
+  return setmetatable(self, client_mt)
+end
+
+-- Lua 5.4 `local client <close> = redislock.new(...)`: closed at scope exit.
+client_mt.__close = function(self)
+  self:close()
+end
+
+client_mt.__tostring = function(self)
+  return tostring(self._transport)  -- "redislock.Client (127.0.0.1:6379)"
+end
+
+-- Commands that would change what the connection means for the lock scripts
+-- sent after them: another db, a transaction, a subscription, no replies,
+-- another user. Client:command refuses them.
+local STATEFUL = {
+  SELECT = true, MULTI = true, EXEC = true, DISCARD = true, WATCH = true, UNWATCH = true,
+  SUBSCRIBE = true, PSUBSCRIBE = true, SSUBSCRIBE = true, UNSUBSCRIBE = true,
+  PUNSUBSCRIBE = true, SUNSUBSCRIBE = true, MONITOR = true, RESET = true, HELLO = true,
+  AUTH = true, QUIT = true, SYNC = true, PSYNC = true,
+}
+
+--- Runs one Redis command on the client's connection, e.g. for a fenced write.
+-- Arguments are strings or numbers. A nil reply is false. Commands that would
+-- change the connection's state (SELECT, MULTI, SUBSCRIBE, AUTH ...) are refused.
+-- @return the reply (string, integer, false or table), or nil and
+--   "connection: ..." / "redis: <server error>"
+function Client:command(name, ...)
+  check_client(self, "command")
+  if name == nil then argerror(1, "command", "command name expected") end
+  local argv = pack(name, ...)
+  for i = 1, argv.n do
+    local t = type(argv[i])
+    if t ~= "string" and t ~= "number" then
+      argerror(i, "command", "string or number expected, got " .. t)
+    end
+  end
+  if type(name) == "string" then
+    local upper = name:upper()
+    local sub = select("#", ...) > 0 and type((...)) == "string" and (...):upper()
+    if STATEFUL[upper] or (upper == "CLIENT" and sub == "REPLY") then
+      argerror(1, "command", quote(name) .. " would change the connection's state under the locks;"
+                             .. " use the client's options, or another Redis client")
+    end
+  end
+  return self._transport:command(name, ...)
+end
+
+--- Closes the client's connection for good; later calls on it raise.
+function Client:close(...)
+  check_self(self, client_mt, "close", "redislock client")
+  check_nargs("close", 0, ...)
+  -- Its locks are no longer renewed: they run out by their TTL.
+  for lock in pairs(self._renewed) do lock_mod.stop_lease(lock) end
+  self._transport:close()
+  self._link.closed = true
+end
+
+
+------------------------------------------------------------------------------
+-- Locks
+
+-- acquire after its arguments were checked. scoped: with_lock's lock, which
+-- must not outlive the running thread (see redislock/ngx.lua).
+local function acquire(self, key, ms, how, scoped)
+  local tok, t = token(), self._transport
+  local fence, sent, acked, werr = take(t, self._sleep, self._held, key, tok, ms, how)
+  if not fence then return nil, sent end
+  -- The lock cannot expire on the server before sent + ms (the TTL started
+  -- after the send), by the monotonic clock.
+  local lock = lock_mod.new(t, self._link, key, tok, fence, sent + ms / 1000)
+  if how.replicas and not acked then
+    lock:release() -- taken, but the WAIT failed: give it back
+    return nil, werr
+  elseif how.replicas and acked < how.replicas then
+    lock:release() -- not durable enough to count as taken
+    return nil, string_format("redis: %s reached %d of %d replica%s within %.3g s (WAIT), so it was released",
+                              quote(key), acked, how.replicas, how.replicas == 1 and "" or "s",
+                              how.replica_ms / 1000)
+  end
+  if how.renew then
+    lock_mod.lease(lock, how, ms, sent, scoped)
+    self._renewed[lock] = true
+  end
+  self._held[key] = lock
+  if scope.watching > 0 then note_taken(lock) end
+  return lock
+end
+
+--- Takes the lock named key for ttl seconds.
+-- @param key string, the lock's name (stored as prefix .. "{" .. key .. "}")
+-- @param ttl seconds (fractions allowed): the lock expires by itself after it
+-- @param opts optional table: wait (seconds to keep trying; default 0, try once)
+-- @return lock, or nil and "busy: ...", "connection: ..." or "redis: ..."
+function Client:acquire(key, ttl, opts, ...)
+  check_client(self, "acquire")
+  check_key(1, "acquire", key)
+  local ms = check_seconds(2, "acquire", "ttl", ttl)
+  local how = lock_opts(3, "acquire", opts, false)
+  check_nargs("acquire", 3, ...)
+  return acquire(self, key, ms, how)
+end
+
+--- A lock object for a lock taken elsewhere, known by its key and token (a
+-- lock service hands the token to its caller, who later sends it back to
+-- release). release, extend and ttl compare the token on the server as usual;
+-- the fence is unknown (nil).
+-- @param key string, the lock's name
+-- @param tok the lock's token: 32 hex digits, as lock.token
+-- @return lock
+function Client:from_token(key, tok, ...)
+  -- No I/O here: allowed in any nginx phase (the lock's methods check theirs).
+  check_self(self, client_mt, "from_token", "redislock client")
+  if self._link.closed then
+    raise_at_caller("bad self to 'from_token' (client is closed)")
+  end
+  check_key(1, "from_token", key)
+  if type(tok) ~= "string" then
+    argerror(2, "from_token", "token must be a string, got " .. type(tok))
+  elseif #tok ~= 32 or tok:find("[^0-9a-f]") then
+    argerror(2, "from_token", "token must be 32 lowercase hex digits, as lock.token")
+  end
+  check_nargs("from_token", 2, ...)
+  -- Neither its fence nor when it expires is known here.
+  return lock_mod.new(self._transport, self._link, key, tok)
+end
+
+
+------------------------------------------------------------------------------
+-- with_lock
+
+--- The arguments of with_lock (the method's and the module function's),
+-- checked; returns the ttl in ms and how to take and hold the lock.
+function _M.with_lock_args(key, ttl, fn, opts, ...)
+  check_key(1, "with_lock", key)
+  local ms = check_seconds(2, "with_lock", "ttl", ttl)
+  args.check_fn(3, "with_lock", fn)
+  local how = lock_opts(4, "with_lock", opts, true)
+  check_nargs("with_lock", 4, ...)
+  return ms, how
+end
+
+--- with_lock after its arguments were checked.
+function _M.with_lock(self, key, ms, fn, how)
+  local lock, err = acquire(self, key, ms, how, true)
+  if not lock then error(err, 0) end
+  return scope.hold(lock, fn)
+end
+
+--- Calls fn(lock) while holding the lock named key, then releases it.
+-- Returns exactly what fn returned. Raises "busy: ..." or "connection: ..." when
+-- the lock cannot be taken, fn's own error value (unchanged) when fn raises, and
+-- "lost: ..." when the lock was no longer ours at release.
+-- @param opts optional table: wait (seconds to keep trying to acquire)
+function Client:with_lock(key, ttl, fn, opts, ...)
+  check_client(self, "with_lock")
+  local ms, how = _M.with_lock_args(key, ttl, fn, opts, ...)
+  return _M.with_lock(self, key, ms, fn, how)
+end
+
+return _M

@@ -1,0 +1,256 @@
+-- SPDX-License-Identifier: MIT
+--- redislock.lock: the lock object (release, extend, ttl, check, <close>) and
+-- its lease (renewal by the C watchdog or the OpenResty timer, loss reported
+-- once). A lock knows its key, token, fence and transport; the
+-- server-side work is one token-checked script per call. Primitives that hand
+-- out owned, expiring, renewed things build on `new` and `lease`.
+
+local args = require "redislock.args"
+local core = require "redislock.core"
+
+local error, pcall, setmetatable, tostring = error, pcall, setmetatable, tostring
+local string_format = string.format
+local math_floor, math_huge = math.floor, math.huge
+local now = core.now
+local quote, check_self, check_nargs, check_seconds, check_phase, argerror =
+      args.quote, args.check_self, args.check_nargs, args.check_seconds, args.check_phase, args.argerror
+
+local _M = { _VERSION = core._VERSION }
+
+args.own(debug.getinfo(1, "S").source)
+
+local Lock = {}
+local lock_mt = { __index = Lock }
+
+--- A lock object, held as far as we know. t: the transport it was taken on;
+-- link: the client's { closed = boolean }, which the client sets when it is
+-- closed (cheaper to read on every call than asking the transport); fence
+-- and expires (core.now() seconds before which the lock cannot have expired)
+-- may be nil when unknown.
+function _M.new(t, link, key, token, fence, expires)
+  return setmetatable({ key = key, token = token, fence = fence, _t = t, _link = link, _state = "held",
+                        _expires = expires }, lock_mt)
+end
+
+-- Stops the lock's renewal, if any, keeping in _expires when the lock runs
+-- out by the last renewal.
+local function stop_lease(self)
+  local lease = self._lease
+  if not lease then return end
+  self._expires = lease:expires() or self._expires
+  lease:stop()
+end
+
+-- The latest time (core.now()) the lock may last to, or nil when unknown.
+local function expires_of(self)
+  local lease = self._lease
+  return lease and lease:expires() or self._expires
+end
+
+-- Records that the lock is no longer ours (why: a sentence fragment), stops
+-- its renewal, calls its on_lost once, and returns the "lost" message.
+local function set_lost(self, why)
+  self._state = "lost"
+  self._lost = string_format("lost: %s is no longer ours (%s)", quote(self.key), why)
+  stop_lease(self)
+  local on_lost = self._on_lost
+  if on_lost then
+    self._on_lost = nil
+    on_lost(self, self._lost) -- may raise, to abort the work
+  end
+  return self._lost
+end
+
+-- The "lost" message after a script answered status (0 or -1) at op.
+local function mark_lost(self, status, op)
+  local why = status == -1 and "another owner holds it now" or "it expired or was deleted"
+  return set_lost(self, why .. "; found at " .. op)
+end
+
+-- The "lost" message when the lock's renewal found it lost, else nil.
+local function lease_lost(self)
+  local lease = self._lease
+  if not lease or self._state ~= "held" then return nil end
+  local state, why = lease:state()
+  if state ~= "lost" then return nil end
+  return set_lost(self, why)
+end
+
+-- The "connection" message when the lock's client was closed, else nil.
+-- Close is no release: the lock runs out by its TTL.
+local function client_closed(self)
+  if not self._link.closed then return nil end
+  return string_format("connection: the lock's client is closed; %s runs out by its TTL", quote(self.key))
+end
+
+-- The "lost" message when the lock is not ours by our own account (released,
+-- or found lost, by us or by its renewal), else nil.
+local function no_longer_ours(self)
+  if self._state == "released" then
+    return string_format("lost: %s was already released", quote(self.key))
+  end
+  lease_lost(self)
+  if self._state == "lost" then return self._lost end
+  return nil
+end
+
+-- Runs op on the server for a lock that is still ours by our own account;
+-- fname names the public method for errors.
+-- Returns the script's value, or nil and an error message.
+local function lock_eval(self, fname, op, ms)
+  check_phase(self._t, fname)
+  local gone = no_longer_ours(self) or client_closed(self)
+  -- Stopped before anything is sent, so that no renewal runs after the
+  -- release; also when the lock is gone (a loss the OpenResty timer found
+  -- could not end with_lock's sentinel, which only the releasing thread may).
+  if op == "release" then stop_lease(self) end
+  if gone then return nil, gone end
+  local sent = now()
+  local status, value = self._t:eval(op, self.key, self.token, ms)
+  if status == nil then
+    -- A release that went out but whose answer did not come back may have
+    -- run on the server (not so when the connection could not even be made).
+    if op == "release" and value:match("^connection:") and not value:match("^connection: cannot connect") then
+      self._release_unconfirmed = true
+    end
+    return nil, value
+  end
+  if status ~= 1 then
+    -- The key is gone before the lock could have expired: that earlier,
+    -- unanswered release did land, and left it as this one would have.
+    if status == 0 and op == "release" and self._release_unconfirmed and now() < (expires_of(self) or 0) then
+      return 0
+    end
+    return nil, mark_lost(self, status, op)
+  end
+  if op == "extend" then
+    self._expires = sent + ms / 1000
+    if self._lease then self._lease:extended(ms, math_floor(sent * 1000)) end
+  end
+  return value
+end
+
+--- Releases the lock if it is still ours (compare-and-delete on the server).
+-- Releasing again is harmless and returns true.
+-- @return true, or nil and "lost: ..." / "connection: ..." / "redis: ..."
+function Lock:release(...)
+  check_self(self, lock_mt, "release", "redislock lock")
+  check_nargs("release", 0, ...)
+  if self._state == "released" then return true end
+  local ok, err = lock_eval(self, "release", "release")
+  if not ok then return nil, err end
+  self._state = "released"
+  local note = self._note
+  if note then note.released = true end
+  return true
+end
+
+--- Sets the lock's remaining time to ttl seconds, if it is still ours.
+-- @return true, or nil and "lost: ..." / "connection: ..." / "redis: ..."
+function Lock:extend(ttl, ...)
+  check_self(self, lock_mt, "extend", "redislock lock")
+  local ms = check_seconds(1, "extend", "ttl", ttl)
+  check_nargs("extend", 1, ...)
+  local ok, err = lock_eval(self, "extend", "extend", ms)
+  if not ok then return nil, err end
+  return true
+end
+
+--- Remaining time of the lock in seconds, if it is still ours.
+-- @return seconds, or nil and "lost: ..." / "connection: ..." / "redis: ..."
+function Lock:ttl(...)
+  check_self(self, lock_mt, "ttl", "redislock lock")
+  check_nargs("ttl", 0, ...)
+  local ms, err = lock_eval(self, "ttl", "pttl")
+  if not ms then return nil, err end
+  return ms / 1000
+end
+
+--- Whether the lock is still ours: true, or nil and "lost: ...". Cheap: it
+-- looks at what the renewal (watchdog) found and, without renewal, at whether
+-- the TTL can have run out; with server = true it also asks the server.
+-- @return true, or nil and "lost: ..." (or "connection: ..." / "redis: ..." when asking the server)
+function Lock:check(server, ...)
+  check_self(self, lock_mt, "check", "redislock lock")
+  if server ~= nil and type(server) ~= "boolean" then
+    argerror(1, "check", "server must be a boolean or nil, got " .. type(server))
+  end
+  check_nargs("check", 1, ...)
+  local gone = no_longer_ours(self) or client_closed(self)
+  if gone then return nil, gone end
+  local expires = expires_of(self)
+  if (not self._lease or self._lease:state() ~= "held") and expires and now() >= expires then
+    -- Not renewed (or no longer: max_hold), and its TTL has run out by now.
+    return nil, set_lost(self, "its TTL ran out")
+  end
+  if server then
+    local ms, err = lock_eval(self, "check", "pttl")
+    if not ms then return nil, err end
+  end
+  return true
+end
+
+lock_mt.__tostring = function(self)
+  return string_format("redislock lock %s (fence %s, %s)", quote(self.key), tostring(self.fence), self._state)
+end
+
+-- Lua 5.4 `local l <close> = ...`: release at scope exit. When the scope is left
+-- by an error, that error wins; otherwise a failed release raises, so a lost
+-- lock is never passed over in silence; but not when the code closed the
+-- lock's client first (cleanup in any order must not raise).
+lock_mt.__close = function(self, err)
+  if err ~= nil then
+    pcall(self.release, self)
+    return
+  end
+  local ok, rerr = self:release()
+  if not ok and not self._link.closed then error(rerr, 0) end
+end
+
+--- Renews lock every ttl/3 from now on (how: renew options as args.lock_opts
+-- makes them; ms its TTL; sent: core.now() when the acquire was sent; scoped:
+-- the lock must not outlive the running thread, as with_lock's). Raises when
+-- renewal cannot start (the watchdog thread, or memory).
+function _M.lease(lock, how, ms, sent, scoped)
+  -- A transport that reports_loss (OpenResty's timer) calls the last
+  -- argument as it finds the lock lost; the C watchdog leaves that to check
+  -- and with_lock's hook.
+  local t = lock._t
+  local lease, err = t:lease(lock.key, lock.token, ms, how.max_hold_ms, math_floor(sent * 1000), scoped,
+                             t.reports_loss and function() lease_lost(lock) end or nil)
+  if not lease then
+    lock:release()
+    error("redislock: " .. err, 0)
+  end
+  lock._lease, lock._on_lost = lease, how.on_lost
+end
+
+_M.stop_lease, _M.lease_lost = stop_lease, lease_lost
+
+--- Whether the lock is still ours by our own account and clock: not
+-- released, not found lost, and its TTL cannot have run out.
+function _M.ours_by_clock(lock)
+  return lock ~= nil and lock._state == "held" and now() < (expires_of(lock) or math_huge)
+end
+
+--- Whether lock has a lease, an on_lost to call when it is lost, and a
+-- transport that leaves reporting the loss to us (not OpenResty's timer).
+function _M.watchable(lock)
+  return lock._on_lost ~= nil and lock._lease ~= nil and not lock._t.reports_loss
+end
+
+--- A note on lock for whoever must release it if its owner drops it: a
+-- new lock object for the same key and token (that does not refer to lock),
+-- as note.stand_in; note.released turns true once lock is released.
+function _M.note(lock)
+  local note = { stand_in = _M.new(lock._t, lock._link, lock.key, lock.token, lock.fence) }
+  lock._note = note
+  return note
+end
+
+--- Whether the lease found the lock lost and nobody was told yet.
+function _M.lost_news(lock)
+  return lock._state == "held" and lock._lease ~= nil and lock._lease:state() == "lost"
+end
+
+return _M

@@ -1,0 +1,157 @@
+-- SPDX-License-Identifier: MIT
+--- redislock.scope: running fn while holding something, and letting go of it
+-- on every way out (with_lock; a semaphore's with_permit builds on the same).
+-- fn returns or raises: released, fn's results or error passed on unchanged.
+-- A coroutine closed inside fn (Lua 5.4): released by a to-be-closed guard.
+-- on_lost aborting fn (plain Lua): see below.
+
+local args = require "redislock.args"
+local core = require "redislock.core"
+local lock_mod = require "redislock.lock"
+
+local assert, collectgarbage, error, ipairs, load, pcall, setmetatable =
+      assert, collectgarbage, error, ipairs, load, pcall, setmetatable
+local coroutine_running = coroutine.running
+local debug_getinfo, debug_gethook, debug_sethook = debug.getinfo, debug.gethook, debug.sethook
+local unpack = table.unpack or unpack  -- luacheck: ignore (LuaJIT)
+local pack = args.pack
+
+local _M = { _VERSION = core._VERSION }
+
+args.own(debug.getinfo(1, "S").source)
+
+-- pack(pcall(fn, lock)). On Lua 5.4 the lock is also held by a to-be-closed
+-- guard while fn runs, so that closing a coroutine suspended inside fn
+-- (coroutine.close) releases it. A coroutine that is merely dropped keeps the
+-- lock (renewed) until the garbage collector collects it: collection does no I/O.
+local call_locked = function(lock, fn) return pack(pcall(fn, lock)) end
+if load("local guard <close> = nil") then -- Lua 5.4 and later
+  local guard_mt = {
+    __close = function(guard)
+      if guard.lock then pcall(guard.lock.release, guard.lock) end
+    end,
+  }
+  -- Compiled by load() so that LuaJIT, which cannot parse <close>, loads this file.
+  call_locked = assert(load([[
+    local pack, pcall, setmetatable, guard_mt = ...
+    return function(lock, fn)
+      local guard <close> = setmetatable({ lock = lock }, guard_mt)
+      local res = pack(pcall(fn, lock))
+      guard.lock = nil -- left normally: the caller releases and reports
+      return res
+    end
+  ]], "=redislock.with_lock"))(pack, pcall, setmetatable, guard_mt)
+  args.own("=redislock.with_lock")
+end
+
+-- While fn runs, a count hook looks at the watchdog's news every 10,000 VM
+-- instructions, so that on_lost runs (and may raise to abort fn) soon after
+-- the lease is lost, even in pure computation. Only where no other hook is
+-- set, and in plain Lua (under OpenResty the renewal timer calls on_lost).
+-- LuaJIT runs no hooks in compiled code: there on_lost comes when fn calls
+-- lock:check() (or returns).
+--
+-- Such an abort strikes at any instruction, so two rules keep it from
+-- stranding a lock fn was taking: it is never delivered while redislock's own
+-- code runs, and when it did abort fn, the locks fn took that nothing refers
+-- to any more are released (fn may have been stopped between acquire's
+-- return and the variable that would have released it). So each lock taken
+-- in a watched scope gets a note (lock.note) kept with a weak reference to
+-- the lock; notes of released locks are dropped as they pile up.
+--
+-- A deferred abort is looked at again after a few hundred instructions, a
+-- different number each time: with a fixed count, a loop whose length
+-- divides it would meet the hook at the same instruction, inside redislock,
+-- every time, for ever.
+--
+-- A scope: { lock, hook, co, parent (the scope it hides), taken = { note, ...
+-- } (note.ref: the lock, weakly), compact_at, aborted }. Scopes stack per
+-- coroutine (LuaJIT's main one is MAIN).
+local MAIN = {}
+local scopes = setmetatable({}, { __mode = "k" })
+local RETRY_STEPS = { 101, 211, 307, 401, 503, 601, 701, 809, 907 } -- primes
+
+--- How many scopes watch now (read by acquire, which calls note_taken only
+-- then; a scope in a coroutine that was dropped is never ended, and keeps
+-- acquire on the slower path, which is still correct).
+_M.watching = 0
+local WEAK_VALUES = { __mode = "v" }
+
+local function running()
+  return coroutine_running() or MAIN
+end
+
+--- Notes a lock just taken in the current coroutine's scope, if any (called
+-- by acquire while _M.watching > 0).
+function _M.note_taken(lock)
+  local scope = scopes[running()]
+  if not scope then return end
+  local note = lock_mod.note(lock)
+  note.ref = setmetatable({ lock }, WEAK_VALUES)
+  local taken = scope.taken
+  taken[#taken + 1] = note
+  if #taken >= scope.compact_at then
+    -- A loop taking and releasing locks inside fn must not grow this.
+    local kept = {}
+    for _, n in ipairs(taken) do
+      if not n.released then kept[#kept + 1] = n end
+    end
+    scope.taken, scope.compact_at = kept, 2 * #kept + 64
+  end
+end
+
+-- Starts watching lock for on_lost while fn runs; returns the scope, or nil.
+local function watch_lost(lock)
+  if not lock_mod.watchable(lock) or debug_gethook() then return nil end
+  local co = running()
+  local scope = { lock = lock, co = co, parent = scopes[co], taken = {}, compact_at = 64 }
+  local deferred = 0
+  scope.hook = function()
+    if not lock_mod.lost_news(lock) then return end
+    if args.is_own(debug_getinfo(2, "S").source) then -- not inside redislock: soon, elsewhere
+      deferred = deferred % #RETRY_STEPS + 1
+      debug_sethook(scope.hook, "", RETRY_STEPS[deferred])
+      return
+    end
+    scope.aborted = true
+    lock_mod.lease_lost(lock) -- calls on_lost, which may raise
+  end
+  scopes[co] = scope
+  _M.watching = _M.watching + 1
+  debug_sethook(scope.hook, "", 10000)
+  return scope
+end
+
+-- Ends the scope; ok: fn returned normally. A hook fn set for itself stays.
+local function unwatch(scope, ok)
+  scopes[scope.co] = scope.parent
+  _M.watching = _M.watching - 1
+  if debug_gethook() == scope.hook then debug_sethook() end
+  if ok or not scope.aborted or #scope.taken == 0 then return end
+  -- Aborted: fn's frames are gone, so a lock nothing else refers to is
+  -- collected now; release those (a lock released before is left alone by
+  -- the compare-and-delete).
+  collectgarbage("collect")
+  for _, note in ipairs(scope.taken) do
+    if note.ref[1] == nil and not note.released then pcall(note.stand_in.release, note.stand_in) end
+  end
+end
+
+--- Calls fn(lock) for a lock just taken, releases the lock in every case and
+-- returns exactly what fn returned. Raises fn's own error value (unchanged)
+-- when fn raises, a "lost: ..." error when the lock was no longer ours at
+-- release, or the release's "connection: ..." error.
+function _M.hold(lock, fn)
+  local scope = watch_lost(lock)
+  local res = call_locked(lock, fn)
+  if scope then unwatch(scope, res[1]) end
+  -- Protected: fn's own error must be the one that comes out, whatever
+  -- release does.
+  local rok, released, rerr = pcall(lock.release, lock)
+  if not res[1] then error(res[2], 0) end
+  if not rok then error(released, 0) end
+  if not released then error(rerr, 0) end
+  return unpack(res, 2, res.n)
+end
+
+return _M

@@ -1,0 +1,41 @@
+-- SPDX-License-Identifier: MIT
+--- redislock.transport: how redislock reaches one Redis server (a node).
+-- `node` picks the transport: the C core's (hiredis, blocking; the watchdog
+-- thread renews) in plain Lua, or redislock.ngx's (cosockets, nginx's pool;
+-- the worker's timer renews) under OpenResty. Everything above (locks,
+-- waiting, with_lock, and the topologies to come) talks to a node only
+-- through this interface, which both transports implement:
+--
+--   t:eval(op, key, token[, ms[, replicas, replica_ms]])  one lock script ->
+--        status, value[, acked | nil, err] | nil, "connection: ..." / "redis: ..."
+--   t:wait(key, token, ms)       block on a wake-up list -> true | false | nil, err
+--   t:command(name, ...)         one plain command -> reply | nil, err
+--   t:lease(key, token, ttl_ms, max_hold_ms, sent_ms, scoped, on_lost) -> lease
+--        (lease:state(), :extended(ttl_ms, sent_ms), :expires(), :stop())
+--   t:close(), t:closed()
+--   t:io_problem()               nil, or the nginx phase that forbids I/O now
+--   t.reports_loss               true when leases call on_lost themselves
+
+local core = require "redislock.core"
+
+local rawget, type = rawget, type
+
+local _M = { _VERSION = core._VERSION }
+
+-- Under ngx_lua (OpenResty) Redis I/O goes over cosockets: redislock/ngx.lua.
+local ngx = rawget(_G, "ngx")
+local ngx_transport = type(ngx) == "table" and type(ngx.socket) == "table" and ngx.get_phase
+  and require "redislock.ngx"
+
+--- A transport for one node, and the sleep that goes with it (ngx.sleep or
+-- core.sleep). No I/O. fields: host, port, path, username, password, db,
+-- connect_timeout_ms, timeout_ms, prefix, and (OpenResty only; dropped in
+-- plain Lua, where a client has one connection) pool_size,
+-- keepalive_timeout_ms; all checked by the caller.
+function _M.node(fields)
+  if ngx_transport then return ngx_transport.new(fields), ngx.sleep end
+  fields.pool_size, fields.keepalive_timeout_ms = nil, nil
+  return core.new(fields), core.sleep
+end
+
+return _M

@@ -1,0 +1,93 @@
+-- SPDX-License-Identifier: MIT
+--- redislock.url: connection URLs.
+--
+--   redis://[user:password@]host[:port][/db]     host may be [IPv6]
+--   unix:///path[?db=N&password=P&username=U]
+--
+-- Percent-encoding is decoded in the user name and password, the unix path
+-- and its password/username parameters; nowhere else. rediss:// (TLS) is
+-- refused by this version with a clear reason.
+
+local args = require "redislock.args"
+
+local tonumber = tonumber
+local string_char = string.char
+local quote = args.quote
+
+local _M = { _VERSION = args._VERSION }
+
+args.own(debug.getinfo(1, "S").source)
+
+local function unescape(s)
+  return (s:gsub("%%(%x%x)", function(h) return string_char(tonumber(h, 16)) end))
+end
+
+local function url_db(s)
+  if s == nil or s == "" then return nil end
+  local db = s:match("^%d+$") and tonumber(s)
+  if not db then return nil, "has a database that is not a whole number: " .. quote(s) end
+  return db
+end
+
+-- Parses redis://[user:password@]host[:port][/db] and unix:///path[?db=N].
+-- Returns a table of connection fields, or nil and why.
+local function parse_url(url)
+  local scheme, rest = url:match("^(%a[%w+.-]*)://(.*)$")
+  scheme = scheme and scheme:lower()
+  if scheme == "rediss" then
+    return nil, "uses rediss:// (TLS), which this build does not support (hiredis 0.14 has no TLS)"
+  elseif scheme == "unix" then
+    local path, query = rest:match("^([^?]*)%??(.*)$")
+    if path:sub(1, 1) ~= "/" then
+      return nil, "needs an absolute path, as in unix:///run/redis.sock"
+    end
+    local t = { path = unescape(path) }
+    for pair in query:gmatch("[^&]+") do
+      local k, v = pair:match("^([^=]*)=(.*)$")
+      if k == "db" then
+        local db, why = url_db(v)
+        if not db then return nil, why or "has an empty db parameter" end
+        t.db = db
+      elseif k == "password" or k == "username" then
+        t[k] = unescape(v)
+      else
+        return nil, "has an unknown parameter " .. quote(k or pair)
+      end
+    end
+    return t
+  elseif scheme ~= "redis" then
+    return nil, "must start with redis:// or unix://, got " .. quote(url)
+  end
+  local authority, tail = rest:match("^([^/?#]*)(.*)$")
+  local t = {}
+  local userinfo, hostport = authority:match("^(.*)@(.*)$")
+  if userinfo then
+    local user, pass = userinfo:match("^([^:]*):(.*)$")
+    if not user then
+      return nil, "needs a ':' before the password, as in redis://:secret@host or redis://user:secret@host"
+    end
+    if user ~= "" then t.username = unescape(user) end
+    if pass ~= "" then t.password = unescape(pass) end
+  else
+    hostport = authority
+  end
+  local host, port = hostport:match("^%[([^%]]+)%]:?(%d*)$")
+  if not host then host, port = hostport:match("^([^:]*):?(%d*)$") end
+  if not host then return nil, "has a host and port that cannot be read: " .. quote(hostport) end
+  if host ~= "" then t.host = host end
+  if port ~= "" then t.port = tonumber(port) end
+  local db = tail:match("^/(%d*)$")
+  if not db and tail ~= "" then
+    return nil, "must end in /<db number> after the host, got " .. quote(tail)
+  end
+  local why
+  t.db, why = url_db(db)
+  if why then return nil, why end
+  return t
+end
+
+--- Parses a URL into connection fields (host, port, path, username,
+-- password, db), or returns nil and why (a fragment: "must start with ...").
+_M.parse = parse_url
+
+return _M

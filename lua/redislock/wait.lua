@@ -1,0 +1,144 @@
+-- SPDX-License-Identifier: MIT
+--- redislock.wait: taking a busy lock within a deadline. Between attempts a
+-- waiter blocks on the lock's wake-up list (mode "notify": a release wakes
+-- one waiter), or sleeps a jittered, doubling step (mode "poll"); a fair
+-- waiter queues on the server. Failures that pass (a lost connection, a
+-- server loading its data ...: TRANSIENT) are retried within the deadline.
+-- Shared by every primitive that waits.
+
+local args = require "redislock.args"
+local core = require "redislock.core"
+local lock_mod = require "redislock.lock"
+
+local tonumber = tonumber
+local string_format = string.format
+local math_max, math_min, math_floor = math.max, math.min, math.floor
+local now, token = core.now, core.token
+local quote = args.quote
+local ours_by_clock = lock_mod.ours_by_clock
+
+local _M = { _VERSION = core._VERSION }
+
+args.own(debug.getinfo(1, "S").source)
+
+-- Backoff while waiting for a busy lock: jittered, doubling, capped, and never
+-- past the caller's deadline nor (much) past the holder's expiry.
+local FIRST_STEP, MAX_STEP = 0.002, 0.128
+
+local function jitter()
+  return 0.5 + tonumber(token():sub(1, 6), 16) / 0x2000000
+end
+
+local function seconds_text(ms)
+  if ms < 0 then return "no expiry set" end
+  return string_format("%.3g s left", ms / 1000)
+end
+
+-- How late Redis may end a BLPOP that timed out (seconds): it checks the
+-- timeouts of blocked clients at its tick, hz = 10 by default.
+local BLPOP_SLACK = 0.1
+
+-- A fair waiter comes back at least this often (seconds), so that the queue
+-- keeps it: the server drops one that stays away 3 s (RL_FAIR_STAY_MS).
+local FAIR_STEP = 1
+
+-- Whole milliseconds, at least 1, for a wait of s seconds.
+local function wait_ms(s)
+  return math_max(1, math_floor(s * 1000 + 0.5))
+end
+
+-- The busy message after an attempt that answered value (the holder's PTTL,
+-- or -2 when a fair lock is free but promised to earlier waiters); mine: the
+-- holder is this very client.
+local function busy_message(key, value, waited, mine)
+  local state, detail = "held by another owner", seconds_text(value)
+  if value == -2 then
+    state, detail = "promised to earlier waiters", "fair queue"
+  elseif mine then
+    state, detail = "held by this client", "locks are not reentrant; " .. detail
+  end
+  if waited > 0 then
+    return string_format("busy: %s is still %s after waiting %.3g s (%s)", quote(key), state, waited, detail)
+  end
+  return string_format("busy: %s is %s (%s)", quote(key), state, detail)
+end
+
+-- Replies that mean "this server will answer later": a restart loading its
+-- data (LOADING), a script running (BUSY), a replica cut off from its master
+-- (MASTERDOWN), a cluster slot moving or a cluster without quorum (TRYAGAIN,
+-- CLUSTERDOWN). With wait time left they are retried like a lost connection;
+-- every lock script checks the token, so a resend is always reconciled. The
+-- one list of them: topologies add theirs here.
+local TRANSIENT = { LOADING = true, BUSY = true, MASTERDOWN = true, TRYAGAIN = true, CLUSTERDOWN = true }
+
+-- Whether an error message (from eval) is worth retrying within the wait:
+-- a connection failure or a transient server state.
+local function retryable(err)
+  if err:sub(1, 11) == "connection:" then return true end
+  local code = err:match("^redis: (%u+)")
+  return code ~= nil and TRANSIENT[code] == true
+end
+
+-- Tries to take key with token until how.wait seconds have passed. Between
+-- attempts it blocks on the lock's wake-up list (mode "notify": release
+-- wakes one waiter, and a block never outlasts the holder's TTL or the
+-- deadline), or sleeps a jittered, doubling step (mode "poll", and after a
+-- connection error). A fair waiter queues on the server and leaves the queue
+-- when it gives up. The same token is resent after a connection error: the
+-- acquire scripts treat "the key already holds my token" as success, so a
+-- send that landed is not counted twice.
+-- Returns the fence, the time the successful attempt was sent and (with
+-- how.replicas) how many replicas acknowledged it, or nil and why the WAIT
+-- failed; or nil and an error message.
+local function take(c, sleep, held, key, tok, ms, how)
+  local wait, fair = how.wait, how.fair
+  local op = fair and "acquire_fair" or "acquire"
+  local deadline = now() + wait
+  local step = FIRST_STEP
+  while true do
+    local sent = now()
+    local status, value, acked, werr = c:eval(op, key, tok, ms, how.replicas, how.replica_ms)
+    if status == 1 then return value, sent, acked, werr end
+    local left = deadline - now()
+    if left <= 0 or (status == nil and not retryable(value)) then
+      if fair then c:eval("leave", key, tok) end -- best effort: else it drops out in 3 s
+      if status == nil then return nil, value end
+      return nil, busy_message(key, value, wait, ours_by_clock(held[key]))
+    end
+    -- How long the lock can stay as it is: until the holder's TTL runs out.
+    local block = left
+    if status == -1 and value >= 0 then block = math_min(block, value / 1000 + 0.001) end
+    if fair then block = math_min(block, FAIR_STEP) end
+    if status == nil or how.mode == "poll" then
+      -- At least 1 ms: nginx's timers have millisecond resolution, and
+      -- ngx.sleep(0) only yields.
+      sleep(math_max(math_min(step * jitter(), block), 0.001))
+      step = math_min(step * 2, MAX_STEP)
+    elseif block > 1.5 * BLPOP_SLACK then
+      -- Redis ends a BLPOP that timed out only at its next tick (10 a second
+      -- by default): block that much less, and sleep what is left near the end.
+      if c:wait(key, fair and tok or nil, wait_ms(block - BLPOP_SLACK)) == nil then
+        sleep(math_max(math_min(step * jitter(), block), 0.001)) -- the wait failed: back off
+        step = math_min(step * 2, MAX_STEP)
+      end
+    else
+      -- Near the holder's expiry or the deadline: short backoff steps, so
+      -- that a release meanwhile is not slept through.
+      sleep(math_max(math_min(step * jitter(), block), 0.001))
+      step = math_min(step * 2, MAX_STEP)
+    end
+  end
+end
+
+
+--- take(t, sleep, held, key, tok, ms, how) -> fence, sent, acked, werr | nil, err
+-- Tries to take key with tok on transport t until how.wait seconds passed
+-- (see above); sleep is the transport's sleep; held maps keys to the locks
+-- this client holds (for the "held by this client" message).
+_M.take = take
+
+--- The server replies worth waiting out (code word -> true); topologies add
+-- theirs here.
+_M.TRANSIENT = TRANSIENT
+
+return _M
