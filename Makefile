@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 # redislock: `make demo` shows it, `make test` proves it.
-# Targets: all demo test bench lint valgrind asan install clean (and deps).
+# Targets: all demo test bench lint torture valgrind asan install clean (and deps).
 
 LUA_INCDIR     ?= /usr/include/lua5.4
 LUAJIT_INCDIR  ?= /usr/include/luajit-2.1
@@ -30,7 +30,7 @@ LUA54_MOD  = build/lua5.4/redislock/core.so
 LUAJIT_MOD = build/luajit/redislock/core.so
 ASAN_MOD   = build/asan/redislock/core.so
 
-.PHONY: all deps demo test bench lint valgrind asan install clean
+.PHONY: all deps demo test bench lint torture valgrind asan install clean
 
 all: $(LUA54_MOD) $(LUAJIT_MOD)
 
@@ -77,6 +77,12 @@ build/bench/floor: bench/floor.c
 
 lint: deps
 	@sh tools/lint.sh
+
+# Fault injection (not part of make test): with_lock under SIGSTOP, CLIENT KILL,
+# CLIENT PAUSE, DEBUG SLEEP, restarts and CPU hogs, then a checker. About 4
+# minutes; TORTURE_SHORT=1 for a run under 2 minutes, TORTURE_SEED=N to replay.
+torture: deps all
+	@sh torture/run.sh
 
 # The Lua 5.4 suite under valgrind (LuaJIT is left out: it needs a valgrind build).
 # --fair-sched: valgrind runs one thread at a time, and the watchdog thread must

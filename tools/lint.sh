@@ -40,7 +40,7 @@ for spec in rockspec/redislock-*.rockspec; do
   done
 done
 
-luacheck -q --no-color lua spec examples bench || status=1
+luacheck -q --no-color lua spec examples bench torture || status=1
 
 # The C core under -Werror, for both Lua headers (syntax only: writes nothing).
 for inc in "${LUA_INCDIR:-/usr/include/lua5.4}" "${LUAJIT_INCDIR:-/usr/include/luajit-2.1}"; do

@@ -1,0 +1,161 @@
+-- SPDX-License-Identifier: MIT
+-- The torture checker: reads the workers' logs (torture/worker.lua says what
+-- each line means) and the register, and judges the run.
+--  * overlaps: two sections of one key whose [entry, exit] intervals cross on
+--    the shared monotonic clock. Told when either side heard of it from
+--    redislock (with_lock raised lost or connection after fn); silent
+--    otherwise, even when the register refused a stale write.
+--  * fences: two sections of one key with the same fence (duplicates), or a
+--    section that entered after another ended yet holds a lower fence
+--    (inversions). Refused stale writes are the fence doing its job, counted.
+--  * lost updates: the register's counter against the sections that wrote it.
+--  * crashes (a worker that exited non-zero or without its DONE line), hangs,
+--    errors without a code word, redis errors while wait time was left, and
+--    lock keys left after everything expired.
+-- Holds when there are no silent overlaps, fence anomalies, crashes, hangs,
+-- uncoded errors or redis errors with wait left, and no keys are left.
+local helpers = require "spec.helpers"
+
+local _M = {}
+
+-- Reads one worker's log into its sections and failures.
+local function read_log(w, sections, failures)
+  local text = helpers.read_file(w.log) or ""
+  local open, done = nil, false
+  for line in text:gmatch("[^\n]+") do
+    local kind, rest = line:match("^(%u+) ?(.*)$")
+    if kind == "E" then
+      local t, key, fence, mode = rest:match("^(%S+) (%S+) (%d+) (%S+)")
+      open = { worker = w.id, enter = tonumber(t), key = key, fence = tonumber(fence), mode = mode }
+      sections[#sections + 1] = open
+    elseif kind == "X" and open then
+      local t, outcome = rest:match("^(%S+) %S+ %d+ (%S+)")
+      open.exit, open.outcome = tonumber(t), outcome
+    elseif kind == "L" and open then
+      local code = rest:match("^%S+ %S+ (%S+)")
+      open.ended = code
+      if code == "lost" or code == "connection" then open.told = true end
+      if code ~= "lost" and code ~= "connection" and code ~= "redis" then
+        failures[#failures + 1] = { worker = w.id, code = code, text = rest }
+      end
+      open = nil
+    elseif kind == "F" then
+      local _, key, code, waited, wait, msg = rest:match("^(%S+) (%S+) (%S+) (%S+) (%S+) (.*)$")
+      failures[#failures + 1] = { worker = w.id, key = key, code = code, waited = tonumber(waited),
+                                  wait = tonumber(wait), text = msg }
+      open = nil
+    elseif kind == "DONE" then
+      done = true
+    end
+  end
+  -- A section cut short (the worker died inside it) lasts to the end.
+  for _, s in ipairs(sections) do
+    if not s.exit then s.exit, s.cut = math.huge, true end
+  end
+  return done
+end
+
+local function commas(n)
+  local s = tostring(n)
+  while true do
+    local t, k = s:gsub("^(%d+)(%d%d%d)", "%1,%2")
+    s = t
+    if k == 0 then return s end
+  end
+end
+
+--- Judges a run: o = { workers, hung, nkeys, seconds, faults, register(cli
+-- args...) -> string, keys_left, seed }. Returns { ok, summary, details }.
+function _M.run(o)
+  local sections, failures, details = {}, {}, {}
+  local crashes = 0
+  for _, w in ipairs(o.workers) do
+    local done = read_log(w, sections, failures)
+    local status = tonumber(helpers.read_file(w.status) or "")
+    if status ~= 0 or not done then
+      crashes = crashes + 1
+      details[#details + 1] = string.format("worker %d (%s) crashed: status %s; %s", w.id, w.lua, tostring(status),
+                                            (helpers.read_file(w.out) or ""):sub(1, 300))
+    end
+  end
+
+  -- Overlaps and fences, key by key.
+  local silent, told, dups, inversions, stale, silent_stale = 0, 0, 0, 0, 0, 0
+  local by_key = {}
+  for _, s in ipairs(sections) do
+    by_key[s.key] = by_key[s.key] or {}
+    table.insert(by_key[s.key], s)
+    if s.outcome == "stale" then
+      stale = stale + 1
+      if not (s.ended == "lost" or s.ended == "connection") then silent_stale = silent_stale + 1 end
+    end
+  end
+  local writes = 0
+  for key, list in pairs(by_key) do
+    table.sort(list, function(a, b) return a.enter < b.enter end)
+    local seen = {}
+    for i, a in ipairs(list) do
+      if a.outcome then writes = writes + 1 end
+      if seen[a.fence] then
+        dups = dups + 1
+        details[#details + 1] = string.format("%s: fence %d taken twice (workers %d and %d)", key, a.fence,
+                                              seen[a.fence].worker, a.worker)
+      end
+      seen[a.fence] = a
+      for j = i + 1, #list do
+        local b = list[j]
+        if b.enter >= a.exit then
+          if b.fence < a.fence then
+            inversions = inversions + 1
+            details[#details + 1] = string.format("%s: fence %d (worker %d) entered after fence %d (worker %d) left",
+                                                  key, b.fence, b.worker, a.fence, a.worker)
+          end
+        elseif a.worker ~= b.worker then
+          if a.told or b.told then
+            told = told + 1
+          else
+            silent = silent + 1
+            details[#details + 1] = string.format("%s: silent overlap, worker %d (fence %d, %.3f-%.3f) and worker %d "
+              .. "(fence %d, %.3f-%.3f)", key, a.worker, a.fence, a.enter, a.exit, b.worker, b.fence, b.enter, b.exit)
+          end
+        end
+      end
+    end
+  end
+  local counted = 0
+  for k = 1, o.nkeys do counted = counted + (tonumber(o.register("GET", "count:k" .. k)) or 0) end
+
+  local uncoded, redis_with_wait = 0, 0
+  local codes = {}
+  for _, f in ipairs(failures) do
+    codes[f.code] = (codes[f.code] or 0) + 1
+    if f.code ~= "busy" and f.code ~= "lost" and f.code ~= "connection" and f.code ~= "redis" then
+      uncoded = uncoded + 1
+      details[#details + 1] = string.format("worker %d: an error without a code word: %s", f.worker, f.text)
+    elseif f.code == "redis" and f.waited and f.wait and f.waited < f.wait - 0.05 then
+      redis_with_wait = redis_with_wait + 1
+      details[#details + 1] = string.format("worker %d: a redis error after %.2f of %.2f s: %s", f.worker,
+                                            f.waited, f.wait, f.text)
+    end
+  end
+  for _, key in ipairs(o.keys_left) do details[#details + 1] = "left behind: " .. key end
+  for _, id in ipairs(o.hung) do details[#details + 1] = "worker " .. id .. " hung (killed)" end
+
+  local ok = silent == 0 and dups == 0 and inversions == 0 and crashes == 0 and #o.hung == 0 and uncoded == 0
+    and redis_with_wait == 0 and #o.keys_left == 0
+  local code_list = {}
+  for code, n in pairs(codes) do code_list[#code_list + 1] = code .. " " .. n end
+  table.sort(code_list)
+  local summary = string.format(
+    "torture: %s: %d silent overlaps in %s sections (%d workers, %g s, %d faults, seed %d); %d told overlaps; "
+      .. "fences %s (%d duplicates, %d inversions; %d stale writes refused, %d of them silent); "
+      .. "%d lost updates; %d crashes, %d hangs, %d uncoded errors, %d redis errors with wait left, %d keys left; "
+      .. "failed calls: %s",
+    ok and "holds" or "FAILS", silent, commas(#sections), #o.workers, o.seconds, o.faults, o.seed, told,
+    (dups == 0 and inversions == 0) and "ok" or "BROKEN", dups, inversions, stale, silent_stale,
+    writes - counted, crashes, #o.hung, uncoded, redis_with_wait, #o.keys_left,
+    #code_list > 0 and table.concat(code_list, ", ") or "none")
+  return { ok = ok, summary = summary, details = details }
+end
+
+return _M

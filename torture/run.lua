@@ -1,0 +1,185 @@
+-- SPDX-License-Identifier: MIT
+-- make torture: with_lock under injected faults, checked afterwards (Jepsen's
+-- way: record a history, then read it). Not a test of `make test`.
+--
+-- Two private redis-servers: the lock server (appendonly yes, appendfsync
+-- always, so that locks and fences survive its restarts), which the faults
+-- hit, and the register, which they never touch. Worker processes (half Lua
+-- 5.4, half LuaJIT; torture/worker.lua) loop on with_lock over a few keys and
+-- log every section. An injector, from a printed seed, meanwhile stops
+-- workers past the TTL (SIGSTOP, then SIGCONT), kills the lock server's
+-- clients (CLIENT KILL), pauses it (CLIENT PAUSE WRITE and ALL, also past the
+-- TTL), blocks it (DEBUG SLEEP), restarts it, and starts CPU hogs. Then a
+-- checker reads the logs and the register (torture/check.lua) and prints one
+-- summary line. Exit status 0 when it holds.
+--
+-- Environment: TORTURE_SHORT=1 (a run under 2 minutes), TORTURE_SECONDS,
+-- TORTURE_WORKERS, TORTURE_KEYS, TORTURE_TTL, TORTURE_SEED (replay a run),
+-- TORTURE_BREAK=1 (a control run without locks, which must fail).
+-- usage: sh torture/run.sh (make torture), which sets the module paths and
+-- cleans up; the logs of a failing run are printed in part (TORTURE_VERBOSE=1:
+-- the faults and details of any run).
+local helpers = require "spec.helpers"
+local core = require "redislock.core"
+local check = require "torture.check"
+
+local short = os.getenv("TORTURE_SHORT") == "1"
+local seconds = tonumber(os.getenv("TORTURE_SECONDS") or (short and "40" or "180"))
+local nworkers = tonumber(os.getenv("TORTURE_WORKERS") or (short and "8" or "16"))
+local nkeys = tonumber(os.getenv("TORTURE_KEYS") or "3")
+local ttl = tonumber(os.getenv("TORTURE_TTL") or "1")
+local seed = tonumber(os.getenv("TORTURE_SEED") or "") or (os.time() % 1000000)
+math.randomseed(seed)
+print(string.format("torture: seed %d (replay with TORTURE_SEED=%d), %d workers, %d keys, %g s, ttl %g s",
+                    seed, seed, nworkers, nkeys, seconds, ttl))
+
+local root = helpers.root()
+local q = helpers.sh_quote
+local lock_srv = helpers.start_redis({ "--appendonly", "yes", "--appendfsync", "always" })
+local reg_srv = helpers.start_redis()
+-- Under $REDISLOCK_TEST_TMP (torture/run.sh removes it whatever happens).
+local tmp_root = os.getenv("REDISLOCK_TEST_TMP")
+local dir = (helpers.run("mktemp -d " .. (tmp_root and q(tmp_root .. "/run.XXXXXX") or "")):gsub("%s+$", ""))
+
+-- Workers, each in the background: its PID in <dir>/w<i>.pid, its exit
+-- status in <dir>/w<i>.status once it ends, its log in <dir>/w<i>.log.
+local workers = {}
+for i = 1, nworkers do
+  local lua, build = "lua5.4", "lua5.4"
+  if i % 2 == 0 then lua, build = "luajit", "luajit" end
+  local w = { id = i, lua = lua, pidfile = dir .. "/w" .. i .. ".pid", status = dir .. "/w" .. i .. ".status",
+              log = dir .. "/w" .. i .. ".log", out = dir .. "/w" .. i .. ".out" }
+  local cmd = string.format("LUA_PATH=%s LUA_CPATH=%s sh -c 'echo $$ > %s; exec %s %s %d %d %d %d %g %g %d %s'",
+    q(root .. "/lua/?.lua;;"), q(root .. "/build/" .. build .. "/?.so;;"), q(w.pidfile), lua,
+    q(root .. "/torture/worker.lua"), lock_srv.port, reg_srv.port, i, nkeys, seconds, ttl, seed * 100 + i, q(w.log))
+  os.execute(string.format("( %s; echo $? > %s ) > %s 2>&1 &", cmd, q(w.status), q(w.out)))
+  workers[i] = w
+end
+for _, w in ipairs(workers) do
+  assert(helpers.eventually(5, function()
+    w.pid = tonumber(helpers.read_file(w.pidfile) or "")
+    return w.pid
+  end), "worker " .. w.id .. " did not start")
+end
+
+local function cli(...)
+  return lock_srv:cli(...)
+end
+
+local function sleep(s)
+  core.sleep(s)
+end
+
+-- A worker inside a section now (its log's last line is an entry), or nil.
+local function a_holder()
+  local holders = {}
+  for _, w in ipairs(workers) do
+    local text = helpers.read_file(w.log) or ""
+    if text:match("\nE [^\n]*\n$") or text:match("^E [^\n]*\n$") then holders[#holders + 1] = w end
+  end
+  return holders[1] and holders[math.random(#holders)]
+end
+
+-- Stops w past the TTL (SIGSTOP, then SIGCONT); returns a line for the log.
+local function stop(w, what)
+  local pause = ttl * (1.5 + math.random())
+  os.execute("kill -STOP " .. w.pid .. " 2>/dev/null")
+  sleep(pause)
+  os.execute("kill -CONT " .. w.pid .. " 2>/dev/null")
+  return string.format("SIGSTOP %s %d for %.2f s", what, w.id, pause)
+end
+
+-- The faults, each a function that returns a line for the log.
+local faults = {
+  function()
+    local w = a_holder()
+    if w then return stop(w, "holder, worker") end
+    return stop(workers[math.random(#workers)], "worker")
+  end,
+  function()
+    return stop(workers[math.random(#workers)], "worker")
+  end,
+  function()
+    return "CLIENT KILL TYPE normal: " .. cli("CLIENT", "KILL", "TYPE", "normal")
+  end,
+  function()
+    local ms = math.floor(ttl * 1000 * (0.3 + 1.2 * math.random()))
+    local what = math.random(2) == 1 and "WRITE" or "ALL"
+    cli("CLIENT", "PAUSE", tostring(ms), what)
+    sleep(ms / 1000)
+    return string.format("CLIENT PAUSE %d %s", ms, what)
+  end,
+  function()
+    local s = 0.1 + 0.5 * math.random()
+    helpers.run(string.format("redis-cli -p %d DEBUG SLEEP %.3f", lock_srv.port, s))
+    return string.format("DEBUG SLEEP %.3f", s)
+  end,
+  function()
+    local started = core.now()
+    lock_srv:restart()
+    helpers.eventually(10, function() return cli("PING") == "PONG" end)
+    return string.format("restart of the lock server (appendfsync always), %.2f s", core.now() - started)
+  end,
+  function()
+    local hogs = {}
+    for i = 1, 2 do
+      local p = assert(io.popen("sh -c 'echo $$; exec yes' 2>/dev/null"))
+      hogs[i] = { pid = p:read("*l"), pipe = p }
+    end
+    sleep(1 + math.random())
+    for _, h in ipairs(hogs) do
+      os.execute("kill " .. h.pid)
+      h.pipe:close()
+    end
+    return "two CPU hogs"
+  end,
+}
+
+local fault_log = {}
+local deadline = core.now() + seconds
+sleep(0.5)
+while core.now() < deadline - 1 do
+  local line = faults[math.random(#faults)]()
+  fault_log[#fault_log + 1] = line
+  sleep(0.2 + math.random())
+end
+
+-- Every worker ends by its deadline (plus a section and a wait); one that
+-- has not by then hangs: reported, then killed.
+local hung = {}
+local grace = core.now() + 3 * ttl + 5
+for _, w in ipairs(workers) do
+  while not helpers.read_file(w.status) and core.now() < grace do sleep(0.1) end
+  if not helpers.read_file(w.status) then
+    hung[#hung + 1] = w.id
+    os.execute("kill -CONT " .. w.pid .. " 2>/dev/null; kill -9 " .. w.pid .. " 2>/dev/null")
+  end
+end
+
+-- Everything expires by itself: after a TTL (and a wake-up signal's second)
+-- no lock, wake-up list or queue may be left.
+sleep(ttl + 1.5)
+local left = {}
+for k = 1, nkeys do
+  for _, suffix in ipairs({ "", ":signal", ":queue", ":alive" }) do
+    local key = "lock:{k" .. k .. "}" .. suffix
+    if cli("EXISTS", key) ~= "0" then left[#left + 1] = key end
+  end
+end
+
+local result = check.run({
+  workers = workers, hung = hung, nkeys = nkeys, seconds = seconds, faults = #fault_log,
+  register = function(...) return reg_srv:cli(...) end, keys_left = left, seed = seed,
+})
+if os.getenv("TORTURE_VERBOSE") == "1" or not result.ok then
+  for _, line in ipairs(fault_log) do print("  fault: " .. line) end
+  for _, line in ipairs(result.details) do print("  " .. line) end
+end
+print(result.summary)
+
+lock_srv:stop()
+reg_srv:stop()
+if not tmp_root then
+  if result.ok then os.execute("rm -rf " .. q(dir)) else print("torture: logs kept in " .. dir) end
+end
+os.exit(result.ok and 0 or 1)
