@@ -156,14 +156,19 @@ function Server:stop()
 end
 
 --- Restarts the server on the same port and folder (its data set is loaded
--- from the folder's dump.rdb, if any): SIGTERM by PID, then the same command.
+-- from the folder's dump.rdb or append-only files, if any): SIGTERM by PID,
+-- then the same command. With wipe, it is killed (SIGKILL) and its data
+-- files removed first: it comes back empty, as a server without persistence;
+-- then wipe, if a function, is called while the server is down.
 -- Returns as soon as the new process listens, which may be while it still
 -- loads its data (it answers -LOADING then). Raises when it cannot restart.
-function Server:restart()
+function Server:restart(wipe)
   assert(self.pid, "the server was stopped")
-  os.execute("kill " .. self.pid .. " 2>/dev/null")
+  os.execute("kill " .. (wipe and "-9 " or "") .. self.pid .. " 2>/dev/null")
   assert(helpers.eventually(10, function() return not alive(self.pid) end), "redis-server would not stop")
   os.remove(self.dir .. "/redis.pid")
+  if wipe then run("rm -rf " .. sh_quote(self.dir .. "/appendonlydir") .. " " .. sh_quote(self.dir .. "/dump.rdb")) end
+  if type(wipe) == "function" then wipe() end
   run(self.cmd)
   local listening = helpers.eventually(10, function()
     self.pid = tonumber(read_file(self.dir .. "/redis.pid") or "")

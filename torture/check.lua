@@ -7,7 +7,9 @@
 --    otherwise, even when the register refused a stale write.
 --  * fences: two sections of one key with the same fence (duplicates), or a
 --    section that entered after another ended yet holds a lower fence
---    (inversions). Refused stale writes are the fence doing its job, counted.
+--    (inversions), within one lifetime of the lock server (a restart without
+--    its data starts the fences again: the documented loss). Refused stale
+--    writes are the fence doing its job, counted.
 --  * lost updates: the register's counter against the sections that wrote it.
 --  * crashes (a worker that exited non-zero or without its DONE line), hangs,
 --    errors without a code word, redis errors while wait time was left, and
@@ -64,8 +66,18 @@ local function commas(n)
   end
 end
 
+-- The lifetime of the lock server a time falls in: how many wipes came before.
+local function lifetime(wipes, t)
+  local n = 0
+  for _, w in ipairs(wipes) do
+    if t >= w then n = n + 1 end
+  end
+  return n
+end
+
 --- Judges a run: o = { workers, hung, nkeys, seconds, faults, register(cli
--- args...) -> string, keys_left, seed }. Returns { ok, summary, details }.
+-- args...) -> string, keys_left, seed, wipes (core.now() of each restart
+-- without data) }. Returns { ok, summary, details }.
 function _M.run(o)
   local sections, failures, details = {}, {}, {}
   local crashes = 0
@@ -83,6 +95,7 @@ function _M.run(o)
   local silent, told, dups, inversions, stale, silent_stale = 0, 0, 0, 0, 0, 0
   local by_key = {}
   for _, s in ipairs(sections) do
+    s.life = lifetime(o.wipes, s.enter)
     by_key[s.key] = by_key[s.key] or {}
     table.insert(by_key[s.key], s)
     if s.outcome == "stale" then
@@ -96,16 +109,17 @@ function _M.run(o)
     local seen = {}
     for i, a in ipairs(list) do
       if a.outcome then writes = writes + 1 end
-      if seen[a.fence] then
+      local id = a.life .. ":" .. a.fence
+      if seen[id] then
         dups = dups + 1
         details[#details + 1] = string.format("%s: fence %d taken twice (workers %d and %d)", key, a.fence,
-                                              seen[a.fence].worker, a.worker)
+                                              seen[id].worker, a.worker)
       end
-      seen[a.fence] = a
+      seen[id] = a
       for j = i + 1, #list do
         local b = list[j]
         if b.enter >= a.exit then
-          if b.fence < a.fence then
+          if b.fence < a.fence and b.life == a.life then
             inversions = inversions + 1
             details[#details + 1] = string.format("%s: fence %d (worker %d) entered after fence %d (worker %d) left",
                                                   key, b.fence, b.worker, a.fence, a.worker)

@@ -9,7 +9,8 @@
 -- log every section. An injector, from a printed seed, meanwhile stops
 -- workers past the TTL (SIGSTOP, then SIGCONT), kills the lock server's
 -- clients (CLIENT KILL), pauses it (CLIENT PAUSE WRITE and ALL, also past the
--- TTL), blocks it (DEBUG SLEEP), restarts it, and starts CPU hogs. Then a
+-- TTL), blocks it (DEBUG SLEEP), restarts it (with its data, or killed and
+-- emptied as a server without persistence), and starts CPU hogs. Then a
 -- checker reads the logs and the register (torture/check.lua) and prints one
 -- summary line. Exit status 0 when it holds.
 --
@@ -89,6 +90,9 @@ local function stop(w, what)
   return string.format("SIGSTOP %s %d for %.2f s", what, w.id, pause)
 end
 
+-- When the lock server came back empty (core.now()), in order.
+local wipes = {}
+
 -- The faults, each a function that returns a line for the log.
 local faults = {
   function()
@@ -119,6 +123,19 @@ local faults = {
     lock_srv:restart()
     helpers.eventually(10, function() return cli("PING") == "PONG" end)
     return string.format("restart of the lock server (appendfsync always), %.2f s", core.now() - started)
+  end,
+  function()
+    -- Without persistence: locks and fences are gone (the documented loss).
+    -- Fences are checked per server lifetime from here on.
+    local started = core.now()
+    lock_srv:restart(function()
+      -- While it is down: the register takes fences of the next lifetime.
+      reg_srv:cli("INCR", "lifetime")
+      wipes[#wipes + 1] = core.now()
+    end)
+    helpers.eventually(10, function() return cli("PING") == "PONG" end)
+    return string.format("restart of the lock server without its data (kill -9, files removed), %.2f s",
+                         core.now() - started)
   end,
   function()
     local hogs = {}
@@ -169,7 +186,7 @@ end
 
 local result = check.run({
   workers = workers, hung = hung, nkeys = nkeys, seconds = seconds, faults = #fault_log,
-  register = function(...) return reg_srv:cli(...) end, keys_left = left, seed = seed,
+  register = function(...) return reg_srv:cli(...) end, keys_left = left, seed = seed, wipes = wipes,
 })
 if os.getenv("TORTURE_VERBOSE") == "1" or not result.ok then
   for _, line in ipairs(fault_log) do print("  fault: " .. line) end

@@ -27,14 +27,14 @@ local register = core.new{ port = reg_port, timeout = 5 }
 local log = assert(io.open(logfile, "w"))
 log:setvbuf("line")
 
--- Accepts fence for key only when it is higher than every fence accepted
--- before for it; then bumps the key's counter by a read-modify-write done
--- in the worker (so that an overlap would lose an update).
+-- Accepts fence ARGV[1] for a key (KEYS[1]) only when it is higher than
+-- every fence accepted before for it in the same lifetime of the lock server
+-- (ARGV[2]: a restart without data starts the fences again, and the injector
+-- counts lifetimes in the register's "lifetime" key, read when the section
+-- begins).
 local FENCED = [[
-local last = tonumber(redis.call('GET', KEYS[1]) or '0')
-if tonumber(ARGV[1]) <= last then return 0 end
+if tonumber(ARGV[1]) <= tonumber(redis.call('GET', KEYS[1]) or '0') then return 0 end
 redis.call('SET', KEYS[1], ARGV[1])
-redis.call('RPUSH', KEYS[2], ARGV[1])
 return 1
 ]]
 
@@ -59,11 +59,12 @@ while core.now() < deadline do
   local entered = false
   local ok, err = pcall(with_lock, client, key, ttl, function(lock)
     entered = true
+    local life = register:command("GET", "lifetime") or "0"
     log:write(string.format("E %.6f %s %d %s\n", core.now(), key, lock.fence, mode))
     local n = tonumber(register:command("GET", "count:" .. key)) or 0
     core.sleep(hold)
     register:command("SET", "count:" .. key, n + 1)
-    local accepted = register:command("EVAL", FENCED, 2, "fence:" .. key, "fences:" .. key, lock.fence)
+    local accepted = register:command("EVAL", FENCED, 1, "fence:" .. key .. ":" .. life, lock.fence)
     log:write(string.format("X %.6f %s %d %s\n", core.now(), key, lock.fence, accepted == 1 and "ok" or "stale"))
   end, { wait = wait, wait_mode = mode == "fair" and "notify" or mode, fair = mode == "fair" })
   if not ok then
