@@ -4,7 +4,8 @@
 --  * overlaps: two sections of one key whose [entry, exit] intervals cross on
 --    the shared monotonic clock. Told when either side heard of it from
 --    redislock (with_lock raised lost or connection after fn); silent
---    otherwise, even when the register refused a stale write.
+--    otherwise, even when the register refused a stale write. Checked again
+--    without any clock, in the order the register saw entries and exits.
 --  * fences: two sections of one key with the same fence (duplicates), or a
 --    section that entered after another ended yet holds a lower fence
 --    (inversions), within one lifetime of the lock server (a restart without
@@ -27,8 +28,9 @@ local function read_log(w, sections, failures)
   for line in text:gmatch("[^\n]+") do
     local kind, rest = line:match("^(%u+) ?(.*)$")
     if kind == "E" then
-      local t, key, fence, mode = rest:match("^(%S+) (%S+) (%d+) (%S+)")
-      open = { worker = w.id, enter = tonumber(t), key = key, fence = tonumber(fence), mode = mode }
+      local t, key, fence, mode, life = rest:match("^(%S+) (%S+) (%d+) (%S+) (%d+)")
+      open = { worker = w.id, enter = tonumber(t), key = key, fence = tonumber(fence), mode = mode,
+               life = tonumber(life) }
       sections[#sections + 1] = open
     elseif kind == "X" and open then
       local t, outcome = rest:match("^(%S+) %S+ %d+ (%S+)")
@@ -66,18 +68,10 @@ local function commas(n)
   end
 end
 
--- The lifetime of the lock server a time falls in: how many wipes came before.
-local function lifetime(wipes, t)
-  local n = 0
-  for _, w in ipairs(wipes) do
-    if t >= w then n = n + 1 end
-  end
-  return n
-end
-
 --- Judges a run: o = { workers, hung, nkeys, seconds, faults, register(cli
--- args...) -> string, keys_left, seed, wipes (core.now() of each restart
--- without data) }. Returns { ok, summary, details }.
+-- args...) -> string, keys_left, seed }. Returns { ok, summary, details }.
+-- A section's lifetime of the lock server is the one the register counted
+-- when it began (the injector counts restarts without data there).
 function _M.run(o)
   local sections, failures, details = {}, {}, {}
   local crashes = 0
@@ -95,7 +89,6 @@ function _M.run(o)
   local silent, told, dups, inversions, stale, silent_stale = 0, 0, 0, 0, 0, 0
   local by_key = {}
   for _, s in ipairs(sections) do
-    s.life = lifetime(o.wipes, s.enter)
     by_key[s.key] = by_key[s.key] or {}
     table.insert(by_key[s.key], s)
     if s.outcome == "stale" then
@@ -136,6 +129,39 @@ function _M.run(o)
       end
     end
   end
+  -- The same, clock-free: in the register's order of "in"/"out" events.
+  local silent_order, told_order = 0, 0
+  local function section_of(key, worker, fence, life)
+    for _, s in ipairs(by_key[key] or {}) do
+      if s.worker == worker and s.fence == fence and s.life == life then return s end
+    end
+  end
+  for k = 1, o.nkeys do
+    local key = "k" .. k
+    local inside = {}
+    for event in o.register("LRANGE", "history:" .. key, "0", "-1"):gmatch("[^\n]+") do
+      local what, worker, fence, life = event:match("^(%a+) (%d+) (%d+) (%d+)$")
+      worker, fence, life = tonumber(worker), tonumber(fence), tonumber(life)
+      if what == "in" then
+        local a = section_of(key, worker, fence, life)
+        for other, o_in in pairs(inside) do
+          local ofence = o_in.fence
+          local b = section_of(key, other, ofence, o_in.life)
+          if (a and a.told) or (b and b.told) then
+            told_order = told_order + 1
+          else
+            silent_order = silent_order + 1
+            details[#details + 1] = string.format("%s: in the register's order, worker %d (fence %d) entered while "
+              .. "worker %d (fence %d) was inside, and neither was told", key, worker, fence, other, ofence)
+          end
+        end
+        inside[worker] = { fence = fence, life = life }
+      elseif what == "out" then
+        inside[worker] = nil
+      end
+    end
+  end
+
   local counted = 0
   for k = 1, o.nkeys do counted = counted + (tonumber(o.register("GET", "count:k" .. k)) or 0) end
 
@@ -155,17 +181,19 @@ function _M.run(o)
   for _, key in ipairs(o.keys_left) do details[#details + 1] = "left behind: " .. key end
   for _, id in ipairs(o.hung) do details[#details + 1] = "worker " .. id .. " hung (killed)" end
 
-  local ok = silent == 0 and dups == 0 and inversions == 0 and crashes == 0 and #o.hung == 0 and uncoded == 0
-    and redis_with_wait == 0 and #o.keys_left == 0
+  local ok = silent == 0 and silent_order == 0 and dups == 0 and inversions == 0 and crashes == 0
+    and #o.hung == 0 and uncoded == 0 and redis_with_wait == 0 and #o.keys_left == 0
   local code_list = {}
   for code, n in pairs(codes) do code_list[#code_list + 1] = code .. " " .. n end
   table.sort(code_list)
   local summary = string.format(
     "torture: %s: %d silent overlaps in %s sections (%d workers, %g s, %d faults, seed %d); %d told overlaps; "
+      .. "in the register's order %d silent, %d told; "
       .. "fences %s (%d duplicates, %d inversions; %d stale writes refused, %d of them silent); "
       .. "%d lost updates; %d crashes, %d hangs, %d uncoded errors, %d redis errors with wait left, %d keys left; "
       .. "failed calls: %s",
     ok and "holds" or "FAILS", silent, commas(#sections), #o.workers, o.seconds, o.faults, o.seed, told,
+    silent_order, told_order,
     (dups == 0 and inversions == 0) and "ok" or "BROKEN", dups, inversions, stale, silent_stale,
     writes - counted, crashes, #o.hung, uncoded, redis_with_wait, #o.keys_left,
     #code_list > 0 and table.concat(code_list, ", ") or "none")

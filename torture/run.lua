@@ -90,9 +90,6 @@ local function stop(w, what)
   return string.format("SIGSTOP %s %d for %.2f s", what, w.id, pause)
 end
 
--- When the lock server came back empty (core.now()), in order.
-local wipes = {}
-
 -- The faults, each a function that returns a line for the log.
 local faults = {
   function()
@@ -131,7 +128,6 @@ local faults = {
     lock_srv:restart(function()
       -- While it is down: the register takes fences of the next lifetime.
       reg_srv:cli("INCR", "lifetime")
-      wipes[#wipes + 1] = core.now()
     end)
     helpers.eventually(10, function() return cli("PING") == "PONG" end)
     return string.format("restart of the lock server without its data (kill -9, files removed), %.2f s",
@@ -186,7 +182,7 @@ end
 
 local result = check.run({
   workers = workers, hung = hung, nkeys = nkeys, seconds = seconds, faults = #fault_log,
-  register = function(...) return reg_srv:cli(...) end, keys_left = left, seed = seed, wipes = wipes,
+  register = function(...) return reg_srv:cli(...) end, keys_left = left, seed = seed,
 })
 if os.getenv("TORTURE_VERBOSE") == "1" or not result.ok then
   for _, line in ipairs(fault_log) do print("  fault: " .. line) end

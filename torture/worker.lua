@@ -5,18 +5,21 @@
 -- does a read-modify-write of the key's counter and a fenced write, both on
 -- the register server (never faulted), and it logs entry and exit, one line
 -- each, on the monotonic clock that every process shares:
---   E <now> <key> <fence> <mode>
+--   E <now> <key> <fence> <mode> <lifetime of the lock server>
 --   X <now> <key> <fence> <outcome>     outcome: ok | lost | stale | <code>
 --   F <now> <key> <code> <waited> <wait> <message>   a with_lock that failed
 --                                        before fn ran (busy, connection ...)
 -- "stale": the register refused the fence (a newer holder wrote first).
+-- Entry and exit also go to the register's list history:<key> ("in <id>
+-- <fence> <lifetime>", "out <id> <fence> <lifetime>"): the register's own
+-- order, for a check that needs no clock.
 -- With TORTURE_BREAK=1 it takes no lock at all (the section's fence is an
 -- INCR): a control run, in which the checker must find silent overlaps.
 -- usage: worker.lua <lock_port> <register_port> <id> <keys> <seconds> <ttl> <seed> <log>
 local redislock = require "redislock"
 local core = require "redislock.core"
 
-local lock_port, reg_port = tonumber(arg[1]), tonumber(arg[2]) -- arg[3]: the worker's number (for ps)
+local lock_port, reg_port, id = tonumber(arg[1]), tonumber(arg[2]), arg[3]
 local nkeys, seconds, ttl, seed, logfile = tonumber(arg[4]), tonumber(arg[5]), tonumber(arg[6]),
                                            tonumber(arg[7]), arg[8]
 
@@ -60,11 +63,14 @@ while core.now() < deadline do
   local ok, err = pcall(with_lock, client, key, ttl, function(lock)
     entered = true
     local life = register:command("GET", "lifetime") or "0"
-    log:write(string.format("E %.6f %s %d %s\n", core.now(), key, lock.fence, mode))
+    local event = id .. " " .. lock.fence .. " " .. life
+    register:command("RPUSH", "history:" .. key, "in " .. event)
+    log:write(string.format("E %.6f %s %d %s %s\n", core.now(), key, lock.fence, mode, life))
     local n = tonumber(register:command("GET", "count:" .. key)) or 0
     core.sleep(hold)
     register:command("SET", "count:" .. key, n + 1)
     local accepted = register:command("EVAL", FENCED, 1, "fence:" .. key .. ":" .. life, lock.fence)
+    register:command("RPUSH", "history:" .. key, "out " .. event)
     log:write(string.format("X %.6f %s %d %s\n", core.now(), key, lock.fence, accepted == 1 and "ok" or "stale"))
   end, { wait = wait, wait_mode = mode == "fair" and "notify" or mode, fair = mode == "fair" })
   if not ok then
