@@ -8,3 +8,4 @@ files["lua/redislock/ngx.lua"] = { std = "max+ngx_lua" }
 files["lua/redislock/ngx_lease.lua"] = { std = "max+ngx_lua" }
 files["spec/support/ngx_app.lua"] = { std = "max+ngx_lua" }
 files["examples/openresty"] = { std = "max+ngx_lua" }
+files["torture/ngx_app.lua"] = { std = "max+ngx_lua" }

@@ -15,7 +15,9 @@
 -- summary line. Exit status 0 when it holds.
 --
 -- Environment: TORTURE_SHORT=1 (a run under 2 minutes), TORTURE_SECONDS,
--- TORTURE_WORKERS, TORTURE_KEYS, TORTURE_TTL, TORTURE_SEED (replay a run),
+-- TORTURE_WORKERS, TORTURE_NGX_WORKERS (2 of them run their sections in a
+-- private nginx: torture/ngx_driver.lua, torture/ngx_app.lua), TORTURE_KEYS,
+-- TORTURE_TTL, TORTURE_SEED (replay a run),
 -- TORTURE_BREAK=1 (a control run without locks, which must fail).
 -- usage: sh torture/run.sh (make torture), which sets the module paths and
 -- cleans up; the logs of a failing run are printed in part (TORTURE_VERBOSE=1:
@@ -28,6 +30,8 @@ local short = os.getenv("TORTURE_SHORT") == "1"
 local seconds = tonumber(os.getenv("TORTURE_SECONDS") or (short and "40" or "180"))
 local nworkers = tonumber(os.getenv("TORTURE_WORKERS") or (short and "8" or "16"))
 local nkeys = tonumber(os.getenv("TORTURE_KEYS") or "3")
+-- Of the workers, this many are OpenResty ones (sections run in nginx).
+local nngx = tonumber(os.getenv("TORTURE_NGX_WORKERS") or "2")
 local ttl = tonumber(os.getenv("TORTURE_TTL") or "1")
 local seed = tonumber(os.getenv("TORTURE_SEED") or "") or (os.time() % 1000000)
 math.randomseed(seed)
@@ -38,6 +42,11 @@ local root = helpers.root()
 local q = helpers.sh_quote
 local lock_srv = helpers.start_redis({ "--appendonly", "yes", "--appendfsync", "always" })
 local reg_srv = helpers.start_redis()
+local nginx = nngx > 0 and helpers.start_nginx({
+  workers = 2,
+  http = "server { listen 127.0.0.1:{{port}}; location = /section { "
+    .. "content_by_lua_block { require('torture.ngx_app').section() } } }",
+})
 -- Under $REDISLOCK_TEST_TMP (torture/run.sh removes it whatever happens).
 local tmp_root = os.getenv("REDISLOCK_TEST_TMP")
 local dir = (helpers.run("mktemp -d " .. (tmp_root and q(tmp_root .. "/run.XXXXXX") or "")):gsub("%s+$", ""))
@@ -50,9 +59,15 @@ for i = 1, nworkers do
   if i % 2 == 0 then lua, build = "luajit", "luajit" end
   local w = { id = i, lua = lua, pidfile = dir .. "/w" .. i .. ".pid", status = dir .. "/w" .. i .. ".status",
               log = dir .. "/w" .. i .. ".log", out = dir .. "/w" .. i .. ".out" }
-  local cmd = string.format("LUA_PATH=%s LUA_CPATH=%s sh -c 'echo $$ > %s; exec %s %s %d %d %d %d %g %g %d %s'",
-    q(root .. "/lua/?.lua;;"), q(root .. "/build/" .. build .. "/?.so;;"), q(w.pidfile), lua,
-    q(root .. "/torture/worker.lua"), lock_srv.port, reg_srv.port, i, nkeys, seconds, ttl, seed * 100 + i, q(w.log))
+  local script, before = "worker.lua", ""
+  if i <= nngx then
+    -- An OpenResty slot: a Lua 5.4 driver sends the sections to nginx.
+    lua, build, script, before, w.lua = "lua5.4", "lua5.4", "ngx_driver.lua", nginx.port .. " ", "openresty"
+  end
+  local cmd = string.format("LUA_PATH=%s LUA_CPATH=%s sh -c 'echo $$ > %s; exec %s %s %s%d %d %d %d %g %g %d %s'",
+    q(root .. "/lua/?.lua;" .. root .. "/?.lua;;"), q(root .. "/build/" .. build .. "/?.so;;"), q(w.pidfile), lua,
+    q(root .. "/torture/" .. script), before, lock_srv.port, reg_srv.port, i, nkeys, seconds, ttl, seed * 100 + i,
+    q(w.log))
   os.execute(string.format("( %s; echo $? > %s ) > %s 2>&1 &", cmd, q(w.status), q(w.out)))
   workers[i] = w
 end
@@ -99,6 +114,12 @@ local faults = {
   end,
   function()
     return stop(workers[math.random(#workers)], "worker")
+  end,
+  function()
+    -- An nginx worker: its requests, sections and renewal timer all stop.
+    local pids = nginx and nginx:workers() or {}
+    if #pids == 0 then return stop(workers[math.random(#workers)], "worker") end
+    return stop({ pid = pids[math.random(#pids)], id = 0 }, "an nginx worker,")
   end,
   function()
     return "CLIENT KILL TYPE normal: " .. cli("CLIENT", "KILL", "TYPE", "normal")
@@ -192,6 +213,7 @@ print(result.summary)
 
 lock_srv:stop()
 reg_srv:stop()
+if nginx then nginx:stop() end
 if not tmp_root then
   if result.ok then os.execute("rm -rf " .. q(dir)) else print("torture: logs kept in " .. dir) end
 end
