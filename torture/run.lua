@@ -119,7 +119,8 @@ local faults = {
     -- An nginx worker: its requests, sections and renewal timer all stop.
     local pids = nginx and nginx:workers() or {}
     if #pids == 0 then return stop(workers[math.random(#workers)], "worker") end
-    return stop({ pid = pids[math.random(#pids)], id = 0 }, "an nginx worker,")
+    local pid = pids[math.random(#pids)]
+    return stop({ pid = pid, id = pid }, "nginx worker, pid")
   end,
   function()
     return "CLIENT KILL TYPE normal: " .. cli("CLIENT", "KILL", "TYPE", "normal")
