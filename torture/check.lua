@@ -1,5 +1,5 @@
 -- SPDX-License-Identifier: MIT
--- The torture checker: reads the workers' logs (torture/worker.lua says what
+-- The torture checker: reads the workers' logs (torture/section.lua says what
 -- each line means) and the register, and judges the run.
 --  * overlaps: two sections of one key whose [entry, exit] intervals cross on
 --    the shared monotonic clock. Told when either side heard of it from

@@ -1,11 +1,12 @@
 -- SPDX-License-Identifier: MIT
 -- Drives one OpenResty worker slot of make torture: sections picked as
--- torture/worker.lua picks them, each one GET /section on the private nginx
+-- torture/section.lua picks them, each one GET /section on the private nginx
 -- (torture/ngx_app.lua runs it and writes the log), one after the other, until
 -- the deadline; then the log's DONE line.
 -- usage: ngx_driver.lua <nginx_port> <lock_port> <register_port> <id> <keys> <seconds> <ttl> <seed> <log>
 local core = require "redislock.core"
 local http = require "spec.support.http"
+local section = require "torture.section"
 
 local port, lock_port, reg_port, id = tonumber(arg[1]), arg[2], arg[3], arg[4]
 local nkeys, seconds, ttl, seed, logfile = tonumber(arg[5]), tonumber(arg[6]), tonumber(arg[7]),
@@ -13,13 +14,11 @@ local nkeys, seconds, ttl, seed, logfile = tonumber(arg[5]), tonumber(arg[6]), t
 math.randomseed(seed)
 assert(io.open(logfile, "w")):close()
 
-local MODES = { "notify", "poll", "fair" }
 local deadline = core.now() + seconds
 while core.now() < deadline do
-  local hold = math.random(5) == 1 and ttl * (1.5 + 1.5 * math.random()) or 0.002 * math.random(10)
-  local path = string.format("/section?key=k%d&ttl=%g&hold=%.3f&wait=%.3f&mode=%s&id=%s&log=%s&lock_port=%s"
-    .. "&reg_port=%s", math.random(nkeys), ttl, hold, 0.5 + 2 * math.random(), MODES[math.random(#MODES)], id,
-    logfile, lock_port, reg_port)
+  local s = section.pick(nkeys, ttl)
+  local path = string.format("/section?key=%s&ttl=%g&hold=%.3f&wait=%.3f&mode=%s&id=%s&log=%s&lock_port=%s"
+    .. "&reg_port=%s", s.key, ttl, s.hold, s.wait, s.mode, id, logfile, lock_port, reg_port)
   local status, body = http.request(port, "GET", path, { timeout = 60 })
   assert(status == 200, "GET /section: " .. status .. " " .. body)
 end

@@ -1,0 +1,70 @@
+-- SPDX-License-Identifier: MIT
+-- One torture section, shared by the plain workers (torture/worker.lua) and
+-- the OpenResty ones (torture/ngx_app.lua): what a section is, how it is
+-- picked, and the log lines it leaves (on the monotonic clock every process
+-- shares):
+--   E <now> <key> <fence> <mode> <lifetime of the lock server>
+--   X <now> <key> <fence> <outcome>     outcome: ok | stale (the register
+--                                        refused the fence: a newer holder wrote)
+--   L <now> <key> <code> <message>      with_lock raised after fn ran
+--   F <now> <key> <code> <waited> <wait> <message>   it failed before fn ran
+-- Inside, a read-modify-write of the key's counter and a fenced write, both
+-- on the register (never faulted); entry and exit also go to the register's
+-- list history:<key> ("in|out <id> <fence> <lifetime>"), its own order, for
+-- a check that needs no clock.
+local core = require "redislock.core"
+
+local _M = {}
+
+-- Accepts fence ARGV[1] for KEYS[1] (a key and a lifetime of the lock
+-- server: a restart without data starts the fences again; the injector
+-- counts lifetimes in the register's "lifetime" key) only when it is higher
+-- than every fence accepted before.
+local FENCED = [[
+if tonumber(ARGV[1]) <= tonumber(redis.call('GET', KEYS[1]) or '0') then return 0 end
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
+]]
+
+local MODES = { "notify", "poll", "fair" }
+
+--- The next section's parameters, from math.random: { key, mode, hold, wait }.
+-- One section in five outlasts the TTL (1.5 to 3 TTLs): renewal keeps it.
+function _M.pick(nkeys, ttl)
+  return {
+    key = "k" .. math.random(nkeys),
+    mode = MODES[math.random(#MODES)],
+    hold = math.random(5) == 1 and ttl * (1.5 + 1.5 * math.random()) or 0.002 * math.random(10),
+    wait = 0.5 + 2 * math.random(),
+  }
+end
+
+--- Runs section s ({ key, mode, hold, wait }) as worker id: with_lock(client,
+-- key, ttl, fn, opts) takes the lock (client:with_lock, or a stand-in),
+-- register is a client of the register, sleep sleeps, log(line) appends.
+function _M.run(s, id, ttl, with_lock, client, register, sleep, log)
+  local key, started, entered = s.key, core.now(), false
+  local ok, err = pcall(with_lock, client, key, ttl, function(lock)
+    entered = true
+    local life = register:command("GET", "lifetime") or "0"
+    local event = id .. " " .. lock.fence .. " " .. life
+    register:command("RPUSH", "history:" .. key, "in " .. event)
+    log(string.format("E %.6f %s %d %s %s\n", core.now(), key, lock.fence, s.mode, life))
+    local n = tonumber(register:command("GET", "count:" .. key)) or 0
+    sleep(s.hold)
+    register:command("SET", "count:" .. key, n + 1)
+    local accepted = register:command("EVAL", FENCED, 1, "fence:" .. key .. ":" .. life, lock.fence)
+    register:command("RPUSH", "history:" .. key, "out " .. event)
+    log(string.format("X %.6f %s %d %s\n", core.now(), key, lock.fence, accepted == 1 and "ok" or "stale"))
+  end, { wait = s.wait, wait_mode = s.mode == "fair" and "notify" or s.mode, fair = s.mode == "fair" })
+  if ok then return end
+  local msg = tostring(err):gsub("\n", " ")
+  local code = msg:match("^(%a+):") or "uncoded"
+  if entered then
+    log(string.format("L %.6f %s %s %s\n", core.now(), key, code, msg))
+  else
+    log(string.format("F %.6f %s %s %.3f %.3f %s\n", core.now(), key, code, core.now() - started, s.wait, msg))
+  end
+end
+
+return _M
