@@ -226,7 +226,8 @@ local function check_acquire_opts(n, fname, opts, renew)
   end
   local wait = how.wait
   if type(wait) ~= "number" or wait ~= wait or wait < 0 or wait * 1000 > core.MAX_MS then
-    argerror(n, fname, "option 'wait' must be a number of seconds in 0..9007199254740.992 (2^53 ms)")
+    argerror(n, fname, string_format("option 'wait' must be a number of seconds in 0..%.3f (2^53 ms)",
+                                     core.MAX_MS / 1000))
   end
   if not WAIT_MODES[how.mode] then
     argerror(n, fname, "option 'wait_mode' must be \"notify\" or \"poll\", got " .. show(how.mode))

@@ -191,7 +191,7 @@ end
 -- Locks
 
 -- acquire after its arguments were checked. scoped: with_lock's lock, which
--- must not outlive the running thread (see redislock/ngx.lua).
+-- must not outlive the running thread (see redislock/ngx_lease.lua).
 local function acquire(self, key, ms, how, scoped)
   local tok, t = token(), self._transport
   local fence, sent, acked, werr = take(t, self._sleep, self._held, key, tok, ms, how)

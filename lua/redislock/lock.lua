@@ -67,12 +67,15 @@ local function mark_lost(self, status, op)
   return set_lost(self, why .. "; found at " .. op)
 end
 
+-- Whether the lease found the lock lost and nobody was told yet.
+local function lost_news(self)
+  return self._state == "held" and self._lease ~= nil and self._lease:state() == "lost"
+end
+
 -- The "lost" message when the lock's renewal found it lost, else nil.
 local function lease_lost(self)
-  local lease = self._lease
-  if not lease or self._state ~= "held" then return nil end
-  local state, why = lease:state()
-  if state ~= "lost" then return nil end
+  if not lost_news(self) then return nil end
+  local _, why = self._lease:state()
   return set_lost(self, why)
 end
 
@@ -94,12 +97,17 @@ local function no_longer_ours(self)
   return nil
 end
 
+-- Why the lock cannot be used: no longer ours, or its client closed; else nil.
+local function unusable(self)
+  return no_longer_ours(self) or client_closed(self)
+end
+
 -- Runs op on the server for a lock that is still ours by our own account;
 -- fname names the public method for errors.
 -- Returns the script's value, or nil and an error message.
 local function lock_eval(self, fname, op, ms)
   check_phase(self._t, fname)
-  local gone = no_longer_ours(self) or client_closed(self)
+  local gone = unusable(self)
   -- Stopped before anything is sent, so that no renewal runs after the
   -- release; also when the lock is gone (a loss the OpenResty timer found
   -- could not end with_lock's sentinel, which only the releasing thread may).
@@ -176,7 +184,7 @@ function Lock:check(server, ...)
     argerror(1, "check", "server must be a boolean or nil, got " .. type(server))
   end
   check_nargs("check", 1, ...)
-  local gone = no_longer_ours(self) or client_closed(self)
+  local gone = unusable(self)
   if gone then return nil, gone end
   local expires = expires_of(self)
   if (not self._lease or self._lease:state() ~= "held") and expires and now() >= expires then
@@ -239,18 +247,20 @@ function _M.watchable(lock)
   return lock._on_lost ~= nil and lock._lease ~= nil and not lock._t.reports_loss
 end
 
---- A note on lock for whoever must release it if its owner drops it: a
--- new lock object for the same key and token (that does not refer to lock),
--- as note.stand_in; note.released turns true once lock is released.
+local WEAK_VALUES = { __mode = "v" }
+
+--- A note on lock for whoever must release it if its owner drops it:
+-- note.stand_in, a new lock object for the same key and token (that does not
+-- refer to lock); note.ref[1], lock itself, weakly (nil once collected);
+-- note.released, true once lock is released.
 function _M.note(lock)
-  local note = { stand_in = _M.new(lock._t, lock._link, lock.key, lock.token, lock.fence) }
+  local note = { stand_in = _M.new(lock._t, lock._link, lock.key, lock.token, lock.fence),
+                 ref = setmetatable({ lock }, WEAK_VALUES) }
   lock._note = note
   return note
 end
 
 --- Whether the lease found the lock lost and nobody was told yet.
-function _M.lost_news(lock)
-  return lock._state == "held" and lock._lease ~= nil and lock._lease:state() == "lost"
-end
+_M.lost_news = lost_news
 
 return _M

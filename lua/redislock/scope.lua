@@ -56,8 +56,8 @@ end
 -- code runs, and when it did abort fn, the locks fn took that nothing refers
 -- to any more are released (fn may have been stopped between acquire's
 -- return and the variable that would have released it). So each lock taken
--- in a watched scope gets a note (lock.note) kept with a weak reference to
--- the lock; notes of released locks are dropped as they pile up.
+-- in a watched scope gets a note (lock.note, which refers to the lock
+-- weakly); notes of released locks are dropped as they pile up.
 --
 -- A deferred abort is looked at again after a few hundred instructions, a
 -- different number each time: with a fixed count, a loop whose length
@@ -75,7 +75,6 @@ local RETRY_STEPS = { 101, 211, 307, 401, 503, 601, 701, 809, 907 } -- primes
 -- then; a scope in a coroutine that was dropped is never ended, and keeps
 -- acquire on the slower path, which is still correct).
 _M.watching = 0
-local WEAK_VALUES = { __mode = "v" }
 
 local function running()
   return coroutine_running() or MAIN
@@ -86,10 +85,8 @@ end
 function _M.note_taken(lock)
   local scope = scopes[running()]
   if not scope then return end
-  local note = lock_mod.note(lock)
-  note.ref = setmetatable({ lock }, WEAK_VALUES)
   local taken = scope.taken
-  taken[#taken + 1] = note
+  taken[#taken + 1] = lock_mod.note(lock)
   if #taken >= scope.compact_at then
     -- A loop taking and releasing locks inside fn must not grow this.
     local kept = {}
@@ -108,7 +105,7 @@ local function watch_lost(lock)
   local deferred = 0
   scope.hook = function()
     if not lock_mod.lost_news(lock) then return end
-    if args.is_own(debug_getinfo(2, "S").source) then -- not inside redislock: soon, elsewhere
+    if args.is_own(debug_getinfo(2, "S").source) then -- inside redislock: look again soon, elsewhere
       deferred = deferred % #RETRY_STEPS + 1
       debug_sethook(scope.hook, "", RETRY_STEPS[deferred])
       return
