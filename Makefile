@@ -6,6 +6,7 @@ LUA_INCDIR     ?= /usr/include/lua5.4
 LUAJIT_INCDIR  ?= /usr/include/luajit-2.1
 HIREDIS_INCDIR ?= /usr/include
 HIREDIS_LIBS   ?= -lhiredis
+SSL_LIBS       ?= -lssl -lcrypto
 SYS_LIBS        = -ldl   # dladdr/dlopen; part of libc since glibc 2.34
 CC             ?= cc
 CFLAGS         ?= -O2 -g
@@ -23,7 +24,7 @@ endif
 MODFLAGS = -fPIC -fvisibility=hidden -pthread -I$(HIREDIS_INCDIR)
 SANITIZE = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
-SRC = csrc/rl_proto.c csrc/rl_sha1.c csrc/rl_conn.c csrc/rl_watchdog.c csrc/rl_lua.c
+SRC = csrc/rl_proto.c csrc/rl_sha1.c csrc/rl_tls.c csrc/rl_conn.c csrc/rl_watchdog.c csrc/rl_lua.c
 HDR = $(wildcard csrc/*.h)
 
 LUA54_MOD  = build/lua5.4/redislock/core.so
@@ -43,7 +44,7 @@ build/asan/%:   MOD_CFLAGS = -O1 -g $(SANITIZE)
 
 $(LUA54_MOD) $(LUAJIT_MOD) $(ASAN_MOD): $(SRC) $(HDR)
 	@mkdir -p $(@D)
-	$(CC) $(MOD_CFLAGS) $(WARNINGS) $(MODFLAGS) -I$(MOD_INC) $(SHARED) -o $@ $(SRC) $(HIREDIS_LIBS) $(SYS_LIBS)
+	$(CC) $(MOD_CFLAGS) $(WARNINGS) $(MODFLAGS) -I$(MOD_INC) $(SHARED) -o $@ $(SRC) $(HIREDIS_LIBS) $(SSL_LIBS) $(SYS_LIBS)
 
 # Test support for the fork spec, beside each module (never installed).
 build/%/spec_fork.so: spec/support/fork.c

@@ -1,16 +1,26 @@
 /* SPDX-License-Identifier: MIT */
-/* The blocking transport over a hiredis context. */
+/* The blocking transport over sockets of its own (TCP, unix, TLS). */
 #ifndef _DEFAULT_SOURCE
-#define _DEFAULT_SOURCE /* strdup under -std=c99 */
+#define _DEFAULT_SOURCE /* strdup, getaddrinfo under -std=c99 */
 #endif
 #include "rl_conn.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
+
+/* What ended a round trip that brought no reply. */
+enum { RT_OK, RT_TIMEOUT, RT_FAILED };
 
 /* strdup that lets NULL through and records a failed allocation in *failed. */
 static char *dup_or_null(const char *s, int *failed) {
@@ -24,19 +34,27 @@ static char *dup_or_null(const char *s, int *failed) {
 int rl_conn_init(rl_conn *conn, const rl_conn_opts *opts) {
   int failed = 0;
   memset(conn, 0, sizeof *conn);
+  conn->fd = -1;
   conn->o = *opts;
   conn->o.host = dup_or_null(opts->host, &failed);
   conn->o.path = dup_or_null(opts->path, &failed);
   conn->o.username = dup_or_null(opts->username, &failed);
   conn->o.password = dup_or_null(opts->password, &failed);
+  conn->o.tls = rl_tls_ref(opts->tls);
   return failed ? -1 : 0;
 }
 
 void rl_conn_close(rl_conn *conn) {
-  if (conn->ctx != NULL) {
-    redisFree(conn->ctx); /* only close(2): nothing is sent */
-    conn->ctx = NULL;
-  }
+  /* Only close(2): nothing is sent (no QUIT, no close_notify), so a forked
+     child may close its parent's connection without disturbing it. */
+  if (conn->ssl != NULL) rl_tls_free(conn->ssl);
+  if (conn->fd >= 0) close(conn->fd);
+  if (conn->reader != NULL) redisReaderFree(conn->reader);
+  conn->ssl = NULL;
+  conn->fd = -1;
+  conn->reader = NULL;
+  conn->rcv_ms = 0;
+  conn->answered = 0;
 }
 
 void rl_conn_free(rl_conn *conn) {
@@ -48,6 +66,7 @@ void rl_conn_free(rl_conn *conn) {
     memset(conn->o.password, 0, strlen(conn->o.password));
     free(conn->o.password);
   }
+  rl_tls_unref(conn->o.tls);
   memset(&conn->o, 0, sizeof conn->o);
 }
 
@@ -60,7 +79,7 @@ void rl_conn_describe(const rl_conn *conn, char *buf, size_t len) {
     snprintf(buf, len, "%s:%d", conn->o.host ? conn->o.host : "?", conn->o.port);
 }
 
-/* Milliseconds as the struct timeval hiredis wants. */
+/* Milliseconds as a struct timeval. */
 static struct timeval ms_to_tv(long long ms) {
   struct timeval tv;
   tv.tv_sec = (time_t)(ms / 1000);
@@ -68,13 +87,15 @@ static struct timeval ms_to_tv(long long ms) {
   return tv;
 }
 
-/* True when the context's error is a read or write timeout (hiredis 0.14 reports
-   SO_RCVTIMEO expiring as an I/O error with EAGAIN's text). */
-static int timed_out(const redisContext *ctx) {
-#ifdef REDIS_ERR_TIMEOUT /* hiredis >= 1.0 names it */
-  if (ctx->err == REDIS_ERR_TIMEOUT) return 1;
-#endif
-  return ctx->err == REDIS_ERR_IO && strcmp(ctx->errstr, "Resource temporarily unavailable") == 0;
+/* Sets how long a read or write on the open socket may block. 0 or -1. */
+static int set_io_timeout(rl_conn *conn, long long ms) {
+  struct timeval tv = ms_to_tv(ms < 1 ? 1 : ms);
+  if (conn->rcv_ms == ms) return 0;
+  if (setsockopt(conn->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
+      setsockopt(conn->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0)
+    return -1;
+  conn->rcv_ms = ms;
+  return 0;
 }
 
 /*
@@ -83,41 +104,236 @@ static int timed_out(const redisContext *ctx) {
  * (its timeout, CLIENT KILL, a restart) or sent bytes no command asked for.
  * Checked before sending, so no command is sent twice on its account.
  */
-static int went_away(const redisContext *ctx) {
+static int went_away(const rl_conn *conn) {
   struct pollfd p;
-  p.fd = ctx->fd;
+  if (conn->ssl != NULL && rl_tls_pending(conn->ssl) > 0) return 1;
+  p.fd = conn->fd;
   p.events = POLLIN;
   p.revents = 0;
   return poll(&p, 1, 0) > 0;
 }
 
-/* Describes the error the context reported into err, then drops the context. */
-static void io_error(rl_conn *conn, char err[RL_ERRLEN]) {
-  char where[128];
-  const redisContext *ctx = conn->ctx;
-  rl_conn_describe(conn, where, sizeof where);
-  if (timed_out(ctx))
-    snprintf(err, RL_ERRLEN, "connection: %s did not answer within %g s (timeout)",
-             where, (double)conn->o.timeout_ms / 1000.0);
-  else if (ctx->err == REDIS_ERR_EOF)
-    snprintf(err, RL_ERRLEN, "connection: %s closed the connection", where);
-  else
-    rl_read_error(ctx->err, ctx->errstr, where, err, RL_ERRLEN);
-  rl_conn_close(conn);
+/* Waits until fd is ready for events or deadline_ms passes: 1, 0 (time), -1. */
+static int wait_fd(int fd, short events, long long deadline_ms) {
+  for (;;) {
+    struct pollfd p;
+    long long left = deadline_ms - rl_now_ms();
+    int rc;
+    if (left <= 0) return 0;
+    p.fd = fd;
+    p.events = events;
+    p.revents = 0;
+    rc = poll(&p, 1, (int)(left > 86400000 ? 86400000 : left));
+    if (rc > 0) return 1;
+    if (rc == 0) return 0;
+    if (errno != EINTR) return -1;
+  }
 }
 
 /*
- * Runs a set-up command (AUTH, SELECT) on a fresh context. On failure writes
- * err and drops the context. Returns 0 or -1.
+ * A non-blocking socket connected to addr by deadline_ms, or -1 with errno
+ * (ETIMEDOUT when the deadline passed).
+ */
+static int connect_addr(const struct sockaddr *addr, socklen_t alen, long long deadline_ms) {
+  int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), rc, soerr = 0;
+  socklen_t slen = sizeof soerr;
+  if (fd < 0) return -1;
+  do rc = connect(fd, addr, alen);
+  while (rc != 0 && errno == EINTR);
+  if (rc != 0 && errno != EINPROGRESS && errno != EAGAIN) goto fail;
+  if (rc != 0) {
+    rc = wait_fd(fd, POLLOUT, deadline_ms);
+    if (rc == 0) errno = ETIMEDOUT;
+    if (rc <= 0) goto fail;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &slen) != 0) goto fail;
+    if (soerr != 0) {
+      errno = soerr;
+      goto fail;
+    }
+  }
+  return fd;
+fail:
+  soerr = errno;
+  close(fd);
+  errno = soerr;
+  return -1;
+}
+
+/* Connects the socket (TCP to every address of the host in turn, or unix). 0 or -1 and err. */
+static int open_socket(rl_conn *conn, const char *where, long long deadline_ms, char err[RL_ERRLEN]) {
+  if (conn->o.path != NULL) {
+    struct sockaddr_un sun;
+    memset(&sun, 0, sizeof sun);
+    sun.sun_family = AF_UNIX;
+    if (strlen(conn->o.path) >= sizeof sun.sun_path) {
+      snprintf(err, RL_ERRLEN, "connection: cannot connect to %s (the path is too long)", where);
+      return -1;
+    }
+    memcpy(sun.sun_path, conn->o.path, strlen(conn->o.path));
+    conn->fd = connect_addr((struct sockaddr *)&sun, sizeof sun, deadline_ms);
+  } else {
+    struct addrinfo hints, *list = NULL, *ai;
+    char port[8];
+    int rc, one = 1, e = 0;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(port, sizeof port, "%d", conn->o.port);
+    rc = getaddrinfo(conn->o.host, port, &hints, &list);
+    if (rc != 0) {
+      snprintf(err, RL_ERRLEN, "connection: cannot connect to %s (%s)", where,
+               rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+      return -1;
+    }
+    for (ai = list; ai != NULL && conn->fd < 0; ai = ai->ai_next) {
+      conn->fd = connect_addr(ai->ai_addr, ai->ai_addrlen, deadline_ms);
+      if (conn->fd < 0) e = errno;
+      if (e == ETIMEDOUT) break;
+    }
+    freeaddrinfo(list);
+    errno = e;
+    if (conn->fd >= 0) {
+      int idle = 15, intvl = 5, cnt = 3; /* as hiredis: a dead peer shows in ~30 s */
+      setsockopt(conn->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      setsockopt(conn->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+      setsockopt(conn->fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+      setsockopt(conn->fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+      setsockopt(conn->fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    }
+  }
+  if (conn->fd < 0) {
+    if (errno == ETIMEDOUT)
+      snprintf(err, RL_ERRLEN, "connection: cannot connect to %s (timed out after %g s)", where,
+               (double)conn->o.connect_timeout_ms / 1000.0);
+    else
+      snprintf(err, RL_ERRLEN, "connection: cannot connect to %s (%s)", where, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+/* Switches the socket between non-blocking (connect, handshake) and blocking with timeouts. */
+static int set_blocking(int fd) {
+  int fl = fcntl(fd, F_GETFL);
+  return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+}
+
+/* Describes why a round trip failed (errno from the read or write, or eof) into err. */
+static void io_error(rl_conn *conn, int eof, int timeout, long long timeout_ms, char err[RL_ERRLEN]) {
+  char where[128], why[256];
+  int e = errno;
+  rl_conn_describe(conn, where, sizeof where);
+  if (timeout)
+    snprintf(err, RL_ERRLEN, "connection: %s did not answer within %g s (timeout)", where,
+             (double)timeout_ms / 1000.0);
+  else if (!conn->answered && conn->o.tls == NULL && conn->o.path == NULL && (eof || e == ECONNRESET))
+    /* A TLS port ends a connection whose first bytes are not a handshake. */
+    snprintf(err, RL_ERRLEN, "connection: %s closed the connection before any answer"
+             " (a TLS port? use rediss:// or tls = true)", where);
+  else if (!conn->answered && conn->ssl != NULL && (eof || e == ECONNRESET || e == EPIPE || e == EPROTO)) {
+    /* A TLS 1.3 server checks our certificate after the handshake: its
+       refusal is the first answer, or (when our command crossed it) a reset. */
+    if (e == EPROTO && !eof) rl_tls_error(why, sizeof why);
+    else snprintf(why, sizeof why, "the server ended the connection after the handshake");
+    snprintf(err, RL_ERRLEN, "connection: cannot connect to %s (TLS: %s%s)", where, why,
+             rl_tls_cert_requested(conn->ssl) && strstr(why, "client certificate") == NULL
+                 ? "; it asked for a client certificate and none is set: tls.cert and tls.key"
+                 : "");
+  } else if (eof)
+    snprintf(err, RL_ERRLEN, "connection: %s closed the connection", where);
+  else if (e == EPROTO && conn->ssl != NULL) {
+    rl_tls_error(why, sizeof why);
+    snprintf(err, RL_ERRLEN, "connection: lost %s (TLS: %s)", where, why);
+  } else
+    snprintf(err, RL_ERRLEN, "connection: lost %s (%s)", where, strerror(e));
+  rl_conn_close(conn);
+}
+
+/* Writes all of buf. 0, or -1 with errno (EAGAIN: the send timeout ran out). */
+static int write_all(rl_conn *conn, const char *buf, size_t len) {
+  while (len > 0) {
+    ssize_t n = conn->ssl != NULL ? rl_tls_write(conn->ssl, buf, len)
+                                  : send(conn->fd, buf, len, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -1;
+    buf += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+/*
+ * Sends len bytes of buf and reads one reply into *reply, all within
+ * timeout_ms. One write, then reads until the reader has a whole reply.
+ * Returns RT_OK, or RT_TIMEOUT / RT_FAILED with err written and the
+ * connection closed.
+ */
+static int roundtrip(rl_conn *conn, const char *buf, size_t len, long long timeout_ms,
+                     redisReply **reply, char err[RL_ERRLEN]) {
+  char in[16384];
+  void *r = NULL;
+  long long deadline = rl_now_ms() + timeout_ms;
+  *reply = NULL;
+  if (set_io_timeout(conn, timeout_ms) != 0 || write_all(conn, buf, len) != 0) {
+    int timeout = errno == EAGAIN || errno == EWOULDBLOCK;
+    io_error(conn, 0, timeout, timeout_ms, err);
+    return timeout ? RT_TIMEOUT : RT_FAILED;
+  }
+  for (;;) {
+    ssize_t n = conn->ssl != NULL ? rl_tls_read(conn->ssl, in, sizeof in)
+                                  : recv(conn->fd, in, sizeof in, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int timeout = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+      io_error(conn, n == 0, timeout, timeout_ms, err);
+      return timeout ? RT_TIMEOUT : RT_FAILED;
+    }
+    if (redisReaderFeed(conn->reader, in, (size_t)n) != REDIS_OK ||
+        redisReaderGetReply(conn->reader, &r) != REDIS_OK) {
+      char where[128];
+      rl_conn_describe(conn, where, sizeof where);
+      rl_read_error(conn->reader->err, conn->reader->errstr, where, err, RL_ERRLEN);
+      rl_conn_close(conn);
+      return RT_FAILED;
+    }
+    if (r != NULL) break;
+    /* A reply in pieces: what is left of the time bound covers the next read. */
+    if (rl_now_ms() >= deadline || set_io_timeout(conn, deadline - rl_now_ms()) != 0) {
+      errno = EAGAIN;
+      io_error(conn, 0, 1, timeout_ms, err);
+      return RT_TIMEOUT;
+    }
+  }
+  conn->answered = 1;
+  /* Bytes past the reply were asked for by no command: the stream is out of step. */
+  if (conn->reader->pos < conn->reader->len) rl_conn_close(conn);
+  *reply = (redisReply *)r;
+  return RT_OK;
+}
+
+/* Formats argv and runs one round trip (see roundtrip). */
+static int command(rl_conn *conn, int argc, const char **argv, const size_t *len,
+                   long long timeout_ms, redisReply **reply, char err[RL_ERRLEN]) {
+  char *buf = NULL;
+  int n = redisFormatCommandArgv(&buf, argc, argv, len), rc;
+  if (n < 0) {
+    snprintf(err, RL_ERRLEN, "connection: cannot format the command (out of memory)");
+    return RT_FAILED;
+  }
+  rc = roundtrip(conn, buf, (size_t)n, timeout_ms, reply, err);
+  free(buf);
+  return rc;
+}
+
+/*
+ * Runs a set-up command (AUTH, SELECT) on a fresh connection. On failure writes
+ * err and closes. Returns 0 or -1.
  */
 static int setup_command(rl_conn *conn, const char *what, int argc, const char **argv,
                          const size_t *len, char err[RL_ERRLEN]) {
   char where[128];
-  redisReply *r = redisCommandArgv(conn->ctx, argc, argv, len);
-  if (r == NULL) {
-    io_error(conn, err);
-    return -1;
-  }
+  redisReply *r;
+  if (command(conn, argc, argv, len, conn->o.timeout_ms, &r, err) != RT_OK) return -1;
   if (r->type == REDIS_REPLY_ERROR) {
     rl_conn_describe(conn, where, sizeof where);
     snprintf(err, RL_ERRLEN, "redis: %s refused by %s: %.*s", what, where, (int)r->len, r->str);
@@ -129,32 +345,29 @@ static int setup_command(rl_conn *conn, const char *what, int argc, const char *
   return 0;
 }
 
-/* Connects, sets the command timeout, authenticates and selects the db. */
+/* Connects (TLS when asked), then authenticates and selects the db. */
 static int conn_open(rl_conn *conn, char err[RL_ERRLEN]) {
   char where[128], db[24];
   const char *argv[3];
   size_t len[3];
-  struct timeval ctv = ms_to_tv(conn->o.connect_timeout_ms);
-  redisContext *ctx = conn->o.path != NULL
-                          ? redisConnectUnixWithTimeout(conn->o.path, ctv)
-                          : redisConnectWithTimeout(conn->o.host, conn->o.port, ctv);
+  long long deadline = rl_now_ms() + conn->o.connect_timeout_ms;
   rl_conn_describe(conn, where, sizeof where);
-  if (ctx == NULL) {
-    snprintf(err, RL_ERRLEN, "connection: cannot connect to %s (out of memory)", where);
-    return -1;
-  }
-  if (ctx->err) {
-    snprintf(err, RL_ERRLEN, "connection: cannot connect to %s (%s)", where, ctx->errstr);
-    redisFree(ctx);
-    return -1;
-  }
-  conn->ctx = ctx;
+  if (open_socket(conn, where, deadline, err) != 0) return -1;
   conn->gen = rl_fork_gen();
-  if (redisSetTimeout(ctx, ms_to_tv(conn->o.timeout_ms)) != REDIS_OK) {
-    io_error(conn, err);
+  if (conn->o.tls != NULL) {
+    conn->ssl = rl_tls_handshake(conn->o.tls, conn->fd, conn->o.host, where, deadline, err, RL_ERRLEN);
+    if (conn->ssl == NULL) {
+      rl_conn_close(conn);
+      return -1;
+    }
+  }
+  conn->reader = redisReaderCreate();
+  if (conn->reader == NULL || set_blocking(conn->fd) != 0) {
+    snprintf(err, RL_ERRLEN, "connection: cannot connect to %s (%s)", where,
+             conn->reader == NULL ? "out of memory" : strerror(errno));
+    rl_conn_close(conn);
     return -1;
   }
-  if (conn->o.path == NULL) redisEnableKeepAlive(ctx);
   if (conn->o.password != NULL) {
     int n = 0;
     argv[n++] = "AUTH";
@@ -176,23 +389,21 @@ static int conn_open(rl_conn *conn, char err[RL_ERRLEN]) {
 redisReply *rl_conn_command(rl_conn *conn, int argc, const char **argv,
                             const size_t *len, int resend, char err[RL_ERRLEN]) {
   redisReply *r;
-  int reused;
+  int reused, rc;
   /* After fork() the socket is shared with the parent: replies would mix. */
-  if (conn->ctx != NULL && (conn->gen != rl_fork_gen() || went_away(conn->ctx))) rl_conn_close(conn);
-  reused = conn->ctx != NULL;
+  if (conn->fd >= 0 && (conn->gen != rl_fork_gen() || went_away(conn))) rl_conn_close(conn);
+  reused = conn->fd >= 0;
   if (!reused && conn_open(conn, err) != 0) return NULL;
-  r = redisCommandArgv(conn->ctx, argc, argv, len);
-  if (r == NULL && reused && resend && !timed_out(conn->ctx)) {
+  rc = command(conn, argc, argv, len, conn->o.timeout_ms, &r, err);
+  if (rc == RT_FAILED && reused && resend) {
     /* The connection died between went_away() and the send, or the server
        closed it while running the command. The caller said the command is
        safe to send twice, so try once more on a fresh connection. Not after
        a timeout: the server is slow, and the caller's time bound must hold. */
-    rl_conn_close(conn);
     if (conn_open(conn, err) != 0) return NULL;
-    r = redisCommandArgv(conn->ctx, argc, argv, len);
+    rc = command(conn, argc, argv, len, conn->o.timeout_ms, &r, err);
   }
-  if (r == NULL) io_error(conn, err);
-  return r;
+  return rc == RT_OK ? r : NULL;
 }
 
 int rl_conn_wait_replicas(rl_conn *conn, long long replicas, long long ms, long long *acked,
@@ -205,18 +416,12 @@ int rl_conn_wait_replicas(rl_conn *conn, long long replicas, long long ms, long 
   len[1] = (size_t)snprintf(n, sizeof n, "%lld", replicas);
   len[2] = (size_t)snprintf(t, sizeof t, "%lld", ms);
   /* Only on the connection that wrote: WAIT counts that connection's writes. */
-  if (conn->ctx == NULL || conn->gen != rl_fork_gen() ||
-      redisSetTimeout(conn->ctx, ms_to_tv(ms + conn->o.timeout_ms)) != REDIS_OK) {
+  if (conn->fd < 0 || conn->gen != rl_fork_gen()) {
     snprintf(err, RL_ERRLEN, "connection: lost the connection before WAIT");
     rl_conn_close(conn);
     return -1;
   }
-  r = redisCommandArgv(conn->ctx, 3, argv, len);
-  if (r == NULL) {
-    io_error(conn, err);
-    return -1;
-  }
-  redisSetTimeout(conn->ctx, ms_to_tv(conn->o.timeout_ms));
+  if (command(conn, 3, argv, len, ms + conn->o.timeout_ms, &r, err) != RT_OK) return -1;
   if (r->type != REDIS_REPLY_INTEGER) {
     snprintf(err, RL_ERRLEN, "redis: WAIT: %.*s", r->type == REDIS_REPLY_ERROR ? (int)r->len : 0,
              r->type == REDIS_REPLY_ERROR ? r->str : "");
@@ -229,9 +434,7 @@ int rl_conn_wait_replicas(rl_conn *conn, long long replicas, long long ms, long 
 }
 
 void rl_conn_set_timeout(rl_conn *conn, long long ms) {
-  conn->o.timeout_ms = ms;
-  if (conn->ctx != NULL && redisSetTimeout(conn->ctx, ms_to_tv(ms)) != REDIS_OK)
-    rl_conn_close(conn); /* the next command reconnects, with the new timeout */
+  conn->o.timeout_ms = ms; /* the socket's own follows at the next command */
 }
 
 int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]) {

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The blocking transport: one hiredis context per client, connected on first
- * use, with connect and command timeouts, AUTH and SELECT. Once a context
- * reports an error it is freed ("it cannot be reused", hiredis) and the next
- * call connects afresh; a forked child never reuses its parent's socket.
+ * The blocking transport: a socket of its own per connection (TCP or unix),
+ * connected on first use with a deadline, optionally TLS (rl_tls), commands
+ * built by hiredis' formatter and written at once, replies read into hiredis'
+ * reader. Connect and command timeouts, AUTH and SELECT. Once a connection
+ * reports an error it is closed and the next call connects afresh; a forked
+ * child never reuses its parent's socket.
  */
 #ifndef REDISLOCK_RL_CONN_H
 #define REDISLOCK_RL_CONN_H
@@ -14,6 +16,7 @@
 #include <hiredis/hiredis.h>
 
 #include "rl_proto.h"
+#include "rl_tls.h"
 
 #pragma GCC visibility push(hidden)
 
@@ -29,17 +32,23 @@ typedef struct {
   long long db;
   long long connect_timeout_ms;
   long long timeout_ms;
+  rl_tls *tls;      /* TLS settings, or NULL for plaintext (TCP only) */
 } rl_conn_opts;
 
 typedef struct {
   rl_conn_opts o;
-  redisContext *ctx; /* NULL until connected, and after an error */
-  unsigned gen;      /* rl_fork_gen() when ctx was opened: a forked child's differs */
+  int fd;                 /* -1 until connected, and after an error */
+  struct ssl_st *ssl;     /* the TLS session on fd, when o.tls */
+  redisReader *reader;    /* replies read so far; made with the connection */
+  unsigned gen;           /* rl_fork_gen() when fd was opened: a forked child's differs */
+  long long rcv_ms;       /* the socket's read and write timeout now (0: not set) */
+  int answered;           /* a reply came on this connection */
 } rl_conn;
 
 /*
- * Copies opts (and its strings) into conn; no I/O. Returns 0, or -1 when out
- * of memory, leaving conn safe to pass to rl_conn_free.
+ * Copies opts (and its strings) into conn, taking a reference to opts->tls;
+ * no I/O. Returns 0, or -1 when out of memory, leaving conn safe to pass to
+ * rl_conn_free.
  */
 int rl_conn_init(rl_conn *conn, const rl_conn_opts *opts);
 /* Closes the connection, if any; conn stays usable (the next call reconnects). */

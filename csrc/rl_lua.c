@@ -79,12 +79,74 @@ static const char *opt_string(lua_State *L, const char *name) {
 }
 
 /*
- * core.new(opts) -> client. No I/O. opts: host, port, path, username,
- * password, db, connect_timeout_ms, timeout_ms, prefix; already checked and
- * given defaults by redislock.lua, checked again here for direct callers.
+ * Reads the TLS settings of the opts table at 1 into *o: field tls is nil or
+ * false (none: returns 0), true (verified against the system store), or a
+ * table with ca, cert, key, server_name (strings) and verify (boolean,
+ * default true). Raises on anything else. Pushes the strings it reads, which
+ * stay on the stack (and alive) for the caller.
+ */
+static int read_tls(lua_State *L, rl_tls_opts *o) {
+  static const char *const fields[] = { "ca", "cert", "key", "server_name", NULL };
+  const char **slot[4];
+  int t;
+  slot[0] = &o->ca, slot[1] = &o->cert, slot[2] = &o->key, slot[3] = &o->server_name;
+  memset(o, 0, sizeof *o);
+  o->verify = 1;
+  lua_getfield(L, 1, "tls");
+  t = lua_gettop(L);
+  if (lua_isnil(L, t) || (lua_isboolean(L, t) && !lua_toboolean(L, t))) return 0;
+  if (lua_isboolean(L, t)) return 1;
+  if (!lua_istable(L, t)) luaL_argerror(L, 1, "field 'tls' must be a boolean or a table");
+  for (int i = 0; fields[i] != NULL; i++) {
+    lua_getfield(L, t, fields[i]);
+    if (lua_isnil(L, -1)) continue;
+    if (lua_type(L, -1) != LUA_TSTRING || strlen(lua_tostring(L, -1)) != lua_rawlen(L, -1) ||
+        lua_rawlen(L, -1) == 0)
+      luaL_argerror(L, 1, lua_pushfstring(L, "field 'tls.%s' must be a non-empty string", fields[i]));
+    *slot[i] = lua_tostring(L, -1);
+  }
+  lua_getfield(L, t, "verify");
+  if (!lua_isnil(L, -1) && !lua_isboolean(L, -1)) luaL_argerror(L, 1, "field 'tls.verify' must be a boolean");
+  if (lua_isboolean(L, -1)) o->verify = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  if ((o->cert == NULL) != (o->key == NULL))
+    luaL_argerror(L, 1, "fields 'tls.cert' and 'tls.key' go together");
+  return 1;
+}
+
+/* Builds the settings read_tls read, or raises a bad argument that says why. */
+static rl_tls *make_tls(lua_State *L, const rl_tls_opts *o) {
+  char err[RL_ERRLEN];
+  rl_tls *tls = rl_tls_new(o, err, sizeof err);
+  if (tls == NULL) luaL_argerror(L, 1, lua_pushfstring(L, "%s", err));
+  return tls;
+}
+
+/*
+ * core.check_tls(opts) -> true. Reads the files of opts.tls (see read_tls) as
+ * core.new would, and raises a bad argument when one is missing, unreadable,
+ * or when the key does not match the certificate. For the cosocket transport,
+ * whose handshake is nginx's: its files are checked the same way.
+ */
+static int core_check_tls(lua_State *L) {
+  rl_tls_opts o;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  if (read_tls(L, &o)) rl_tls_unref(make_tls(L, &o));
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/*
+ * core.new(opts) -> client. No I/O but reading TLS files. opts: host, port,
+ * path, username, password, db, connect_timeout_ms, timeout_ms, prefix, tls
+ * (see read_tls); already checked and given defaults by redislock.lua,
+ * checked again here for direct callers.
  */
 static int core_new(lua_State *L) {
   rl_conn_opts o;
+  rl_tls_opts tls;
+  int use_tls;
   const char *prefix;
   size_t plen = 0;
   rl_client *c;
@@ -113,17 +175,23 @@ static int core_new(lua_State *L) {
   o.db = opt_integer(L, "db", 0, 0, 1000000);
   o.connect_timeout_ms = opt_integer(L, "connect_timeout_ms", 1000, 1, 86400000);
   o.timeout_ms = opt_integer(L, "timeout_ms", 1000, 1, 86400000);
+  use_tls = read_tls(L, &tls);
+  if (use_tls && o.path != NULL) luaL_argerror(L, 1, "field 'tls' needs a TCP host, not a unix socket 'path'");
 
   /* Made closed first (as liolib does): an error below cannot leak it. */
   c = (rl_client *)lua_newuserdatauv(L, sizeof *c, 0);
   memset(c, 0, sizeof *c);
+  c->conn.fd = c->waiter.fd = -1;
   c->closed = 1;
   luaL_setmetatable(L, CLIENT_MT);
+  o.tls = use_tls ? make_tls(L, &tls) : NULL; /* the last check that may raise */
   c->prefix = malloc(plen + 1);
   if (c->prefix == NULL || rl_conn_init(&c->conn, &o) != 0 || rl_conn_init(&c->waiter, &o) != 0) {
+    rl_tls_unref(o.tls);
     client_free(c);
     return luaL_error(L, "redislock: out of memory");
   }
+  rl_tls_unref(o.tls); /* the connections hold theirs */
   if (plen > 0) memcpy(c->prefix, prefix, plen);
   c->prefix[plen] = '\0';
   c->plen = plen;
@@ -487,7 +555,7 @@ static int client_close(lua_State *L) {
   return 0;
 }
 
-/* __tostring: "redislock.Client (127.0.0.1:6379)" or "redislock.Client (closed)". */
+/* __tostring: "redislock.Client (127.0.0.1:6379)", "... (127.0.0.1:6380, TLS)" or "redislock.Client (closed)". */
 static int client_tostring(lua_State *L) {
   rl_client *c = (rl_client *)luaL_checkudata(L, 1, CLIENT_MT);
   char where[160];
@@ -495,7 +563,7 @@ static int client_tostring(lua_State *L) {
     lua_pushstring(L, "redislock.Client (closed)");
   } else {
     rl_conn_describe(&c->conn, where, sizeof where);
-    lua_pushfstring(L, "redislock.Client (%s)", where);
+    lua_pushfstring(L, "redislock.Client (%s%s)", where, c->conn.o.tls != NULL ? ", TLS" : "");
   }
   return 1;
 }
@@ -833,6 +901,7 @@ static const luaL_Reg reader_methods[] = {
 
 static const luaL_Reg core_functions[] = {
   { "new", core_new },
+  { "check_tls", core_check_tls },
   { "encode_script", core_encode_script },
   { "encode", core_encode },
   { "encode_wait", core_encode_wait },

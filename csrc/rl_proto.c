@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #ifdef __linux__
 #include <sys/random.h>
@@ -435,4 +436,10 @@ int rl_token(char out[RL_TOKEN_HEX + 1]) {
   }
   out[RL_TOKEN_HEX] = '\0';
   return 0;
+}
+
+long long rl_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }

@@ -130,6 +130,10 @@ const char *rl_seconds_to_ms(double seconds, long long *ms);
    under another value belong to an ancestor. */
 unsigned rl_fork_gen(void);
 
+/* Monotonic milliseconds (CLOCK_MONOTONIC, the clock of core.now() in Lua):
+   the clock of every lease time and I/O deadline. */
+long long rl_now_ms(void);
+
 /* Writes RL_TOKEN_HEX hex digits of OS randomness and a NUL. 0, or -1 (errno). */
 int rl_token(char out[RL_TOKEN_HEX + 1]);
 

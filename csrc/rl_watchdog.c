@@ -57,12 +57,6 @@ static struct {
 
 static pthread_once_t wd_once = PTHREAD_ONCE_INIT;
 
-long long rl_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* (Re)makes the condition variable, waiting on the monotonic clock. */
 static void init_cv(void) {
   pthread_condattr_t attr;
@@ -115,7 +109,7 @@ static int same_opts(const rl_wconn *c, const rl_conn_opts *b) {
   const rl_conn_opts *a = &c->conn.o;
   return same_str(a->host, b->host) && a->port == b->port && same_str(a->path, b->path) &&
          same_str(a->username, b->username) && same_str(a->password, b->password) &&
-         a->db == b->db && c->connect_timeout_ms == b->connect_timeout_ms &&
+         a->db == b->db && rl_tls_same(a->tls, b->tls) && c->connect_timeout_ms == b->connect_timeout_ms &&
          c->timeout_ms == b->timeout_ms;
 }
 

@@ -54,10 +54,6 @@ long long rl_lease_expires(rl_lease *lease);
    a lease made before a fork() is only set aside in the child). */
 void rl_lease_stop(rl_lease *lease);
 
-/* Monotonic milliseconds (CLOCK_MONOTONIC, the clock of core.now() in Lua):
-   the clock of every lease time. */
-long long rl_now_ms(void);
-
 /* A Lua state loaded the module / is closing: the last one out stops the thread. */
 void rl_watchdog_enter(void);
 void rl_watchdog_leave(void);

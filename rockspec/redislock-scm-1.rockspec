@@ -12,7 +12,8 @@ description = {
   detailed = [[
     with_lock(key, ttl, fn) runs fn while holding a Redis lock and releases it
     even when fn raises. Atomic acquire with TTL, owner-checked release and
-    extend, fencing tokens, waiting with backoff. A C core on hiredis.
+    extend, fencing tokens, waiting with backoff, TLS (rediss://, verified
+    by default). A C core on hiredis' protocol code and OpenSSL.
   ]],
   license = "MIT",
   labels = { "redis", "lock", "mutex", "distributed" },
@@ -22,15 +23,17 @@ dependencies = {
 }
 external_dependencies = {
   HIREDIS = { header = "hiredis/hiredis.h", library = "hiredis" },
+  OPENSSL = { header = "openssl/ssl.h", library = "ssl" },
 }
 build = {
   type = "builtin",
   modules = {
     ["redislock.core"] = {
-      sources = { "csrc/rl_proto.c", "csrc/rl_sha1.c", "csrc/rl_conn.c", "csrc/rl_watchdog.c", "csrc/rl_lua.c" },
-      libraries = { "hiredis", "pthread", "dl" },
-      incdirs = { "$(HIREDIS_INCDIR)" },
-      libdirs = { "$(HIREDIS_LIBDIR)" },
+      sources = { "csrc/rl_proto.c", "csrc/rl_sha1.c", "csrc/rl_tls.c", "csrc/rl_conn.c", "csrc/rl_watchdog.c",
+                  "csrc/rl_lua.c" },
+      libraries = { "hiredis", "ssl", "crypto", "pthread", "dl" },
+      incdirs = { "$(HIREDIS_INCDIR)", "$(OPENSSL_INCDIR)" },
+      libdirs = { "$(HIREDIS_LIBDIR)", "$(OPENSSL_LIBDIR)" },
     },
     redislock = "lua/redislock.lua",
     ["redislock.args"] = "lua/redislock/args.lua",
@@ -39,6 +42,7 @@ build = {
     ["redislock.ngx"] = "lua/redislock/ngx.lua",
     ["redislock.ngx_lease"] = "lua/redislock/ngx_lease.lua",
     ["redislock.scope"] = "lua/redislock/scope.lua",
+    ["redislock.tls"] = "lua/redislock/tls.lua",
     ["redislock.transport"] = "lua/redislock/transport.lua",
     ["redislock.url"] = "lua/redislock/url.lua",
     ["redislock.wait"] = "lua/redislock/wait.lua",

@@ -69,8 +69,7 @@ describe("argument checks", function()
 
     it("reads URLs and says what is wrong with a bad one", function()
       local cases = {
-        { "http://x", "must start with redis:// or unix://" },
-        { "rediss://h", "uses rediss:// (TLS), which this build does not support" },
+        { "http://x", "must start with redis://, rediss:// or unix://" },
         { "redis://h:abc", "has a host and port that cannot be read" },
         { "redis://h/x", "must end in /<db number>" },
         { "redis://secret@h", "needs a ':' before the password" },

@@ -92,20 +92,79 @@ Server.__index = Server
 --- Starts a private redis-server; extra is a list of more arguments
 -- (e.g. { "--requirepass", "s3cret" }); opts.max_port keeps the port at or below
 -- it (a cluster node also needs port + 10000). Raises when it cannot start.
+-- Throwaway certificates, made once per process with openssl (nothing secret
+-- is committed): a CA and a server certificate it signed (SANs DNS:localhost
+-- and IP:127.0.0.1), a client certificate it signed, a second, unrelated CA
+-- ("other"), and a key that matches no certificate ("stray"). Returns the
+-- folder; files <name>.crt and <name>.key in it.
+local cert_dir
+function helpers.tls_certs()
+  if cert_dir then return cert_dir end
+  local dir = tmpdir()
+  local q = sh_quote(dir)
+  local newkey = "-nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1"
+  local steps = {
+    "openssl req -x509 " .. newkey .. " -keyout ca.key -out ca.crt -days 2 -subj /CN=redislock-test-ca",
+    "openssl req -x509 " .. newkey .. " -keyout other.key -out other.crt -days 2 -subj /CN=redislock-other-ca",
+    "openssl req -new " .. newkey .. " -keyout server.key -out server.csr -subj /CN=localhost",
+    "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\nextendedKeyUsage=serverAuth\\n' > server.ext",
+    "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2"
+      .. " -extfile server.ext",
+    "openssl req -new " .. newkey .. " -keyout client.key -out client.csr -subj /CN=redislock-client",
+    "printf 'extendedKeyUsage=clientAuth\\n' > client.ext",
+    "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out client.crt -days 2"
+      .. " -extfile client.ext",
+    "openssl req -new " .. newkey .. " -keyout stray.key -out stray.csr -subj /CN=stray",
+    "chmod 644 *.crt *.key",
+  }
+  for _, step in ipairs(steps) do
+    local out, ok = run("cd " .. q .. " && " .. step .. " 2>&1")
+    assert(ok, "cannot make test certificates: " .. step .. "\n" .. out)
+  end
+  cert_dir = dir
+  return dir
+end
+
+--- Client options for a TLS server: verified as "localhost", with the test
+-- CA and the client certificate; extra is merged over them.
+function helpers.tls_opts(port, extra)
+  local dir = helpers.tls_certs()
+  local o = { host = "localhost", port = port,
+              tls = { ca = dir .. "/ca.crt", cert = dir .. "/client.crt", key = dir .. "/client.key" } }
+  for k, v in pairs(extra or {}) do o[k] = v end
+  return o
+end
+
+--- Starts a private redis-server (daemon, by PID) on a free loopback port,
+-- with a plaintext unix socket beside it; extra is a list of more arguments
+-- (e.g. { "--requirepass", "s3cret" }); opts.max_port keeps the port at or
+-- below it (a cluster node also needs port + 10000); opts.tls = "yes" or "optional"
+-- (tls-auth-clients): TCP only over TLS (helpers.tls_certs), srv.port being
+-- the TLS port and srv.where "tls:<port>:<cert folder>" (for the workers).
+-- Raises when it cannot start.
 function helpers.start_redis(extra, opts)
   local max_port = opts and opts.max_port or 65535
+  local tls = opts and opts.tls
   local last_log = ""
   for _ = 1, 5 do
     local port = helpers.free_port()
     while port > max_port do port = helpers.free_port() end
     local dir = tmpdir()
     local args = {
-      "redis-server", "--bind", "127.0.0.1", "--port", port, "--save", "''", "--appendonly", "no",
+      "redis-server", "--bind", "127.0.0.1", "--port", tls and 0 or port, "--save", "''", "--appendonly", "no",
       "--daemonize", "yes", "--pidfile", sh_quote(dir .. "/redis.pid"),
       "--logfile", sh_quote(dir .. "/redis.log"), "--dir", sh_quote(dir),
       "--unixsocket", sh_quote(dir .. "/redis.sock"), "--unixsocketperm", "700",
       "--enable-debug-command", "local",
     }
+    if tls then
+      local certs = helpers.tls_certs()
+      for _, a in ipairs({ "--tls-port", port, "--tls-cert-file", certs .. "/server.crt",
+                           "--tls-key-file", certs .. "/server.key", "--tls-ca-cert-file", certs .. "/ca.crt",
+                           "--tls-auth-clients", tls }) do
+        args[#args + 1] = sh_quote(a)
+      end
+    end
     for _, a in ipairs(extra or {}) do args[#args + 1] = sh_quote(a) end
     local cmd = table.concat(args, " ")
     run(cmd)
@@ -115,7 +174,10 @@ function helpers.start_redis(extra, opts)
       local pid = tonumber(read_file(dir .. "/redis.pid") or "")
       if pid and log:find("Ready to accept connections", 1, true) then
         return setmetatable({ port = port, dir = dir, pid = pid, sock = dir .. "/redis.sock",
-                              password = nil, url = "redis://127.0.0.1:" .. port, cmd = cmd }, Server)
+                              password = nil, tls = tls and true, cmd = cmd,
+                              url = (tls and "rediss://localhost:" or "redis://127.0.0.1:") .. port,
+                              where = tls and ("tls:" .. port .. ":" .. helpers.tls_certs()) or tostring(port) },
+                            Server)
       end
       if log:find("Address already in use", 1, true) then break end
       core.sleep(0.01)
@@ -184,7 +246,7 @@ end
 
 --- Runs redis-cli against the server; returns its output without the last newline.
 function Server:cli(...)
-  local args = { "redis-cli", "-p", self.port }
+  local args = self.tls and { "redis-cli", "-s", sh_quote(self.sock) } or { "redis-cli", "-p", self.port }
   if self.password then
     args[#args + 1] = "--no-auth-warning -a " .. sh_quote(self.password)
   end
@@ -194,13 +256,14 @@ end
 
 --- A redislock client for this server; opts are merged over { port = ... }.
 function Server:client(opts)
-  local o = { port = self.port }
+  local o = self.tls and helpers.tls_opts(self.port) or { port = self.port }
   for k, v in pairs(opts or {}) do o[k] = v end
   return require("redislock").new(o)
 end
 
 --- A bare core client, for raw commands in checks (its own connection).
 function Server:raw()
+  if self.tls then return core.new({ path = self.sock, password = self.password }) end
   return core.new({ port = self.port, password = self.password })
 end
 

@@ -8,6 +8,7 @@ local args = require "redislock.args"
 local core = require "redislock.core"
 local lock_mod = require "redislock.lock"
 local scope = require "redislock.scope"
+local tls = require "redislock.tls"
 local url = require "redislock.url"
 local transport = require "redislock.transport"
 local wait = require "redislock.wait"
@@ -53,7 +54,7 @@ local MAX_TIMEOUT_MS = 86400 * 1000
 
 local NEW_OPTS = {
   url = true, host = true, port = true, path = true, username = true, password = true,
-  db = true, connect_timeout = true, timeout = true, prefix = true,
+  db = true, connect_timeout = true, timeout = true, prefix = true, tls = true,
   pool_size = true, keepalive_timeout = true,
 }
 local STRING_OPTS = { "url", "host", "path", "username", "password", "prefix" }
@@ -61,7 +62,8 @@ local STRING_OPTS = { "url", "host", "path", "username", "password", "prefix" }
 --- Makes a client. No I/O: it connects on first use. Under OpenResty it talks
 -- over cosockets and nginx's connection pool (see redislock/ngx.lua).
 -- @param opts table (or a URL string): url, host, port, path, username, password,
---   db, connect_timeout, timeout (seconds), prefix (default "lock:"); under
+--   db, connect_timeout, timeout (seconds), prefix (default "lock:"), tls
+--   (true, or { ca, cert, key, server_name, verify }: redislock/tls.lua); under
 --   OpenResty also pool_size and keepalive_timeout (seconds) for setkeepalive
 -- @return client
 function _M.new(opts, ...)
@@ -119,6 +121,7 @@ function _M.new(opts, ...)
       c[name .. "_ms"] = ms
     end
   end
+  c.tls = tls.settings(opts.tls, c.tls, c.path)
   c.prefix = opts.prefix or "lock:"
   local why = core.prefix_problem(c.prefix)
   if why then argerror(1, "new", "option 'prefix' " .. why) end

@@ -15,11 +15,12 @@
 -- of redislock uses (eval, wait, command, lease, close, closed; see
 -- redislock/client.lua) and io_problem; its leases are redislock/ngx_lease.lua's.
 
+local args = require "redislock.args"
 local core = require "redislock.core"
 local ngx_lease = require "redislock.ngx_lease"
 
 local ngx = ngx
-local ipairs, setmetatable = ipairs, setmetatable
+local io_open, ipairs, setmetatable, tostring = io.open, ipairs, setmetatable, tostring
 local string_format, table_concat = string.format, table.concat
 local tcp, get_phase, md5 = ngx.socket.tcp, ngx.get_phase, ngx.md5
 local encode, encode_script, encode_wait, new_reader = core.encode, core.encode_script, core.encode_wait, core.reader
@@ -41,9 +42,50 @@ local YIELDABLE = {
 -- Salts the password's digest in pool names (pools live in one worker).
 local POOL_SALT = core.token()
 
+args.own(debug.getinfo(1, "S").source)
+
+-- A file's contents, or raises a bad argument to 'new' naming field.
+local function read_file(field, path)
+  local f, err = io_open(path, "rb")
+  local data = f and f:read("*a")
+  if f then f:close() end
+  if not data then
+    args.argerror(1, "new", string_format("tls.%s: cannot read %s: %s", field, args.quote(path), err))
+  end
+  return data
+end
+
+-- Checks the TLS settings (redislock/tls.lua's, files already read by the
+-- core) for what nginx can do, and sets the fields open() uses: tls_verify,
+-- tls_name, tls_cert, tls_key, and what the pool name must tell apart.
+local function tls_setup(self, t, host)
+  if t.ca then
+    -- ngx_lua 0.10.23 verifies against nginx's store only; taking the
+    -- option and not honouring it would be worse than refusing it.
+    args.argerror(1, "new", "option 'tls.ca' cannot be honoured per connection under OpenResty: nginx"
+      .. " verifies against the lua_ssl_trusted_certificate directive (set it to this file, and drop tls.ca)")
+  end
+  local name = t.server_name or host
+  if t.verify and not t.server_name and (host:find("^[%d.]+$") or host:find(":", 1, true)) then
+    -- nginx checks names with X509_check_host: DNS names only, never IP SANs.
+    args.argerror(1, "new", "under OpenResty a TLS host given as an address needs 'tls.server_name' (a DNS"
+      .. " name in the server's certificate): nginx checks DNS names only")
+  end
+  self.tls, self.tls_verify, self.tls_name = true, t.verify, name
+  if t.cert then
+    local ssl = require "ngx.ssl"
+    local cert, cerr = ssl.parse_pem_cert(read_file("cert", t.cert))
+    local key, kerr = ssl.parse_pem_priv_key(read_file("key", t.key))
+    if not cert then args.argerror(1, "new", "tls.cert: " .. tostring(cerr)) end
+    if not key then args.argerror(1, "new", "tls.key: " .. tostring(kerr)) end
+    self.tls_cert, self.tls_key = cert, key
+  end
+  return table_concat({ "tls", name, t.verify and "verify" or "noverify", t.cert or "" }, ":")
+end
+
 --- Makes a transport from the checked fields redislock.new gathered: host,
 -- port, path, username, password, db, connect_timeout_ms, timeout_ms, prefix,
--- pool_size, keepalive_timeout_ms. No I/O.
+-- tls, pool_size, keepalive_timeout_ms. No I/O but reading TLS files.
 function _M.new(c)
   local db = c.db or 0
   local host, port = c.host or "127.0.0.1", c.port or 6379
@@ -59,9 +101,11 @@ function _M.new(c)
   -- A pool of its own: a pooled connection carries its AUTH and SELECT, so it
   -- must never be handed to a client of another server, db or user (nor to
   -- lua-resty-redis, whose default pool is named "host:port").
+  -- Nor a TLS connection to a client with other TLS settings, or none.
+  local tls = c.tls and tls_setup(self, c.tls, host) or "plain"
   self.pool_opts = {
     pool = table_concat({ "redislock", where, db, c.username or "",
-                          c.password and md5(POOL_SALT .. c.password) or "" }, "/"),
+                          c.password and md5(POOL_SALT .. c.password) or "", tls }, "/"),
     pool_size = c.pool_size,
   }
   -- What a fresh connection is sent first, in one write.
@@ -120,6 +164,39 @@ local function round_trip(self, sock, bytes, method)
   return read_reply(self, sock, new_reader(), method)
 end
 
+-- What nginx's handshake errors mean, for the message.
+local function tls_hint(err)
+  if err:find("host mismatch", 1, true) then
+    return "name mismatch: the server's certificate does not name the host; tls.server_name sets the name to check"
+  elseif err:find("certificate verify failed", 1, true) or err:find("^%d+: ") then
+    return "the server's certificate is not trusted: " .. err .. "; lua_ssl_trusted_certificate names the trust anchors"
+  elseif err:find("wrong version number", 1, true) or err:find("record layer", 1, true) then
+    return err .. "; the server does not speak TLS on this port"
+  end
+  return err
+end
+
+-- The TLS handshake on a new connection (client certificate, SNI, the name
+-- checked when verifying). true, or nil and a "connection: ..." message.
+local function handshake(self, sock)
+  if self.tls_cert then
+    local ok, err = sock:setclientcert(self.tls_cert, self.tls_key)
+    if not ok then return nil, string_format("connection: cannot connect to %s (TLS: %s)", self.where, err) end
+  end
+  local ok, err = sock:sslhandshake(false, self.tls_name, self.tls_verify)
+  if not ok then
+    return nil, string_format("connection: cannot connect to %s (TLS: %s)", self.where,
+                              tls_hint(err or "handshake failed"))
+  end
+  -- lua-resty-core 0.1.25 returns true for a handshake that finished at once
+  -- but failed verification (nginx then closed the socket and logged why).
+  if not sock:getreusedtimes() then
+    return nil, string_format("connection: cannot connect to %s (TLS: the server's certificate failed"
+      .. " verification, untrusted or not naming %s; nginx's error log says which)", self.where, self.tls_name)
+  end
+  return true
+end
+
 -- A connection, pooled or new; a new one has been authenticated and has its
 -- db selected. Returns the socket and how often it was reused, or nil and a
 -- "connection: ..." / "redis: ..." message.
@@ -136,6 +213,13 @@ local function open(self)
     return nil, string_format("connection: cannot connect to %s (%s)", self.where, err)
   end
   local reused = sock:getreusedtimes()
+  if reused == 0 and self.tls then
+    ok, err = handshake(self, sock)
+    if not ok then
+      sock:close()
+      return nil, err
+    end
+  end
   if reused == 0 and self.setup then
     ok, err = sock:send(self.setup)
     if not ok then
@@ -265,7 +349,7 @@ end
 
 mt.__tostring = function(self)
   if self.closed_ then return "redislock.Client (closed)" end
-  return string_format("redislock.Client (%s, cosockets)", self.where)
+  return string_format("redislock.Client (%s, %scosockets)", self.where, self.tls and "TLS, " or "")
 end
 
 return _M

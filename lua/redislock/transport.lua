@@ -1,7 +1,7 @@
 -- SPDX-License-Identifier: MIT
 --- redislock.transport: how redislock reaches one Redis server (a node).
--- `node` picks the transport: the C core's (hiredis, blocking; the watchdog
--- thread renews) in plain Lua, or redislock.ngx's (cosockets, nginx's pool;
+-- `node` picks the transport: the C core's (sockets of its own, blocking,
+-- TLS through OpenSSL; the watchdog thread renews) in plain Lua, or redislock.ngx's (cosockets, nginx's pool;
 -- the worker's timer renews) under OpenResty. Everything above (locks,
 -- waiting, with_lock, and the topologies to come) talks to a node only
 -- through this interface, which both transports implement:
@@ -29,7 +29,8 @@ local ngx_transport = type(ngx) == "table" and type(ngx.socket) == "table" and n
 
 --- A transport for one node, and the sleep that goes with it (ngx.sleep or
 -- core.sleep). No I/O. fields: host, port, path, username, password, db,
--- connect_timeout_ms, timeout_ms, prefix, and (OpenResty only; dropped in
+-- connect_timeout_ms, timeout_ms, prefix, tls (redislock/tls.lua's
+-- settings, or nil), and (OpenResty only; dropped in
 -- plain Lua, where a client has one connection) pool_size,
 -- keepalive_timeout_ms; all checked by the caller.
 function _M.node(fields)

@@ -2,11 +2,11 @@
 --- redislock.url: connection URLs.
 --
 --   redis://[user:password@]host[:port][/db]     host may be [IPv6]
+--   rediss://...                                 the same, over TLS (tls = true)
 --   unix:///path[?db=N&password=P&username=U]
 --
 -- Percent-encoding is decoded in the user name and password, the unix path
--- and its password/username parameters; nowhere else. rediss:// (TLS) is
--- refused by this version with a clear reason.
+-- and its password/username parameters; nowhere else.
 
 local args = require "redislock.args"
 
@@ -29,14 +29,12 @@ local function url_db(s)
   return db
 end
 
--- Parses redis://[user:password@]host[:port][/db] and unix:///path[?db=N].
+-- Parses redis[s]://[user:password@]host[:port][/db] and unix:///path[?db=N].
 -- Returns a table of connection fields, or nil and why.
 local function parse_url(url)
   local scheme, rest = url:match("^(%a[%w+.-]*)://(.*)$")
   scheme = scheme and scheme:lower()
-  if scheme == "rediss" then
-    return nil, "uses rediss:// (TLS), which this build does not support (hiredis 0.14 has no TLS)"
-  elseif scheme == "unix" then
+  if scheme == "unix" then
     local path, query = rest:match("^([^?]*)%??(.*)$")
     if path:sub(1, 1) ~= "/" then
       return nil, "needs an absolute path, as in unix:///run/redis.sock"
@@ -55,11 +53,11 @@ local function parse_url(url)
       end
     end
     return t
-  elseif scheme ~= "redis" then
-    return nil, "must start with redis:// or unix://, got " .. quote(url)
+  elseif scheme ~= "redis" and scheme ~= "rediss" then
+    return nil, "must start with redis://, rediss:// or unix://, got " .. quote(url)
   end
   local authority, tail = rest:match("^([^/?#]*)(.*)$")
-  local t = {}
+  local t = { tls = scheme == "rediss" or nil }
   local userinfo, hostport = authority:match("^(.*)@(.*)$")
   if userinfo then
     local user, pass = userinfo:match("^([^:]*):(.*)$")
@@ -87,7 +85,8 @@ local function parse_url(url)
 end
 
 --- Parses a URL into connection fields (host, port, path, username,
--- password, db), or returns nil and why (a fragment: "must start with ...").
+-- password, db, and tls = true for rediss://), or returns nil and why (a
+-- fragment: "must start with ...").
 _M.parse = parse_url
 
 return _M

@@ -11,13 +11,28 @@ local ngx = ngx
 local app = {}
 local clients = {}
 
--- The worker's client for $redis_url (and $redis_timeout seconds, if set).
+-- The tls option $redis_tls asks for ("" or unset: none): "mtls" (the test
+-- certificates in $redis_tls_dir), "nocert" (no client certificate),
+-- "noverify" (mtls, unchecked), "ca" (mtls plus tls.ca); $redis_tls_name is
+-- the server_name, if set.
+local function tls_option()
+  local mode, dir, name = ngx.var.redis_tls, ngx.var.redis_tls_dir, ngx.var.redis_tls_name
+  if not mode or mode == "" then return nil end
+  local t = { server_name = name and name:find("%S") and name or nil, verify = mode ~= "noverify" }
+  if mode ~= "nocert" then t.cert, t.key = dir .. "/client.crt", dir .. "/client.key" end
+  if mode == "ca" then t.ca = dir .. "/ca.crt" end
+  return t
+end
+
+-- The worker's client for $redis_url (and $redis_timeout seconds, and TLS
+-- settings, if set).
 local function client()
   local url, timeout = ngx.var.redis_url, tonumber(ngx.var.redis_timeout)
-  local id = url .. "|" .. tostring(timeout)
-  if not clients[id] then clients[id] = redislock.new{ url = url, timeout = timeout } end
+  local id = table.concat({ url, tostring(timeout), ngx.var.redis_tls or "", ngx.var.redis_tls_name or "" }, "|")
+  if not clients[id] then clients[id] = redislock.new{ url = url, timeout = timeout, tls = tls_option() } end
   return clients[id]
 end
+
 
 local function arg_number(name, default)
   return tonumber(ngx.var["arg_" .. name]) or default
@@ -68,6 +83,14 @@ function app.acquire()
   local lock, err = client():acquire(ngx.var.arg_key, arg_number("ttl", 5), { wait = arg_number("wait", 0) })
   if not lock then return reply(status_for(err), err) end
   return reply(200, lock.fence .. " " .. lock.token)
+end
+
+--- GET /new: makes a client as client() would, reporting an error raised
+-- (500 and the message) instead of a lock.
+function app.new()
+  local ok, err = pcall(client)
+  if not ok then return reply(500, err) end
+  return reply(200, tostring(err))
 end
 
 --- GET /release?key=k&token=t -> 200 | 409 lost

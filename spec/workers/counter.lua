@@ -3,13 +3,15 @@
 -- counter, `rounds` times, with or without the lock. While inside, it also
 -- counts how many workers are inside at once ("inside" key): more than one is
 -- an overlap, which the lock must make impossible.
--- usage: counter.lua <port> <notify|poll|fair|nolock> <rounds> <start_at (core.now seconds)>
+-- usage: counter.lua <port | tls:port:folder> <notify|poll|fair|nolock> <rounds> <start_at (core.now seconds)>
 -- (notify, poll: with_lock with that wait_mode; fair: a fair lock)
 local redislock = require "redislock"
 local core = require "redislock.core"
 
-local port, mode, rounds, start_at = tonumber(arg[1]), arg[2], tonumber(arg[3]), tonumber(arg[4])
-local client = redislock.new({ port = port, timeout = 5 })
+local connect = require "spec.workers.connect"
+
+local mode, rounds, start_at = arg[2], tonumber(arg[3]), tonumber(arg[4])
+local client = redislock.new(connect(arg[1], { timeout = 5 }))
 local overlaps = 0
 
 local function critical()

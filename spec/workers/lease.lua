@@ -4,12 +4,14 @@
 -- computes in pure Lua for `seconds` (no Redis calls) and reports how it went:
 --   "check: true nil" or "check: nil lost: ..."   (lock:check() after the work)
 --   "done <fence>" when with_lock returned, "raised <error>" when it raised.
--- usage: lease.lua <port> <key> <ttl> <seconds>
+-- usage: lease.lua <port | tls:port:folder> <key> <ttl> <seconds>
 local redislock = require "redislock"
 local core = require "redislock.core"
 
-local port, key, ttl, seconds = tonumber(arg[1]), arg[2], tonumber(arg[3]), tonumber(arg[4])
-local client = redislock.new({ port = port })
+local connect = require "spec.workers.connect"
+
+local key, ttl, seconds = arg[2], tonumber(arg[3]), tonumber(arg[4])
+local client = redislock.new(connect(arg[1]))
 local pid = assert(io.open("/proc/self/stat")):read("*l"):match("^%d+")
 
 local ok, res = pcall(client.with_lock, client, key, ttl, function(lock)

@@ -1,14 +1,15 @@
 -- SPDX-License-Identifier: MIT
 -- Worker for the waiting specs: announces its PID (RPUSH pids), waits for a
 -- lock, records its tag when it gets it (RPUSH order), holds it, releases it.
--- usage: waiter.lua <port> <key> <wait> <notify|poll> <fair|plain> <hold> <tag>
+-- usage: waiter.lua <port | tls:port:folder> <key> <wait> <notify|poll> <fair|plain> <hold> <tag>
 -- Prints "got <tag> <fence>" or "failed <tag> <error>".
 local redislock = require "redislock"
 local core = require "redislock.core"
 
-local port, key, wait, mode, kind, hold, tag =
-  tonumber(arg[1]), arg[2], tonumber(arg[3]), arg[4], arg[5], tonumber(arg[6]), arg[7]
-local client = redislock.new({ port = port })
+local connect = require "spec.workers.connect"
+
+local key, wait, mode, kind, hold, tag = arg[2], tonumber(arg[3]), arg[4], arg[5], tonumber(arg[6]), arg[7]
+local client = redislock.new(connect(arg[1]))
 
 local stat = assert(io.open("/proc/self/stat")):read("*l")
 assert(client:command("RPUSH", "pids", stat:match("^%d+")))
