@@ -5,6 +5,8 @@
 #   bench/cycle.lua    acquire+release and with_lock vs the raw floor
 #                      (bench/floor.c) and redis-benchmark -c 1, Lua 5.4 and
 #                      LuaJIT, the client on another core, then on core 0 too
+#   bench/tls.lua      acquire+release over TLS vs plaintext, and new
+#                      connections (a handshake each), on a server of its own
 #   bench/handoff.lua  release-to-next-holder latency per waiting mode vs a PING
 #   bench/contend.lua  2, 8, 32 processes on one key: acquisitions/s, violations
 #   bench/memory.lua   client RSS before and after 10^6 cycles
@@ -14,7 +16,7 @@
 # Knobs (environment): BENCH_CYCLES (4000 per slice), BENCH_SLICES (15),
 # BENCH_PEER_SLICES (9), BENCH_HANDOFF_ROUNDS (300), BENCH_HANDOFF_PY_ROUNDS (100), BENCH_HOLD_MS (15),
 # BENCH_CONTEND_PROCS ("2 8 32"), BENCH_CONTEND_SECONDS (2),
-# BENCH_MEMORY_CYCLES (1000000), BENCH_ONLY (a list of the script names above,
+# BENCH_MEMORY_CYCLES (1000000), BENCH_SERVER_CPU (0, for tls.lua), BENCH_ONLY (a list of the script names above,
 # without .lua, to run only those).
 cd "$(dirname "$0")/.." || exit 2
 if [ -z "${REDIS_PORT:-}" ]; then
@@ -57,6 +59,11 @@ for placement in "different-cores:$last" "same-core:0"; do
   where=${placement%%:*} cpu=${placement##*:}
   step cycle "cycle, Lua 5.4, $where" taskset -c "$cpu" lua5.4 bench/cycle.lua "$where"
   step cycle "cycle, LuaJIT, $where" env LUA_CPATH="$JIT_CPATH" taskset -c "$cpu" luajit bench/cycle.lua "$where"
+done
+for placement in "different-cores:$last" "same-core:0"; do
+  where=${placement%%:*} cpu=${placement##*:}
+  step tls "TLS vs plaintext, Lua 5.4, $where" taskset -c "$cpu" lua5.4 bench/tls.lua "$where"
+  step tls "TLS vs plaintext, LuaJIT, $where" env LUA_CPATH="$JIT_CPATH" taskset -c "$cpu" luajit bench/tls.lua "$where"
 done
 # Handoff: the holder beside the server, the waiter and the PINGs on another
 # core. Contention: the processes go wherever the scheduler puts them.
