@@ -3,7 +3,7 @@
  * The lock protocol, with no Lua and no I/O: the server-side scripts and their
  * SHA-1 names, the arguments of each command, the decoding of script replies,
  * tokens and the validation of keys and times. Both transports (blocking
- * hiredis, OpenResty cosockets) share it.
+ * sockets of rl_conn, OpenResty cosockets) share it.
  */
 #ifndef REDISLOCK_RL_PROTO_H
 #define REDISLOCK_RL_PROTO_H
@@ -105,7 +105,7 @@ void rl_cmd_free(rl_cmd *cmd);
 rl_decoded rl_decode(const redisReply *r, rl_result *out, char *err, size_t errlen);
 
 /*
- * Describes a failed read (hiredis' reader, or a context's reader) whose error
+ * Describes a failed read (hiredis' reader, a connection's or the Lua binding's) whose error
  * was err (REDIS_ERR_*) with text errstr, into out: a reply nested deeper
  * than hiredis can read is "redis: ..." (the server answered, we cannot read
  * it); anything else is "connection: ..." (the bytes are not RESP). Either

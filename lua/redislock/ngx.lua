@@ -1,7 +1,7 @@
 -- SPDX-License-Identifier: MIT
 --- redislock.ngx: the OpenResty transport.
 --
--- Under ngx_lua a blocking hiredis call would stall the nginx worker and every
+-- Under ngx_lua a blocking socket call would stall the nginx worker and every
 -- request on it, so `redislock.new` picks this transport when `ngx` is present.
 -- It sends the bytes the C core makes (`core.encode_script`, `core.encode`)
 -- over `ngx.socket.tcp` cosockets and feeds what it reads into the core's
