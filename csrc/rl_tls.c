@@ -168,6 +168,8 @@ rl_tls *rl_tls_new(const rl_tls_opts *o, char *err, size_t errlen) {
   SSL_CTX_set_min_proto_version(t->ctx, TLS1_2_VERSION);
   /* A server that closes without close_notify (CLIENT KILL, a crash) reads as EOF. */
   SSL_CTX_set_options(t->ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
+  /* One recv(2) per reply instead of two (a record's header, then its body). */
+  SSL_CTX_set_read_ahead(t->ctx, 1);
   SSL_CTX_set_default_passwd_cb(t->ctx, no_passphrase);
   SSL_CTX_set_verify(t->ctx, o->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
   SSL_CTX_set_client_cert_cb(t->ctx, no_client_cert);
@@ -327,7 +329,7 @@ ssize_t rl_tls_write(SSL *ssl, const char *buf, size_t len) {
 }
 
 int rl_tls_pending(const SSL *ssl) {
-  return SSL_pending(ssl);
+  return SSL_has_pending(ssl); /* decrypted, or read ahead and not yet decrypted */
 }
 
 void rl_tls_free(SSL *ssl) {

@@ -60,7 +60,7 @@ ssize_t rl_tls_read(struct ssl_st *ssl, char *buf, size_t len);
 ssize_t rl_tls_write(struct ssl_st *ssl, const char *buf, size_t len);
 /* Whether the server asked for a client certificate that we did not have. */
 int rl_tls_cert_requested(const struct ssl_st *ssl);
-/* Bytes the session has decrypted but nobody read yet. */
+/* Whether the session holds bytes nobody read yet (decrypted or read ahead). */
 int rl_tls_pending(const struct ssl_st *ssl);
 /* After rl_tls_read/write set EPROTO: a sentence fragment, with a hint. */
 void rl_tls_error(char *out, size_t len);
