@@ -18,7 +18,8 @@ local deadline = core.now() + seconds
 while core.now() < deadline do
   local s = section.pick(nkeys, ttl)
   local path = string.format("/section?key=%s&ttl=%g&hold=%.3f&wait=%.3f&mode=%s&id=%s&log=%s&lock_port=%s"
-    .. "&reg_port=%s", s.key, ttl, s.hold, s.wait, s.mode, id, logfile, lock_port, reg_port)
+    .. "&reg_port=%s%s", s.key, ttl, s.hold, s.wait, s.mode, id, logfile, lock_port, reg_port,
+    os.getenv("TORTURE_TLS_CA") and "&tls=1" or "")
   local status, body = http.request(port, "GET", path, { timeout = 60 })
   assert(status == 200, "GET /section: " .. status .. " " .. body)
 end

@@ -17,7 +17,9 @@
 -- Environment: TORTURE_SHORT=1 (a run under 2 minutes), TORTURE_SECONDS,
 -- TORTURE_WORKERS, TORTURE_NGX_WORKERS (2 of them run their sections in a
 -- private nginx: torture/ngx_driver.lua, torture/ngx_app.lua), TORTURE_KEYS,
--- TORTURE_TTL, TORTURE_SEED (replay a run),
+-- TORTURE_TTL, TORTURE_SEED (replay a run), TORTURE_TLS=1 (every lock
+-- connection over verified TLS: the lock server serves TLS only, the faults
+-- reach it over its unix socket),
 -- TORTURE_BREAK=1 (a control run without locks, which must fail).
 -- usage: sh torture/run.sh (make torture), which sets the module paths and
 -- cleans up; the logs of a failing run are printed in part (TORTURE_VERBOSE=1:
@@ -40,13 +42,18 @@ print(string.format("torture: seed %d (replay with TORTURE_SEED=%d), %d workers,
 
 local root = helpers.root()
 local q = helpers.sh_quote
-local lock_srv = helpers.start_redis({ "--appendonly", "yes", "--appendfsync", "always" })
+local tls = os.getenv("TORTURE_TLS") == "1"
+local lock_srv = helpers.start_redis({ "--appendonly", "yes", "--appendfsync", "always" },
+                                     tls and { tls = "optional" } or nil)
 local reg_srv = helpers.start_redis()
 local nginx = nngx > 0 and helpers.start_nginx({
   workers = 2,
-  http = "server { listen 127.0.0.1:{{port}}; location = /section { "
+  http = (tls and "lua_ssl_trusted_certificate " .. helpers.tls_certs() .. "/ca.crt; " or "")
+    .. "server { listen 127.0.0.1:{{port}}; location = /section { "
     .. "content_by_lua_block { require('torture.ngx_app').section() } } }",
 })
+-- The workers' TLS trust anchor (TORTURE_TLS_CA in their environment).
+local tls_env = tls and "TORTURE_TLS_CA=" .. q(helpers.tls_certs() .. "/ca.crt") .. " " or ""
 -- Under $REDISLOCK_TEST_TMP (torture/run.sh removes it whatever happens).
 local tmp_root = os.getenv("REDISLOCK_TEST_TMP")
 local dir = (helpers.run("mktemp -d " .. (tmp_root and q(tmp_root .. "/run.XXXXXX") or "")):gsub("%s+$", ""))
@@ -64,8 +71,8 @@ for i = 1, nworkers do
     -- An OpenResty slot: a Lua 5.4 driver sends the sections to nginx.
     lua, build, script, before, w.lua = "lua5.4", "lua5.4", "ngx_driver.lua", nginx.port .. " ", "openresty"
   end
-  local cmd = string.format("LUA_PATH=%s LUA_CPATH=%s sh -c 'echo $$ > %s; exec %s %s %s%d %d %d %d %g %g %d %s'",
-    q(root .. "/lua/?.lua;" .. root .. "/?.lua;;"), q(root .. "/build/" .. build .. "/?.so;;"), q(w.pidfile), lua,
+  local cmd = string.format("%sLUA_PATH=%s LUA_CPATH=%s sh -c 'echo $$ > %s; exec %s %s %s%d %d %d %d %g %g %d %s'",
+    tls_env, q(root .. "/lua/?.lua;" .. root .. "/?.lua;;"), q(root .. "/build/" .. build .. "/?.so;;"), q(w.pidfile), lua,
     q(root .. "/torture/" .. script), before, lock_srv.port, reg_srv.port, i, nkeys, seconds, ttl, seed * 100 + i,
     q(w.log))
   os.execute(string.format("( %s; echo $? > %s ) > %s 2>&1 &", cmd, q(w.status), q(w.out)))
@@ -134,7 +141,7 @@ local faults = {
   end,
   function()
     local s = 0.1 + 0.5 * math.random()
-    helpers.run(string.format("redis-cli -p %d DEBUG SLEEP %.3f", lock_srv.port, s))
+    cli("DEBUG", "SLEEP", string.format("%.3f", s))
     return string.format("DEBUG SLEEP %.3f", s)
   end,
   function()

@@ -14,7 +14,10 @@ local nkeys, seconds, ttl, seed, logfile = tonumber(arg[4]), tonumber(arg[5]), t
                                            tonumber(arg[7]), arg[8]
 
 math.randomseed(seed)
-local client = redislock.new{ port = lock_port, timeout = 0.5, connect_timeout = 0.5 }
+-- TORTURE_TLS_CA: the lock server speaks TLS only (verified as localhost).
+local tls_ca = os.getenv("TORTURE_TLS_CA")
+local client = redislock.new{ host = tls_ca and "localhost" or nil, port = lock_port, timeout = 0.5,
+                              connect_timeout = 0.5, tls = tls_ca and { ca = tls_ca } or nil }
 -- The register: a plain core client (its own connection, never faulted).
 local register = core.new{ port = reg_port, timeout = 5 }
 local log = assert(io.open(logfile, "w"))
