@@ -72,9 +72,9 @@ for i = 1, nworkers do
     lua, build, script, before, w.lua = "lua5.4", "lua5.4", "ngx_driver.lua", nginx.port .. " ", "openresty"
   end
   local cmd = string.format("%sLUA_PATH=%s LUA_CPATH=%s sh -c 'echo $$ > %s; exec %s %s %s%d %d %d %d %g %g %d %s'",
-    tls_env, q(root .. "/lua/?.lua;" .. root .. "/?.lua;;"), q(root .. "/build/" .. build .. "/?.so;;"), q(w.pidfile), lua,
-    q(root .. "/torture/" .. script), before, lock_srv.port, reg_srv.port, i, nkeys, seconds, ttl, seed * 100 + i,
-    q(w.log))
+    tls_env, q(root .. "/lua/?.lua;" .. root .. "/?.lua;;"), q(root .. "/build/" .. build .. "/?.so;;"),
+    q(w.pidfile), lua, q(root .. "/torture/" .. script), before, lock_srv.port, reg_srv.port, i, nkeys, seconds,
+    ttl, seed * 100 + i, q(w.log))
   os.execute(string.format("( %s; echo $? > %s ) > %s 2>&1 &", cmd, q(w.status), q(w.out)))
   workers[i] = w
 end
