@@ -18,6 +18,7 @@
 local args = require "redislock.args"
 local core = require "redislock.core"
 local ngx_lease = require "redislock.ngx_lease"
+local tls_mod = require "redislock.tls"
 
 local ngx = ngx
 local io_open, ipairs, setmetatable, tostring = io.open, ipairs, setmetatable, tostring
@@ -55,10 +56,11 @@ local function read_file(field, path)
   return data
 end
 
--- Checks the TLS settings (redislock/tls.lua's, files already read by the
--- core) for what nginx can do, and sets the fields open() uses: tls_verify,
+-- Checks the TLS settings (redislock/tls.lua's) and their files, and what
+-- nginx can do of them, and sets the fields open() uses: tls_verify,
 -- tls_name, tls_cert, tls_key, and what the pool name must tell apart.
 local function tls_setup(self, t, host)
+  tls_mod.check_files(t)
   if t.ca then
     -- ngx_lua 0.10.23 verifies against nginx's store only; taking the
     -- option and not honouring it would be worse than refusing it.

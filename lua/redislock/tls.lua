@@ -8,9 +8,10 @@
 --
 -- Verification (the certificate chain and that the certificate names the
 -- server: server_name, else the host; an address matches IP SANs) is on
--- unless verify = false. The files are read by the transport at new(), so a
--- missing or unreadable file, or a key that does not match its certificate,
--- is a bad argument there and then.
+-- unless verify = false. The files are read at new() (by the C core's
+-- transport, or by check_files for OpenResty's), so a missing or unreadable
+-- file, or a key that does not match its certificate, is a bad argument there
+-- and then.
 
 local args = require "redislock.args"
 local core = require "redislock.core"
@@ -24,6 +25,27 @@ local _M = { _VERSION = args._VERSION }
 args.own(debug.getinfo(1, "S").source)
 
 local FIELDS = { ca = "string", cert = "string", key = "string", server_name = "string", verify = "boolean" }
+
+-- Raises err, a bad argument to a core function, as a bad argument to 'new'.
+local function reraise(err)
+  argerror(1, "new", (tostring(err):match("^bad argument #1 to '[^']*' %((.*)%)$") or tostring(err)))
+end
+
+--- core.new(fields), with a bad argument it raises (a TLS file: "tls.ca:
+-- cannot read ...") raised as one to 'new'.
+function _M.core_new(fields)
+  local ok, client = pcall(core.new, fields)
+  if not ok then reraise(client) end
+  return client
+end
+
+--- Reads the files of settings t as core.new would, raising a bad argument
+-- to 'new' when one is missing, unreadable or mismatched. For OpenResty,
+-- whose handshake is nginx's but whose files are the same.
+function _M.check_files(t)
+  local ok, err = pcall(core.check_tls, { tls = t })
+  if not ok then reraise(err) end
+end
 
 --- The TLS settings for new(): nil (plaintext) or a table with the fields
 -- above (verify always set). tls is the option's value; scheme_tls is true
@@ -60,10 +82,6 @@ function _M.settings(tls, scheme_tls, path)
   if path then
     argerror(1, "new", "option 'tls' needs a TCP host: Redis serves TLS on TCP ports, not on unix sockets")
   end
-  -- The files, read now by the C core as its transport will (OpenResty's
-  -- handshake is nginx's, but its files are the same): "tls.ca: cannot read ...".
-  local ok, err = pcall(core.check_tls, { tls = t })
-  if not ok then argerror(1, "new", (err:match("^bad argument #1 to '[^']*' %((.*)%)$") or err)) end
   return t
 end
 

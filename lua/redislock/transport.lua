@@ -16,11 +16,15 @@
 --   t:io_problem()               nil, or the nginx phase that forbids I/O now
 --   t.reports_loss               true when leases call on_lost themselves
 
+local args = require "redislock.args"
 local core = require "redislock.core"
+local tls = require "redislock.tls"
 
 local rawget, type = rawget, type
 
 local _M = { _VERSION = core._VERSION }
+
+args.own(debug.getinfo(1, "S").source)
 
 -- Under ngx_lua (OpenResty) Redis I/O goes over cosockets: redislock/ngx.lua.
 local ngx = rawget(_G, "ngx")
@@ -36,7 +40,7 @@ local ngx_transport = type(ngx) == "table" and type(ngx.socket) == "table" and n
 function _M.node(fields)
   if ngx_transport then return ngx_transport.new(fields), ngx.sleep end
   fields.pool_size, fields.keepalive_timeout_ms = nil, nil
-  return core.new(fields), core.sleep
+  return tls.core_new(fields), core.sleep
 end
 
 return _M
