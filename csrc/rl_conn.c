@@ -311,17 +311,19 @@ static int roundtrip(rl_conn *conn, const char *buf, size_t len, long long timeo
   return RT_OK;
 }
 
-/* Formats argv and runs one round trip (see roundtrip). */
+/* Formats argv and runs one round trip (see roundtrip). Lock commands fit
+   the stack buffer; only a larger one (EVAL with a script's text) allocates. */
 static int command(rl_conn *conn, int argc, const char **argv, const size_t *len,
                    long long timeout_ms, redisReply **reply, char err[RL_ERRLEN]) {
-  char *buf = NULL;
-  int n = redisFormatCommandArgv(&buf, argc, argv, len), rc;
+  char stack[1024], *buf;
+  long long n = rl_format(stack, sizeof stack, &buf, argc, argv, len);
+  int rc;
   if (n < 0) {
     snprintf(err, RL_ERRLEN, "connection: cannot format the command (out of memory)");
     return RT_FAILED;
   }
   rc = roundtrip(conn, buf, (size_t)n, timeout_ms, reply, err);
-  free(buf);
+  if (buf != stack) free(buf);
   return rc;
 }
 

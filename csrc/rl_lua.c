@@ -579,14 +579,15 @@ typedef struct {
   int argc;
   const char **argv;
   const size_t *len;
-  char *bytes; /* set by format_protected; the caller frees it */
-} rl_format;
+  char *bytes; /* set by format_protected; the caller frees it when not stack */
+  char stack[1024];
+} rl_fmt;
 
 /* Protected: pushes the RESP bytes of f's command; f->bytes is freed by the
    caller whether this returns or raises. */
 static int format_protected(lua_State *L) {
-  rl_format *f = (rl_format *)lua_touserdata(L, 1);
-  int n = redisFormatCommandArgv(&f->bytes, f->argc, f->argv, f->len);
+  rl_fmt *f = (rl_fmt *)lua_touserdata(L, 1);
+  long long n = rl_format(f->stack, sizeof f->stack, &f->bytes, f->argc, f->argv, f->len);
   if (n < 0) return luaL_error(L, "redislock: out of memory");
   lua_pushlstring(L, f->bytes, (size_t)n);
   return 1;
@@ -599,7 +600,7 @@ static int format_protected(lua_State *L) {
  * with the error on the stack.
  */
 static int push_formatted(lua_State *L, int argc, const char **argv, const size_t *len) {
-  rl_format f;
+  rl_fmt f;
   int status;
   f.argc = argc;
   f.argv = argv;
@@ -608,7 +609,7 @@ static int push_formatted(lua_State *L, int argc, const char **argv, const size_
   lua_pushcfunction(L, format_protected); /* LuaJIT allocates here: may raise */
   lua_pushlightuserdata(L, &f);
   status = lua_pcall(L, 1, 1, 0);
-  if (f.bytes != NULL) redisFreeCommand(f.bytes);
+  if (f.bytes != NULL && f.bytes != f.stack) free(f.bytes);
   return status;
 }
 

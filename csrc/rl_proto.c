@@ -272,6 +272,44 @@ int rl_wait_init(rl_cmd *cmd, const char *prefix, size_t plen, const char *key, 
   return 0;
 }
 
+/* Writes n in decimal at p; returns the end. */
+static char *put_size(char *p, size_t n) {
+  char tmp[24];
+  int i = 0;
+  do tmp[i++] = (char)('0' + n % 10);
+  while ((n /= 10) != 0);
+  while (i > 0) *p++ = tmp[--i];
+  return p;
+}
+
+/* Decimal digits of n. */
+static size_t digits(size_t n) {
+  size_t d = 1;
+  while (n >= 10) n /= 10, d++;
+  return d;
+}
+
+long long rl_format(char *buf, size_t cap, char **out, int argc, const char **argv, const size_t *len) {
+  size_t total = 1 + digits((size_t)argc) + 2;
+  char *p;
+  for (int i = 0; i < argc; i++) total += 1 + digits(len[i]) + 2 + len[i] + 2;
+  p = total <= cap ? buf : (char *)malloc(total);
+  if (p == NULL) return -1;
+  *out = p;
+  *p++ = '*';
+  p = put_size(p, (size_t)argc);
+  *p++ = '\r', *p++ = '\n';
+  for (int i = 0; i < argc; i++) {
+    *p++ = '$';
+    p = put_size(p, len[i]);
+    *p++ = '\r', *p++ = '\n';
+    if (len[i] > 0) memcpy(p, argv[i], len[i]);
+    p += len[i];
+    *p++ = '\r', *p++ = '\n';
+  }
+  return (long long)total;
+}
+
 void rl_cmd_use_eval(rl_cmd *cmd) {
   cmd->argv[0] = "EVAL";
   cmd->len[0] = 4;

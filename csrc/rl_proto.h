@@ -94,6 +94,14 @@ int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
 int rl_wait_init(rl_cmd *cmd, const char *prefix, size_t plen, const char *key, size_t klen,
                  const char *token, size_t tlen, long long ms);
 
+/*
+ * The RESP bytes of a command (an array of bulk strings: what hiredis'
+ * redisFormatCommandArgv writes, without its sprintf). Written into buf when
+ * they fit in cap bytes, else into a new allocation; *out is where they are
+ * (free it when it is not buf). Returns their length, or -1 when out of memory.
+ */
+long long rl_format(char *buf, size_t cap, char **out, int argc, const char **argv, const size_t *len);
+
 /* Switches cmd from EVALSHA to EVAL (after a NOSCRIPT reply). */
 void rl_cmd_use_eval(rl_cmd *cmd);
 void rl_cmd_free(rl_cmd *cmd);

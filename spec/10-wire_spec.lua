@@ -79,6 +79,19 @@ describe("wire functions", function()
     assert.are.equal("redis: unexpected reply to a redislock script", serr)
   end)
 
+  it("writes RESP arrays of bulk strings exactly (empty, binary, 10+ and long arguments)", function()
+    assert.are.equal("*1\r\n$4\r\nPING\r\n", core.encode("PING"))
+    assert.are.equal("*3\r\n$3\r\nSET\r\n$0\r\n\r\n$5\r\na\r\n\0b\r\n", core.encode("SET", "", "a\r\n\0b"))
+    local args, want = {}, { "*12\r\n" }
+    for i = 1, 12 do
+      args[i] = string.rep("x", i * 250) -- past the 1 KiB stack buffer from the fifth on
+      want[#want + 1] = "$" .. #args[i] .. "\r\n" .. args[i] .. "\r\n"
+    end
+    local unpack = table.unpack or unpack -- luacheck: ignore (LuaJIT's global)
+    assert.are.equal(table.concat(want), core.encode(unpack(args)))
+    assert.are.equal(11, round_trip(core.encode("RPUSH", "long", unpack(args, 2)), "reply"))
+  end)
+
   it("reports bytes that are not RESP, and a reply nested too deeply, without crashing", function()
     local reader = core.reader()
     reader:feed("?what\r\n")
