@@ -30,6 +30,9 @@
  *   <prefix>{<key>}:queue    fair waiters by arrival (score: server time, us)
  *   <prefix>{<key>}:alive    fair waiters by deadline (score: ms); one that
  *                            stops coming back by then leaves the queue
+ *   <prefix>{<key>}:waiters  the waiters mark: set by every acquire that
+ *                            fails, for the holder's TTL and a second (for a
+ *                            fair waiter: as long as it stays queued)
  *
  * acquire is resend-safe: if the key already holds our token (an earlier send
  * that timed out did land), it refreshes the TTL and answers the fence that
@@ -39,11 +42,14 @@
  * rather than answer 0.
  *
  * Waking: release (and a fair waiter that gives up while the lock is free)
- * pushes one element onto one signal list, so exactly one blocked waiter
+ * pushes one element onto one signal list, when the waiters mark says that
+ * somebody may wait (with nobody waiting, a release is GET, DEL and EXISTS), so exactly one blocked waiter
  * wakes: the first live one of the fair queue if there is one, else whoever
  * blocks on the shared list. The list expires after RL_SIGNAL_MS, so a waiter
  * that was between its attempt and its BLPOP still finds it, and nothing is
- * left behind. The signal key of a fair waiter is built in the script (from
+ * left behind. The mark is safe to miss only after a waiter's BLPOP ended:
+ * a waiter never blocks past the holder's TTL it was told (wait.lua), and
+ * one that tries again and fails sets the mark again. The signal key of a fair waiter is built in the script (from
  * KEYS[2] and the queue's token); it has the same hash tag.
  */
 
@@ -74,7 +80,7 @@
   "redis.call('PEXPIRE', sig, " RL_STR(RL_SIGNAL_MS) ")\n"
 
 static const char *const script_text[RL_OP_COUNT] = {
-  /* RL_OP_ACQUIRE: KEYS lock, fence; ARGV[1] token, ARGV[2] ttl (ms) */
+  /* RL_OP_ACQUIRE: KEYS lock, fence, waiters; ARGV[1] token, ARGV[2] ttl (ms) */
   "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
   "  return {1, redis.call('INCR', KEYS[2])}\n"
   "end\n"
@@ -84,18 +90,21 @@ static const char *const script_text[RL_OP_COUNT] = {
   "  if fence then return {1, tonumber(fence)} end\n"
   "  return {1, redis.call('INCR', KEYS[2])}\n"
   "end\n"
-  "return {-1, redis.call('PTTL', KEYS[1])}\n",
-  /* RL_OP_RELEASE: KEYS lock, signal, queue, alive; ARGV[1] token. The
-     wake-up runs under pcall: once the lock is deleted, a failure there
-     (a key of the wrong type, no memory) must not turn the release into
-     an error, as Redis does not undo the DEL. */
+  "local left = redis.call('PTTL', KEYS[1])\n"
+  "redis.call('SET', KEYS[3], 1, 'PX', math.max(left, 0) + " RL_STR(RL_WAITERS_SLACK_MS) ")\n"
+  "return {-1, left}\n",
+  /* RL_OP_RELEASE: KEYS lock, signal, queue, alive, waiters; ARGV[1] token.
+     The wake-up runs only when the waiters mark is set, and under pcall:
+     once the lock is deleted, a failure there (a key of the wrong type, no
+     memory) must not turn the release into an error, as Redis does not
+     undo the DEL. */
   "local v = redis.call('GET', KEYS[1])\n"
   "if v == ARGV[1] then\n"
   "  redis.call('DEL', KEYS[1])\n"
-  "  pcall(function()\n"
+  "  if redis.call('EXISTS', KEYS[5]) == 1 then pcall(function()\n"
   PRUNE_QUEUE("KEYS[3]", "KEYS[4]")
   SIGNAL_ONE("KEYS[2]", "KEYS[3]")
-  "  end)\n"
+  "  end) end\n"
   "  return {1, 0}\n"
   "end\n"
   "if v then return {-1, redis.call('PTTL', KEYS[1])} end\n"
@@ -115,7 +124,7 @@ static const char *const script_text[RL_OP_COUNT] = {
   "end\n"
   "if v then return {-1, redis.call('PTTL', KEYS[1])} end\n"
   "return {0, 0}\n",
-  /* RL_OP_ACQUIRE_FAIR: KEYS lock, fence, queue, alive; ARGV[1] token,
+  /* RL_OP_ACQUIRE_FAIR: KEYS lock, fence, queue, alive, waiters; ARGV[1] token,
      ARGV[2] ttl (ms), ARGV[3] how long a waiter stays queued without coming
      back (ms). Takes the lock only when it is free and no live waiter came
      first; else queues the token (keeping its first arrival) and answers
@@ -143,8 +152,9 @@ static const char *const script_text[RL_OP_COUNT] = {
   "redis.call('ZADD', KEYS[4], now + ARGV[3], ARGV[1])\n"
   "redis.call('PEXPIRE', KEYS[3], ARGV[3])\n"
   "redis.call('PEXPIRE', KEYS[4], ARGV[3])\n"
-  "if v then return {-1, redis.call('PTTL', KEYS[1])} end\n"
-  "return {-1, -2}\n",
+  "local left = v and redis.call('PTTL', KEYS[1]) or -2\n"
+  "redis.call('SET', KEYS[5], 1, 'PX', math.max(left, tonumber(ARGV[3])) + " RL_STR(RL_WAITERS_SLACK_MS) ")\n"
+  "return {-1, left}\n",
   /* RL_OP_LEAVE: KEYS lock, signal, queue, alive; ARGV[1] token. A fair
      waiter gives up: it leaves the queue, and if the lock is free the next
      waiter is woken (it would otherwise wait for its own timeout). */
@@ -182,20 +192,20 @@ const char *rl_script_sha(rl_op op) {
 }
 
 /* The keys of each script, as indexes into rl_cmd.key/klen. */
-enum { K_LOCK, K_FENCE, K_SIGNAL, K_QUEUE, K_ALIVE };
+enum { K_LOCK, K_FENCE, K_SIGNAL, K_QUEUE, K_ALIVE, K_WAITERS };
 static const int op_keys[RL_OP_COUNT][RL_MAX_KEYS + 1] = { /* ends with -1 */
-  [RL_OP_ACQUIRE] = { K_LOCK, K_FENCE, -1 },
-  [RL_OP_RELEASE] = { K_LOCK, K_SIGNAL, K_QUEUE, K_ALIVE, -1 },
+  [RL_OP_ACQUIRE] = { K_LOCK, K_FENCE, K_WAITERS, -1 },
+  [RL_OP_RELEASE] = { K_LOCK, K_SIGNAL, K_QUEUE, K_ALIVE, K_WAITERS, -1 },
   [RL_OP_EXTEND] = { K_LOCK, -1 },
   [RL_OP_PTTL] = { K_LOCK, -1 },
-  [RL_OP_ACQUIRE_FAIR] = { K_LOCK, K_FENCE, K_QUEUE, K_ALIVE, -1 },
+  [RL_OP_ACQUIRE_FAIR] = { K_LOCK, K_FENCE, K_QUEUE, K_ALIVE, K_WAITERS, -1 },
   [RL_OP_LEAVE] = { K_LOCK, K_SIGNAL, K_QUEUE, K_ALIVE, -1 },
 };
 
 int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
                 const char *key, size_t klen, const char *token, size_t tlen,
                 long long ms) {
-  static const char *const suffix[RL_MAX_KEYS] = { "", ":fence", ":signal", ":queue", ":alive" };
+  static const char *const suffix[RL_MAX_KEYS] = { "", ":fence", ":signal", ":queue", ":alive", ":waiters" };
   size_t base = plen + klen + 2, total = 0;
   char *p;
   int i;

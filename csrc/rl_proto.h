@@ -50,9 +50,10 @@ typedef enum {
    holds exactly, 2^53, about 285,000 years. Redis takes more (SET PX and
    PEXPIRE to LLONG_MAX less the clock), and script numbers are doubles. */
 #define RL_MAX_MS 9007199254740992LL
-#define RL_MAX_KEYS 5                    /* lock, fence, signal, queue, alive */
+#define RL_MAX_KEYS 6                    /* lock, fence, signal, queue, alive, waiters */
 #define RL_CMD_MAXARGS (3 + RL_MAX_KEYS + 3)
 #define RL_SIGNAL_MS 1000               /* a wake-up signal waits this long for a taker */
+#define RL_WAITERS_SLACK_MS 1000        /* the waiters mark outlives the lock's TTL by this */
 #define RL_FAIR_STAY_MS 3000            /* a fair waiter not back by then leaves the queue */
 
 /*

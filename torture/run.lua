@@ -203,7 +203,7 @@ end
 sleep(ttl + 1.5)
 local left = {}
 for k = 1, nkeys do
-  for _, suffix in ipairs({ "", ":signal", ":queue", ":alive" }) do
+  for _, suffix in ipairs({ "", ":signal", ":queue", ":alive", ":waiters" }) do
     local key = "lock:{k" .. k .. "}" .. suffix
     if cli("EXISTS", key) ~= "0" then left[#left + 1] = key end
   end
