@@ -7,6 +7,12 @@
 --  * redis-benchmark -c 1 with the same two commands, one at a time (it
 --    repeats a command, so its acquire takes the "already mine" path and its
 --    release finds no lock: the same round trips, slightly different work).
+--  * the minimal lock, the floor a user compares with: the same raw client
+--    sending SET key token NX PX ttl, then EVALSHA of the usual
+--    compare-and-delete script (no fence, no waking, no fairness). Against
+--    it: the cycle (>= 0.95 on different cores, >= 0.90 on one), and the
+--    server's CPU time per cycle (INFO cpu over BENCH_CPU_CYCLES, 20000;
+--    <= 1.10).
 -- Also with_lock with an empty fn as a ratio to a bare cycle, and a wire check:
 -- the bytes and server-side commands per cycle of the library and of the raw
 -- floor, from INFO, must be the same.
@@ -32,6 +38,19 @@ local raw = core.new({ port = B.port })  -- for INFO, on a connection of its own
 local floor = B.floor(client, KEY, TTL)
 local ACQUIRE, RELEASE = floor.acquire, floor.release
 local function raw_floor(n) return floor:rate(n) end
+
+-- The minimal lock's bytes, for the same raw client.
+local CAD = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+local cad_sha = assert(raw:command("SCRIPT", "LOAD", CAD))
+local min_token = core.token()
+local min_files = { B.temp_file(core.encode("SET", "minimal", min_token, "NX", "PX", TTL * 1000)),
+                    B.temp_file(core.encode("EVALSHA", cad_sha, 1, "minimal", min_token)) }
+local function minimal_floor(n)
+  local out, ok = B.run(table.concat({ B.root .. "/build/bench/floor", B.port, n, min_files[1], min_files[2] }, " "))
+  local rate = ok and tonumber(out:match("cycles_per_s=([%d.]+)"))
+  return (assert(rate, "bench/floor (minimal lock) failed: " .. out))
+end
+local CPU_CYCLES = B.knob("BENCH_CPU_CYCLES", 20000)
 
 -- Requests per second redis-benchmark gets for one command from one client.
 local function redis_benchmark(args)
@@ -92,21 +111,42 @@ local function wire(fn, n)
   return bytes / n, table.concat(parts, ",")
 end
 
+-- The server's CPU time (user + system, microseconds) that fn(n) costs.
+local function server_cpu(fn, n)
+  local function now_cpu()
+    local s = assert(raw:command("INFO", "cpu"))
+    return tonumber(s:match("used_cpu_sys:([%d.]+)")) + tonumber(s:match("used_cpu_user:([%d.]+)"))
+  end
+  local c0 = now_cpu()
+  fn(n)
+  return (now_cpu() - c0) * 1e6
+end
+
 -- Warm up: connect, load the scripts (the floor needs them loaded).
 assert(client:with_lock(KEY, TTL, noop) == nil)
 cycles(1000)
 raw_floor(1000)
+minimal_floor(1000)
+
+-- Server CPU per cycle, each side three times in turn; the medians.
+local cpu = { lib = {}, minimal = {} }
+for _ = 1, 3 do
+  cpu.lib[#cpu.lib + 1] = server_cpu(cycles, CPU_CYCLES) / CPU_CYCLES
+  cpu.minimal[#cpu.minimal + 1] = server_cpu(minimal_floor, CPU_CYCLES) / CPU_CYCLES
+end
 
 local lib_bytes, lib_calls = wire(cycles, 1000)
 local floor_bytes, floor_calls = wire(raw_floor, 1000)
 
 local rates = B.slices({
   { "raw", function() return raw_floor(N) end },
+  { "minimal", function() return minimal_floor(N) end },
   { "rb", benchmark_floor },
   { "cycle", function() return cycles(N) end },
   { "with_lock", function() return with_locks(N) end },
 }, SLICES)
 floor:close()
+for _, path in ipairs(min_files) do os.remove(path) end
 
 local median = {}
 for name, list in pairs(rates) do median[name] = math.floor(B.percentile(list, 50) + 0.5) end
@@ -129,6 +169,18 @@ B.emit({ name = "cycle/" .. id, value = median.cycle, unit = "cycles/s",
          baseline = "floor.raw/" .. id, baseline_value = median.raw, ratio = r, target = { ">=", 0.95 },
          note = string.format("%s; %.2f of the redis-benchmark floor", note, (B.median_ratio(rates.cycle, rates.rb))),
          label = where .. ": acquire+release" })
+B.emit({ name = "floor.minimal/" .. id, value = median.minimal, unit = "cycles/s", note = slices_note,
+         label = where .. ": minimal lock floor (bench/floor.c: SET NX PX, EVALSHA compare-and-delete)" })
+r, note = ratio("cycle", "minimal")
+B.emit({ name = "cycle.vs_minimal/" .. id, value = median.cycle, unit = "cycles/s",
+         baseline = "floor.minimal/" .. id, baseline_value = median.minimal, ratio = r,
+         target = { ">=", PLACEMENT == "same-core" and 0.90 or 0.95 }, note = note,
+         label = where .. ": acquire+release (fenced) vs the minimal lock" })
+local lib_cpu, min_cpu = B.percentile(cpu.lib, 50), B.percentile(cpu.minimal, 50)
+B.emit({ name = "server_cpu/" .. id, value = lib_cpu, unit = "us/cycle", baseline = "server_cpu.minimal/" .. id,
+         baseline_value = min_cpu, target = { "<=", 1.10 },
+         note = string.format("redis INFO cpu, median of 3 runs of %d cycles each", CPU_CYCLES),
+         label = where .. ": server CPU per acquire+release vs the minimal lock's" })
 r, note = ratio("with_lock", "cycle")
 B.emit({ name = "with_lock/" .. id, value = median.with_lock, unit = "cycles/s",
          baseline = "cycle/" .. id, baseline_value = median.cycle, ratio = r, target = { ">=", 0.95 }, note = note,
