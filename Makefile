@@ -67,12 +67,17 @@ test: deps all build/lua5.4/spec_fork.so build/luajit/spec_fork.so
 	@sh spec/run.sh lua5.4:build/lua5.4 luajit:build/luajit
 
 # Benchmarks (not tests): bench/run.sh prints a table and a `bench ...` line per
-# figure. The raw-socket floor is a small C program, built with the same warnings.
-bench: deps all build/bench/floor
+# figure. The raw-socket floors (a lock cycle, a wake-up) are small C programs,
+# built with the same warnings.
+bench: deps all build/bench/floor build/bench/handoff_floor
 	@sh tools/deps.sh bench || echo "bench: without python3-redis the redis-py figures are skipped"
 	@sh bench/run.sh
 
 build/bench/floor: bench/floor.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARNINGS) -o $@ $<
+
+build/bench/handoff_floor: bench/handoff_floor.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARNINGS) -o $@ $<
 

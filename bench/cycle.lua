@@ -13,6 +13,9 @@
 --    it: the cycle (>= 0.95 on different cores, >= 0.90 on one), and the
 --    server's CPU time per cycle (INFO cpu over BENCH_CPU_CYCLES, 20000;
 --    <= 1.10).
+--  * the pure-Lua minimal lock a user would write instead (bench/pure_lua.lua:
+--    Debian's lua5.3 with lua-redis), which redislock must be ahead of
+--    (ratio >= 1); skipped when those packages are missing.
 -- Also with_lock with an empty fn as a ratio to a bare cycle, and a wire check:
 -- the bytes and server-side commands per cycle of the library and of the raw
 -- floor, from INFO, must be the same.
@@ -51,6 +54,17 @@ local function minimal_floor(n)
   return (assert(rate, "bench/floor (minimal lock) failed: " .. out))
 end
 local CPU_CYCLES = B.knob("BENCH_CPU_CYCLES", 20000)
+
+-- The pure-Lua minimal lock, in a process of its own (lua5.3, lua-redis).
+local function pure_lua(n)
+  local out, ok = B.run(table.concat({ "lua5.3", B.root .. "/bench/pure_lua.lua", B.port, n }, " "))
+  local rate = ok and tonumber(out:match("cycles_per_s=([%d.]+)"))
+  return (assert(rate, "bench/pure_lua.lua failed: " .. out))
+end
+local _, has_pure_lua = B.run("lua5.3 -e 'require \"redis\"'")
+if not has_pure_lua then
+  B.say("bench: no lua5.3 with lua-redis (sh tools/deps.sh bench installs them): the pure-Lua peer is skipped")
+end
 
 -- Requests per second redis-benchmark gets for one command from one client.
 local function redis_benchmark(args)
@@ -144,6 +158,7 @@ local rates = B.slices({
   { "rb", benchmark_floor },
   { "cycle", function() return cycles(N) end },
   { "with_lock", function() return with_locks(N) end },
+  has_pure_lua and { "pure", function() return pure_lua(N) end } or nil,
 }, SLICES)
 floor:close()
 for _, path in ipairs(min_files) do os.remove(path) end
@@ -181,6 +196,14 @@ B.emit({ name = "server_cpu/" .. id, value = lib_cpu, unit = "us/cycle", baselin
          baseline_value = min_cpu, target = { "<=", 1.10 },
          note = string.format("redis INFO cpu, median of 3 runs of %d cycles each", CPU_CYCLES),
          label = where .. ": server CPU per acquire+release vs the minimal lock's" })
+if has_pure_lua then
+  B.emit({ name = "peer.pure-lua/" .. id, value = median.pure, unit = "cycles/s", note = slices_note,
+           label = where .. ": pure-Lua minimal lock (lua5.3, lua-redis: SET NX PX, EVALSHA compare-and-delete)" })
+  r, note = ratio("cycle", "pure")
+  B.emit({ name = "cycle.vs_pure_lua/" .. id, value = median.cycle, unit = "cycles/s",
+           baseline = "peer.pure-lua/" .. id, baseline_value = median.pure, ratio = r, target = { ">=", 1.0 },
+           note = note, label = where .. ": acquire+release (fenced) vs the pure-Lua minimal lock" })
+end
 r, note = ratio("with_lock", "cycle")
 B.emit({ name = "with_lock/" .. id, value = median.with_lock, unit = "cycles/s",
          baseline = "cycle/" .. id, baseline_value = median.cycle, ratio = r, target = { ">=", 0.95 }, note = note,

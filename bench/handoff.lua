@@ -2,7 +2,10 @@
 -- Benchmark (not a test): handoff latency, the time from a release to the
 -- next waiter holding the lock, p50 and p99, for each waiting mode the API has
 -- (wait_mode "notify" and "poll", fair = true), and for redis-py's Lock, with
--- the round-trip time of a PING (p50) beside it as the baseline.
+-- the round-trip time of a PING (p50) beside it as the baseline; and the
+-- floor for a wake-up: a raw C pair handing off through RPUSH/BLPOP
+-- (bench/handoff_floor.c, same holds and cores), to which notify's p50 is
+-- also given as a ratio.
 --
 -- Method. Two processes, a holder and a waiter, on one key, for ROUNDS rounds:
 --   1. the holder takes the lock (it is free: the waiter said so, step 6);
@@ -144,6 +147,16 @@ local idle_rtt = ping_rtt_us(200, true)
 B.emit({ name = "rtt.ping.idle", value = math.floor(idle_rtt + 0.5), unit = "us", baseline = "rtt.ping",
          baseline_value = math.floor(rtt + 0.5), label = "PING round trip after 5-15 ms idle, p50" })
 
+-- The wake-up floor: a raw RPUSH/BLPOP pair, waker where the holder runs.
+B.say("bench: handoff floor, raw RPUSH/BLPOP pair, %d rounds", ROUNDS)
+local fout, fok = B.run(table.concat({ pin.holder .. B.root .. "/build/bench/handoff_floor", B.port, ROUNDS,
+                                       HOLD_MS, os.getenv("BENCH_CLIENT_CPU") or "0" }, " "))
+local floor_p50, floor_p99 = tonumber(fout:match("p50_us=([%d.]+)")), tonumber(fout:match("p99_us=([%d.]+)"))
+assert(fok and floor_p50, "bench/handoff_floor failed: " .. fout)
+B.emit({ name = "handoff.floor.p50", value = math.floor(floor_p50 + 0.5), unit = "us",
+         note = string.format("p99 %d us", math.floor(floor_p99 + 0.5)),
+         label = "wake-up floor: raw C RPUSH/BLPOP pair (bench/handoff_floor.c), p50" })
+
 local client = redislock.new({ port = B.port })
 for _, mode in ipairs(B.wait_modes(client)) do
   B.say("bench: handoff, %s, %d rounds", mode, ROUNDS)
@@ -154,6 +167,9 @@ for _, mode in ipairs(B.wait_modes(client)) do
     or string.format("redislock, %s", mode == "fair" and "fair = true" or "wait_mode = \"" .. mode .. "\"")
   report(mode, label, us, rtt, mode == "notify" and { "<=", 2 } or nil,
          not_blocked > 0 and string.format("%d of %d waiters were not seen blocked", not_blocked, ROUNDS) or nil)
+  B.emit({ name = "handoff.vs_floor/" .. mode, value = math.floor(B.percentile(us, 50) + 0.5), unit = "us",
+           baseline = "handoff.floor.p50", baseline_value = math.floor(floor_p50 + 0.5),
+           label = label .. ": release to next holder, p50, vs the RPUSH/BLPOP floor" })
 end
 
 local python = "/usr/bin/python3"

@@ -264,12 +264,15 @@ static int write_all(rl_conn *conn, const char *buf, size_t len) {
 
 /*
  * Sends len bytes of buf and reads one reply into *reply, all within
- * timeout_ms. One write, then reads until the reader has a whole reply.
+ * timeout_ms. One write, then reads until the reader has a whole reply. With
+ * fast (a lock script's reply expected), a first read that is exactly one
+ * script reply fills fast instead, and *reply stays NULL: no reply objects.
  * Returns RT_OK, or RT_TIMEOUT / RT_FAILED with err written and the
  * connection closed.
  */
 static int roundtrip(rl_conn *conn, const char *buf, size_t len, long long timeout_ms,
-                     redisReply **reply, char err[RL_ERRLEN]) {
+                     redisReply **reply, rl_result *fast, char err[RL_ERRLEN]) {
+  int first = 1;
   char in[16384];
   void *r = NULL;
   long long deadline = rl_now_ms() + timeout_ms;
@@ -288,6 +291,10 @@ static int roundtrip(rl_conn *conn, const char *buf, size_t len, long long timeo
       io_error(conn, n == 0, timeout, timeout_ms, err);
       return timeout ? RT_TIMEOUT : RT_FAILED;
     }
+    if (fast != NULL && first && rl_decode_bytes(in, (size_t)n, fast)) {
+      conn->answered = 1;
+      return RT_OK;
+    }
     if (redisReaderFeed(conn->reader, in, (size_t)n) != REDIS_OK ||
         redisReaderGetReply(conn->reader, &r) != REDIS_OK) {
       char where[128];
@@ -297,6 +304,7 @@ static int roundtrip(rl_conn *conn, const char *buf, size_t len, long long timeo
       return RT_FAILED;
     }
     if (r != NULL) break;
+    first = 0;
     /* A reply in pieces: what is left of the time bound covers the next read. */
     if (rl_now_ms() >= deadline || set_io_timeout(conn, deadline - rl_now_ms()) != 0) {
       errno = EAGAIN;
@@ -314,7 +322,7 @@ static int roundtrip(rl_conn *conn, const char *buf, size_t len, long long timeo
 /* Formats argv and runs one round trip (see roundtrip). Lock commands fit
    the stack buffer; only a larger one (EVAL with a script's text) allocates. */
 static int command(rl_conn *conn, int argc, const char **argv, const size_t *len,
-                   long long timeout_ms, redisReply **reply, char err[RL_ERRLEN]) {
+                   long long timeout_ms, redisReply **reply, rl_result *fast, char err[RL_ERRLEN]) {
   char stack[1024], *buf;
   long long n = rl_format(stack, sizeof stack, &buf, argc, argv, len);
   int rc;
@@ -322,7 +330,7 @@ static int command(rl_conn *conn, int argc, const char **argv, const size_t *len
     snprintf(err, RL_ERRLEN, "connection: cannot format the command (out of memory)");
     return RT_FAILED;
   }
-  rc = roundtrip(conn, buf, (size_t)n, timeout_ms, reply, err);
+  rc = roundtrip(conn, buf, (size_t)n, timeout_ms, reply, fast, err);
   if (buf != stack) free(buf);
   return rc;
 }
@@ -335,7 +343,7 @@ static int setup_command(rl_conn *conn, const char *what, int argc, const char *
                          const size_t *len, char err[RL_ERRLEN]) {
   char where[128];
   redisReply *r;
-  if (command(conn, argc, argv, len, conn->o.timeout_ms, &r, err) != RT_OK) return -1;
+  if (command(conn, argc, argv, len, conn->o.timeout_ms, &r, NULL, err) != RT_OK) return -1;
   if (r->type == REDIS_REPLY_ERROR) {
     rl_conn_describe(conn, where, sizeof where);
     snprintf(err, RL_ERRLEN, "redis: %s refused by %s: %.*s", what, where, (int)r->len, r->str);
@@ -388,24 +396,31 @@ static int conn_open(rl_conn *conn, char err[RL_ERRLEN]) {
   return 0;
 }
 
-redisReply *rl_conn_command(rl_conn *conn, int argc, const char **argv,
-                            const size_t *len, int resend, char err[RL_ERRLEN]) {
-  redisReply *r;
+/* rl_conn_command, with roundtrip's fast: 0 with *r (NULL when fast was
+   filled), or -1 with err. */
+static int call(rl_conn *conn, int argc, const char **argv, const size_t *len, int resend,
+                redisReply **r, rl_result *fast, char err[RL_ERRLEN]) {
   int reused, rc;
   /* After fork() the socket is shared with the parent: replies would mix. */
   if (conn->fd >= 0 && (conn->gen != rl_fork_gen() || went_away(conn))) rl_conn_close(conn);
   reused = conn->fd >= 0;
-  if (!reused && conn_open(conn, err) != 0) return NULL;
-  rc = command(conn, argc, argv, len, conn->o.timeout_ms, &r, err);
+  if (!reused && conn_open(conn, err) != 0) return -1;
+  rc = command(conn, argc, argv, len, conn->o.timeout_ms, r, fast, err);
   if (rc == RT_FAILED && reused && resend) {
     /* The connection died between went_away() and the send, or the server
        closed it while running the command. The caller said the command is
        safe to send twice, so try once more on a fresh connection. Not after
        a timeout: the server is slow, and the caller's time bound must hold. */
-    if (conn_open(conn, err) != 0) return NULL;
-    rc = command(conn, argc, argv, len, conn->o.timeout_ms, &r, err);
+    if (conn_open(conn, err) != 0) return -1;
+    rc = command(conn, argc, argv, len, conn->o.timeout_ms, r, fast, err);
   }
-  return rc == RT_OK ? r : NULL;
+  return rc == RT_OK ? 0 : -1;
+}
+
+redisReply *rl_conn_command(rl_conn *conn, int argc, const char **argv,
+                            const size_t *len, int resend, char err[RL_ERRLEN]) {
+  redisReply *r = NULL;
+  return call(conn, argc, argv, len, resend, &r, NULL, err) == 0 ? r : NULL;
 }
 
 int rl_conn_wait_replicas(rl_conn *conn, long long replicas, long long ms, long long *acked,
@@ -423,7 +438,7 @@ int rl_conn_wait_replicas(rl_conn *conn, long long replicas, long long ms, long 
     rl_conn_close(conn);
     return -1;
   }
-  if (command(conn, 3, argv, len, ms + conn->o.timeout_ms, &r, err) != RT_OK) return -1;
+  if (command(conn, 3, argv, len, ms + conn->o.timeout_ms, &r, NULL, err) != RT_OK) return -1;
   if (r->type != REDIS_REPLY_INTEGER) {
     snprintf(err, RL_ERRLEN, "redis: WAIT: %.*s", r->type == REDIS_REPLY_ERROR ? (int)r->len : 0,
              r->type == REDIS_REPLY_ERROR ? r->str : "");
@@ -448,9 +463,9 @@ int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]
        treat their own token as success, extend, pttl and leave repeat
        harmlessly. A repeated release would find the key gone and report the
        lock lost. */
-    redisReply *r = rl_conn_command(conn, cmd->argc, cmd->argv, cmd->len,
-                                    cmd->op != RL_OP_RELEASE, err);
-    if (r == NULL) return -1;
+    redisReply *r = NULL;
+    if (call(conn, cmd->argc, cmd->argv, cmd->len, cmd->op != RL_OP_RELEASE, &r, out, err) != 0) return -1;
+    if (r == NULL) return 0; /* the common reply, read without a reader */
     d = rl_decode(r, out, msg, sizeof msg);
     freeReplyObject(r);
     if (d == RL_DECODED) return 0;

@@ -7,6 +7,7 @@
 #include "rl_sha1.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -208,22 +209,22 @@ int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
   static const char *const suffix[RL_MAX_KEYS] = { "", ":fence", ":signal", ":queue", ":alive", ":waiters" };
   size_t base = plen + klen + 2, total = 0;
   char *p;
-  int i;
-  memset(cmd, 0, sizeof *cmd);
+  int i, k;
+  memset(cmd, 0, offsetof(rl_cmd, inline_keys));
   cmd->op = op;
-  for (i = 0; i < RL_MAX_KEYS; i++) total += base + strlen(suffix[i]);
-  cmd->keys = p = malloc(total);
+  for (i = 0; (k = op_keys[op][i]) >= 0; i++) total += base + strlen(suffix[k]);
+  cmd->keys = p = total <= sizeof cmd->inline_keys ? cmd->inline_keys : (char *)malloc(total);
   if (p == NULL) return -1;
-  /* "<prefix>{<key>}" then each name with its suffix, one after another */
-  for (i = 0; i < RL_MAX_KEYS; i++) {
-    size_t slen = strlen(suffix[i]);
-    cmd->key[i] = p;
-    cmd->klen[i] = base + slen;
+  /* "<prefix>{<key>}" then each name the op uses with its suffix, one after another */
+  for (i = 0; (k = op_keys[op][i]) >= 0; i++) {
+    size_t slen = strlen(suffix[k]);
+    cmd->key[k] = p;
+    cmd->klen[k] = base + slen;
     memcpy(p, prefix, plen);
     p[plen] = '{';
     memcpy(p + plen + 1, key, klen);
     p[plen + 1 + klen] = '}';
-    memcpy(p + base, suffix[i], slen);
+    memcpy(p + base, suffix[k], slen);
     p += base + slen;
   }
 
@@ -258,9 +259,9 @@ int rl_wait_init(rl_cmd *cmd, const char *prefix, size_t plen, const char *key, 
   size_t base = plen + klen + 2 + sizeof suffix - 1;
   size_t len = base + (token != NULL ? 1 + tlen : 0);
   char *p;
-  memset(cmd, 0, sizeof *cmd);
+  memset(cmd, 0, offsetof(rl_cmd, inline_keys));
   cmd->op = RL_OP_COUNT; /* not a script */
-  cmd->keys = p = malloc(len);
+  cmd->keys = p = len <= sizeof cmd->inline_keys ? cmd->inline_keys : (char *)malloc(len);
   if (p == NULL) return -1;
   memcpy(p, prefix, plen);
   p[plen] = '{';
@@ -328,7 +329,7 @@ void rl_cmd_use_eval(rl_cmd *cmd) {
 }
 
 void rl_cmd_free(rl_cmd *cmd) {
-  free(cmd->keys);
+  if (cmd->keys != cmd->inline_keys) free(cmd->keys);
   cmd->keys = NULL;
 }
 
@@ -347,6 +348,35 @@ void rl_read_error(int err, const char *errstr, const char *where, char *out, si
     snprintf(out, len, "connection: lost %s (%s)", where, errstr);
   else
     snprintf(out, len, "connection: the server's reply is not RESP (%s)", errstr);
+}
+
+/* Reads ":<integer>\r\n" at *p (before end) into *v, moving *p past it; 0 or -1. */
+static int read_int_line(const char **p, const char *end, long long *v) {
+  const char *s = *p;
+  int neg = 0, digits = 0;
+  unsigned long long n = 0;
+  if (s >= end || *s++ != ':') return -1;
+  if (s < end && *s == '-') neg = 1, s++;
+  while (s < end && *s >= '0' && *s <= '9') {
+    if (++digits > 18) return -1; /* leave the rare giant to the reader */
+    n = n * 10 + (unsigned)(*s++ - '0');
+  }
+  if (digits == 0 || end - s < 2 || s[0] != '\r' || s[1] != '\n') return -1;
+  *v = neg ? -(long long)n : (long long)n;
+  *p = s + 2;
+  return 0;
+}
+
+int rl_decode_bytes(const char *buf, size_t len, rl_result *out) {
+  const char *p = buf, *end = buf + len;
+  long long status, value;
+  if (len < 4 || memcmp(buf, "*2\r\n", 4) != 0) return 0;
+  p += 4;
+  if (read_int_line(&p, end, &status) != 0 || read_int_line(&p, end, &value) != 0 || p != end) return 0;
+  if (status < RL_OTHER || status > RL_HELD) return 0;
+  out->status = (int)status;
+  out->value = value;
+  return 1;
 }
 
 rl_decoded rl_decode(const redisReply *r, rl_result *out, char *err, size_t errlen) {

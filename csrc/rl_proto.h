@@ -60,18 +60,20 @@ typedef enum {
  * One command ready to send: EVALSHA sha numkeys keys... token [ms [stay]], or
  * the same with EVAL and the script text after rl_cmd_use_eval; or, from
  * rl_wait_init, BLPOP on a signal list. argv/len point into the struct and
- * into the script table; the key names live in one heap buffer.
+ * into the script table; the key names live in one buffer, the struct's own
+ * when they fit (so the struct must not be copied), else the heap's.
  */
 typedef struct {
   int argc;
   const char *argv[RL_CMD_MAXARGS];
   size_t len[RL_CMD_MAXARGS];
   rl_op op;     /* RL_OP_COUNT for a BLPOP */
-  char *keys;   /* "<prefix>{<key>}", then the same with ":fence", ... */
+  char *keys;   /* the names the op uses: "<prefix>{<key>}", the same with ":fence", ... */
   const char *key[RL_MAX_KEYS];
   size_t klen[RL_MAX_KEYS];
   char numkeys[2];
   char ms[24];
+  char inline_keys[384]; /* keys, when they fit */
 } rl_cmd;
 
 /* The script text and SHA-1 of op (computed once, on first use). */
@@ -112,6 +114,13 @@ void rl_cmd_free(rl_cmd *cmd);
  * a description of the unexpected reply) is copied into err.
  */
 rl_decoded rl_decode(const redisReply *r, rl_result *out, char *err, size_t errlen);
+
+/*
+ * The common case of rl_decode without a reader: 1 when the len bytes at buf
+ * are exactly one script reply that rl_decode would take ("*2\r\n:<status>
+ * \r\n:<value>\r\n"), filling out; else 0 (read them with a reader).
+ */
+int rl_decode_bytes(const char *buf, size_t len, rl_result *out);
 
 /*
  * Describes a failed read (hiredis' reader, a connection's or the Lua binding's) whose error
