@@ -8,6 +8,9 @@ local path = assert(arg[1], "usage: report.lua <results file>")
 local SECTIONS = {
   { "Uncontended acquire+release, one client (ratio to the floor of the same run and placement)",
     { "floor.raw/", "floor.redis-benchmark/", "cycle/", "with_lock/", "wire/" } },
+  { "Against the minimal lock a user compares with (SET NX PX + compare-and-delete), same run and placement",
+    { "floor.minimal/", "cycle.vs_minimal/", "server_cpu/", "peer.pure-lua/", "cycle.vs_pure_lua/" } },
+  { "TLS: the same cycle over verified TLS, and new connections", { "cycle.plain/", "cycle.tls/", "connect." } },
   { "Handoff latency: release to the next holder (ratio to a PING round trip)", { "rtt.", "handoff." } },
   { "Contended throughput, one key (mutual-exclusion violations must be 0)", { "contended/", "violations/" } },
   { "Memory: client RSS over many cycles", { "rss." } },
