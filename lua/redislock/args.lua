@@ -10,8 +10,8 @@
 
 local core = require "redislock.core"
 
-local error, getmetatable, ipairs, pairs, select, tostring, type =
-      error, getmetatable, ipairs, pairs, select, tostring, type
+local error, getmetatable, pairs, select, tostring, type =
+      error, getmetatable, pairs, select, tostring, type
 local string_format = string.format
 local math_floor = math.floor
 local debug_getinfo = debug.getinfo
@@ -195,35 +195,43 @@ local DEFAULT_HOW = {
 
 local function check_acquire_opts(n, fname, opts, renew)
   if opts == nil then return DEFAULT_HOW[renew] end -- shared, never changed
-  opts = check_opts(n, fname, opts, ACQUIRE_OPTS)
-  local how = { wait = opts.wait or 0, mode = opts.wait_mode or "notify", fair = opts.fair or false }
+  if type(opts) ~= "table" then
+    argerror(n, fname, "options must be a table, got " .. type(opts))
+  end
+  for k in pairs(opts) do
+    if not ACQUIRE_OPTS[k] then argerror(n, fname, "unknown option " .. show(k)) end
+  end
+  -- Every field at once: a table built whole is allocated once.
+  local on_lost, max_hold, replicas = opts.on_lost, opts.max_hold, opts.replicas
   if opts.renew ~= nil then renew = opts.renew end
+  local how = { wait = opts.wait or 0, mode = opts.wait_mode or "notify", fair = opts.fair or false,
+                renew = renew, on_lost = on_lost, max_hold_ms = false, replicas = false, replica_ms = false }
   if type(renew) ~= "boolean" then
     argerror(n, fname, "option 'renew' must be a boolean, got " .. type(renew))
   end
-  how.renew = renew
-  if opts.max_hold ~= nil then
-    how.max_hold_ms = check_seconds(n, fname, "option 'max_hold'", opts.max_hold)
+  if max_hold ~= nil then
+    how.max_hold_ms = check_seconds(n, fname, "option 'max_hold'", max_hold)
   end
-  if opts.on_lost ~= nil and not is_callable(opts.on_lost) then
-    argerror(n, fname, "option 'on_lost' must be a function, got " .. type(opts.on_lost))
+  if on_lost ~= nil and not is_callable(on_lost) then
+    argerror(n, fname, "option 'on_lost' must be a function, got " .. type(on_lost))
   end
-  how.on_lost = opts.on_lost
-  for _, name in ipairs({ "max_hold", "on_lost" }) do
-    if opts[name] ~= nil and not renew then
-      argerror(n, fname, string_format("option '%s' needs renewal (renew = true)", name))
-    end
+  if not renew and (max_hold ~= nil or on_lost ~= nil) then
+    argerror(n, fname, string_format("option '%s' needs renewal (renew = true)",
+                                     max_hold ~= nil and "max_hold" or "on_lost"))
   end
-  if opts.replicas ~= nil then
-    if not is_whole(opts.replicas, 1, 1000000) then
+  if replicas ~= nil then
+    if not is_whole(replicas, 1, 1000000) then
       argerror(n, fname, "option 'replicas' must be a whole number >= 1")
     end
-    how.replicas = opts.replicas
+    how.replicas = replicas
     how.replica_ms = opts.replica_timeout == nil and 1000
       or check_seconds(n, fname, "option 'replica_timeout'", opts.replica_timeout)
   elseif opts.replica_timeout ~= nil then
     argerror(n, fname, "option 'replica_timeout' needs 'replicas'")
   end
+  -- false, not nil, kept the slots above: the readers take false for "none".
+  if not how.max_hold_ms then how.max_hold_ms = nil end
+  if not how.replicas then how.replicas, how.replica_ms = nil, nil end
   local wait = how.wait
   if type(wait) ~= "number" or wait ~= wait or wait < 0 or wait * 1000 > core.MAX_MS then
     argerror(n, fname, string_format("option 'wait' must be a number of seconds in 0..%.3f (2^53 ms)",
