@@ -84,6 +84,36 @@ describe("waiting", function()
       assert.is_true(scripts_run() - before <= 10, "scripts run: " .. (scripts_run() - before))
     end)
 
+    it("costs nothing to wake when nobody waits, and wakes once somebody tried", function()
+      -- Calls per command the server made since the last CONFIG RESETSTAT.
+      local function calls()
+        local t = {}
+        for name, n in raw:command("INFO", "commandstats"):gmatch("cmdstat_([%w_|]+):calls=(%d+)") do
+          t[name] = tonumber(n)
+        end
+        return t
+      end
+      for _ = 1, 20 do assert(assert(holder:acquire("quiet", 5)):release()) end
+      local quiet = calls()
+      -- No wake-up work: no signal pushed, no queue looked at, no clock read.
+      for _, name in ipairs({ "rpush", "pexpire", "zrange", "zrangebyscore", "time" }) do
+        assert.is_nil(quiet[name], name .. " ran on an uncontended release")
+      end
+      assert.are.equal(20, quiet.exists) -- the waiters mark, checked once per release
+      assert.are.equal(0, raw:command("EXISTS", "lock:{quiet}:waiters"))
+      -- A failed try sets the mark (for the holder's TTL and a second) ...
+      local lock = assert(holder:acquire("busy", 5))
+      local other = srv:client()
+      assert.is_nil(other:acquire("busy", 5))
+      other:close()
+      local left = raw:command("PTTL", "lock:{busy}:waiters")
+      assert.is_true(left > 5000 and left <= 6000, "mark TTL " .. left)
+      -- ... and the release then wakes: one signal, which expires by itself.
+      assert.is_true(lock:release())
+      assert.are.equal(1, raw:command("LLEN", "lock:{busy}:signal"))
+      assert.are.equal(1, calls().rpush)
+    end)
+
     it("waits longer than the client's reply timeout without a connection error", function()
       assert(holder:acquire("k", 30))
       local c = srv:client({ timeout = 0.2 })
