@@ -1,0 +1,46 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Benchmark (not a test): this checkout against an earlier revision, in one
+# run, on one server. bench/cycle.lua runs for each side in turn (Lua 5.4 and
+# LuaJIT, the client on another core, then on the server's), ROUNDS times, so
+# that both sides meet the same machine; each prints its acquire+release
+# ratio to the raw floor of its own bytes, taken in the same slices.
+#   sh bench/compare.sh REV [ROUNDS]      e.g. sh bench/compare.sh HEAD~3 2
+# The revision is built in a temporary git worktree, removed at the end.
+# BENCH_SLICES (default 9 here) and the other knobs of bench/cycle.lua apply.
+cd "$(dirname "$0")/.." || exit 2
+if [ -z "${REDIS_PORT:-}" ]; then
+  exec sh tools/with-redis.sh sh bench/compare.sh "$@"
+fi
+set -u
+rev=${1:?usage: sh bench/compare.sh REV [ROUNDS]}
+rounds=${2:-2}
+here=$PWD
+other=$(mktemp -d)
+trap 'git -C "$here" worktree remove --force "$other" >/dev/null 2>&1; rm -rf "$other"' EXIT
+git worktree add --detach "$other" "$rev" >/dev/null 2>&1 || { echo "bench: cannot check out $rev" >&2; exit 2; }
+make -C "$other" all build/bench/floor >/dev/null 2>&1 || { echo "bench: cannot build $rev" >&2; exit 2; }
+make all build/bench/floor >/dev/null || exit 2
+export BENCH_SLICES="${BENCH_SLICES:-9}"
+taskset -apc 0 "$(cat "$REDIS_DIR/redis.pid")" >/dev/null
+last=$(($(nproc) - 1))
+
+# side NAME TREE LUA BUILD PLACEMENT CPU: one cycle.lua run; prints its ratio.
+side() {
+  path="$2/bench/?.lua;$2/lua/?.lua;;" cpath="$2/build/$4/?.so;;"
+  LUA_PATH=$path LUA_PATH_5_4=$path LUA_CPATH=$cpath LUA_CPATH_5_4=$cpath BENCH_ROOT=$2 \
+    taskset -c "$6" "$3" "$2/bench/cycle.lua" "$5" 2>/dev/null |
+    sed -n "s/^bench name=cycle\/\([^ ]*\) value=\([0-9]*\) .* ratio=\([0-9.]*\) .*/$1 \1 \2 cycles\/s, ratio to its floor \3/p"
+}
+
+echo "bench compare: this checkout ($(git rev-parse --short HEAD)) vs $rev ($(git -C "$other" rev-parse --short HEAD)), $rounds rounds"
+for _ in $(seq "$rounds"); do
+  for placement in "different-cores:$last" "same-core:0"; do
+    where=${placement%%:*} cpu=${placement##*:}
+    for pair in "lua5.4:lua5.4" "luajit:luajit"; do
+      lua=${pair%%:*} build=${pair#*:}
+      side this "$here" "$lua" "$build" "$where" "$cpu"
+      side "$rev" "$other" "$lua" "$build" "$where" "$cpu"
+    done
+  done
+done
