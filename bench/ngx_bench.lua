@@ -9,6 +9,10 @@
 --                          as a request would use it: connect (pooled), SET NX
 --                          PX, compare-and-delete by EVAL, set_keepalive
 --   /resty-one?n=N         the same on one connection for all n cycles
+--   /redislock-req, /resty-req   one cycle per request, as an application
+--                          does (driven by ab with concurrent requests); the
+--                          key is the worker's request number modulo 4096, so
+--                          requests in flight together take different locks
 -- The resty token comes from core.token (16 random bytes, hex), as
 -- redislock's own, so the two send tokens of the same length and cost.
 -- luacheck: read globals ngx
@@ -66,8 +70,31 @@ end
 
 local HANDLERS = { redislock = with_redislock, resty = resty, ["resty-one"] = resty_one }
 
+local seq = 0
+local function next_key(kind)
+  seq = seq + 1
+  return "bench:" .. kind .. ":" .. seq % 4096
+end
+
+local PER_REQUEST = {
+  ["redislock-req"] = function(port)
+    client = client or redislock.new({ port = port })
+    assert(assert(client:acquire(next_key("redislock"), TTL)):release())
+  end,
+  ["resty-req"] = function(port)
+    local red = connect(port)
+    resty_cycle(red, next_key("resty"))
+    assert(red:set_keepalive(10000, 64))
+  end,
+}
+
 --- The content handler: which one from the URI, n from the query string.
 function M.handle(port)
+  local one = PER_REQUEST[ngx.var.uri:sub(2)]
+  if one then
+    one(port)
+    return ngx.say("ok")
+  end
   local fn = HANDLERS[ngx.var.uri:sub(2)]
   local n = tonumber(ngx.var.arg_n) or 1000
   if not fn then return ngx.exit(404) end

@@ -9,7 +9,10 @@
 --    redislock under Lua 5.4 in this process;
 --  * Debian's lua-resty-redis in nginx (SET NX PX + compare-and-delete EVAL,
 --    per request: connect from the pool ... set_keepalive; and on one
---    connection) vs redislock in the same nginx (bench/ngx_bench.lua).
+--    connection) vs redislock in the same nginx (bench/ngx_bench.lua); and
+--    one cycle per request under concurrency, as an application does (ab
+--    -c BENCH_AB_CONCURRENCY (16) -k, BENCH_AB_REQUESTS (20000) requests per
+--    slice), when ab (apache2-utils) is installed.
 -- The private nginx runs from a temporary prefix with the lua module, on a
 -- free loopback port, and is stopped by its PID (kill -QUIT).
 -- usage (from bench/run.sh, pinned by taskset): peers.lua <placement name>
@@ -204,6 +207,36 @@ local ok, err = pcall(function()
             "lua-resty-redis 0.27, pooled connect per cycle" .. where)
   emit_rate(rates, "resty_one", "ngx", "peer.resty-one/nginx" .. id, ngx_id,
             "lua-resty-redis 0.27, one connection" .. where)
+
+  -- One cycle per request, concurrent requests (requests/s from ab).
+  local _, has_ab = B.run("command -v ab")
+  if not has_ab then
+    B.say("bench: no ab (sh tools/deps.sh bench installs apache2-utils): per-request figures skipped")
+    return
+  end
+  local conc, reqs = B.knob("BENCH_AB_CONCURRENCY", 16), B.knob("BENCH_AB_REQUESTS", 20000)
+  local function ab(path)
+    return function()
+      local out = B.run(string.format("ab -q -k -c %d -n %d http://127.0.0.1:%d/%s 2>&1", conc, reqs, port, path))
+      local rps = tonumber(out:match("Requests per second:%s*([%d.]+)"))
+      local failed = tonumber(out:match("Failed requests:%s*(%d+)"))
+      local non2xx = out:match("Non%-2xx responses:%s*(%d+)")
+      assert(rps and failed == 0 and not non2xx, path .. ": ab said: " .. out)
+      return rps
+    end
+  end
+  ab("redislock-req")() -- warm up: pool connections
+  ab("resty-req")()
+  local per = B.slices({ { "ngx", ab("redislock-req") }, { "resty", ab("resty-req") } }, 5)
+  local r, lo, hi = B.median_ratio(per.resty, per.ngx)
+  local req_id = "peer.redislock-req/nginx" .. id
+  B.emit({ name = req_id, value = median(per, "ngx"), unit = "requests/s",
+           note = string.format("ab -k -c %d, median of 5 slices of %d requests", conc, reqs),
+           label = "redislock, one cycle per request, concurrent" .. where })
+  B.emit({ name = "peer.resty-req/nginx" .. id, value = median(per, "resty"), unit = "requests/s",
+           baseline = req_id, baseline_value = median(per, "ngx"), ratio = r, target = { "<=", 1.0 },
+           note = string.format("slice ratios %.2f-%.2f", lo, hi),
+           label = "lua-resty-redis 0.27, one cycle per request, concurrent" .. where })
 end)
 stop_nginx(pid, prefix)
 floor:close()

@@ -10,8 +10,9 @@ PACKAGES="gcc make libc6-dev lua5.4 liblua5.4-dev luajit2 libluajit2-5.1-dev lua
   libhiredis-dev libssl-dev openssl redis-server redis-tools lua-socket lua-check valgrind curl
   nginx libnginx-mod-http-lua lua-resty-core lua-resty-lrucache lua-nginx-redis"
 # Only make bench needs these: redis-py's Lock (Debian's /usr/bin/python3), and the
-# pure-Lua minimal lock (lua5.3 with lua-redis).
-BENCH_PACKAGES="python3 python3-redis lua5.3 lua-redis"
+# pure-Lua minimal lock (lua5.3 with lua-redis), and ab (apache2-utils) to drive
+# nginx with concurrent requests.
+BENCH_PACKAGES="python3 python3-redis lua5.3 lua-redis apache2-utils"
 
 case "${1:-}" in
   "") ;;
