@@ -528,12 +528,15 @@ static int lease_expires(lua_State *L) {
   return 1;
 }
 
-/* lease:stop(), __gc: no more renewals. Idempotent; no I/O. */
+/* lease:stop() -> what expires() said (nothing once stopped); also __gc: no more renewals. Idempotent; no I/O. */
 static int lease_stop(lua_State *L) {
   rl_lease_ud *ud = (rl_lease_ud *)luaL_checkudata(L, 1, LEASE_MT);
-  if (ud->lease != NULL) rl_lease_stop(ud->lease);
+  if (ud->lease == NULL) return 0;
+  /* What expires() would have said, in the same call: release needs both. */
+  lua_pushnumber(L, (lua_Number)rl_lease_expires(ud->lease) / 1000.0);
+  rl_lease_stop(ud->lease);
   ud->lease = NULL;
-  return 0;
+  return 1;
 }
 
 /* __gc of the per-state sentinel: the last Lua state out stops the thread. */

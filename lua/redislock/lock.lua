@@ -37,8 +37,7 @@ end
 local function stop_lease(self)
   local lease = self._lease
   if not lease then return end
-  self._expires = lease:expires() or self._expires
-  lease:stop()
+  self._expires = lease:stop() or self._expires -- stop() answers what expires() would
 end
 
 -- The latest time (core.now()) the lock may last to, or nil when unknown.

@@ -208,11 +208,12 @@ function Lease:expires()
 end
 
 --- No more renewals; ends the sentinel, if any, when called from the thread
--- that made it (with_lock's).
+-- that made it (with_lock's). Returns what expires() says.
 function Lease:stop()
   if self.status == "held" then self.status = "ended" end
   leases[self] = nil
   if self.sentinel and kill(self.sentinel) then self.sentinel = nil end
+  return self:expires()
 end
 
 

@@ -13,18 +13,19 @@ local assert, collectgarbage, error, ipairs, load, pcall, setmetatable =
       assert, collectgarbage, error, ipairs, load, pcall, setmetatable
 local coroutine_running = coroutine.running
 local debug_getinfo, debug_gethook, debug_sethook = debug.getinfo, debug.gethook, debug.sethook
-local unpack = table.unpack or unpack  -- luacheck: ignore (LuaJIT)
-local pack = args.pack
 
 local _M = { _VERSION = core._VERSION }
 
 args.own(debug.getinfo(1, "S").source)
 
--- pack(pcall(fn, lock)). On Lua 5.4 the lock is also held by a to-be-closed
--- guard while fn runs, so that closing a coroutine suspended inside fn
--- (coroutine.close) releases it. A coroutine that is merely dropped keeps the
--- lock (renewed) until the garbage collector collects it: collection does no I/O.
-local call_locked = function(lock, fn) return pack(pcall(fn, lock)) end
+-- Calls fn(lock) protected and hands finish(guard, lock, scope, ok, ...) its
+-- results, with no table in between. On Lua 5.4 the lock is also held by a
+-- to-be-closed guard while fn runs, so that closing a coroutine suspended
+-- inside fn (coroutine.close) releases it; finish clears guard.lock first, so
+-- the guard does nothing once fn has come back. A coroutine that is merely
+-- dropped keeps the lock (renewed) until the garbage collector collects it:
+-- collection does no I/O.
+local call_locked = function(lock, fn, finish, scope) return finish(nil, lock, scope, pcall(fn, lock)) end
 if load("local guard <close> = nil") then -- Lua 5.4 and later
   local guard_mt = {
     __close = function(guard)
@@ -33,14 +34,12 @@ if load("local guard <close> = nil") then -- Lua 5.4 and later
   }
   -- Compiled by load() so that LuaJIT, which cannot parse <close>, loads this file.
   call_locked = assert(load([[
-    local pack, pcall, setmetatable, guard_mt = ...
-    return function(lock, fn)
+    local pcall, setmetatable, guard_mt = ...
+    return function(lock, fn, finish, scope)
       local guard <close> = setmetatable({ lock = lock }, guard_mt)
-      local res = pack(pcall(fn, lock))
-      guard.lock = nil -- left normally: the caller releases and reports
-      return res
+      return finish(guard, lock, scope, pcall(fn, lock))
     end
-  ]], "=redislock.with_lock"))(pack, pcall, setmetatable, guard_mt)
+  ]], "=redislock.with_lock"))(pcall, setmetatable, guard_mt)
   args.own("=redislock.with_lock")
 end
 
@@ -138,17 +137,21 @@ end
 -- returns exactly what fn returned. Raises fn's own error value (unchanged)
 -- when fn raises, a "lost: ..." error when the lock was no longer ours at
 -- release, or the release's "connection: ..." error.
-function _M.hold(lock, fn)
-  local scope = watch_lost(lock)
-  local res = call_locked(lock, fn)
-  if scope then unwatch(scope, res[1]) end
+-- After fn: ends the scope, releases, and returns fn's results or raises.
+local function finish(guard, lock, scope, ok, ...)
+  if guard then guard.lock = nil end -- fn came back: release here, and report
+  if scope then unwatch(scope, ok) end
   -- Protected: fn's own error must be the one that comes out, whatever
   -- release does.
   local rok, released, rerr = pcall(lock.release, lock)
-  if not res[1] then error(res[2], 0) end
+  if not ok then error((...), 0) end
   if not rok then error(released, 0) end
   if not released then error(rerr, 0) end
-  return unpack(res, 2, res.n)
+  return ...
+end
+
+function _M.hold(lock, fn)
+  return call_locked(lock, fn, finish, watch_lost(lock))
 end
 
 return _M

@@ -11,7 +11,8 @@
 --   t:wait(key, token, ms)       block on a wake-up list -> true | false | nil, err
 --   t:command(name, ...)         one plain command -> reply | nil, err
 --   t:lease(key, token, ttl_ms, max_hold_ms, sent_ms, scoped, on_lost) -> lease
---        (lease:state(), :extended(ttl_ms, sent_ms), :expires(), :stop())
+--        (lease:state(), :extended(ttl_ms, sent_ms), :expires(), :stop(), which
+--        also answers what expires() said)
 --   t:close(), t:closed()
 --   t:io_problem()               nil, or the nginx phase that forbids I/O now
 --   t.reports_loss               true when leases call on_lost themselves
