@@ -6,6 +6,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,10 +32,10 @@ struct rl_lease {
   long long confirmed;      /* monotonic ms when the last good renewal was sent */
   long long until;          /* no renewals from then on (0: no limit) */
   rl_lease_state state;
-  char why[512];            /* when lost */
   int busy;                 /* the thread is renewing it, without the mutex */
   int stopped;              /* its owner let go: freed once not busy */
   int orphan;               /* made before a fork(), seen from the child */
+  char why[512];            /* when lost; last, so that a new lease clears only what is before it */
 };
 
 static pthread_mutex_t wd_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -278,10 +279,14 @@ rl_lease *rl_lease_start(const rl_conn_opts *opts, const char *prefix, size_t pl
                          const char *key, size_t klen, const char *token, size_t tlen,
                          long long ttl_ms, long long max_hold_ms, long long sent_ms,
                          char err[RL_ERRLEN]) {
-  rl_lease *l = (rl_lease *)calloc(1, sizeof *l);
+  rl_lease *l = (rl_lease *)malloc(sizeof *l);
   long long now = rl_now_ms();
   int rc;
   pthread_once(&wd_once, wd_init);
+  if (l != NULL) {
+    memset(l, 0, offsetof(rl_lease, why)); /* not the 512 bytes of why: one per lock taken */
+    l->why[0] = '\0';
+  }
   if (l == NULL || (l->names = (char *)malloc(plen + klen + tlen + 1)) == NULL) {
     free(l);
     snprintf(err, RL_ERRLEN, "renewal: out of memory");
