@@ -255,7 +255,7 @@ describe("TLS", function()
       assert.is_truthy(with({ cafile = "x" }):find("unknown field \"cafile\"", 1, true))
       assert.is_truthy(with({ verify = "yes" }):find("field 'tls.verify' must be a boolean", 1, true))
       assert.is_truthy(with(1):find("option 'tls' must be a boolean or a table", 1, true))
-      assert.is_truthy(new_error({ path = "/tmp/redis.sock", tls = true }):find("needs a TCP host", 1, true))
+      assert.is_truthy(new_error({ path = "redis.sock", tls = true }):find("needs a TCP host", 1, true))
       assert.is_truthy(new_error({ url = "rediss://localhost:1", tls = false }):find("contradicts", 1, true))
       -- The file errors come from the C core too, for direct callers.
       local ok, err = pcall(core.new, { port = 1, tls = { ca = file("none.crt") } })
