@@ -191,6 +191,14 @@ function M.floor(client, key, ttl)
   return f
 end
 
+--- A loopback port nobody listens on right now (the kernel's pick).
+function M.free_port()
+  local s = assert(require("socket").bind("127.0.0.1", 0))
+  local _, port = s:getsockname()
+  s:close()
+  return tonumber(port)
+end
+
 --- Prints a progress line on stderr (the report is built from stdout).
 function M.say(fmt, ...)
   io.stderr:write(string.format(fmt, ...), "\n")

@@ -88,13 +88,6 @@ end
 ------------------------------------------------------------------------------
 -- nginx: redislock over cosockets vs lua-resty-redis
 
-local function free_port()
-  local s = assert(socket.bind("127.0.0.1", 0))
-  local _, port = s:getsockname()
-  s:close()
-  return tonumber(port)
-end
-
 local function read_file(path)
   local f = io.open(path)
   if not f then return nil end
@@ -145,7 +138,7 @@ local function start_nginx()
   assert(B.run("mkdir -p " .. B.sh_quote(prefix .. "/conf") .. " " .. B.sh_quote(prefix .. "/logs") .. " "
                .. B.sh_quote(prefix .. "/temp")))
   for _ = 1, 5 do
-    local port = free_port()
+    local port = B.free_port()
     local conf = prefix .. "/conf/nginx.conf"
     local f = assert(io.open(conf, "w"))
     f:write(nginx_conf(prefix, port))

@@ -32,16 +32,7 @@ in_dir("printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > san.ext")
 in_dir("openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 1"
        .. " -extfile san.ext")
 
--- A free port (the kernel's pick).
-local function free_port()
-  local socket = require "socket"
-  local s = assert(socket.bind("127.0.0.1", 0))
-  local _, port = s:getsockname()
-  s:close()
-  return tonumber(port)
-end
-
-local plain_port, tls_port = free_port(), free_port()
+local plain_port, tls_port = B.free_port(), B.free_port()
 in_dir(table.concat({ "redis-server --bind 127.0.0.1 --port", plain_port, "--tls-port", tls_port,
   "--tls-cert-file server.crt --tls-key-file server.key --tls-ca-cert-file ca.crt --tls-auth-clients no",
   "--save '' --appendonly no --daemonize yes --pidfile", dir .. "/redis.pid --logfile", dir .. "/redis.log" }, " "))
