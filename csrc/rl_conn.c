@@ -113,23 +113,6 @@ static int went_away(const rl_conn *conn) {
   return poll(&p, 1, 0) > 0;
 }
 
-/* Waits until fd is ready for events or deadline_ms passes: 1, 0 (time), -1. */
-static int wait_fd(int fd, short events, long long deadline_ms) {
-  for (;;) {
-    struct pollfd p;
-    long long left = deadline_ms - rl_now_ms();
-    int rc;
-    if (left <= 0) return 0;
-    p.fd = fd;
-    p.events = events;
-    p.revents = 0;
-    rc = poll(&p, 1, (int)(left > 86400000 ? 86400000 : left));
-    if (rc > 0) return 1;
-    if (rc == 0) return 0;
-    if (errno != EINTR) return -1;
-  }
-}
-
 /*
  * A non-blocking socket connected to addr by deadline_ms, or -1 with errno
  * (ETIMEDOUT when the deadline passed).
@@ -142,7 +125,7 @@ static int connect_addr(const struct sockaddr *addr, socklen_t alen, long long d
   while (rc != 0 && errno == EINTR);
   if (rc != 0 && errno != EINPROGRESS && errno != EAGAIN) goto fail;
   if (rc != 0) {
-    rc = wait_fd(fd, POLLOUT, deadline_ms);
+    rc = rl_wait_fd(fd, POLLOUT, deadline_ms);
     if (rc == 0) errno = ETIMEDOUT;
     if (rc <= 0) goto fail;
     if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &slen) != 0) goto fail;

@@ -246,6 +246,22 @@ static void handshake_error(SSL *ssl, int rc, const char *name, const char *wher
   ERR_clear_error();
 }
 
+int rl_wait_fd(int fd, short events, long long deadline_ms) {
+  for (;;) {
+    struct pollfd p;
+    long long left = deadline_ms - rl_now_ms();
+    int rc;
+    if (left <= 0) return 0;
+    p.fd = fd;
+    p.events = events;
+    p.revents = 0;
+    rc = poll(&p, 1, (int)(left > 86400000 ? 86400000 : left));
+    if (rc > 0) return 1;
+    if (rc == 0) return 0;
+    if (errno != EINTR) return -1;
+  }
+}
+
 SSL *rl_tls_handshake(rl_tls *t, int fd, const char *host, const char *where,
                       long long deadline_ms, char *err, size_t errlen) {
   const char *name = t->server_name != NULL ? t->server_name : host;
@@ -273,8 +289,6 @@ SSL *rl_tls_handshake(rl_tls *t, int fd, const char *host, const char *where,
     }
   }
   for (;;) {
-    struct pollfd p;
-    long long left;
     int rc, e;
     ERR_clear_error();
     errno = 0;
@@ -286,11 +300,7 @@ SSL *rl_tls_handshake(rl_tls *t, int fd, const char *host, const char *where,
       SSL_free(ssl);
       return NULL;
     }
-    p.fd = fd;
-    p.events = e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
-    p.revents = 0;
-    left = deadline_ms - rl_now_ms();
-    if (left <= 0 || poll(&p, 1, (int)(left > 86400000 ? 86400000 : left)) == 0) {
+    if (rl_wait_fd(fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline_ms) != 1) {
       if (SSL_get_state(ssl) == TLS_ST_CW_CLNT_HELLO)
         snprintf(err, errlen, "connection: cannot connect to %s (TLS: no answer to the TLS hello"
                  " within connect_timeout; not a TLS port?)", where);

@@ -51,6 +51,13 @@ struct ssl_st *rl_tls_handshake(rl_tls *tls, int fd, const char *host, const cha
                                 long long deadline_ms, char *err, size_t errlen);
 
 /*
+ * Waits until fd is ready for events (POLLIN, POLLOUT) or deadline_ms
+ * (rl_now_ms clock) passes, riding out EINTR: 1 ready, 0 out of time, -1
+ * error. For the handshake here and the transport's connect.
+ */
+int rl_wait_fd(int fd, short events, long long deadline_ms);
+
+/*
  * Reads or writes through the session, as read(2)/write(2) on a blocking
  * socket do: the count, 0 at a clean close (read), or -1 with errno set
  * (EAGAIN when the socket's timeout ran out). On a TLS-level failure, errno
