@@ -7,9 +7,9 @@
 #include "rl_sha1.h"
 
 #include <errno.h>
-#include <stddef.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,14 +43,15 @@
  * rather than answer 0.
  *
  * Waking: release (and a fair waiter that gives up while the lock is free)
- * pushes one element onto one signal list, when the waiters mark says that
- * somebody may wait (with nobody waiting, a release is GET, DEL and EXISTS), so exactly one blocked waiter
- * wakes: the first live one of the fair queue if there is one, else whoever
- * blocks on the shared list. The list expires after RL_SIGNAL_MS, so a waiter
- * that was between its attempt and its BLPOP still finds it, and nothing is
- * left behind. The mark is safe to miss only after a waiter's BLPOP ended:
- * a waiter never blocks past the holder's TTL it was told (wait.lua), and
- * one that tries again and fails sets the mark again. The signal key of a fair waiter is built in the script (from
+ * pushes one element onto one signal list when the waiters mark says that
+ * somebody may wait (with nobody waiting, a release is GET, DEL and EXISTS),
+ * so exactly one blocked waiter wakes: the first live one of the fair queue
+ * if there is one, else whoever blocks on the shared list. The list expires
+ * after RL_SIGNAL_MS, so a waiter that was between its attempt and its BLPOP
+ * still finds it, and nothing is left behind. The mark is safe to miss only
+ * after a waiter's BLPOP ended: a waiter never blocks past the holder's TTL
+ * it was told (wait.lua), and one that tries again and fails sets the mark
+ * again. The signal key of a fair waiter is built in the script (from
  * KEYS[2] and the queue's token); it has the same hash tag.
  */
 
@@ -203,6 +204,16 @@ static const int op_keys[RL_OP_COUNT][RL_MAX_KEYS + 1] = { /* ends with -1 */
   [RL_OP_LEAVE] = { K_LOCK, K_SIGNAL, K_QUEUE, K_ALIVE, -1 },
 };
 
+/* Writes n in decimal at p; returns the end. */
+static char *put_size(char *p, size_t n) {
+  char tmp[24];
+  int i = 0;
+  do tmp[i++] = (char)('0' + n % 10);
+  while ((n /= 10) != 0);
+  while (i > 0) *p++ = tmp[--i];
+  return p;
+}
+
 int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
                 const char *key, size_t klen, const char *token, size_t tlen,
                 long long ms) {
@@ -241,7 +252,7 @@ int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
   cmd->argv[cmd->argc] = token;
   cmd->len[cmd->argc++] = tlen;
   if (op == RL_OP_ACQUIRE || op == RL_OP_EXTEND || op == RL_OP_ACQUIRE_FAIR) {
-    cmd->len[cmd->argc] = (size_t)snprintf(cmd->ms, sizeof cmd->ms, "%lld", ms);
+    cmd->len[cmd->argc] = (size_t)(put_size(cmd->ms, (size_t)ms) - cmd->ms); /* ms >= 1, checked */
     cmd->argv[cmd->argc++] = cmd->ms;
   }
   if (op == RL_OP_ACQUIRE_FAIR) {
@@ -277,20 +288,15 @@ int rl_wait_init(rl_cmd *cmd, const char *prefix, size_t plen, const char *key, 
   cmd->len[0] = 5;
   cmd->argv[1] = p;
   cmd->len[1] = len;
-  cmd->len[2] = (size_t)snprintf(cmd->ms, sizeof cmd->ms, "%lld.%03lld", ms / 1000, ms % 1000);
+  {
+    char *e = put_size(cmd->ms, (size_t)(ms / 1000)); /* seconds with a fraction, "%lld.%03lld" */
+    *e++ = '.';
+    *e++ = (char)('0' + ms % 1000 / 100), *e++ = (char)('0' + ms % 100 / 10), *e++ = (char)('0' + ms % 10);
+    cmd->len[2] = (size_t)(e - cmd->ms);
+  }
   cmd->argv[2] = cmd->ms;
   cmd->argc = 3;
   return 0;
-}
-
-/* Writes n in decimal at p; returns the end. */
-static char *put_size(char *p, size_t n) {
-  char tmp[24];
-  int i = 0;
-  do tmp[i++] = (char)('0' + n % 10);
-  while ((n /= 10) != 0);
-  while (i > 0) *p++ = tmp[--i];
-  return p;
 }
 
 /* Decimal digits of n. */
@@ -353,15 +359,15 @@ void rl_read_error(int err, const char *errstr, const char *where, char *out, si
 /* Reads ":<integer>\r\n" at *p (before end) into *v, moving *p past it; 0 or -1. */
 static int read_int_line(const char **p, const char *end, long long *v) {
   const char *s = *p;
-  int neg = 0, digits = 0;
+  int neg = 0, nd = 0;
   unsigned long long n = 0;
   if (s >= end || *s++ != ':') return -1;
   if (s < end && *s == '-') neg = 1, s++;
   while (s < end && *s >= '0' && *s <= '9') {
-    if (++digits > 18) return -1; /* leave the rare giant to the reader */
+    if (++nd > 18) return -1; /* leave the rare giant to the reader */
     n = n * 10 + (unsigned)(*s++ - '0');
   }
-  if (digits == 0 || end - s < 2 || s[0] != '\r' || s[1] != '\n') return -1;
+  if (nd == 0 || end - s < 2 || s[0] != '\r' || s[1] != '\n') return -1;
   *v = neg ? -(long long)n : (long long)n;
   *p = s + 2;
   return 0;

@@ -6,8 +6,8 @@
 
 #include <limits.h>
 #include <pthread.h>
-#include <stddef.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
