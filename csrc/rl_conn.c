@@ -232,6 +232,12 @@ static void io_error(rl_conn *conn, int eof, int timeout, long long timeout_ms, 
   rl_conn_close(conn);
 }
 
+/* Frees the first n replies of reply and sets the first to NULL. */
+static void free_replies(redisReply **reply, int n) {
+  for (int i = 0; i < n; i++) freeReplyObject(reply[i]);
+  reply[0] = NULL;
+}
+
 /* Writes all of buf. 0, or -1 with errno (EAGAIN: the send timeout ran out). */
 static int write_all(rl_conn *conn, const char *buf, size_t len) {
   while (len > 0) {
@@ -246,20 +252,20 @@ static int write_all(rl_conn *conn, const char *buf, size_t len) {
 }
 
 /*
- * Sends len bytes of buf and reads one reply into *reply, all within
- * timeout_ms. One write, then reads until the reader has a whole reply. With
- * fast (a lock script's reply expected), a first read that is exactly one
- * script reply fills fast instead, and *reply stays NULL: no reply objects.
- * Returns RT_OK, or RT_TIMEOUT / RT_FAILED with err written and the
- * connection closed.
+ * Sends len bytes of buf and reads want replies (1, or 4 for a take) into
+ * reply[0 .. want-1], all within timeout_ms. One write, then reads until the
+ * reader has them all. With fast (a lock script's or a take's replies
+ * expected), a first read that is exactly those replies in their common form
+ * fills fast instead, and reply[0] stays NULL: no reply objects. Returns
+ * RT_OK, or RT_TIMEOUT / RT_FAILED with err written, the connection closed
+ * and no replies.
  */
-static int roundtrip(rl_conn *conn, const char *buf, size_t len, long long timeout_ms,
+static int roundtrip(rl_conn *conn, const char *buf, size_t len, long long timeout_ms, int want,
                      redisReply **reply, rl_result *fast, char err[RL_ERRLEN]) {
-  int first = 1;
+  int first = 1, got = 0;
   char in[16384];
-  void *r = NULL;
   long long deadline = rl_now_ms() + timeout_ms;
-  *reply = NULL;
+  reply[0] = NULL;
   if (set_io_timeout(conn, timeout_ms) != 0 || write_all(conn, buf, len) != 0) {
     int timeout = errno == EAGAIN || errno == EWOULDBLOCK;
     io_error(conn, 0, timeout, timeout_ms, err);
@@ -272,34 +278,43 @@ static int roundtrip(rl_conn *conn, const char *buf, size_t len, long long timeo
     if (n <= 0) {
       int timeout = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
       io_error(conn, n == 0, timeout, timeout_ms, err);
+      free_replies(reply, got);
       return timeout ? RT_TIMEOUT : RT_FAILED;
     }
-    if (fast != NULL && first && rl_decode_bytes(in, (size_t)n, fast)) {
+    if (fast != NULL && first && rl_decode_bytes(in, (size_t)n, want == 4, fast)) {
       conn->answered = 1;
       return RT_OK;
     }
-    if (redisReaderFeed(conn->reader, in, (size_t)n) != REDIS_OK ||
-        redisReaderGetReply(conn->reader, &r) != REDIS_OK) {
-      char where[128];
-      rl_conn_describe(conn, where, sizeof where);
-      rl_read_error(conn->reader->err, conn->reader->errstr, where, err, RL_ERRLEN);
-      rl_conn_close(conn);
-      return RT_FAILED;
+    if (redisReaderFeed(conn->reader, in, (size_t)n) != REDIS_OK) goto unreadable;
+    while (got < want) {
+      void *r = NULL;
+      if (redisReaderGetReply(conn->reader, &r) != REDIS_OK) goto unreadable;
+      if (r == NULL) break;
+      reply[got++] = (redisReply *)r;
     }
-    if (r != NULL) break;
+    if (got == want) break;
     first = 0;
     /* A reply in pieces: what is left of the time bound covers the next read. */
     if (rl_now_ms() >= deadline || set_io_timeout(conn, deadline - rl_now_ms()) != 0) {
       errno = EAGAIN;
       io_error(conn, 0, 1, timeout_ms, err);
+      free_replies(reply, got);
       return RT_TIMEOUT;
     }
   }
   conn->answered = 1;
-  /* Bytes past the reply were asked for by no command: the stream is out of step. */
+  /* Bytes past the replies were asked for by no command: the stream is out of step. */
   if (conn->reader->pos < conn->reader->len) rl_conn_close(conn);
-  *reply = (redisReply *)r;
   return RT_OK;
+
+unreadable: {
+    char where[128];
+    rl_conn_describe(conn, where, sizeof where);
+    rl_read_error(conn->reader->err, conn->reader->errstr, where, err, RL_ERRLEN);
+    rl_conn_close(conn);
+    free_replies(reply, got);
+    return RT_FAILED;
+  }
 }
 
 /* Formats argv and runs one round trip (see roundtrip). Lock commands fit
@@ -313,7 +328,7 @@ static int command(rl_conn *conn, int argc, const char **argv, const size_t *len
     snprintf(err, RL_ERRLEN, "connection: cannot format the command (out of memory)");
     return RT_FAILED;
   }
-  rc = roundtrip(conn, buf, (size_t)n, timeout_ms, reply, fast, err);
+  rc = roundtrip(conn, buf, (size_t)n, timeout_ms, 1, reply, fast, err);
   if (buf != stack) free(buf);
   return rc;
 }
@@ -379,31 +394,56 @@ static int conn_open(rl_conn *conn, char err[RL_ERRLEN]) {
   return 0;
 }
 
-/* rl_conn_command, with roundtrip's fast: 0 with *r (NULL when fast was
-   filled), or -1 with err. */
-static int call(rl_conn *conn, int argc, const char **argv, const size_t *len, int resend,
+/* What call() did. */
+enum { CALL_OK, CALL_FAILED, CALL_LOST_REUSED };
+
+/*
+ * Sends the len bytes of buf on the connection (opening it when needed) and
+ * reads want replies into r, or fills fast (see roundtrip). Returns CALL_OK;
+ * CALL_FAILED with err; or CALL_LOST_REUSED with err when the bytes went on a
+ * reused connection that failed (not timed out) before answering: then, with
+ * resend, they have been sent once more on a fresh connection already (and
+ * the result is that of the resend).
+ */
+static int call(rl_conn *conn, const char *buf, size_t len, int want, int resend,
                 redisReply **r, rl_result *fast, char err[RL_ERRLEN]) {
   int reused, rc;
   /* After fork() the socket is shared with the parent: replies would mix. */
   if (conn->fd >= 0 && (conn->gen != rl_fork_gen() || went_away(conn))) rl_conn_close(conn);
   reused = conn->fd >= 0;
-  if (!reused && conn_open(conn, err) != 0) return -1;
-  rc = command(conn, argc, argv, len, conn->o.timeout_ms, r, fast, err);
-  if (rc == RT_FAILED && reused && resend) {
+  if (!reused && conn_open(conn, err) != 0) return CALL_FAILED;
+  rc = roundtrip(conn, buf, len, conn->o.timeout_ms, want, r, fast, err);
+  if (rc == RT_FAILED && reused) {
     /* The connection died between went_away() and the send, or the server
-       closed it while running the command. The caller said the command is
-       safe to send twice, so try once more on a fresh connection. Not after
+       closed it while running the command. When the caller said the command
+       is safe to send twice, try once more on a fresh connection. Not after
        a timeout: the server is slow, and the caller's time bound must hold. */
-    if (conn_open(conn, err) != 0) return -1;
-    rc = command(conn, argc, argv, len, conn->o.timeout_ms, r, fast, err);
+    if (!resend) return CALL_LOST_REUSED;
+    if (conn_open(conn, err) != 0) return CALL_FAILED;
+    rc = roundtrip(conn, buf, len, conn->o.timeout_ms, want, r, fast, err);
   }
-  return rc == RT_OK ? 0 : -1;
+  return rc == RT_OK ? CALL_OK : CALL_FAILED;
+}
+
+/* call() for argv, formatted (lock commands fit the stack buffer). */
+static int call_argv(rl_conn *conn, int argc, const char **argv, const size_t *len, int resend,
+                     redisReply **r, char err[RL_ERRLEN]) {
+  char stack[1024], *buf;
+  long long n = rl_format(stack, sizeof stack, &buf, argc, argv, len);
+  int rc;
+  if (n < 0) {
+    snprintf(err, RL_ERRLEN, "connection: cannot format the command (out of memory)");
+    return CALL_FAILED;
+  }
+  rc = call(conn, buf, (size_t)n, 1, resend, r, NULL, err);
+  if (buf != stack) free(buf);
+  return rc;
 }
 
 redisReply *rl_conn_command(rl_conn *conn, int argc, const char **argv,
                             const size_t *len, int resend, char err[RL_ERRLEN]) {
   redisReply *r = NULL;
-  return call(conn, argc, argv, len, resend, &r, NULL, err) == 0 ? r : NULL;
+  return call_argv(conn, argc, argv, len, resend, &r, err) == CALL_OK ? r : NULL;
 }
 
 int rl_conn_wait_replicas(rl_conn *conn, long long replicas, long long ms, long long *acked,
@@ -437,17 +477,58 @@ void rl_conn_set_timeout(rl_conn *conn, long long ms) {
   conn->o.timeout_ms = ms; /* the socket's own follows at the next command */
 }
 
+/*
+ * A take: 0 with out (RL_HELD and the fence, or RL_OTHER when the lock is
+ * held); 1 when the acquire script must follow (the answer was lost on a
+ * reused connection: the take may have landed, and only the script
+ * reconciles); -1 with err.
+ */
+static int take(rl_conn *conn, const rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]) {
+  char stack[1024], *buf, msg[RL_ERRLEN - 8];
+  redisReply *r[4];
+  long long n = rl_cmd_bytes(cmd, stack, sizeof stack, &buf);
+  int rc;
+  rl_decoded d;
+  if (n < 0) {
+    snprintf(err, RL_ERRLEN, "connection: cannot format the command (out of memory)");
+    return -1;
+  }
+  rc = call(conn, buf, (size_t)n, 4, 0, r, out, err);
+  if (buf != stack) free(buf);
+  if (rc == CALL_LOST_REUSED) return 1;
+  if (rc != CALL_OK) return -1;
+  if (r[0] == NULL) return 0; /* the common replies, read without a reader */
+  d = rl_decode_take(r, out, msg, sizeof msg);
+  free_replies(r, 4);
+  if (d == RL_DECODED) return 0;
+  snprintf(err, RL_ERRLEN, "redis: %s", msg);
+  return -1;
+}
+
 int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]) {
-  char msg[RL_ERRLEN - 8];
+  char msg[RL_ERRLEN - 8], stack[1024], *buf;
   int attempt;
+  if (cmd->op == RL_OP_TAKE) {
+    int rc = take(conn, cmd, out, err);
+    if (rc < 0 || (rc == 0 && out->status == RL_HELD)) return rc;
+    rl_cmd_use_acquire(cmd); /* held (tell its TTL, mark a waiter), or lost on a reused connection */
+  }
   for (attempt = 0; attempt < 2; attempt++) {
     rl_decoded d;
+    redisReply *r = NULL;
+    long long n = rl_cmd_bytes(cmd, stack, sizeof stack, &buf);
+    int rc;
+    if (n < 0) {
+      snprintf(err, RL_ERRLEN, "connection: cannot format the command (out of memory)");
+      return -1;
+    }
     /* Every script but release may be sent twice: acquire and acquire_fair
        treat their own token as success, extend, pttl and leave repeat
        harmlessly. A repeated release would find the key gone and report the
        lock lost. */
-    redisReply *r = NULL;
-    if (call(conn, cmd->argc, cmd->argv, cmd->len, cmd->op != RL_OP_RELEASE, &r, out, err) != 0) return -1;
+    rc = call(conn, buf, (size_t)n, 1, cmd->op != RL_OP_RELEASE, &r, out, err);
+    if (buf != stack) free(buf);
+    if (rc != CALL_OK) return -1;
     if (r == NULL) return 0; /* the common reply, read without a reader */
     d = rl_decode(r, out, msg, sizeof msg);
     freeReplyObject(r);

@@ -201,13 +201,14 @@ static int core_new(lua_State *L) {
 
 /*
  * Checks the arguments of a lock script starting at idx: op ("acquire",
- * "release", "extend", "pttl", "acquire_fair" or "leave"), key, token and, for
- * acquire, acquire_fair and extend, ms (the ttl in whole milliseconds). Raises on bad ones; leaves the stack as is.
+ * "release", "extend", "pttl", "acquire_fair", "leave" or "take"), key, token
+ * and, for acquire, take, acquire_fair and extend, ms (the ttl in whole
+ * milliseconds). Raises on bad ones; leaves the stack as is.
  */
 static rl_op check_script(lua_State *L, int idx, const char **key, size_t *klen,
                           const char **token, size_t *tlen, long long *ms) {
   static const char *const ops[] = { "acquire", "release", "extend", "pttl", "acquire_fair", "leave",
-                                     NULL };
+                                     "take", NULL };
   rl_op op = (rl_op)luaL_checkoption(L, idx, NULL, ops);
   const char *why;
   *key = luaL_checklstring(L, idx + 1, klen);
@@ -216,7 +217,7 @@ static rl_op check_script(lua_State *L, int idx, const char **key, size_t *klen,
   if (why != NULL) luaL_argerror(L, idx + 1, why);
   luaL_argcheck(L, *tlen > 0, idx + 2, "token must not be empty");
   *ms = 0;
-  if (op == RL_OP_ACQUIRE || op == RL_OP_EXTEND || op == RL_OP_ACQUIRE_FAIR) {
+  if (op == RL_OP_ACQUIRE || op == RL_OP_TAKE || op == RL_OP_EXTEND || op == RL_OP_ACQUIRE_FAIR) {
     int isnum = 0;
     lua_Integer v = lua_tointegerx(L, idx + 3, &isnum);
     luaL_argcheck(L, lua_type(L, idx + 3) == LUA_TNUMBER && isnum && v >= 1 && v <= RL_MAX_MS,
@@ -229,8 +230,10 @@ static rl_op check_script(lua_State *L, int idx, const char **key, size_t *klen,
 /*
  * client:eval(op, key, token[, ms[, replicas, replica_ms]]) -> status, value[, acked | nil, err] | nil, err
  * Runs one lock script. op is "acquire", "release", "extend", "pttl",
- * "acquire_fair" or "leave"; ms is the ttl for acquire, acquire_fair and
- * extend. Leaves two values: status 1 (ours), 0 (no such lock) or -1 (another
+ * "acquire_fair" or "leave", or "take": the first try of an acquire, the
+ * acquire script's work without a script (see rl_proto.c), followed by the
+ * acquire script when the lock is held; ms is the ttl for acquire, take,
+ * acquire_fair and extend. Leaves two values: status 1 (ours), 0 (no such lock) or -1 (another
  * owner's), and the fence (acquire when ours) or milliseconds left; or nil
  * and a "connection: ..." / "redis: ..." message. With replicas, a script
  * that answered 1 is followed by WAIT replicas replica_ms on the same
@@ -582,6 +585,7 @@ typedef struct {
   int argc;
   const char **argv;
   const size_t *len;
+  const rl_cmd *cmd; /* or a lock command (rl_cmd_bytes), instead of argv */
   char *bytes; /* set by format_protected; the caller frees it when not stack */
   char stack[1024];
 } rl_fmt;
@@ -590,7 +594,8 @@ typedef struct {
    caller whether this returns or raises. */
 static int format_protected(lua_State *L) {
   rl_fmt *f = (rl_fmt *)lua_touserdata(L, 1);
-  long long n = rl_format(f->stack, sizeof f->stack, &f->bytes, f->argc, f->argv, f->len);
+  long long n = f->cmd != NULL ? rl_cmd_bytes(f->cmd, f->stack, sizeof f->stack, &f->bytes)
+                               : rl_format(f->stack, sizeof f->stack, &f->bytes, f->argc, f->argv, f->len);
   if (n < 0) return luaL_error(L, "redislock: out of memory");
   lua_pushlstring(L, f->bytes, (size_t)n);
   return 1;
@@ -602,12 +607,14 @@ static int format_protected(lua_State *L) {
  * after this returns: so it returns the lua_pcall status instead of raising,
  * with the error on the stack.
  */
-static int push_formatted(lua_State *L, int argc, const char **argv, const size_t *len) {
+static int push_formatted(lua_State *L, int argc, const char **argv, const size_t *len,
+                          const rl_cmd *cmd) {
   rl_fmt f;
   int status;
   f.argc = argc;
   f.argv = argv;
   f.len = len;
+  f.cmd = cmd;
   f.bytes = NULL;
   lua_pushcfunction(L, format_protected); /* LuaJIT allocates here: may raise */
   lua_pushlightuserdata(L, &f);
@@ -620,7 +627,9 @@ static int push_formatted(lua_State *L, int argc, const char **argv, const size_
  * core.encode_script(op, key, token, ms, prefix[, eval]) -> bytes
  * The bytes of one lock script command, as client:eval would send it:
  * EVALSHA, or EVAL with the script text when eval is true (after NOSCRIPT).
- * ms is ignored (may be nil) for release and pttl.
+ * ms is ignored (may be nil) for release and pttl. A take is MULTI, SET,
+ * INCR, EXEC (read its replies with reader:take_reply); with eval, the
+ * acquire script it falls back on.
  */
 static int core_encode_script(lua_State *L) {
   const char *key, *token, *prefix, *why;
@@ -635,7 +644,7 @@ static int core_encode_script(lua_State *L) {
   if (rl_cmd_init(&cmd, op, prefix, plen, key, klen, token, tlen, ms) != 0)
     return luaL_error(L, "redislock: out of memory");
   if (lua_toboolean(L, 6)) rl_cmd_use_eval(&cmd);
-  status = push_formatted(L, cmd.argc, cmd.argv, cmd.len);
+  status = push_formatted(L, 0, NULL, NULL, &cmd);
   rl_cmd_free(&cmd);
   if (status != 0) return lua_error(L);
   return 1;
@@ -654,7 +663,7 @@ static int core_encode_wait(lua_State *L) {
   int status;
   if (why != NULL) luaL_argerror(L, 4, lua_pushfstring(L, "prefix %s", why));
   check_wait(L, 1, prefix, plen, &cmd, &ms);
-  status = push_formatted(L, cmd.argc, cmd.argv, cmd.len);
+  status = push_formatted(L, cmd.argc, cmd.argv, cmd.len, NULL);
   rl_cmd_free(&cmd);
   if (status != 0) return lua_error(L);
   return 1;
@@ -665,13 +674,21 @@ static int core_encode(lua_State *L) {
   const char **argv;
   size_t *len;
   int argc = command_args(L, 1, &argv, &len);
-  if (push_formatted(L, argc, argv, len) != 0) return lua_error(L);
+  if (push_formatted(L, argc, argv, len, NULL) != 0) return lua_error(L);
   return 1;
 }
 
 typedef struct {
   redisReader *reader; /* NULL once freed */
+  redisReply *take[4]; /* the replies to a take read so far (take_reply) */
+  int took;
 } rl_reader;
+
+/* Frees the replies to a take that rd kept. */
+static void reader_drop_take(rl_reader *rd) {
+  for (int i = 0; i < rd->took; i++) freeReplyObject(rd->take[i]);
+  rd->took = 0;
+}
 
 /* The reader at 1, refusing other values and closed readers. */
 static rl_reader *check_reader(lua_State *L) {
@@ -684,6 +701,7 @@ static rl_reader *check_reader(lua_State *L) {
 static int core_reader(lua_State *L) {
   rl_reader *rd = (rl_reader *)lua_newuserdatauv(L, sizeof *rd, 0);
   rd->reader = NULL;
+  rd->took = 0;
   luaL_setmetatable(L, READER_MT);
   rd->reader = redisReaderCreate();
   if (rd->reader == NULL) return luaL_error(L, "redislock: out of memory");
@@ -780,6 +798,46 @@ static int reader_script_reply(lua_State *L) {
   return 2;
 }
 
+/*
+ * reader:take_reply() -> status, value | nil, err[, true] | nil
+ * The four replies to a take (core.encode_script("take", ...)): 1 and the
+ * fence, or -1 and -3 when the lock is held (its TTL unknown: the acquire
+ * script follows); nil and "redis: ..." for an error reply; nil alone when
+ * more bytes are needed (the replies read so far are kept for the next
+ * call); a third value, true, when the bytes cannot be read.
+ */
+static int reader_take_reply(lua_State *L) {
+  rl_reader *rd = check_reader(L);
+  char err[RL_ERRLEN], msg[RL_ERRLEN - 8];
+  rl_result res;
+  rl_decoded d;
+  while (rd->took < 4) {
+    redisReply *r;
+    if (reader_next(rd, &r, err) != 0) {
+      reader_drop_take(rd);
+      lua_pushnil(L);
+      lua_pushstring(L, err);
+      lua_pushboolean(L, 1);
+      return 3;
+    }
+    if (r == NULL) {
+      lua_pushnil(L);
+      return 1;
+    }
+    rd->take[rd->took++] = r;
+  }
+  d = rl_decode_take(rd->take, &res, msg, sizeof msg);
+  reader_drop_take(rd);
+  if (d != RL_DECODED) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "redis: %s", msg);
+    return 2;
+  }
+  lua_pushinteger(L, res.status);
+  lua_pushinteger(L, (lua_Integer)res.value);
+  return 2;
+}
+
 /* __tostring: "redislock.Reader" or "redislock.Reader (closed)". */
 static int reader_tostring(lua_State *L) {
   rl_reader *rd = (rl_reader *)luaL_checkudata(L, 1, READER_MT);
@@ -792,6 +850,7 @@ static int reader_close(lua_State *L) {
   rl_reader *rd = (rl_reader *)luaL_checkudata(L, 1, READER_MT);
   if (rd->reader != NULL) redisReaderFree(rd->reader);
   rd->reader = NULL;
+  reader_drop_take(rd);
   return 0;
 }
 
@@ -899,6 +958,7 @@ static const luaL_Reg reader_methods[] = {
   { "feed", reader_feed },
   { "reply", reader_reply },
   { "script_reply", reader_script_reply },
+  { "take_reply", reader_take_reply },
   { "close", reader_close },
   { NULL, NULL }
 };

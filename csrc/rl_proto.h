@@ -14,7 +14,7 @@
 
 #pragma GCC visibility push(hidden)
 
-/* The operations, each one server-side script that checks the token. */
+/* The operations: each but take is one server-side script that checks the token. */
 typedef enum {
   RL_OP_ACQUIRE, /* SET NX PX, or refresh if the key already holds our token */
   RL_OP_RELEASE, /* compare-and-delete */
@@ -22,15 +22,22 @@ typedef enum {
   RL_OP_PTTL,    /* compare, then PTTL */
   RL_OP_ACQUIRE_FAIR, /* take it if free and first in the FIFO queue, else queue */
   RL_OP_LEAVE,   /* a fair waiter gives up: leave the queue, wake the next */
+  RL_OP_TAKE,    /* the first try of an acquire: MULTI, SET NX PX, INCR fence, EXEC */
   RL_OP_COUNT
 } rl_op;
 
-/* What a script said. Every script replies {status, value}. */
+/* What a script said. A script replies {status, value}, or (acquire and
+   release, the common ones) one integer for both: n >= 1 is RL_HELD with
+   value n, 0 is RL_FREE, n <= -1 is RL_OTHER with value -n - 2 (a PTTL). */
 enum {
   RL_HELD = 1,     /* ours (acquired, released, extended, or still held) */
   RL_FREE = 0,     /* the key does not exist: expired or released */
   RL_OTHER = -1    /* the key holds another owner's token */
 };
+
+/* The value of a take that found the lock held: its PTTL is not known (the
+   acquire script that follows the take tells it). */
+#define RL_PTTL_UNKNOWN (-3)
 
 typedef struct {
   int status;      /* RL_HELD, RL_FREE or RL_OTHER */
@@ -76,15 +83,19 @@ typedef struct {
   char inline_keys[384]; /* keys, when they fit */
 } rl_cmd;
 
-/* The script text and SHA-1 of op (computed once, on first use). */
+/* The script text and SHA-1 of op (computed once, on first use); take runs
+   no script of its own: those of acquire, which it falls back on. */
 const char *rl_script_text(rl_op op);
 const char *rl_script_sha(rl_op op);
 const char *rl_op_name(rl_op op);
 
 /*
  * Fills cmd for op on key under prefix. token is the owner's token; ms is used
- * by acquire and extend only. Returns 0, or -1 when out of memory.
- * Validate key with rl_check_key first. Free with rl_cmd_free.
+ * by acquire, take and extend only. Returns 0, or -1 when out of memory.
+ * Validate key with rl_check_key first. Free with rl_cmd_free. A take is
+ * filled as an acquire (argv is acquire's EVALSHA) with op RL_OP_TAKE:
+ * rl_cmd_bytes writes its own bytes, and rl_cmd_use_acquire turns it into the
+ * acquire it falls back on.
  */
 int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
                 const char *key, size_t klen, const char *token, size_t tlen,
@@ -103,9 +114,23 @@ int rl_wait_init(rl_cmd *cmd, const char *prefix, size_t plen, const char *key, 
  * they fit in cap bytes, else into a new allocation; *out is where they are
  * (free it when it is not buf). Returns their length, or -1 when out of memory.
  */
-long long rl_format(char *buf, size_t cap, char **out, int argc, const char **argv, const size_t *len);
+long long rl_format(char *buf, size_t cap, char **out, int argc, const char *const *argv, const size_t *len);
 
-/* Switches cmd from EVALSHA to EVAL (after a NOSCRIPT reply). */
+/*
+ * The bytes of cmd (see rl_format): one command; for a take, MULTI, SET key
+ * token NX PX ms, INCR of the fence counter and EXEC, which answer four
+ * replies. Returns their length, or -1 when out of memory.
+ */
+long long rl_cmd_bytes(const rl_cmd *cmd, char *buf, size_t cap, char **out);
+
+/* How many replies the bytes of cmd are answered with: 4 for a take, else 1. */
+int rl_cmd_replies(const rl_cmd *cmd);
+
+/* Turns a take into the acquire script with the same key, token and ttl. */
+void rl_cmd_use_acquire(rl_cmd *cmd);
+
+/* Switches cmd from EVALSHA to EVAL (after a NOSCRIPT reply); a take becomes
+   the acquire script. */
 void rl_cmd_use_eval(rl_cmd *cmd);
 void rl_cmd_free(rl_cmd *cmd);
 
@@ -116,11 +141,21 @@ void rl_cmd_free(rl_cmd *cmd);
 rl_decoded rl_decode(const redisReply *r, rl_result *out, char *err, size_t errlen);
 
 /*
- * The common case of rl_decode without a reader: 1 when the len bytes at buf
- * are exactly one script reply that rl_decode would take ("*2\r\n:<status>
- * \r\n:<value>\r\n"), filling out; else 0 (read them with a reader).
+ * Classifies the four replies to a take (MULTI, SET, INCR, EXEC): RL_HELD and
+ * the fence when SET took the lock, RL_OTHER and RL_PTTL_UNKNOWN when the
+ * lock was held; RL_ERROR with the first error reply (LOADING, READONLY,
+ * MOVED ... come back at MULTI already) or a description of an unexpected one.
  */
-int rl_decode_bytes(const char *buf, size_t len, rl_result *out);
+rl_decoded rl_decode_take(redisReply *const r[4], rl_result *out, char *err, size_t errlen);
+
+/*
+ * The common case of rl_decode without a reader: 1 when the len bytes at buf
+ * are exactly one script reply that rl_decode would take (":<n>\r\n" or
+ * "*2\r\n:<status>\r\n:<value>\r\n"), filling out; else 0 (read them
+ * with a reader). With take set, the same for the four replies of a take
+ * that succeeded or found the lock held.
+ */
+int rl_decode_bytes(const char *buf, size_t len, int take, rl_result *out);
 
 /*
  * Describes a failed read (hiredis' reader, a connection's or the Lua binding's) whose error

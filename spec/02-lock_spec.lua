@@ -168,8 +168,13 @@ describe("locks", function()
     assert.are.equal("OK", raw:command("SCRIPT", "FLUSH"))
     local again = assert(client:acquire("k", 5))
     assert.is_true(again.fence > lock.fence)
-    -- EVAL cached the script again, so the next call goes by EVALSHA.
-    assert.are.same({ 1 }, raw:command("SCRIPT", "EXISTS", core.scripts.acquire.sha))
+    -- A busy lock: the first try (no script) is followed by the acquire script.
+    local busy, err = client:acquire("k", 5)
+    assert.is_nil(busy)
+    assert.is_truthy(err:match("^busy: "), err)
+    assert.is_true(again:release())
+    -- EVAL cached the scripts again, so the next calls go by EVALSHA.
+    assert.are.same({ 1, 1 }, raw:command("SCRIPT", "EXISTS", core.scripts.acquire.sha, core.scripts.release.sha))
   end)
 
   it("treats a resent acquire with the same token as success", function()

@@ -54,6 +54,31 @@ describe("wire functions", function()
     assert.are.equal(0, script("pttl", "k", tok)[1]) -- 0: no such lock
   end)
 
+  it("encodes a take (MULTI, SET NX PX, INCR, EXEC) and decodes its four replies, fed byte by byte", function()
+    local tok = core.token()
+    local bytes = core.encode_script("take", "k", tok, 5000, "lock:")
+    assert.are.equal(core.encode("MULTI") .. core.encode("SET", "lock:{k}", tok, "NX", "PX", 5000)
+                     .. core.encode("INCR", "lock:{k}:fence") .. core.encode("EXEC"), bytes)
+    assert.are.same({ 1, 1 }, { round_trip(bytes, "take_reply") })
+    assert.are.equal(tok, raw:command("GET", "lock:{k}"))
+    local pttl = raw:command("PTTL", "lock:{k}")
+    assert.is_true(pttl > 4000 and pttl <= 5000, tostring(pttl))
+    -- Held: -1 and -3 (its TTL unknown; the acquire script tells it), and the
+    -- counter counted the try: fences only grow, by more than one at times.
+    assert.are.same({ -1, -3 }, { round_trip(core.encode_script("take", "k", core.token(), 1000, "lock:"),
+                                              "take_reply") })
+    assert.are.equal(tok, raw:command("GET", "lock:{k}"))
+    assert.are.equal("2", raw:command("GET", "lock:{k}:fence"))
+    -- An error reply (here a fence counter that is not a number) is the error.
+    assert.are.equal("OK", raw:command("SET", "lock:{w}:fence", "x"))
+    local none, err = round_trip(core.encode_script("take", "w", tok, 1000, "lock:"), "take_reply")
+    assert.is_nil(none)
+    assert.are.equal("redis: ERR value is not an integer or out of range", err)
+    -- With eval: the acquire script, which a take falls back on.
+    assert.are.equal(core.encode_script("acquire", "k", tok, 5000, "lock:", true),
+                     core.encode_script("take", "k", tok, 5000, "lock:", true))
+  end)
+
   it("says NOSCRIPT as false, and EVAL then works", function()
     assert.are.equal("OK", raw:command("SCRIPT", "FLUSH"))
     local tok = core.token()

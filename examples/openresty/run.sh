@@ -265,7 +265,7 @@ check "lock: DELETE" "$c4" 200
 check "lock: DELETE again" "$c5 $lost" "409 lost"
 
 request POST "/lock/payments:7?ttl=0.5"
-c6=$code
+c6=$code fence6=$(field fence)
 request POST "/lock/payments:7?wait=2"
 c7=$code fence7=$(field fence) token7=$(field token)
 request POST "/lock/payments:7?ttl=abc"
@@ -274,7 +274,10 @@ request DELETE "/lock/payments:7?token=$token7"
 echo "lock:      POST ?ttl=0.5 -> $c6; POST ?wait=2 -> $c7 once that expired (fence $fence7);" \
      "POST ?ttl=abc -> $c8"
 check "lock: POST ?ttl=0.5" "$c6" 200
-check "lock: POST ?wait=2 on a 0.5 s lock" "$c7 $fence7" "200 3"
+# Fences only grow (by more than one now and then: a try that found the lock
+# held counted one too).
+grew=$([ "${fence7:-0}" -gt "${fence6:-0}" ] 2>/dev/null && echo "a larger fence" || echo "fence $fence7 after $fence6")
+check "lock: POST ?wait=2 on a 0.5 s lock" "$c7 $grew" "200 a larger fence"
 check "lock: POST ?ttl=abc" "$c8" 400
 
 # (c) The stampede guard.

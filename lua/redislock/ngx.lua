@@ -277,13 +277,50 @@ local function one_reply(self, bytes, read_ms)
   return v
 end
 
+-- After a write that took the lock on sock: WAIT replicas replica_ms when
+-- asked (WAIT counts the writes of this very connection; its reply may take
+-- replica_ms), then the socket goes back. Returns eval's values.
+local function confirmed(self, sock, status, value, replicas, replica_ms)
+  if not replicas then
+    keepalive(self, sock)
+    return status, value
+  end
+  sock:settimeouts(self.connect_timeout_ms, self.timeout_ms, self.timeout_ms + replica_ms)
+  local acked, werr, wfailed = round_trip(self, sock, encode("WAIT", replicas, replica_ms), "reply")
+  give_back(self, sock, wfailed)
+  if acked == nil then return status, value, nil, werr end -- ours, but unconfirmed
+  return status, value, acked
+end
+
+-- A take (see rl_proto.c): eval's values when it took the lock or failed;
+-- "again" when the acquire script must follow: the lock is held (the script
+-- tells its TTL and marks a waiter), or the answer was lost on a pooled
+-- connection (the take may have landed, and only the script reconciles;
+-- never a take twice).
+local function take(self, key, token, ms, replicas, replica_ms)
+  local bytes = encode_script("take", key, token, ms, self.prefix)  -- checks the arguments
+  local sock, reused = open(self)
+  if not sock then return nil, reused end
+  local status, value, failed, timed_out = round_trip(self, sock, bytes, "take_reply")
+  if status == 1 then return confirmed(self, sock, status, value, replicas, replica_ms) end
+  give_back(self, sock, failed)
+  if status == -1 or (failed and reused ~= 0 and not timed_out) then return "again" end
+  return nil, value
+end
+
 --- transport:eval(op, key, token[, ms[, replicas, replica_ms]]) -> status, value[, acked | nil, err] | nil, err
 -- Runs one lock script, as the C client's eval does: EVALSHA, then EVAL after
 -- NOSCRIPT, and WAIT on the same connection after a success when replicas
--- is given. A command lost on a pooled connection that the server had closed
--- is sent once more on another connection (maybe another pooled one; the C
--- transport opens a fresh one), except release (see rl_conn.c).
+-- is given; a take, then the acquire script when the lock is held. A command
+-- lost on a pooled connection that the server had closed is sent once more
+-- on another connection (maybe another pooled one; the C transport opens a
+-- fresh one), except release (see rl_conn.c).
 function Transport:eval(op, key, token, ms, replicas, replica_ms)
+  if op == "take" then
+    local status, value, acked, werr = take(self, key, token, ms, replicas, replica_ms)
+    if status ~= "again" then return status, value, acked, werr end
+    op = "acquire"
+  end
   local bytes = encode_script(op, key, token, ms, self.prefix)  -- checks the arguments
   local err
   for _ = 1, 2 do
@@ -295,15 +332,7 @@ function Transport:eval(op, key, token, ms, replicas, replica_ms)
                                                     "script_reply")
       if status == false then status, value = nil, "redis: NOSCRIPT after EVAL" end
     end
-    if not failed and status == 1 and replicas then
-      -- WAIT counts the writes of this very connection. Its reply may take
-      -- replica_ms.
-      sock:settimeouts(self.connect_timeout_ms, self.timeout_ms, self.timeout_ms + replica_ms)
-      local acked, werr, wfailed = round_trip(self, sock, encode("WAIT", replicas, replica_ms), "reply")
-      give_back(self, sock, wfailed)
-      if acked == nil then return status, value, nil, werr end -- ours, but unconfirmed
-      return status, value, acked
-    end
+    if not failed and status == 1 then return confirmed(self, sock, status, value, replicas, replica_ms) end
     give_back(self, sock, failed)
     if not failed then return status, value end
     err = value

@@ -92,13 +92,16 @@ end
 -- failed; or nil and an error message.
 local function take(c, sleep, held, key, tok, ms, how)
   local wait, fair = how.wait, how.fair
-  local op = fair and "acquire_fair" or "acquire"
+  -- The first try is a take (no script, the cheapest for Redis); the tries
+  -- after it are the acquire script, which also marks a waiter.
+  local op = fair and "acquire_fair" or "take"
   local deadline = now() + wait
   local step = FIRST_STEP
   while true do
     local sent = now()
     local status, value, acked, werr = c:eval(op, key, tok, ms, how.replicas, how.replica_ms)
     if status == 1 then return value, sent, acked, werr end
+    if op == "take" then op = "acquire" end
     local left = deadline - now()
     if left <= 0 or (status == nil and not retryable(value)) then
       if fair then c:eval("leave", key, tok) end -- best effort: else it drops out in 3 s

@@ -2,7 +2,8 @@
 -- Worker for the mutual-exclusion spec: read-modify-write of a shared Redis
 -- counter, `rounds` times, with or without the lock. While inside, it also
 -- counts how many workers are inside at once ("inside" key): more than one is
--- an overlap, which the lock must make impossible.
+-- an overlap, which the lock must make impossible. With the lock, each
+-- section appends its fence to the "fences" list.
 -- usage: counter.lua <port | tls:port:folder> <notify|poll|fair|nolock> <rounds> <start_at (core.now seconds)>
 -- (notify, poll: with_lock with that wait_mode; fair: a fair lock)
 local redislock = require "redislock"
@@ -14,8 +15,9 @@ local mode, rounds, start_at = arg[2], tonumber(arg[3]), tonumber(arg[4])
 local client = redislock.new(connect(arg[1], { timeout = 5 }))
 local overlaps = 0
 
-local function critical()
+local function critical(lock)
   if assert(client:command("INCR", "inside")) > 1 then overlaps = overlaps + 1 end
+  if lock then assert(client:command("RPUSH", "fences", lock.fence)) end
   local n = tonumber(assert(client:command("GET", "counter")))
   core.sleep(0.001) -- widen the race window so that a missing lock shows
   assert(client:command("SET", "counter", n + 1))
