@@ -169,19 +169,20 @@ function M.emit(f)
 end
 
 --- The raw floor (build/bench/floor, bench/floor.c) for client's lock cycle:
--- the exact bytes the library sends for acquire and release of key (ttl in
--- seconds), with a token of the library's length. Returns an object with
--- :rate(n) (cycles per second over n cycles), :close() and the fields
--- acquire and release (the bytes).
+-- the exact bytes the library sends for an uncontended acquire (a take:
+-- MULTI, SET NX PX, INCR, EXEC) and release of key (ttl in seconds), with a
+-- token of the library's length. Returns an object with :rate(n) (cycles per
+-- second over n cycles), :close() and the fields acquire and release (the
+-- bytes).
 function M.floor(client, key, ttl)
   local tok = core.token()
   local f = {
-    acquire = core.encode_script("acquire", key, tok, ttl * 1000, client.prefix),
+    acquire = core.encode_script("take", key, tok, ttl * 1000, client.prefix),
     release = core.encode_script("release", key, tok, nil, client.prefix),
   }
   local files = { M.temp_file(f.acquire), M.temp_file(f.release) }
   function f.rate(_, n)
-    local out, ok = M.run(table.concat({ M.root .. "/build/bench/floor", M.port, n, files[1], files[2] }, " "))
+    local out, ok = M.run(table.concat({ M.root .. "/build/bench/floor", M.port, n, files[1], files[2], 4 }, " "))
     local rate = ok and tonumber(out:match("cycles_per_s=([%d.]+)"))
     return (assert(rate, "bench/floor failed: " .. out))
   end

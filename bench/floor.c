@@ -2,19 +2,21 @@
 /*
  * bench/floor.c: the raw-socket floor for `make bench` (a benchmark, not a test).
  *
- *   floor PORT CYCLES FIRST_FILE SECOND_FILE
+ *   floor PORT CYCLES FIRST_FILE SECOND_FILE [FIRST_REPLIES]
  *
  * Sends the bytes of FIRST_FILE, then those of SECOND_FILE, to 127.0.0.1:PORT,
  * CYCLES times, over one TCP connection (TCP_NODELAY, as hiredis sets it):
- * one write per command, then reads until the whole RESP reply is in. No
+ * one write per file, then reads until the whole RESP reply is in (or the
+ * FIRST_REPLIES replies, default 1, to FIRST_FILE: 4 for the library's take,
+ * MULTI, SET, INCR, EXEC). No
  * library, no pipelining, no event loop: what is left is the two round trips
  * themselves. The files hold the exact bytes the library sends (bench/cycle.lua
  * writes them with core.encode_script), so the floor always sends what the
  * library sends.
  *
  * Every reply must say "done": an error reply, a nil, an integer <= 0 or an
- * array whose first element is an integer <= 0 (the lock scripts' "busy" and
- * "not ours") stops the run, so a cycle that took a shortcut cannot pass for
+ * array whose first element is an integer <= 0 or a nil (the lock scripts'
+ * "busy" and "not ours", a take's SET that found the lock held) stops the run, so a cycle that took a shortcut cannot pass for
  * a fast one. Prints "cycles_per_s=<rate>" for the timed loop (connecting is
  * not timed) and exits 0; on any failure prints why on stderr and exits 1.
  */
@@ -36,6 +38,7 @@
 typedef struct {
   char *bytes;
   size_t len;
+  int replies; /* answered with this many replies */
 } command;
 
 static void die(const char *what) {
@@ -132,25 +135,33 @@ static const char *parse(const char *p, const char *end, long long *num, char *k
   }
 }
 
-/* Sends cmd in one write and reads its whole reply; exits unless it says "done". */
+/* Sends cmd in one write and reads its whole reply (all its replies); exits
+   unless each says "done". */
 static void round_trip(int fd, const command *cmd, char *buf) {
   size_t have = 0;
   long long num = 1;
-  char kind = 0;
+  char kind = 0, bad = 0; /* the first reply that is not "done" */
   ssize_t n = write(fd, cmd->bytes, cmd->len);
   if (n != (ssize_t)cmd->len) die_errno("write");
   for (;;) {
+    const char *p = buf;
+    int i;
     n = read(fd, buf + have, REPLY_MAX - have);
     if (n <= 0) die(n == 0 ? "the server closed the connection" : strerror(errno));
     have += (size_t)n;
-    if (parse(buf, buf + have, &num, &kind) != NULL) break;
+    for (i = 0; i < cmd->replies && p != NULL; i++) {
+      p = parse(p, buf + have, &num, &kind);
+      if (p != NULL && (kind == '-' || kind == '0' || (kind == ':' && num <= 0)) && bad == 0) bad = kind;
+    }
+    if (p != NULL) break;
+    bad = 0;
     if (have == REPLY_MAX) die("reply too long");
   }
-  if (kind == '-') {
+  if (bad == '-') {
     fprintf(stderr, "floor: the server answered an error: %.*s\n", (int)have, buf);
     exit(1);
   }
-  if (kind == '0' || (kind == ':' && num <= 0)) {
+  if (bad != 0) {
     fprintf(stderr, "floor: a command did not succeed (nil, 0 or busy); reply: %.*s\n", (int)have, buf);
     exit(1);
   }
@@ -168,12 +179,15 @@ int main(int argc, char **argv) {
   long cycles, i;
   int port, fd;
   double t0, elapsed;
-  if (argc != 5) die("usage: floor PORT CYCLES FIRST_FILE SECOND_FILE");
+  if (argc != 5 && argc != 6) die("usage: floor PORT CYCLES FIRST_FILE SECOND_FILE [FIRST_REPLIES]");
   port = atoi(argv[1]);
   cycles = atol(argv[2]);
   if (port <= 0 || port > 65535 || cycles <= 0) die("PORT and CYCLES must be positive numbers");
   read_command(argv[3], &first);
   read_command(argv[4], &second);
+  first.replies = argc == 6 ? atoi(argv[5]) : 1;
+  second.replies = 1;
+  if (first.replies < 1 || first.replies > 16) die("FIRST_REPLIES must be 1 to 16");
   fd = connect_to(port);
   t0 = now();
   for (i = 0; i < cycles; i++) {

@@ -10,7 +10,8 @@
 #   bench/handoff.lua  release-to-next-holder latency per waiting mode vs a PING
 #   bench/contend.lua  2, 8, 32 processes on one key: acquisitions/s, violations
 #   bench/memory.lua   client RSS before and after 10^6 cycles
-#   bench/peers.lua    redis-py's Lock, lua-resty-redis in nginx
+#   bench/peers.lua    redis-py's Lock, lua-resty-redis in nginx (nginx and the
+#                      client on another core, then on core 0 too)
 # Each script prints `bench name=... value=...` lines; bench/report.lua turns
 # them into a table, then repeats them for machines. Progress goes to stderr.
 # Knobs (environment): BENCH_CYCLES (4000 per slice), BENCH_SLICES (15),
@@ -73,7 +74,8 @@ step handoff "handoff latency" taskset -c "$last" lua5.4 bench/handoff.lua
 step contend "contended throughput" lua5.4 bench/contend.lua
 step memory "memory, Lua 5.4" taskset -c 0 lua5.4 bench/memory.lua same-core
 step memory "memory, LuaJIT" env LUA_CPATH="$JIT_CPATH" taskset -c 0 luajit bench/memory.lua same-core
-step peers "peers: redis-py, lua-resty-redis in nginx" taskset -c "$last" lua5.4 bench/peers.lua different-cores
+step peers "peers: redis-py, lua-resty-redis in nginx, different cores" taskset -c "$last" lua5.4 bench/peers.lua different-cores
+step peers "peers: redis-py, lua-resty-redis in nginx, same core" taskset -c 0 lua5.4 bench/peers.lua same-core
 
 echo "total time: $(($(date +%s) - started)) s" >> "$results"
 echo >&2
