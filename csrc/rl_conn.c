@@ -473,6 +473,91 @@ int rl_conn_wait_replicas(rl_conn *conn, long long replicas, long long ms, long 
   return 0;
 }
 
+int rl_conn_retarget(rl_conn *conn, const char *host, int port) {
+  char *h = strdup(host);
+  if (h == NULL) return -1;
+  rl_conn_close(conn);
+  free(conn->o.host);
+  conn->o.host = h;
+  conn->o.port = port;
+  return 0;
+}
+
+int rl_conn_send(rl_conn *conn, int argc, const char **argv, const size_t *len, char err[RL_ERRLEN]) {
+  char stack[1024], *buf;
+  long long n;
+  int rc;
+  if (conn->fd >= 0 && conn->gen != rl_fork_gen()) rl_conn_close(conn);
+  if (conn->fd < 0 && conn_open(conn, err) != 0) return -1;
+  n = rl_format(stack, sizeof stack, &buf, argc, argv, len);
+  if (n < 0) {
+    snprintf(err, RL_ERRLEN, "connection: cannot format the command (out of memory)");
+    return -1;
+  }
+  rc = set_io_timeout(conn, conn->o.timeout_ms) == 0 ? write_all(conn, buf, (size_t)n) : -1;
+  if (buf != stack) free(buf);
+  if (rc != 0) {
+    int timeout = errno == EAGAIN || errno == EWOULDBLOCK;
+    io_error(conn, 0, timeout, conn->o.timeout_ms, err);
+    return -1;
+  }
+  return 0;
+}
+
+int rl_conn_read_reply(rl_conn *conn, long long timeout_ms, int wake_fd, redisReply **reply,
+                       char err[RL_ERRLEN]) {
+  long long deadline = rl_now_ms() + timeout_ms;
+  char in[4096];
+  *reply = NULL;
+  if (conn->fd < 0) {
+    snprintf(err, RL_ERRLEN, "connection: not connected");
+    return RL_READ_FAILED;
+  }
+  for (;;) {
+    void *r = NULL;
+    ssize_t n;
+    if (redisReaderGetReply(conn->reader, &r) != REDIS_OK) {
+      char where[128];
+      rl_conn_describe(conn, where, sizeof where);
+      rl_read_error(conn->reader->err, conn->reader->errstr, where, err, RL_ERRLEN);
+      rl_conn_close(conn);
+      return RL_READ_FAILED;
+    }
+    if (r != NULL) {
+      *reply = (redisReply *)r;
+      return RL_READ_REPLY;
+    }
+    if (conn->ssl == NULL || rl_tls_pending(conn->ssl) == 0) {
+      struct pollfd p[2];
+      long long left = deadline - rl_now_ms();
+      int ready;
+      if (left <= 0) return RL_READ_TIMEOUT;
+      p[0].fd = conn->fd, p[0].events = POLLIN, p[0].revents = 0;
+      p[1].fd = wake_fd, p[1].events = POLLIN, p[1].revents = 0;
+      ready = poll(p, wake_fd >= 0 ? 2 : 1, (int)(left > 60000 ? 60000 : left));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready < 0) {
+        io_error(conn, 0, 0, timeout_ms, err);
+        return RL_READ_FAILED;
+      }
+      if (wake_fd >= 0 && p[1].revents != 0) return RL_READ_WOKEN;
+      if (ready == 0) continue; /* the deadline is checked above */
+    }
+    n = conn->ssl != NULL ? rl_tls_read(conn->ssl, in, sizeof in) : recv(conn->fd, in, sizeof in, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      io_error(conn, n == 0, 0, timeout_ms, err);
+      return RL_READ_FAILED;
+    }
+    conn->answered = 1;
+    if (redisReaderFeed(conn->reader, in, (size_t)n) != REDIS_OK) {
+      snprintf(err, RL_ERRLEN, "connection: out of memory");
+      rl_conn_close(conn);
+      return RL_READ_FAILED;
+    }
+  }
+}
+
 void rl_conn_set_timeout(rl_conn *conn, long long ms) {
   conn->o.timeout_ms = ms; /* the socket's own follows at the next command */
 }

@@ -81,6 +81,31 @@ int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]
 int rl_conn_wait_replicas(rl_conn *conn, long long replicas, long long ms, long long *acked,
                           char err[RL_ERRLEN]);
 
+/*
+ * Points conn at another TCP host and port (a master named by Sentinel): the
+ * connection is closed, and the next call connects there. 0, or -1 when out
+ * of memory (conn unchanged).
+ */
+int rl_conn_retarget(rl_conn *conn, const char *host, int port);
+
+/*
+ * For a subscription: sends one command (connecting first when needed) and
+ * reads nothing. 0, or -1 with err and the connection closed.
+ */
+int rl_conn_send(rl_conn *conn, int argc, const char **argv, const size_t *len, char err[RL_ERRLEN]);
+
+/* What rl_conn_read_reply found. */
+enum { RL_READ_REPLY, RL_READ_TIMEOUT, RL_READ_WOKEN, RL_READ_FAILED };
+
+/*
+ * For a subscription: waits at most timeout_ms for the next reply on the open
+ * connection (one already read stays first), or for wake_fd (-1: none) to be
+ * readable. RL_READ_REPLY with *reply (free it), RL_READ_TIMEOUT,
+ * RL_READ_WOKEN, or RL_READ_FAILED with err and the connection closed.
+ */
+int rl_conn_read_reply(rl_conn *conn, long long timeout_ms, int wake_fd, redisReply **reply,
+                       char err[RL_ERRLEN]);
+
 /* Sets the reply timeout (ms) of the open connection and of later ones. */
 void rl_conn_set_timeout(rl_conn *conn, long long ms);
 

@@ -16,6 +16,7 @@
 #include "rl_compat.h"
 #include "rl_conn.h"
 #include "rl_proto.h"
+#include "rl_sentinel.h"
 #include "rl_version.h"
 #include "rl_watchdog.h"
 
@@ -23,6 +24,7 @@
 #define READER_MT "redislock.Reader"
 #define LEASE_MT "redislock.Lease"
 #define WATCHDOG_MT "redislock.Watchdog"
+#define WATCH_MT "redislock.SentinelWatch"
 #define MAX_REPLY_DEPTH 16
 
 typedef struct {
@@ -922,11 +924,107 @@ static int core_sleep(lua_State *L) {
   return 0;
 }
 
+/*
+ * client:retarget(host, port) -> true
+ * Points the client's connections at another TCP host and port (the master
+ * Sentinel named): they are closed, and the next call connects there. The
+ * client's leases stay where they are (core.move_leases moves them).
+ */
+static int client_retarget(lua_State *L) {
+  rl_client *c = check_client(L, 1);
+  const char *host = luaL_checkstring(L, 2);
+  lua_Integer port = luaL_checkinteger(L, 3);
+  luaL_argcheck(L, strlen(host) == lua_rawlen(L, 2) && host[0] != '\0', 2, "host must be a non-empty string without NUL");
+  luaL_argcheck(L, port >= 1 && port <= 65535, 3, "port must be in 1..65535");
+  luaL_argcheck(L, c->conn.o.path == NULL, 1, "a client on a unix socket cannot move to a TCP host");
+  if (rl_conn_retarget(&c->conn, host, (int)port) != 0 || rl_conn_retarget(&c->waiter, host, (int)port) != 0)
+    return luaL_error(L, "redislock: out of memory");
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* client:where() -> "host:port" or "unix:path", for messages. */
+static int client_where(lua_State *L) {
+  rl_client *c = check_client(L, 1);
+  char where[256];
+  rl_conn_describe(&c->conn, where, sizeof where);
+  lua_pushstring(L, where);
+  return 1;
+}
+
+/*
+ * core.move_leases(from_host, from_port, to_host, to_port) -> moved
+ * A master moved: the watchdog renews the locks it renewed on from_host:
+ * from_port on to_host:to_port from now on, at once.
+ */
+static int core_move_leases(lua_State *L) {
+  const char *from = luaL_checkstring(L, 1), *to = luaL_checkstring(L, 3);
+  lua_Integer from_port = luaL_checkinteger(L, 2), to_port = luaL_checkinteger(L, 4);
+  int moved;
+  luaL_argcheck(L, from_port >= 1 && from_port <= 65535, 2, "port must be in 1..65535");
+  luaL_argcheck(L, to_port >= 1 && to_port <= 65535, 4, "port must be in 1..65535");
+  moved = rl_watchdog_move(from, (int)from_port, to, (int)to_port);
+  if (moved < 0) return luaL_error(L, "redislock: out of memory");
+  lua_pushinteger(L, moved);
+  return 1;
+}
+
+typedef struct {
+  rl_sentinel_watch *w; /* NULL once stopped */
+} rl_watch_ud;
+
+/*
+ * core.sentinel_watch(master, client, ...) -> watch
+ * Starts a thread that stays subscribed to +switch-master on one of the
+ * sentinels the clients (core.new) connect to, the next one when it fails
+ * (see rl_sentinel.h). watch:count() grows with every switch of master heard
+ * and every subscription lost or made; watch:close() (also __gc) stops it.
+ */
+static int core_sentinel_watch(lua_State *L) {
+  const char *master = luaL_checkstring(L, 1);
+  int n = lua_gettop(L) - 1, i;
+  rl_conn_opts *opts;
+  rl_watch_ud *ud;
+  char err[RL_ERRLEN];
+  luaL_argcheck(L, n >= 1, 2, "a sentinel client expected");
+  for (i = 0; i < n; i++) check_client(L, 2 + i);
+  ud = (rl_watch_ud *)lua_newuserdatauv(L, sizeof *ud, 0);
+  ud->w = NULL;
+  luaL_setmetatable(L, WATCH_MT);
+  opts = (rl_conn_opts *)lua_newuserdatauv(L, sizeof *opts * (size_t)n, 0); /* freed by Lua */
+  for (i = 0; i < n; i++) opts[i] = check_client(L, 2 + i)->conn.o;
+  ud->w = rl_sentinel_watch_start(opts, n, master, err); /* copies opts */
+  if (ud->w == NULL) return luaL_error(L, "redislock: %s", err);
+  lua_pop(L, 1);
+  return 1;
+}
+
+static rl_watch_ud *check_watch(lua_State *L) {
+  rl_watch_ud *ud = (rl_watch_ud *)luaL_checkudata(L, 1, WATCH_MT);
+  if (ud->w == NULL) luaL_argerror(L, 1, "watch is closed");
+  return ud;
+}
+
+/* watch:count() -> integer */
+static int watch_count(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)rl_sentinel_watch_count(check_watch(L)->w));
+  return 1;
+}
+
+/* watch:close(), __gc: stops the thread. Idempotent. */
+static int watch_close(lua_State *L) {
+  rl_watch_ud *ud = (rl_watch_ud *)luaL_checkudata(L, 1, WATCH_MT);
+  if (ud->w != NULL) rl_sentinel_watch_stop(ud->w);
+  ud->w = NULL;
+  return 0;
+}
+
 /* Pushes { acquire = { sha = ..., text = ... }, ... } for specs and tools. */
 static void push_scripts(lua_State *L) {
   int op;
   lua_createtable(L, 0, RL_OP_COUNT);
   for (op = 0; op < RL_OP_COUNT; op++) {
+    if (op == RL_OP_TAKE) continue; /* no script of its own */
     lua_createtable(L, 0, 2);
     lua_pushstring(L, rl_script_sha((rl_op)op));
     lua_setfield(L, -2, "sha");
@@ -943,6 +1041,14 @@ static const luaL_Reg client_methods[] = {
   { "lease", client_lease },
   { "close", client_close },
   { "closed", client_closed },
+  { "retarget", client_retarget },
+  { "where", client_where },
+  { NULL, NULL }
+};
+
+static const luaL_Reg watch_methods[] = {
+  { "count", watch_count },
+  { "close", watch_close },
   { NULL, NULL }
 };
 
@@ -976,6 +1082,8 @@ static const luaL_Reg core_functions[] = {
   { "prefix_problem", core_prefix_problem },
   { "now", core_now },
   { "sleep", core_sleep },
+  { "move_leases", core_move_leases },
+  { "sentinel_watch", core_sentinel_watch },
   { NULL, NULL }
 };
 
@@ -1025,6 +1133,15 @@ RL_EXPORT int luaopen_redislock_core(lua_State *L) {
   lua_setmetatable(L, -2);
   rl_watchdog_enter(); /* after the allocations: the __gc above is now certain to run */
   luaL_ref(L, LUA_REGISTRYINDEX);
+  if (luaL_newmetatable(L, WATCH_MT)) {
+    luaL_newlib(L, watch_methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, watch_close);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, watch_close);
+    lua_setfield(L, -2, "__close");
+  }
+  lua_pop(L, 1);
   if (luaL_newmetatable(L, READER_MT)) {
     luaL_newlib(L, reader_methods);
     lua_setfield(L, -2, "__index");

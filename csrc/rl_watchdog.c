@@ -362,6 +362,42 @@ void rl_lease_stop(rl_lease *l) {
   pthread_mutex_unlock(&wd_mu);
 }
 
+int rl_watchdog_move(const char *from_host, int from_port, const char *to_host, int to_port) {
+  rl_lease *l;
+  int moved = 0, failed = 0;
+  long long now = rl_now_ms();
+  pthread_once(&wd_once, wd_init);
+  pthread_mutex_lock(&wd_mu);
+  for (l = wd.leases; l != NULL; l = l->next) {
+    rl_wconn *from = l->wc, *to;
+    rl_conn_opts o;
+    if (from == NULL || l->stopped || from->conn.o.path != NULL || from->conn.o.port != from_port ||
+        !same_str(from->conn.o.host, from_host))
+      continue;
+    o = from->conn.o;
+    o.host = (char *)to_host;
+    o.port = to_port;
+    o.connect_timeout_ms = from->connect_timeout_ms; /* cut per renewal in from->conn.o */
+    o.timeout_ms = from->timeout_ms;
+    to = conn_for(&o);
+    if (to == NULL) {
+      failed = 1;
+      continue;
+    }
+    /* A renewal under way on the old connection still ends there (renew
+       holds its own pointer, and no connection is freed while the thread
+       runs); the next one goes to the new master, now. */
+    from->users--;
+    to->users++;
+    l->wc = to;
+    if (l->state == RL_LEASE_HELD && !l->busy) l->due = now;
+    moved++;
+  }
+  if (moved > 0 && wd.running) pthread_cond_signal(&wd.cv);
+  pthread_mutex_unlock(&wd_mu);
+  return failed ? -1 : moved;
+}
+
 void rl_watchdog_enter(void) {
   pthread_once(&wd_once, wd_init);
   pthread_mutex_lock(&wd_mu);

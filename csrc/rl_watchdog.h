@@ -54,6 +54,13 @@ long long rl_lease_expires(rl_lease *lease);
    a lease made before a fork() is only set aside in the child). */
 void rl_lease_stop(rl_lease *lease);
 
+/*
+ * A master moved (Sentinel named a new one): the leases renewed on
+ * from_host:from_port are renewed on to_host:to_port from now on, at once.
+ * Returns how many moved, or -1 when out of memory (those left stay).
+ */
+int rl_watchdog_move(const char *from_host, int from_port, const char *to_host, int to_port);
+
 /* A Lua state loaded the module / is closing: the last one out stops the thread. */
 void rl_watchdog_enter(void);
 void rl_watchdog_leave(void);

@@ -30,7 +30,7 @@ build = {
   modules = {
     ["redislock.core"] = {
       sources = { "csrc/rl_proto.c", "csrc/rl_sha1.c", "csrc/rl_tls.c", "csrc/rl_conn.c", "csrc/rl_watchdog.c",
-                  "csrc/rl_lua.c" },
+                  "csrc/rl_sentinel.c", "csrc/rl_lua.c" },
       libraries = { "hiredis", "ssl", "crypto", "pthread", "dl" },
       incdirs = { "$(HIREDIS_INCDIR)", "$(OPENSSL_INCDIR)" },
       libdirs = { "$(HIREDIS_LIBDIR)", "$(OPENSSL_LIBDIR)" },
@@ -42,6 +42,7 @@ build = {
     ["redislock.ngx"] = "lua/redislock/ngx.lua",
     ["redislock.ngx_lease"] = "lua/redislock/ngx_lease.lua",
     ["redislock.scope"] = "lua/redislock/scope.lua",
+    ["redislock.sentinel"] = "lua/redislock/sentinel.lua",
     ["redislock.tls"] = "lua/redislock/tls.lua",
     ["redislock.transport"] = "lua/redislock/transport.lua",
     ["redislock.url"] = "lua/redislock/url.lua",

@@ -267,6 +267,103 @@ function Server:raw()
   return core.new({ port = self.port, password = self.password })
 end
 
+local Group = {}
+Group.__index = Group
+
+--- Starts a Sentinel group on loopback: a master, a replica of it and three
+-- sentinels (quorum 2, down-after-milliseconds 1000, failover-timeout 5000)
+-- watching it as "mymaster", each by PID under a folder of its own. Returns
+-- once every sentinel knows the replica and the two other sentinels (until
+-- then SENTINEL FAILOVER answers NOGOODSLAVE). group.nodes = { master,
+-- replica } (Servers; which is master changes with a failover),
+-- group.sentinels = { Server-like { port, pid, dir } ... }, group.addrs =
+-- { "127.0.0.1:<port>", ... } (the sentinels, for the client option).
+-- Raises when it cannot start.
+function helpers.start_sentinels()
+  local master = helpers.start_redis()
+  local replica = helpers.start_redis({ "--replicaof", "127.0.0.1", tostring(master.port) })
+  local g = setmetatable({ nodes = { master, replica }, sentinels = {}, addrs = {}, name = "mymaster" }, Group)
+  for i = 1, 3 do
+    local dir, port = tmpdir(), helpers.free_port()
+    local conf = table.concat({
+      "port " .. port, "bind 127.0.0.1", "daemonize yes",
+      "pidfile " .. dir .. "/sentinel.pid", "logfile " .. dir .. "/sentinel.log", "dir " .. dir,
+      "sentinel monitor mymaster 127.0.0.1 " .. master.port .. " 2",
+      "sentinel down-after-milliseconds mymaster 1000",
+      "sentinel failover-timeout mymaster 5000",
+      "sentinel parallel-syncs mymaster 1", "" }, "\n")
+    local f = assert(io.open(dir .. "/sentinel.conf", "w"))
+    f:write(conf)
+    f:close()
+    run("redis-server " .. sh_quote(dir .. "/sentinel.conf") .. " --sentinel")
+    local up = helpers.eventually(5, function()
+      local pid = tonumber(read_file(dir .. "/sentinel.pid") or "")
+      return pid and (read_file(dir .. "/sentinel.log") or ""):find("+monitor master", 1, true) and pid
+    end)
+    if not up then
+      g:stop()
+      error("cannot start redis-server --sentinel; its log says:\n" .. (read_file(dir .. "/sentinel.log") or ""))
+    end
+    g.sentinels[i] = setmetatable({ port = port, dir = dir, pid = up, cmd = "redis-server "
+                                    .. sh_quote(dir .. "/sentinel.conf") .. " --sentinel" }, Server)
+    g.addrs[i] = "127.0.0.1:" .. port
+  end
+  local ready = helpers.eventually(30, function()
+    for _, s in ipairs(g.sentinels) do
+      local replicas = s:cli("SENTINEL", "replicas", "mymaster")
+      local others = s:cli("SENTINEL", "sentinels", "mymaster")
+      if not replicas:find(tostring(replica.port), 1, true) then return false end
+      local n = 0
+      for _ in others:gmatch("\nrunid\n") do n = n + 1 end
+      if others:match("^runid\n") then n = n + 1 end
+      if n < 2 then return false end
+    end
+    return true
+  end)
+  if not ready then
+    g:stop()
+    error("the sentinels never saw the replica and each other")
+  end
+  return g
+end
+
+--- The node the sentinels name as master now (a Server of group.nodes).
+function Group:master()
+  local out = self.sentinels[1]:cli("SENTINEL", "get-master-addr-by-name", self.name)
+  local port = tonumber(out:match("\n(%d+)$"))
+  for _, n in ipairs(self.nodes) do
+    if n.port == port then return n end
+  end
+  error("the sentinels name no node of the group: " .. out)
+end
+
+--- Runs SENTINEL FAILOVER on the first sentinel and waits until every
+-- sentinel names the other node; returns the old master and the new one.
+function Group:failover()
+  local old = self:master()
+  local new = old == self.nodes[1] and self.nodes[2] or self.nodes[1]
+  local said = helpers.eventually(30, function()
+    local out = self.sentinels[1]:cli("SENTINEL", "FAILOVER", self.name)
+    return out == "OK" and out
+  end)
+  assert(said, "SENTINEL FAILOVER never said OK")
+  local switched = helpers.eventually(15, function()
+    for _, s in ipairs(self.sentinels) do
+      local out = s:cli("SENTINEL", "get-master-addr-by-name", self.name)
+      if tonumber(out:match("\n(%d+)$")) ~= new.port then return false end
+    end
+    return true
+  end)
+  assert(switched, "the sentinels never named the new master")
+  return old, new
+end
+
+--- Stops every process of the group, by PID.
+function Group:stop()
+  for _, s in ipairs(self.sentinels) do s:stop() end
+  for _, n in ipairs(self.nodes) do n:stop() end
+end
+
 -- The checkout's root as an absolute path (nginx runs from its own prefix, so
 -- relative paths will not do); worked out once.
 local repo_root

@@ -8,12 +8,14 @@ local args = require "redislock.args"
 local core = require "redislock.core"
 local lock_mod = require "redislock.lock"
 local scope = require "redislock.scope"
+local sentinel = require "redislock.sentinel"
 local tls = require "redislock.tls"
 local url = require "redislock.url"
 local transport = require "redislock.transport"
 local wait = require "redislock.wait"
 
-local error, pairs, select, setmetatable, tostring, type = error, pairs, select, setmetatable, tostring, type
+local error, ipairs, pairs, select, setmetatable, tostring, type = error, ipairs, pairs, select, setmetatable,
+      tostring, type
 local string_format = string.format
 local token = core.token
 local take, note_taken = wait.take, scope.note_taken
@@ -56,15 +58,48 @@ local NEW_OPTS = {
   url = true, host = true, port = true, path = true, username = true, password = true,
   db = true, connect_timeout = true, timeout = true, prefix = true, tls = true,
   pool_size = true, keepalive_timeout = true,
+  sentinels = true, master = true, sentinel_username = true, sentinel_password = true, sentinel_tls = true,
 }
-local STRING_OPTS = { "url", "host", "path", "username", "password", "prefix" }
+local STRING_OPTS = { "url", "host", "path", "username", "password", "prefix", "master", "sentinel_username",
+                      "sentinel_password" }
+
+-- The sentinels option: a non-empty list of "host:port" (default port
+-- 26379) or { host =, port = }; returns { { host =, port = }, ... }.
+local function sentinel_list(list)
+  if type(list) ~= "table" or #list == 0 then
+    argerror(1, "new", "option 'sentinels' must be a non-empty list of \"host:port\"")
+  end
+  local out = {}
+  for i, s in ipairs(list) do
+    local host, port
+    if type(s) == "string" then
+      host, port = url.address(s, 26379)
+      if not host then argerror(1, "new", string_format("option 'sentinels' item %d %s", i, port)) end
+    elseif type(s) == "table" and type(s.host) == "string" and s.host ~= "" then
+      host, port = s.host, s.port or 26379
+      if not is_whole(port, 1, 65535) then
+        argerror(1, "new", string_format("option 'sentinels' item %d: port must be a whole number in 1..65535", i))
+      end
+    else
+      argerror(1, "new", string_format("option 'sentinels' item %d must be \"host:port\" or { host =, port = }", i))
+    end
+    if host:find("\0", 1, true) then
+      argerror(1, "new", string_format("option 'sentinels' item %d must not contain NUL bytes", i))
+    end
+    out[i] = { host = host, port = port }
+  end
+  return out
+end
 
 --- Makes a client. No I/O: it connects on first use. Under OpenResty it talks
 -- over cosockets and nginx's connection pool (see redislock/ngx.lua).
 -- @param opts table (or a URL string): url, host, port, path, username, password,
 --   db, connect_timeout, timeout (seconds), prefix (default "lock:"), tls
 --   (true, or { ca, cert, key, server_name, verify }: redislock/tls.lua); under
---   OpenResty also pool_size and keepalive_timeout (seconds) for setkeepalive
+--   OpenResty also pool_size and keepalive_timeout (seconds) for setkeepalive;
+--   behind Sentinel (plain Lua), sentinels and master instead of url, host,
+--   port and path, and sentinel_username, sentinel_password, sentinel_tls for
+--   the sentinels (redislock/sentinel.lua)
 -- @return client
 function _M.new(opts, ...)
   check_nargs("new", 1, ...)
@@ -74,6 +109,24 @@ function _M.new(opts, ...)
     if opts[name] ~= nil and type(opts[name]) ~= "string" then
       argerror(1, "new", string_format("option '%s' must be a string, got %s", name, type(opts[name])))
     end
+  end
+  if opts.sentinels ~= nil or opts.master ~= nil then
+    if opts.sentinels == nil or opts.master == nil or opts.master == "" then
+      argerror(1, "new", "options 'sentinels' and 'master' go together (the sentinels, and the name of the master"
+                         .. " they watch)")
+    end
+    for _, name in ipairs({ "url", "host", "port", "path" }) do
+      if opts[name] ~= nil then
+        argerror(1, "new", string_format("option '%s' contradicts 'sentinels' (the sentinels name the master)", name))
+      end
+    end
+    if transport.cosockets then argerror(1, "new", "option 'sentinels' is not supported under OpenResty yet") end
+    if opts.master:find("\0", 1, true) then argerror(1, "new", "option 'master' must not contain NUL bytes") end
+    if opts.sentinel_username and not opts.sentinel_password then
+      argerror(1, "new", "option 'sentinel_username' needs a 'sentinel_password'")
+    end
+  elseif opts.sentinel_username ~= nil or opts.sentinel_password ~= nil or opts.sentinel_tls ~= nil then
+    argerror(1, "new", "options 'sentinel_username', 'sentinel_password' and 'sentinel_tls' need 'sentinels'")
   end
   local c = {}
   if opts.url then
@@ -130,7 +183,13 @@ function _M.new(opts, ...)
   -- _link: shared with its locks, which read whether it was closed.
   local self = { prefix = c.prefix, _renewed = setmetatable({}, { __mode = "k" }),
                  _held = setmetatable({}, { __mode = "v" }), _link = { closed = false } }
-  self._transport, self._sleep = transport.node(c)
+  if opts.sentinels ~= nil then
+    self._transport, self._sleep = sentinel.new(c, sentinel_list(opts.sentinels), opts.master, {
+      username = opts.sentinel_username, password = opts.sentinel_password,
+      tls = tls.settings(opts.sentinel_tls, nil, nil) })
+  else
+    self._transport, self._sleep = transport.node(c)
+  end
   return setmetatable(self, client_mt)
 end
 

@@ -84,6 +84,17 @@ local function parse_url(url)
   return t
 end
 
+--- Parses "host:port", "[IPv6]:port" or a bare host (port default_port)
+-- into host, port; or returns nil and why (a fragment).
+function _M.address(s, default_port)
+  local host, port = s:match("^%[([^%]]+)%]:?(%d*)$")
+  if not host then host, port = s:match("^([^:%[%]]+):?(%d*)$") end
+  if not host then return nil, "must be \"host:port\", got " .. quote(s) end
+  port = port == "" and default_port or tonumber(port)
+  if port < 1 or port > 65535 then return nil, "has a port outside 1..65535: " .. quote(s) end
+  return host, port
+end
+
 --- Parses a URL into connection fields (host, port, path, username,
 -- password, db, and tls = true for rediss://), or returns nil and why (a
 -- fragment: "must start with ...").

@@ -65,11 +65,14 @@ end
 
 -- Replies that mean "this server will answer later": a restart loading its
 -- data (LOADING), a script running (BUSY), a replica cut off from its master
--- (MASTERDOWN), a cluster slot moving or a cluster without quorum (TRYAGAIN,
--- CLUSTERDOWN). With wait time left they are retried like a lost connection;
--- every lock script checks the token, so a resend is always reconciled. The
--- one list of them: topologies add theirs here.
-local TRANSIENT = { LOADING = true, BUSY = true, MASTERDOWN = true, TRYAGAIN = true, CLUSTERDOWN = true }
+-- (MASTERDOWN), a master demoted by a failover (READONLY) or a waiter
+-- unblocked by one (UNBLOCKED), a cluster slot moving or a cluster without
+-- quorum (TRYAGAIN, CLUSTERDOWN). With wait time left they are retried like a
+-- lost connection (behind Sentinel, on the master it names then); every lock
+-- script checks the token, so a resend is always reconciled. The one list of
+-- them: topologies add theirs here.
+local TRANSIENT = { LOADING = true, BUSY = true, MASTERDOWN = true, READONLY = true, UNBLOCKED = true,
+                    TRYAGAIN = true, CLUSTERDOWN = true }
 
 -- Whether an error message (from eval) is worth retrying within the wait:
 -- a connection failure or a transient server state.

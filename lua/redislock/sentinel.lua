@@ -1,0 +1,214 @@
+-- SPDX-License-Identifier: MIT
+--- redislock.sentinel: a master behind Redis Sentinel, as a transport (the
+-- interface in redislock/transport.lua) over the node transport of the
+-- master the sentinels name. Written once for both transports.
+--
+-- Resolving follows Redis' documented client protocol: the sentinels are
+-- asked in order (SENTINEL get-master-addr-by-name), the first that answers
+-- moves to the front, and the node it names must say ROLE master, else the
+-- sentinels are asked again after a short pause. The master is resolved on
+-- first use, after a connection error or a reply that says the node is no
+-- longer the master (READONLY, MASTERDOWN, UNBLOCKED: a waiter unblocked by
+-- a role change), and when the watch heard something.
+--
+-- The watch (plain Lua: a C thread, core.sentinel_watch) stays subscribed
+-- to +switch-master on one sentinel. Sentinels announce a switch about a
+-- second after a failover starts, while the old master goes on accepting
+-- writes for seconds more until it is reconfigured; so before each command
+-- the client compares the watch's count (one atomic read) and resolves again
+-- when it moved: no lock is taken on the demoted master once the switch was
+-- heard. The watch also moves the watchdog's renewals to the new master at
+-- once. A command is never sent twice to a new master: the wait loop's next
+-- try is the acquire script, which reconciles by token.
+
+local args = require "redislock.args"
+local core = require "redislock.core"
+local transport = require "redislock.transport"
+
+local ipairs, pairs, setmetatable, tonumber, tostring, type = ipairs, pairs, setmetatable, tonumber, tostring, type
+local unpack = table.unpack or unpack -- luacheck: ignore (LuaJIT's global)
+local string_format, table_concat, table_insert, table_remove = string.format, table.concat, table.insert,
+      table.remove
+
+local _M = { _VERSION = core._VERSION }
+
+args.own(debug.getinfo(1, "S").source)
+
+-- A node that does not say ROLE master is asked about this many times, with
+-- pauses of 0.1 s, 0.2 s ... between (the sentinels may not have caught up).
+local ROLE_TRIES = 5
+local ROLE_PAUSE = 0.1
+
+-- Replies after which the node may no longer be the master.
+local STALE = { READONLY = true, MASTERDOWN = true, UNBLOCKED = true }
+
+local Sentinel = {}
+local sentinel_mt = { __index = Sentinel }
+
+sentinel_mt.__tostring = function(self)
+  return string_format("redislock.Client (master %q via %d sentinels)", self.master, #self.sentinels)
+end
+
+--- A transport for the master named master by the sentinels (a list of
+-- { host =, port = }), and the sleep that goes with it. node: the fields of
+-- the data nodes (as transport.node takes them; host and port come from the
+-- sentinels). auth: { username, password, tls } for the sentinels (tls:
+-- redislock/tls.lua's settings or nil). No I/O.
+function _M.new(node, sentinels, master, auth)
+  local self = setmetatable({ master = master, sentinels = {}, _fields = node, _stale = true, _seen = -1 },
+                            sentinel_mt)
+  local sleep
+  for i, s in ipairs(sentinels) do
+    local t
+    t, sleep = transport.node({ host = s.host, port = s.port, username = auth.username, password = auth.password,
+                                tls = auth.tls, connect_timeout_ms = node.connect_timeout_ms,
+                                timeout_ms = node.timeout_ms, prefix = node.prefix })
+    self.sentinels[i] = { host = s.host, port = s.port, t = t }
+  end
+  self._sleep = sleep
+  self.reports_loss = self.sentinels[1].t.reports_loss
+  return self, sleep
+end
+
+-- "host:port" of a sentinel, for messages.
+local function where(host, port)
+  return (host:find(":", 1, true) and "[" .. host .. "]" or host) .. ":" .. port
+end
+
+-- Asks the sentinels in order for the master's address; the first that
+-- answers moves to the front. host, port, or nil and an error message.
+local function ask(self)
+  local problems, unknown = {}, false
+  for i, s in ipairs(self.sentinels) do
+    local reply, err = s.t:command("SENTINEL", "get-master-addr-by-name", self.master)
+    if type(reply) == "table" and type(reply[1]) == "string" and tonumber(reply[2]) then
+      if i > 1 then table_insert(self.sentinels, 1, table_remove(self.sentinels, i)) end
+      return reply[1], tonumber(reply[2])
+    elseif reply ~= nil then
+      unknown = true
+      problems[#problems + 1] = where(s.host, s.port) .. " does not know it"
+    else
+      problems[#problems + 1] = err
+    end
+  end
+  if unknown then
+    return nil, string_format("redis: no sentinel knows master %q (%s)", self.master, table_concat(problems, "; "))
+  end
+  return nil, string_format("connection: no sentinel reachable for master %q (%s)", self.master,
+                            table_concat(problems, "; "))
+end
+
+-- Points the node transport at host:port (made on first use); the watchdog's
+-- renewals of the old master move along.
+local function point(self, host, port)
+  local node = self._node
+  if node == nil then
+    local fields = {}
+    for k, v in pairs(self._fields) do fields[k] = v end
+    fields.host, fields.port, fields.path = host, port, nil
+    self._node = transport.node(fields)
+  elseif self._host ~= host or self._port ~= port then
+    node:retarget(host, port)
+    if self.reports_loss ~= true then core.move_leases(self._host, self._port, host, port) end
+  end
+  self._host, self._port = host, port
+  return self._node
+end
+
+-- The watch, started on first use (plain Lua only).
+local function watch(self)
+  if self._watch == nil and self.reports_loss ~= true then
+    local clients = {}
+    for i, s in ipairs(self.sentinels) do clients[i] = s.t end
+    self._watch = core.sentinel_watch(self.master, unpack(clients))
+  end
+  return self._watch
+end
+
+-- Resolves the master (see above): the node transport, or nil and an error.
+local function resolve(self)
+  local w = watch(self)
+  local role
+  if w then self._seen = w:count() end -- taken before asking: a switch meanwhile asks again
+  for try = 1, ROLE_TRIES do
+    local host, port = ask(self)
+    if not host then return nil, port end
+    local node = point(self, host, port)
+    local reply, err = node:command("ROLE")
+    if reply == nil then return nil, err end
+    role = type(reply) == "table" and reply[1] or tostring(reply)
+    if role == "master" then
+      self._stale = false
+      return node
+    end
+    if try < ROLE_TRIES then self._sleep(ROLE_PAUSE * try) end
+  end
+  self._stale = true
+  return nil, string_format("redis: %s, named master %q by the sentinels, says ROLE %s, not master (asked %d times)",
+                            where(self._host, self._port), self.master, tostring(role), ROLE_TRIES)
+end
+
+-- The node transport of the master now, or nil and an error.
+local function current(self)
+  local w = self._watch
+  if self._stale or (w and w:count() ~= self._seen) then return resolve(self) end
+  return self._node
+end
+
+-- After a failed call: resolve again before the next when the failure says
+-- the node may be gone or no longer the master.
+local function check(self, err)
+  if type(err) ~= "string" then return end
+  if err:sub(1, 11) == "connection:" or STALE[err:match("^redis: (%u+)") or ""] then self._stale = true end
+end
+
+function Sentinel:eval(...)
+  local node, err = current(self)
+  if not node then return nil, err end
+  local status, value, acked, werr = node:eval(...)
+  if status == nil then check(self, value) end
+  return status, value, acked, werr
+end
+
+function Sentinel:wait(...)
+  local node, err = current(self)
+  if not node then return nil, err end
+  local ok, werr = node:wait(...)
+  if ok == nil then check(self, werr) end
+  return ok, werr
+end
+
+function Sentinel:command(...)
+  local node, err = current(self)
+  if not node then return nil, err end
+  local reply, cerr = node:command(...)
+  if reply == nil then check(self, cerr) end
+  return reply, cerr
+end
+
+function Sentinel:lease(...)
+  local node, err = current(self)
+  if not node then return nil, err end
+  return node:lease(...)
+end
+
+function Sentinel:close()
+  if self._watch then self._watch:close() end
+  if self._node then self._node:close() end
+  for _, s in ipairs(self.sentinels) do s.t:close() end
+  self._closed = true
+end
+
+function Sentinel:closed()
+  return self._closed == true
+end
+
+function Sentinel:io_problem()
+  local t = self.sentinels[1].t
+  return t.io_problem and t:io_problem()
+end
+
+--- The reply codes after which the master is resolved again (READONLY ...).
+_M.STALE = STALE
+
+return _M

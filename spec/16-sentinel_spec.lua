@@ -1,0 +1,167 @@
+-- SPDX-License-Identifier: MIT
+-- Redis behind Sentinel: a real group on loopback (a master, a replica, three
+-- sentinels; spec/helpers.lua), started once for this file. Locks go to the
+-- master the sentinels name; a failover (SENTINEL FAILOVER) moves the client,
+-- its waiters and its renewals to the new master, and no lock is taken on the
+-- demoted master once the sentinels named the new one.
+local core = require "redislock.core"
+local helpers = require "spec.helpers"
+local redislock = require "redislock"
+
+describe("Sentinel", function()
+  local g
+
+  lazy_setup(function() g = helpers.start_sentinels() end)
+  lazy_teardown(function() if g then g:stop() end end)
+
+  local function client(extra)
+    local o = { sentinels = g.addrs, master = "mymaster" }
+    for k, v in pairs(extra or {}) do o[k] = v end
+    return redislock.new(o)
+  end
+
+  it("takes locks on the master the sentinels name", function()
+    local c = client()
+    local lock = assert(c:acquire("s:1", 5))
+    local m = g:master()
+    assert.are.equal(lock.token, m:cli("GET", "lock:{s:1}"))
+    assert.is_true(lock:release())
+    assert.are.equal("0", m:cli("EXISTS", "lock:{s:1}"))
+    assert.matches('master "mymaster" via 3 sentinels', tostring(c))
+    c:close()
+  end)
+
+  it("moves the sentinel that answered to the front", function()
+    local down = "127.0.0.1:" .. helpers.free_port()
+    local c = redislock.new({ sentinels = { down, g.addrs[2] }, master = "mymaster" })
+    assert(assert(c:acquire("s:front", 5)):release())
+    assert.are.equal(g.sentinels[2].port, c._transport.sentinels[1].port)
+    c:close()
+  end)
+
+  it("names the master no sentinel knows", function()
+    local c = client({ master = "nope" })
+    local lock, err = c:acquire("s:2", 5)
+    assert.is_nil(lock)
+    assert.matches('^redis: no sentinel knows master "nope"', err)
+    c:close()
+  end)
+
+  it("says so when no sentinel can be reached", function()
+    local c = redislock.new({ sentinels = { "127.0.0.1:" .. helpers.free_port(), "127.0.0.1:" .. helpers.free_port() },
+                              master = "mymaster", connect_timeout = 0.5 })
+    local lock, err = c:acquire("s:3", 5)
+    assert.is_nil(lock)
+    assert.matches('^connection: no sentinel reachable for master "mymaster" %(', err)
+    c:close()
+  end)
+
+  it("refuses a node that the sentinels name but that is not a master (ROLE)", function()
+    -- One sentinel told to watch the replica as if it were a master: it
+    -- names the replica's address, which ROLE shows to be a replica.
+    local replica = g:master() == g.nodes[1] and g.nodes[2] or g.nodes[1]
+    local s = g.sentinels[1]
+    assert.are.equal("OK", s:cli("SENTINEL", "MONITOR", "stale", "127.0.0.1", replica.port, 2))
+    finally(function() s:cli("SENTINEL", "REMOVE", "stale") end)
+    local c = redislock.new({ sentinels = { g.addrs[1] }, master = "stale" })
+    local lock, err = c:acquire("s:4", 5)
+    assert.is_nil(lock)
+    assert.matches('named master "stale" by the sentinels, says ROLE slave, not master %(asked 5 times%)', err)
+    c:close()
+  end)
+
+  it("checks its options", function()
+    local function refused(opts, msg)
+      local ok, err = pcall(redislock.new, opts)
+      assert.is_false(ok)
+      assert.is_truthy(tostring(err):find(msg, 1, true), err)
+    end
+    refused({ sentinels = { "127.0.0.1:1" } }, "options 'sentinels' and 'master' go together")
+    refused({ master = "m" }, "options 'sentinels' and 'master' go together")
+    refused({ sentinels = {}, master = "m" }, "option 'sentinels' must be a non-empty list")
+    refused({ sentinels = { "a:b:c" }, master = "m" }, "option 'sentinels' item 1 must be \"host:port\"")
+    refused({ sentinels = { "h:70000" }, master = "m" }, "item 1 has a port outside 1..65535")
+    refused({ sentinels = { 7 }, master = "m" }, "item 1 must be \"host:port\" or { host =, port = }")
+    refused({ sentinels = { "h:1" }, master = "m", host = "h" }, "option 'host' contradicts 'sentinels'")
+    refused({ sentinels = { "h:1" }, master = "m", sentinel_username = "u" },
+            "option 'sentinel_username' needs a 'sentinel_password'")
+    refused({ sentinel_password = "p" }, "need 'sentinels'")
+  end)
+
+  it("follows a failover at once: the loops go on on the new master, no overlaps, none on the demoted one", function()
+    -- Timing is the point here: not under valgrind (REDISLOCK_SLOW), where
+    -- the other cases still run the watch thread.
+    if helpers.slow > 1 then return pending("timing-bound: not under REDISLOCK_SLOW") end
+    local old = g:master()
+    local start_at = core.now() + 0.5
+    local procs = {}
+    for i = 1, 4 do
+      procs[i] = helpers.spawn(helpers.spec_dir .. "workers/sentinel_loop.lua", table.concat(g.addrs, ","),
+                               "mymaster", 6, start_at)
+    end
+    core.sleep(2)
+    local t0 = core.now()
+    local _, new = g:failover()
+    local named = core.now()
+    local sections, errors = {}, {}
+    for i = 1, #procs do
+      local out, ok = procs[i].wait()
+      assert.is_true(ok, "worker " .. i .. ": " .. out)
+      assert.is_truthy(out:match("done\n?$"), out)
+      for line in out:gmatch("[^\n]+") do
+        local enter, leave, port, fence = line:match("^ok (%S+) (%S+) (%d+) (%d+)$")
+        if enter then
+          sections[#sections + 1] = { enter = tonumber(enter), leave = tonumber(leave), port = tonumber(port),
+                                      fence = tonumber(fence), worker = i }
+        elseif line:match("^err ") then
+          errors[#errors + 1] = line
+        end
+      end
+    end
+    -- Errors only with their code words.
+    local codes = { busy = true, lost = true, connection = true, redis = true }
+    for _, e in ipairs(errors) do
+      assert.is_truthy(codes[e:match("^err (%a+): ") or ""], e)
+    end
+    -- The loops went on, on the new master.
+    local on_new = 0
+    for _, s in ipairs(sections) do if s.port == new.port then on_new = on_new + 1 end end
+    assert.is_true(on_new > 10, "sections on the new master: " .. on_new)
+    -- No two sections that returned ok overlapped.
+    table.sort(sections, function(a, b) return a.enter < b.enter end)
+    for i = 2, #sections do
+      local a, b = sections[i - 1], sections[i]
+      assert.is_true(b.enter >= a.leave, string.format("worker %d (%.4f-%.4f on %d) and worker %d (%.4f-%.4f on %d)"
+        .. " overlap", a.worker, a.enter, a.leave, a.port, b.worker, b.enter, b.leave, b.port))
+    end
+    -- None on the demoted master once every sentinel named the new one (the
+    -- watch hears the first announcement; 0.1 s for the message to arrive).
+    for _, s in ipairs(sections) do
+      assert.is_false(s.port == old.port and s.enter > named + 0.1,
+                      string.format("a section on the demoted master %.3f s after the switch (failover began at %.3f)",
+                                    s.enter - named, t0))
+    end
+  end)
+
+  it("renews on the new master after a failover (the watchdog follows)", function()
+    local c = client()
+    local before = g:master()
+    -- The lock must reach the replica before the failover (replicas = 1:
+    -- WAIT), which needs the replica's link up again after the last failover.
+    local replica = before == g.nodes[1] and g.nodes[2] or g.nodes[1]
+    assert.is_truthy(helpers.eventually(30, function()
+      return replica:cli("INFO", "replication"):find("master_link_status:up", 1, true)
+    end), "the replica never caught up")
+    local ran = c:with_lock("s:renew", 3, function(lock)
+      local old, new = g:failover()
+      assert.are.equal(before, old)
+      -- Past the TTL, renewed on the new master all along.
+      core.sleep(3.5)
+      assert.are.equal(lock.token, new:cli("GET", "lock:{s:renew}"))
+      assert.is_true(lock:check())
+      return "done"
+    end, { replicas = 1 })
+    assert.are.equal("done", ran)
+    c:close()
+  end)
+end)
