@@ -116,6 +116,29 @@ describe("waiting", function()
       assert.are.equal(1, calls().rpush)
     end)
 
+    it("tries a key it found busy with the acquire script first, and a free one with a take", function()
+      local function execs()
+        return tonumber(raw:command("INFO", "commandstats"):match("cmdstat_exec:calls=(%d+)") or "0")
+      end
+      assert(holder:acquire("hot", 0.3))
+      local c = srv:client()
+      local e0 = execs()
+      -- First wait: a take (found busy), then the script, which waits it out.
+      assert(c:acquire("hot", 0.3, { wait = 2 }))
+      assert.are.equal(e0 + 1, execs())
+      -- The key is busy again, and this client found it busy: no take now.
+      local b = assert(c:acquire("hot", 5, { wait = 2 }))
+      assert.are.equal(e0 + 1, execs())
+      -- Once the script finds it free at once, the next waiting acquire
+      -- tries a take again.
+      assert.is_true(b:release())
+      assert(assert(c:acquire("hot", 5, { wait = 2 })):release())
+      assert.are.equal(e0 + 1, execs())
+      assert(assert(c:acquire("hot", 5, { wait = 2 })):release())
+      assert.are.equal(e0 + 2, execs())
+      c:close()
+    end)
+
     it("waits longer than the client's reply timeout without a connection error", function()
       assert(holder:acquire("k", 30))
       local c = srv:client({ timeout = 0.2 })

@@ -180,9 +180,11 @@ function _M.new(opts, ...)
   if why then argerror(1, "new", "option 'prefix' " .. why) end
   -- _renewed: its locks with a lease, weakly (close stops their renewal).
   -- _held: key -> its lock taken by this client, weakly (for messages).
+  -- _hot: keys this client found busy lately (redislock/wait.lua).
   -- _link: shared with its locks, which read whether it was closed.
   local self = { prefix = c.prefix, _renewed = setmetatable({}, { __mode = "k" }),
-                 _held = setmetatable({}, { __mode = "v" }), _link = { closed = false } }
+                 _held = setmetatable({}, { __mode = "v" }), _hot = { keys = {}, n = 0 },
+                 _link = { closed = false } }
   if opts.sentinels ~= nil then
     self._transport, self._sleep = sentinel.new(c, sentinel_list(opts.sentinels), opts.master, {
       username = opts.sentinel_username, password = opts.sentinel_password,
@@ -256,7 +258,7 @@ end
 -- must not outlive the running thread (see redislock/ngx_lease.lua).
 local function acquire(self, key, ms, how, scoped)
   local tok, t = token(), self._transport
-  local fence, sent, acked, werr = take(t, self._sleep, self._held, key, tok, ms, how)
+  local fence, sent, acked, werr = take(t, self._sleep, self._held, self._hot, key, tok, ms, how)
   if not fence then return nil, sent end
   -- The lock cannot expire on the server before sent + ms (the TTL started
   -- after the send), by the monotonic clock.

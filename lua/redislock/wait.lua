@@ -82,6 +82,19 @@ local function retryable(err)
   return code ~= nil and TRANSIENT[code] == true
 end
 
+-- Keys remembered as busy per client, at most this many (then forgotten at once).
+local HOT_MAX = 1024
+
+-- Remembers that key was found busy by a caller that waits (see take).
+local function note_hot(hot, key)
+  if hot.keys[key] then return end
+  if hot.n >= HOT_MAX then
+    hot.keys, hot.n = {}, 0
+  end
+  hot.keys[key] = true
+  hot.n = hot.n + 1
+end
+
 -- Tries to take key with token until how.wait seconds have passed. Between
 -- attempts it blocks on the lock's wake-up list (mode "notify": release
 -- wakes one waiter, and a block never outlasts the holder's TTL or the
@@ -93,18 +106,29 @@ end
 -- Returns the fence, the time the successful attempt was sent and (with
 -- how.replicas) how many replicas acknowledged it, or nil and why the WAIT
 -- failed; or nil and an error message.
-local function take(c, sleep, held, key, tok, ms, how)
+local function take(c, sleep, held, hot, key, tok, ms, how)
   local wait, fair = how.wait, how.fair
   -- The first try is a take (no script, the cheapest for Redis); the tries
-  -- after it are the acquire script, which also marks a waiter.
-  local op = fair and "acquire_fair" or "take"
+  -- after it are the acquire script, which also marks a waiter. A caller
+  -- that will wait for a key this client found busy lately starts with the
+  -- script: a take would most likely find it busy too, and cost a round trip.
+  local op = fair and "acquire_fair" or (wait > 0 and hot.keys[key]) and "acquire" or "take"
+  local first = true
   local deadline = now() + wait
   local step = FIRST_STEP
   while true do
     local sent = now()
     local status, value, acked, werr = c:eval(op, key, tok, ms, how.replicas, how.replica_ms)
-    if status == 1 then return value, sent, acked, werr end
+    if status == 1 then
+      if first and hot.keys[key] then -- free at once: cooled down
+        hot.keys[key] = nil
+        hot.n = hot.n - 1
+      end
+      return value, sent, acked, werr
+    end
+    if status == -1 and wait > 0 then note_hot(hot, key) end
     if op == "take" then op = "acquire" end
+    first = false
     local left = deadline - now()
     if left <= 0 or (status == nil and not retryable(value)) then
       if fair then c:eval("leave", key, tok) end -- best effort: else it drops out in 3 s
@@ -137,10 +161,11 @@ local function take(c, sleep, held, key, tok, ms, how)
 end
 
 
---- take(t, sleep, held, key, tok, ms, how) -> fence, sent, acked, werr | nil, err
+--- take(t, sleep, held, hot, key, tok, ms, how) -> fence, sent, acked, werr | nil, err
 -- Tries to take key with tok on transport t until how.wait seconds passed
 -- (see above); sleep is the transport's sleep; held maps keys to the locks
--- this client holds (for the "held by this client" message).
+-- this client holds (for the "held by this client" message); hot is the
+-- client's { keys = {}, n = 0 }: keys it found busy lately.
 _M.take = take
 
 --- The server replies worth waiting out (code word -> true); topologies add
