@@ -63,9 +63,11 @@ end
 -- divides it would meet the hook at the same instruction, inside redislock,
 -- every time, for ever.
 --
--- A scope: { lock, hook, co, parent (the scope it hides), taken = { note, ...
--- } (note.ref: the lock, weakly), compact_at, aborted }. Scopes stack per
--- coroutine (LuaJIT's main one is MAIN).
+-- A scope: { lock, co, parent (the scope it hides), taken = { note, ... }
+-- (note.ref: the lock, weakly; made by the first note), compact_at,
+-- deferred, aborted }. Scopes stack per coroutine (LuaJIT's main one is
+-- MAIN). One hook function serves every scope: it finds the running
+-- coroutine's (hooks are per coroutine), so that a scope costs no closure.
 local MAIN = {}
 local scopes = setmetatable({}, { __mode = "k" })
 local RETRY_STEPS = { 101, 211, 307, 401, 503, 601, 701, 809, 907 } -- primes
@@ -85,6 +87,10 @@ function _M.note_taken(lock)
   local scope = scopes[running()]
   if not scope then return end
   local taken = scope.taken
+  if not taken then
+    taken = {}
+    scope.taken = taken
+  end
   taken[#taken + 1] = lock_mod.note(lock)
   if #taken >= scope.compact_at then
     -- A loop taking and releasing locks inside fn must not grow this.
@@ -96,25 +102,27 @@ function _M.note_taken(lock)
   end
 end
 
+-- The count hook of every scope (see above).
+local function hook()
+  local scope = scopes[running()]
+  if not scope or not lock_mod.lost_news(scope.lock) then return end
+  if args.is_own(debug_getinfo(2, "S").source) then -- inside redislock: look again soon, elsewhere
+    scope.deferred = scope.deferred % #RETRY_STEPS + 1
+    debug_sethook(hook, "", RETRY_STEPS[scope.deferred])
+    return
+  end
+  scope.aborted = true
+  lock_mod.lease_lost(scope.lock) -- calls on_lost, which may raise
+end
+
 -- Starts watching lock for on_lost while fn runs; returns the scope, or nil.
 local function watch_lost(lock)
   if not lock_mod.watchable(lock) or debug_gethook() then return nil end
   local co = running()
-  local scope = { lock = lock, co = co, parent = scopes[co], taken = {}, compact_at = 64 }
-  local deferred = 0
-  scope.hook = function()
-    if not lock_mod.lost_news(lock) then return end
-    if args.is_own(debug_getinfo(2, "S").source) then -- inside redislock: look again soon, elsewhere
-      deferred = deferred % #RETRY_STEPS + 1
-      debug_sethook(scope.hook, "", RETRY_STEPS[deferred])
-      return
-    end
-    scope.aborted = true
-    lock_mod.lease_lost(lock) -- calls on_lost, which may raise
-  end
+  local scope = { lock = lock, co = co, parent = scopes[co], taken = false, compact_at = 64, deferred = 0 }
   scopes[co] = scope
   _M.watching = _M.watching + 1
-  debug_sethook(scope.hook, "", 10000)
+  debug_sethook(hook, "", 10000)
   return scope
 end
 
@@ -122,8 +130,8 @@ end
 local function unwatch(scope, ok)
   scopes[scope.co] = scope.parent
   _M.watching = _M.watching - 1
-  if debug_gethook() == scope.hook then debug_sethook() end
-  if ok or not scope.aborted or #scope.taken == 0 then return end
+  if debug_gethook() == hook then debug_sethook() end
+  if ok or not scope.aborted or not scope.taken or #scope.taken == 0 then return end
   -- Aborted: fn's frames are gone, so a lock nothing else refers to is
   -- collected now; release those (a lock released before is left alone by
   -- the compare-and-delete).
