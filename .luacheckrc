@@ -6,6 +6,7 @@ files["spec/crc16.lua"] = { std = "max" }
 -- Code that runs inside nginx, where ngx is a global.
 files["lua/redislock/ngx.lua"] = { std = "max+ngx_lua" }
 files["lua/redislock/ngx_lease.lua"] = { std = "max+ngx_lua" }
+files["lua/redislock/ngx_watch.lua"] = { std = "max+ngx_lua" }
 files["spec/support/ngx_app.lua"] = { std = "max+ngx_lua" }
 files["examples/openresty"] = { std = "max+ngx_lua" }
 files["torture/ngx_app.lua"] = { std = "max+ngx_lua" }

@@ -41,6 +41,7 @@ build = {
     ["redislock.lock"] = "lua/redislock/lock.lua",
     ["redislock.ngx"] = "lua/redislock/ngx.lua",
     ["redislock.ngx_lease"] = "lua/redislock/ngx_lease.lua",
+    ["redislock.ngx_watch"] = "lua/redislock/ngx_watch.lua",
     ["redislock.scope"] = "lua/redislock/scope.lua",
     ["redislock.sentinel"] = "lua/redislock/sentinel.lua",
     ["redislock.tls"] = "lua/redislock/tls.lua",

@@ -97,7 +97,7 @@ end
 --   db, connect_timeout, timeout (seconds), prefix (default "lock:"), tls
 --   (true, or { ca, cert, key, server_name, verify }: redislock/tls.lua); under
 --   OpenResty also pool_size and keepalive_timeout (seconds) for setkeepalive;
---   behind Sentinel (plain Lua), sentinels and master instead of url, host,
+--   behind Sentinel, sentinels and master instead of url, host,
 --   port and path, and sentinel_username, sentinel_password, sentinel_tls for
 --   the sentinels (redislock/sentinel.lua)
 -- @return client
@@ -120,7 +120,6 @@ function _M.new(opts, ...)
         argerror(1, "new", string_format("option '%s' contradicts 'sentinels' (the sentinels name the master)", name))
       end
     end
-    if transport.cosockets then argerror(1, "new", "option 'sentinels' is not supported under OpenResty yet") end
     if opts.master:find("\0", 1, true) then argerror(1, "new", "option 'master' must not contain NUL bytes") end
     if opts.sentinel_username and not opts.sentinel_password then
       argerror(1, "new", "option 'sentinel_username' needs a 'sentinel_password'")

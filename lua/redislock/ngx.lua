@@ -21,7 +21,7 @@ local ngx_lease = require "redislock.ngx_lease"
 local tls_mod = require "redislock.tls"
 
 local ngx = ngx
-local io_open, ipairs, setmetatable, tostring = io.open, ipairs, setmetatable, tostring
+local io_open, ipairs, setmetatable, tostring, type = io.open, ipairs, setmetatable, tostring, type
 local string_format, table_concat = string.format, table.concat
 local tcp, get_phase, md5 = ngx.socket.tcp, ngx.get_phase, ngx.md5
 local encode, encode_script, encode_wait, new_reader = core.encode, core.encode_script, core.encode_wait, core.reader
@@ -105,11 +105,8 @@ function _M.new(c)
   -- lua-resty-redis, whose default pool is named "host:port").
   -- Nor a TLS connection to a client with other TLS settings, or none.
   local tls = c.tls and tls_setup(self, c.tls, host) or "plain"
-  self.pool_opts = {
-    pool = table_concat({ "redislock", where, db, c.username or "",
-                          c.password and md5(POOL_SALT .. c.password) or "", tls }, "/"),
-    pool_size = c.pool_size,
-  }
+  self.pool_rest = table_concat({ db, c.username or "", c.password and md5(POOL_SALT .. c.password) or "", tls }, "/")
+  self.pool_opts = { pool = "redislock/" .. where .. "/" .. self.pool_rest, pool_size = c.pool_size }
   -- What a fresh connection is sent first, in one write.
   local setup, names = {}, {}
   if c.password then
@@ -361,6 +358,79 @@ end
 
 -- This transport calls a lease's on_lost as its timer finds the lock lost.
 Transport.reports_loss = true
+
+--- transport:retarget(host, port): points the transport at another TCP host
+-- and port (the master Sentinel named), with a pool of its own; leases follow,
+-- as their timer renews through this transport.
+function Transport:retarget(host, port)
+  local addr = host:find(":", 1, true) and "[" .. host .. "]" or host
+  self.host, self.port, self.path = addr, port, nil
+  self.where = string_format("%s:%d", addr, port)
+  self.pool_opts = { pool = "redislock/" .. self.where .. "/" .. self.pool_rest, pool_size = self.pool_opts.pool_size }
+  return true
+end
+
+-- A subscription's socket: never pooled (a pool of its own per call, and
+-- closed at the end), so that no other user gets a subscribed connection.
+local SUB_POOL = "redislock-subscription/" .. core.token()
+
+--- transport:listen(channel, heard, stop) -> true | nil, err: subscribes to
+-- channel on a connection of its own and calls heard(message) for each
+-- message published there; with nothing heard for a second a PING checks
+-- the server. Returns true once stop() says so (looked at every second),
+-- or nil and why the connection failed. For a timer (redislock/ngx_watch.lua).
+function Transport:listen(channel, heard, stop)
+  local sock = tcp()
+  sock:settimeouts(self.connect_timeout_ms, self.timeout_ms, 1000)
+  local ok, err = sock:connect(self.host, self.port, { pool = SUB_POOL .. "/" .. core.token() })
+  if not ok then return nil, string_format("connection: cannot connect to %s (%s)", self.where, err) end
+  if self.tls then
+    ok, err = handshake(self, sock)
+    if not ok then
+      sock:close()
+      return nil, err
+    end
+  end
+  ok, err = sock:send((self.setup or "") .. encode("SUBSCRIBE", channel))
+  if not ok then
+    sock:close()
+    return nil, io_message(self, err)
+  end
+  local reader, idle = new_reader(), 0
+  for _ = 1, self.setup_names and #self.setup_names or 0 do
+    local v, msg = read_reply(self, sock, reader, "reply")
+    if v == nil then
+      sock:close()
+      return nil, msg
+    end
+  end
+  while true do
+    local v, msg, _, timed_out = read_reply(self, sock, reader, "reply")
+    if timed_out then
+      if stop() then
+        sock:close()
+        return true
+      end
+      -- Nothing for a second: a PING, answered within the next, or the
+      -- server is gone without a word.
+      idle = idle + 1
+      if idle > 1 or not sock:send(encode("PING")) then
+        sock:close()
+        return nil, string_format("connection: %s stopped answering", self.where)
+      end
+    elseif v == nil then
+      sock:close()
+      return nil, msg
+    else
+      idle = 0
+      if type(v) == "table" and v[1] == "message" and v[2] == channel then heard(v[3]) end
+      if stop() then
+        sock:close()
+        return true
+      end
+    end
+  end
+end
 
 --- transport:lease(key, token, ttl_ms[, max_hold_ms[, sent_ms[, scoped[, on_lost]]]]) -> lease:
 -- renewed by this worker's timer (redislock/ngx_lease.lua).

@@ -11,7 +11,8 @@
 -- longer the master (READONLY, MASTERDOWN, UNBLOCKED: a waiter unblocked by
 -- a role change), and when the watch heard something.
 --
--- The watch (plain Lua: a C thread, core.sentinel_watch) stays subscribed
+-- The watch (plain Lua: a C thread, core.sentinel_watch; OpenResty: a timer
+-- per worker and master, redislock/ngx_watch.lua) stays subscribed
 -- to +switch-master on one sentinel. Sentinels announce a switch about a
 -- second after a failover starts, while the old master goes on accepting
 -- writes for seconds more until it is reconfigured; so before each command
@@ -115,21 +116,40 @@ local function point(self, host, port)
   return self._node
 end
 
--- The watch, started on first use (plain Lua only).
+-- The watch, started on first use: a C thread in plain Lua, a timer per
+-- worker and master under OpenResty (redislock/ngx_watch.lua). Returns it,
+-- or nil and why it could not start.
 local function watch(self)
-  if self._watch == nil and self.reports_loss ~= true then
-    local clients = {}
-    for i, s in ipairs(self.sentinels) do clients[i] = s.t end
-    self._watch = core.sentinel_watch(self.master, unpack(clients))
+  if self._watch == nil then
+    local ts = {}
+    for i, s in ipairs(self.sentinels) do ts[i] = s.t end
+    if self.reports_loss == true then
+      local err
+      self._watch, err = require("redislock.ngx_watch").get(self.master, ts, self)
+      if not self._watch then return nil, "connection: " .. err end
+    else
+      self._watch = core.sentinel_watch(self.master, unpack(ts))
+    end
   end
   return self._watch
 end
 
+--- A switch was announced (the OpenResty watch calls this from its timer):
+-- the node transport, which renewals use too, goes to the new master at
+-- once; the next command checks it (ROLE) as the count moved.
+function Sentinel:switched(host, port)
+  if self._node and not self._closed then
+    self._node:retarget(host, port)
+    self._host, self._port = host, port
+  end
+end
+
 -- Resolves the master (see above): the node transport, or nil and an error.
 local function resolve(self)
-  local w = watch(self)
+  local w, werr = watch(self)
   local role
-  if w then self._seen = w:count() end -- taken before asking: a switch meanwhile asks again
+  if not w then return nil, werr end
+  self._seen = w:count() -- taken before asking: a switch meanwhile asks again
   for try = 1, ROLE_TRIES do
     local host, port = ask(self)
     if not host then return nil, port end
@@ -193,7 +213,7 @@ function Sentinel:lease(...)
 end
 
 function Sentinel:close()
-  if self._watch then self._watch:close() end
+  if self._watch then self._watch:close(self) end
   if self._node then self._node:close() end
   for _, s in ipairs(self.sentinels) do s.t:close() end
   self._closed = true

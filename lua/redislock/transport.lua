@@ -32,9 +32,6 @@ local ngx = rawget(_G, "ngx")
 local ngx_transport = type(ngx) == "table" and type(ngx.socket) == "table" and ngx.get_phase
   and require "redislock.ngx"
 
---- Whether nodes are reached over cosockets (OpenResty).
-_M.cosockets = ngx_transport and true or false
-
 --- A transport for one node, and the sleep that goes with it (ngx.sleep or
 -- core.sleep). No I/O. fields: host, port, path, username, password, db,
 -- connect_timeout_ms, timeout_ms, prefix, tls (redislock/tls.lua's

@@ -1,5 +1,5 @@
 -- SPDX-License-Identifier: MIT
--- The handlers the OpenResty specs (spec/09-openresty_spec.lua) put behind
+-- The handlers the OpenResty specs (spec/09, 15, 17) put behind
 -- nginx locations, e.g. `content_by_lua_block { require("spec.support.ngx_app").counter() }`.
 -- The Redis URL comes from `set $redis_url ...;` in the location or server; a
 -- client per URL is made once per worker and shared by its requests, as an
@@ -27,6 +27,16 @@ end
 -- The worker's client for $redis_url (and $redis_timeout seconds, and TLS
 -- settings, if set).
 local function client()
+  local sentinels = ngx.var.redis_sentinels
+  if sentinels and sentinels ~= "" then -- "host:port,host:port", watching $redis_master
+    local id = "sentinels|" .. sentinels
+    if not clients[id] then
+      local list = {}
+      for a in sentinels:gmatch("[^,]+") do list[#list + 1] = a end
+      clients[id] = redislock.new{ sentinels = list, master = ngx.var.redis_master, timeout = 2 }
+    end
+    return clients[id]
+  end
   local url, timeout = ngx.var.redis_url, tonumber(ngx.var.redis_timeout)
   local id = table.concat({ url, tostring(timeout), ngx.var.redis_tls or "", ngx.var.redis_tls_name or "" }, "|")
   if not clients[id] then clients[id] = redislock.new{ url = url, timeout = timeout, tls = tls_option() } end
@@ -98,6 +108,12 @@ function app.release()
   local ok, err = client():from_token(ngx.var.arg_key, ngx.var.arg_token):release()
   if not ok then return reply(status_for(err), err) end
   return reply(200, "released")
+end
+
+--- GET /master: the port of the master the worker's client uses now, and
+-- the worker's pid.
+function app.master()
+  return reply(200, tostring(client()._transport._port) .. " " .. ngx.worker.pid())
 end
 
 --- GET /ping: answers at once (the non-blocking spec).
