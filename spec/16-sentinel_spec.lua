@@ -143,6 +143,33 @@ describe("Sentinel", function()
     end
   end)
 
+  it("lets a waiter blocked on the demoted master take the lock on the new one", function()
+    local before = g:master()
+    local replica = before == g.nodes[1] and g.nodes[2] or g.nodes[1]
+    assert.is_truthy(helpers.eventually(30, function()
+      return replica:cli("INFO", "replication"):find("master_link_status:up", 1, true)
+    end), "the replica never caught up")
+    local c = client()
+    local lock = assert(c:acquire("s:wait", 6, { replicas = 1 }))
+    local t0 = core.now()
+    local w = helpers.spawn(helpers.spec_dir .. "workers/waiter.lua", table.concat(g.addrs, ",") .. ":mymaster",
+                            "s:wait", 20, "notify", "plain", 0, "w")
+    assert.is_truthy(helpers.eventually(5, function()
+      return before:cli("INFO", "clients"):match("blocked_clients:(%d+)") == "1"
+    end), "the waiter never blocked")
+    local _, new = g:failover()
+    assert.is_true(lock:release()) -- on the new master (the lock was replicated)
+    local out, ok = w.wait()
+    assert.is_true(ok, out)
+    local fence = out:match("^got w (%d+)")
+    assert.is_truthy(fence, out)
+    assert.are.equal(fence, new:cli("GET", "lock:{s:wait}:fence"))
+    -- Before the waiter's own bound ran out (the holder's TTL, 6 s, then 20 s
+    -- of wait): woken on the old master (UNBLOCKED) or at its TTL at worst.
+    assert.is_true(core.now() - t0 < 12, "took " .. (core.now() - t0) .. " s")
+    c:close()
+  end)
+
   it("renews on the new master after a failover (the watchdog follows)", function()
     local c = client()
     local before = g:master()

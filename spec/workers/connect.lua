@@ -1,11 +1,16 @@
 -- SPDX-License-Identifier: MIT
--- The connection options a worker's first argument names: a port, or
+-- The connection options a worker's first argument names: a port,
 -- tls:<port>:<certificate folder> for a TLS server made by spec/helpers.lua
--- (mutual TLS, verified as "localhost"). extra is merged over them.
+-- (mutual TLS, verified as "localhost"), or <host:port>,...:<master> for the
+-- master a Sentinel group names. extra is merged over them.
 return function(where, extra)
   local o = {}
   local port, dir = where:match("^tls:(%d+):(.+)$")
-  if port then
+  local sentinels, master = where:match("^(.+:%d+):(%a+)$")
+  if sentinels then
+    o.sentinels, o.master = {}, master
+    for a in sentinels:gmatch("[^,]+") do o.sentinels[#o.sentinels + 1] = a end
+  elseif port then
     o.host, o.port = "localhost", tonumber(port)
     o.tls = { ca = dir .. "/ca.crt", cert = dir .. "/client.crt", key = dir .. "/client.key" }
   else

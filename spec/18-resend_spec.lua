@@ -1,0 +1,134 @@
+-- SPDX-License-Identifier: MIT
+-- The mid-command resend path, forced: a proxy (spec/workers/drop_proxy.lua)
+-- forwards a lock command to a real redis-server and closes the client's
+-- connection before the reply, so the command ran and its answer is lost
+-- (what a failover or a network cut mid-command does). An acquire is then
+-- reconciled by its token (taken once, one fence), never taken twice; a
+-- release is never sent twice, and the next one finds it done. Plain Lua,
+-- and (LuaJIT pass) OpenResty in a real nginx.
+local core = require "redislock.core"
+local helpers = require "spec.helpers"
+local redislock = require "redislock"
+
+describe("a command whose reply is lost", function()
+  local srv, raw
+
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
+  before_each(function() assert.are.equal("OK", raw:command("FLUSHALL")) end)
+
+  -- Starts a proxy to the server that drops the reply to the first write
+  -- containing marker, for the running test; returns its port and a
+  -- function that stops it and returns how many it dropped.
+  local function proxy(marker)
+    local port, quit = helpers.free_port(), os.tmpname()
+    os.remove(quit)
+    local p = helpers.spawn(helpers.spec_dir .. "workers/drop_proxy.lua", port, srv.port, marker, quit)
+    assert.is_truthy(helpers.eventually(5, function()
+      local c = require("socket").tcp()
+      c:settimeout(0.2)
+      local ok = c:connect("127.0.0.1", port)
+      c:close()
+      return ok
+    end), "the proxy never listened")
+    local dropped
+    local function stop()
+      if dropped == nil then
+        io.open(quit, "w"):close()
+        local out, ok = p.wait()
+        os.remove(quit)
+        assert.is_true(ok, out)
+        dropped = tonumber(out:match("dropped (%d+)"))
+      end
+      return dropped
+    end
+    finally(stop) -- also when the test fails before it stops the proxy
+    return port, stop
+  end
+
+  it("reconciles an acquire whose reply was lost on a reused connection: taken once, one fence", function()
+    local port, stop = proxy("lost:a")
+    local c = redislock.new({ port = port })
+    assert.are.equal("PONG", c:command("PING")) -- the connection is reused next
+    local lock = assert(c:acquire("lost:a", 5)) -- try once: the transport reconciles by itself
+    assert.are.equal(lock.token, raw:command("GET", "lock:{lost:a}"))
+    assert.are.equal("1", raw:command("GET", "lock:{lost:a}:fence"))
+    assert.are.equal(1, lock.fence)
+    assert.is_true(lock:release())
+    assert.are.equal(1, stop())
+    c:close()
+  end)
+
+  it("reconciles it within the wait on a fresh connection too", function()
+    local port, stop = proxy("lost:b")
+    local c = redislock.new({ port = port })
+    local lock = assert(c:acquire("lost:b", 5, { wait = 2 }))
+    assert.are.equal(1, stop())
+    assert.are.equal(lock.token, raw:command("GET", "lock:{lost:b}"))
+    assert.are.equal("1", raw:command("GET", "lock:{lost:b}:fence"))
+    c:close()
+  end)
+
+  it("says connection when it cannot reconcile (a fresh connection, no wait): the lock runs out by its TTL", function()
+    local port, stop = proxy("lost:c")
+    local c = redislock.new({ port = port })
+    local lock, err = c:acquire("lost:c", 5)
+    assert.are.equal(1, stop())
+    assert.is_nil(lock)
+    assert.matches("^connection: ", err)
+    local pttl = raw:command("PTTL", "lock:{lost:c}")
+    assert.is_true(pttl > 0 and pttl <= 5000, "PTTL " .. tostring(pttl))
+    c:close()
+  end)
+
+  it("never sends a release twice: the lost one landed, and the next says so", function()
+    assert.are.equal(0, raw:eval("release", "lost:none", core.token())) -- the script is loaded: it runs
+    local port, stop = proxy(core.scripts.release.sha)
+    local c = redislock.new({ port = port })
+    local lock = assert(c:acquire("lost:r", 5))
+    local ok, err = lock:release()
+    assert.are.equal(1, stop())
+    assert.is_nil(ok)
+    assert.matches("^connection: ", err)
+    assert.are.equal(0, raw:command("EXISTS", "lock:{lost:r}"))
+    c:close()
+    -- Through another client (the proxy is gone): the lock says it was released.
+    local lock2 = srv:client():from_token("lost:r", lock.token)
+    local again, err2 = lock2:release()
+    assert.is_nil(again)
+    assert.matches("^lost: ", err2)
+  end)
+
+  describe("under OpenResty", function()
+    if not jit then
+      pending("runs in the LuaJIT pass of make test (nginx loads the LuaJIT build)")
+      return
+    end
+    local http = require "spec.support.http"
+
+    it("reconciles an acquire whose reply was lost, and a with_lock goes on", function()
+      local port, stop = proxy("lost:n")
+      local nginx = helpers.start_nginx({
+        workers = 1,
+        http = table.concat({
+          "lua_socket_log_errors off;",
+          "server {",
+          "  listen 127.0.0.1:{{port}};",
+          '  set $redis_url "redis://127.0.0.1:' .. port .. '";',
+          "  location = /acquire { content_by_lua_block { require('spec.support.ngx_app').acquire() } }",
+          "}",
+        }, "\n"),
+      })
+      finally(function() nginx:stop() end)
+      -- A first request leaves a connection in the pool: the next one reuses it.
+      local status, body = http.request(nginx.port, "GET", "/acquire?key=warm&ttl=1")
+      assert.are.equal(200, status, body)
+      status, body = http.request(nginx.port, "GET", "/acquire?key=lost:n&ttl=5&wait=2")
+      assert.are.equal(200, status, body .. nginx:error_log())
+      assert.are.equal(1, stop())
+      local fence, token = body:match("^(%d+) (%x+)")
+      assert.are.equal(token, raw:command("GET", "lock:{lost:n}"))
+      assert.are.equal("1", raw:command("GET", "lock:{lost:n}:fence"))
+      assert.are.equal("1", fence)
+    end)
+  end)
+end)
