@@ -279,34 +279,48 @@ Group.__index = Group
 -- group.sentinels = { Server-like { port, pid, dir } ... }, group.addrs =
 -- { "127.0.0.1:<port>", ... } (the sentinels, for the client option).
 -- Raises when it cannot start.
+-- Starts one sentinel watching master_port as "mymaster" (quorum 2), with
+-- more configuration lines; returns it (a Server), or raises.
+local function start_sentinel(master_port, more)
+  local dir, port = tmpdir(), helpers.free_port()
+  local lines = {
+    "port " .. port, "bind 127.0.0.1", "daemonize yes",
+    "pidfile " .. dir .. "/sentinel.pid", "logfile " .. dir .. "/sentinel.log", "dir " .. dir,
+    "sentinel monitor mymaster 127.0.0.1 " .. master_port .. " 2",
+    "sentinel down-after-milliseconds mymaster 1000",
+    "sentinel failover-timeout mymaster 5000",
+    "sentinel parallel-syncs mymaster 1" }
+  for _, l in ipairs(more or {}) do lines[#lines + 1] = l end
+  local f = assert(io.open(dir .. "/sentinel.conf", "w"))
+  f:write(table.concat(lines, "\n"), "\n")
+  f:close()
+  run("redis-server " .. sh_quote(dir .. "/sentinel.conf") .. " --sentinel")
+  local up = helpers.eventually(5, function()
+    local pid = tonumber(read_file(dir .. "/sentinel.pid") or "")
+    return pid and (read_file(dir .. "/sentinel.log") or ""):find("+monitor master", 1, true) and pid
+  end)
+  if not up then
+    local log = read_file(dir .. "/sentinel.log") or ""
+    local pid = tonumber(read_file(dir .. "/sentinel.pid") or "")
+    if pid then os.execute("kill " .. pid .. " 2>/dev/null") end
+    error("cannot start redis-server --sentinel; its log says:\n" .. log)
+  end
+  return setmetatable({ port = port, dir = dir, pid = up }, Server)
+end
+
 function helpers.start_sentinels()
   local master = helpers.start_redis()
   local replica = helpers.start_redis({ "--replicaof", "127.0.0.1", tostring(master.port) })
-  local g = setmetatable({ nodes = { master, replica }, sentinels = {}, addrs = {}, name = "mymaster" }, Group)
+  local g = setmetatable({ nodes = { master, replica }, sentinels = {}, addrs = {}, extra = {}, name = "mymaster" },
+                         Group)
   for i = 1, 3 do
-    local dir, port = tmpdir(), helpers.free_port()
-    local conf = table.concat({
-      "port " .. port, "bind 127.0.0.1", "daemonize yes",
-      "pidfile " .. dir .. "/sentinel.pid", "logfile " .. dir .. "/sentinel.log", "dir " .. dir,
-      "sentinel monitor mymaster 127.0.0.1 " .. master.port .. " 2",
-      "sentinel down-after-milliseconds mymaster 1000",
-      "sentinel failover-timeout mymaster 5000",
-      "sentinel parallel-syncs mymaster 1", "" }, "\n")
-    local f = assert(io.open(dir .. "/sentinel.conf", "w"))
-    f:write(conf)
-    f:close()
-    run("redis-server " .. sh_quote(dir .. "/sentinel.conf") .. " --sentinel")
-    local up = helpers.eventually(5, function()
-      local pid = tonumber(read_file(dir .. "/sentinel.pid") or "")
-      return pid and (read_file(dir .. "/sentinel.log") or ""):find("+monitor master", 1, true) and pid
-    end)
-    if not up then
+    local ok, s = pcall(start_sentinel, master.port)
+    if not ok then
       g:stop()
-      error("cannot start redis-server --sentinel; its log says:\n" .. (read_file(dir .. "/sentinel.log") or ""))
+      error(s)
     end
-    g.sentinels[i] = setmetatable({ port = port, dir = dir, pid = up, cmd = "redis-server "
-                                    .. sh_quote(dir .. "/sentinel.conf") .. " --sentinel" }, Server)
-    g.addrs[i] = "127.0.0.1:" .. port
+    g.sentinels[i] = s
+    g.addrs[i] = "127.0.0.1:" .. s.port
   end
   local ready = helpers.eventually(30, function()
     for _, s in ipairs(g.sentinels) do
@@ -358,8 +372,19 @@ function Group:failover()
   return old, new
 end
 
+--- Starts one more sentinel for the group's master now, with more
+-- configuration lines (e.g. { "requirepass pw" }); it votes in no failover
+-- of the group's (the others cannot talk to it when it wants AUTH) and is
+-- stopped with the group. Returns it (a Server).
+function Group:extra_sentinel(more)
+  local s = start_sentinel(self:master().port, more)
+  self.extra[#self.extra + 1] = s
+  return s
+end
+
 --- Stops every process of the group, by PID.
 function Group:stop()
+  for _, s in ipairs(self.extra or {}) do s:stop() end
   for _, s in ipairs(self.sentinels) do s:stop() end
   for _, n in ipairs(self.nodes) do n:stop() end
 end

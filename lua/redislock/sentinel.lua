@@ -79,7 +79,7 @@ end
 -- Asks the sentinels in order for the master's address; the first that
 -- answers moves to the front. host, port, or nil and an error message.
 local function ask(self)
-  local problems, unknown = {}, false
+  local problems, unknown, refused = {}, false, false
   for i, s in ipairs(self.sentinels) do
     local reply, err = s.t:command("SENTINEL", "get-master-addr-by-name", self.master)
     if type(reply) == "table" and type(reply[1]) == "string" and tonumber(reply[2]) then
@@ -89,14 +89,17 @@ local function ask(self)
       unknown = true
       problems[#problems + 1] = where(s.host, s.port) .. " does not know it"
     else
+      refused = refused or err:sub(1, 6) == "redis:" -- it answered, with an error (NOAUTH ...)
       problems[#problems + 1] = err
     end
   end
+  local said = table_concat(problems, "; ")
   if unknown then
-    return nil, string_format("redis: no sentinel knows master %q (%s)", self.master, table_concat(problems, "; "))
+    return nil, string_format("redis: no sentinel knows master %q (%s)", self.master, said)
+  elseif refused then
+    return nil, string_format("redis: no sentinel would say where master %q is (%s)", self.master, said)
   end
-  return nil, string_format("connection: no sentinel reachable for master %q (%s)", self.master,
-                            table_concat(problems, "; "))
+  return nil, string_format("connection: no sentinel reachable for master %q (%s)", self.master, said)
 end
 
 -- Points the node transport at host:port (made on first use); the watchdog's
