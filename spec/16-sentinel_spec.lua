@@ -61,6 +61,22 @@ describe("Sentinel", function()
     c:close()
   end)
 
+  it("talks TLS to sentinels that listen on TLS (sentinel_tls)", function()
+    local certs, port = helpers.tls_certs(), helpers.free_port()
+    g:extra_sentinel({ "port 0", "tls-port " .. port, "tls-cert-file " .. certs .. "/server.crt",
+                       "tls-key-file " .. certs .. "/server.key", "tls-ca-cert-file " .. certs .. "/ca.crt",
+                       "tls-auth-clients yes" })
+    local tls = { ca = certs .. "/ca.crt", cert = certs .. "/client.crt", key = certs .. "/client.key" }
+    local c = redislock.new({ sentinels = { "127.0.0.1:" .. port }, master = "mymaster", sentinel_tls = tls })
+    assert(assert(c:acquire("s:tls", 5)):release())
+    c:close()
+    c = redislock.new({ sentinels = { "127.0.0.1:" .. port }, master = "mymaster" }) -- plaintext to a TLS port
+    local lock, err = c:acquire("s:tls", 5)
+    assert.is_nil(lock)
+    assert.matches("^connection: no sentinel reachable", err)
+    c:close()
+  end)
+
   it("names the master no sentinel knows", function()
     local c = client({ master = "nope" })
     local lock, err = c:acquire("s:2", 5)
