@@ -232,6 +232,12 @@ static void io_error(rl_conn *conn, int eof, int timeout, long long timeout_ms, 
   rl_conn_close(conn);
 }
 
+/* The message for a command that could not be formatted; returns -1. */
+static int format_failed(char err[RL_ERRLEN]) {
+  snprintf(err, RL_ERRLEN, "connection: cannot format the command (out of memory)");
+  return -1;
+}
+
 /* Frees the first n replies of reply and sets the first to NULL. */
 static void free_replies(redisReply **reply, int n) {
   for (int i = 0; i < n; i++) freeReplyObject(reply[i]);
@@ -325,7 +331,7 @@ static int command(rl_conn *conn, int argc, const char **argv, const size_t *len
   long long n = rl_format(stack, sizeof stack, &buf, argc, argv, len);
   int rc;
   if (n < 0) {
-    snprintf(err, RL_ERRLEN, "connection: cannot format the command (out of memory)");
+    format_failed(err);
     return RT_FAILED;
   }
   rc = roundtrip(conn, buf, (size_t)n, timeout_ms, 1, reply, fast, err);
@@ -432,7 +438,7 @@ static int call_argv(rl_conn *conn, int argc, const char **argv, const size_t *l
   long long n = rl_format(stack, sizeof stack, &buf, argc, argv, len);
   int rc;
   if (n < 0) {
-    snprintf(err, RL_ERRLEN, "connection: cannot format the command (out of memory)");
+    format_failed(err);
     return CALL_FAILED;
   }
   rc = call(conn, buf, (size_t)n, 1, resend, r, NULL, err);
@@ -490,10 +496,7 @@ int rl_conn_send(rl_conn *conn, int argc, const char **argv, const size_t *len, 
   if (conn->fd >= 0 && conn->gen != rl_fork_gen()) rl_conn_close(conn);
   if (conn->fd < 0 && conn_open(conn, err) != 0) return -1;
   n = rl_format(stack, sizeof stack, &buf, argc, argv, len);
-  if (n < 0) {
-    snprintf(err, RL_ERRLEN, "connection: cannot format the command (out of memory)");
-    return -1;
-  }
+  if (n < 0) return format_failed(err);
   rc = set_io_timeout(conn, conn->o.timeout_ms) == 0 ? write_all(conn, buf, (size_t)n) : -1;
   if (buf != stack) free(buf);
   if (rc != 0) {
@@ -574,10 +577,7 @@ static int take(rl_conn *conn, const rl_cmd *cmd, rl_result *out, char err[RL_ER
   long long n = rl_cmd_bytes(cmd, stack, sizeof stack, &buf);
   int rc;
   rl_decoded d;
-  if (n < 0) {
-    snprintf(err, RL_ERRLEN, "connection: cannot format the command (out of memory)");
-    return -1;
-  }
+  if (n < 0) return format_failed(err);
   rc = call(conn, buf, (size_t)n, 4, 0, r, out, err);
   if (buf != stack) free(buf);
   if (rc == CALL_LOST_REUSED) return 1;
@@ -603,10 +603,7 @@ int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]
     redisReply *r = NULL;
     long long n = rl_cmd_bytes(cmd, stack, sizeof stack, &buf);
     int rc;
-    if (n < 0) {
-      snprintf(err, RL_ERRLEN, "connection: cannot format the command (out of memory)");
-      return -1;
-    }
+    if (n < 0) return format_failed(err);
     /* Every script but release may be sent twice: acquire and acquire_fair
        treat their own token as success, extend, pttl and leave repeat
        harmlessly. A repeated release would find the key gone and report the

@@ -943,15 +943,6 @@ static int client_retarget(lua_State *L) {
   return 1;
 }
 
-/* client:where() -> "host:port" or "unix:path", for messages. */
-static int client_where(lua_State *L) {
-  rl_client *c = check_client(L, 1);
-  char where[256];
-  rl_conn_describe(&c->conn, where, sizeof where);
-  lua_pushstring(L, where);
-  return 1;
-}
-
 /*
  * core.move_leases(from_host, from_port, to_host, to_port) -> moved
  * A master moved: the watchdog renews the locks it renewed on from_host:
@@ -1042,7 +1033,6 @@ static const luaL_Reg client_methods[] = {
   { "close", client_close },
   { "closed", client_closed },
   { "retarget", client_retarget },
-  { "where", client_where },
   { NULL, NULL }
 };
 

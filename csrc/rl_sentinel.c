@@ -37,11 +37,7 @@ static void bump(rl_sentinel_watch *w) { __atomic_add_fetch(&w->count, 1, __ATOM
 
 /* Sleeps ms, or less when woken. 1 when woken (the thread must stop). */
 static int pause_or_wake(rl_sentinel_watch *w, int ms) {
-  struct pollfd p;
-  p.fd = w->wake[0];
-  p.events = POLLIN;
-  p.revents = 0;
-  return poll(&p, 1, ms) > 0;
+  return rl_wait_fd(w->wake[0], POLLIN, rl_now_ms() + ms) > 0;
 }
 
 /* The i-th element of an array reply as a string, or NULL. */

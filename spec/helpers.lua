@@ -351,6 +351,16 @@ function Group:master()
   error("the sentinels name no node of the group: " .. out)
 end
 
+--- Waits until the node that is not the master has its replication link up
+-- (after a failover it first resynchronizes); true, or false after 30 s.
+function Group:caught_up()
+  local m = self:master()
+  local replica = m == self.nodes[1] and self.nodes[2] or self.nodes[1]
+  return helpers.eventually(30, function()
+    return replica:cli("INFO", "replication"):find("master_link_status:up", 1, true) ~= nil
+  end)
+end
+
 --- Runs SENTINEL FAILOVER on the first sentinel and waits until every
 -- sentinel names the other node; returns the old master and the new one.
 function Group:failover()
