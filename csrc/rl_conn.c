@@ -489,6 +489,15 @@ int rl_conn_retarget(rl_conn *conn, const char *host, int port) {
   return 0;
 }
 
+int rl_conn_usable(rl_conn *conn) {
+  if (conn->fd < 0) return 0;
+  if (conn->gen != rl_fork_gen() || went_away(conn)) {
+    rl_conn_close(conn);
+    return 0;
+  }
+  return 1;
+}
+
 int rl_conn_send(rl_conn *conn, int argc, const char **argv, const size_t *len, char err[RL_ERRLEN]) {
   char stack[1024], *buf;
   long long n;

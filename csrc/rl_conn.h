@@ -89,6 +89,13 @@ int rl_conn_wait_replicas(rl_conn *conn, long long replicas, long long ms, long 
 int rl_conn_retarget(rl_conn *conn, const char *host, int port);
 
 /*
+ * Whether the connection is open and fit for the next command: 0 when it was
+ * never opened, failed, belongs to a parent process, or was closed by the
+ * server meanwhile (then it is closed here): the next call reconnects.
+ */
+int rl_conn_usable(rl_conn *conn);
+
+/*
  * For a subscription: sends one command (connecting first when needed) and
  * reads nothing. 0, or -1 with err and the connection closed.
  */

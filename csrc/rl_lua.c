@@ -944,6 +944,17 @@ static int client_retarget(lua_State *L) {
 }
 
 /*
+ * client:usable() -> boolean
+ * Whether the client's connection is open and fit for the next command
+ * (see rl_conn_usable): false means the next call connects afresh, which a
+ * client behind Sentinel does only after asking the sentinels again.
+ */
+static int client_usable(lua_State *L) {
+  lua_pushboolean(L, rl_conn_usable(&check_client(L, 1)->conn));
+  return 1;
+}
+
+/*
  * core.move_leases(from_host, from_port, to_host, to_port) -> moved
  * A master moved: the watchdog renews the locks it renewed on from_host:
  * from_port on to_host:to_port from now on, at once.
@@ -1033,6 +1044,7 @@ static const luaL_Reg client_methods[] = {
   { "close", client_close },
   { "closed", client_closed },
   { "retarget", client_retarget },
+  { "usable", client_usable },
   { NULL, NULL }
 };
 

@@ -31,6 +31,24 @@ describe("Sentinel", function()
     c:close()
   end)
 
+  it("asks the sentinels again before it reconnects (the server closed an idle connection)", function()
+    -- Resolutions so far, each of which ends with ROLE on the master (a
+    -- sentinel keeps no command statistics).
+    local function asked()
+      return tonumber(g:master():cli("INFO", "commandstats"):match("cmdstat_role:calls=(%d+)") or "0")
+    end
+    local c = client()
+    assert(assert(c:acquire("s:again", 5)):release())
+    local before = asked()
+    assert(assert(c:acquire("s:again", 5)):release())
+    assert.are.equal(before, asked()) -- a connection in use: nobody asked
+    local m = g:master()
+    assert.is_true(tonumber(m:cli("CLIENT", "KILL", "TYPE", "normal")) >= 1)
+    assert(assert(c:acquire("s:again", 5)):release())
+    assert.are.equal(before + 1, asked())
+    c:close()
+  end)
+
   it("moves the sentinel that answered to the front", function()
     local down = "127.0.0.1:" .. helpers.free_port()
     local c = redislock.new({ sentinels = { down, g.addrs[2] }, master = "mymaster" })

@@ -9,7 +9,8 @@
 -- sentinels are asked again after a short pause. The master is resolved on
 -- first use, after a connection error or a reply that says the node is no
 -- longer the master (READONLY, MASTERDOWN, UNBLOCKED: a waiter unblocked by
--- a role change), and when the watch heard something.
+-- a role change), before the C transport reconnects, and when the watch
+-- heard something.
 --
 -- The watch (plain Lua: a C thread, core.sentinel_watch; OpenResty: a timer
 -- per worker and master, redislock/ngx_watch.lua) stays subscribed
@@ -171,11 +172,15 @@ local function resolve(self)
                             where(self._host, self._port), self.master, tostring(role), ROLE_TRIES)
 end
 
--- The node transport of the master now, or nil and an error.
+-- The node transport of the master now, or nil and an error. A C node whose
+-- connection is gone (closed by the server while idle, or in a forked
+-- child) would reconnect on its own: the sentinels are asked first.
 local function current(self)
-  local w = self._watch
-  if self._stale or (w and w:count() ~= self._seen) then return resolve(self) end
-  return self._node
+  local w, node = self._watch, self._node
+  if self._stale or (w and w:count() ~= self._seen) or (node.usable and not node:usable()) then
+    return resolve(self)
+  end
+  return node
 end
 
 -- After a failed call: resolve again before the next when the failure says
