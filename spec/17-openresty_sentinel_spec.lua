@@ -33,6 +33,7 @@ describe("OpenResty behind Sentinel", function()
         location("/acquire", "acquire"),
         location("/with_lock", "with_lock"),
         location("/master", "master"),
+        location("/section", "section"),
         "}",
       }, "\n"),
     })
@@ -70,6 +71,15 @@ describe("OpenResty behind Sentinel", function()
       assert.are.equal(token, m:cli("GET", "lock:{o:" .. _ .. "}"))
     end
     for _, port in pairs(masters()) do assert.are.equal(m.port, port) end
+  end)
+
+  it("keeps concurrent with_lock loops going across a failover: no overlaps, none on the demoted master", function()
+    if helpers.slow > 1 then return pending("timing-bound: not under REDISLOCK_SLOW") end
+    assert.is_true(g:caught_up(), "the replica never caught up")
+    g:loops_across_failover(function(start_at)
+      return helpers.spawn(helpers.spec_dir .. "workers/http_loop.lua", nginx.port, "/section?key=o:loop", 6,
+                           start_at)
+    end)
   end)
 
   it("follows a failover at once in every worker, and renews a held lock on the new master", function()

@@ -392,6 +392,53 @@ function Group:extra_sentinel(more)
   return s
 end
 
+--- Runs four looping workers across a SENTINEL FAILOVER and checks what they
+-- printed: one line per section that returned ok, "ok <enter> <leave>
+-- <port> <fence>" (core.now() times; port: the master it ran on), and
+-- "err ..." lines whose message starts with a code word. spawn(start_at)
+-- starts one worker (helpers.spawn), looping for 6 s from start_at; the
+-- failover comes 2 s in. Checks (with busted's assert): every worker ended
+-- with "done"; errors only with code words; more than 10 sections on the
+-- new master; no two sections overlapped; none on the demoted master once
+-- every sentinel named the new one (0.1 s for the announcement to arrive).
+function Group:loops_across_failover(spawn)
+  local old = self:master()
+  local start_at = core.now() + 0.5
+  local procs = {}
+  for i = 1, 4 do procs[i] = spawn(start_at) end
+  core.sleep(2)
+  local _, new = self:failover()
+  local named = core.now()
+  local sections, codes = {}, { busy = true, lost = true, connection = true, redis = true }
+  for i = 1, #procs do
+    local out, ok = procs[i].wait()
+    assert(ok and out:match("done\n?$"), "worker " .. i .. ": " .. out)
+    for line in out:gmatch("[^\n]+") do
+      local enter, leave, port, fence = line:match("^ok (%S+) (%S+) (%d+) (%d+)$")
+      if enter then
+        sections[#sections + 1] = { enter = tonumber(enter), leave = tonumber(leave), port = tonumber(port),
+                                    fence = tonumber(fence), worker = i }
+      elseif line:match("^err ") then
+        assert(codes[line:match("(%a+): ") or ""], "an error without its code word: " .. line)
+      end
+    end
+  end
+  local on_new = 0
+  for _, s in ipairs(sections) do if s.port == new.port then on_new = on_new + 1 end end
+  assert(on_new > 10, "sections on the new master: " .. on_new)
+  table.sort(sections, function(a, b) return a.enter < b.enter end)
+  for i = 2, #sections do
+    local a, b = sections[i - 1], sections[i]
+    assert(b.enter >= a.leave, string.format("worker %d (%.4f-%.4f on %d) and worker %d (%.4f-%.4f on %d) overlap",
+                                             a.worker, a.enter, a.leave, a.port, b.worker, b.enter, b.leave, b.port))
+  end
+  for _, s in ipairs(sections) do
+    assert(not (s.port == old.port and s.enter > named + 0.1),
+           string.format("a section on the demoted master %.3f s after the switch", s.enter - named))
+  end
+  return sections
+end
+
 --- Stops every process of the group, by PID.
 function Group:stop()
   for _, s in ipairs(self.extra or {}) do s:stop() end

@@ -4,6 +4,7 @@
 -- The Redis URL comes from `set $redis_url ...;` in the location or server; a
 -- client per URL is made once per worker and shared by its requests, as an
 -- application would.
+local core = require "redislock.core"
 local redislock = require "redislock"
 
 local ngx = ngx
@@ -110,10 +111,28 @@ function app.release()
   return reply(200, "released")
 end
 
---- GET /master: the port of the master the worker's client uses now, and
--- the worker's pid.
+--- GET /section?key=k: with_lock (waiting up to 5 s) around a 2 ms section;
+-- 200 "ok <enter> <leave> <port> <fence>" (core.now() times; port: the
+-- master it ran on) or the error's status and message.
+function app.section()
+  local c = client()
+  local enter, leave, port, fence
+  local ok, err = pcall(c.with_lock, c, ngx.var.arg_key, 2, function(lock)
+    enter, port, fence = core.now(), c._transport._port, lock.fence
+    ngx.sleep(0.002)
+    leave = core.now()
+  end, { wait = 5 })
+  if not ok then return reply(status_for(err), tostring(err)) end
+  return reply(200, string.format("ok %.6f %.6f %d %d", enter, leave, port, fence))
+end
+
+--- GET /master: the port of the master the worker's client uses now (after
+-- a PING, which resolves it when needed), and the worker's pid.
 function app.master()
-  return reply(200, tostring(client()._transport._port) .. " " .. ngx.worker.pid())
+  local c = client()
+  local pong, err = c:command("PING") -- resolves the master first, if needed
+  if not pong then return reply(status_for(err), err) end
+  return reply(200, tostring(c._transport._port) .. " " .. ngx.worker.pid())
 end
 
 --- GET /ping: answers at once (the non-blocking spec).
