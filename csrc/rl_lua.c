@@ -934,7 +934,8 @@ static int client_retarget(lua_State *L) {
   rl_client *c = check_client(L, 1);
   const char *host = luaL_checkstring(L, 2);
   lua_Integer port = luaL_checkinteger(L, 3);
-  luaL_argcheck(L, strlen(host) == lua_rawlen(L, 2) && host[0] != '\0', 2, "host must be a non-empty string without NUL");
+  luaL_argcheck(L, strlen(host) == lua_rawlen(L, 2) && host[0] != '\0', 2,
+                "host must be a non-empty string without NUL");
   luaL_argcheck(L, port >= 1 && port <= 65535, 3, "port must be in 1..65535");
   luaL_argcheck(L, c->conn.o.path == NULL, 1, "a client on a unix socket cannot move to a TCP host");
   if (rl_conn_retarget(&c->conn, host, (int)port) != 0 || rl_conn_retarget(&c->waiter, host, (int)port) != 0)

@@ -197,16 +197,17 @@ local function handshake(self, sock)
 end
 
 -- A connection, pooled or new; a new one has been authenticated and has its
--- db selected. Returns the socket and how often it was reused, or nil and a
--- "connection: ..." / "redis: ..." message.
-local function open(self)
+-- db selected. pool_opts: another pool than the transport's (a subscription
+-- takes one of its own). Returns the socket and how often it was reused, or
+-- nil and a "connection: ..." / "redis: ..." message.
+local function open(self, pool_opts)
   local sock = tcp()
   sock:settimeouts(self.connect_timeout_ms, self.timeout_ms, self.timeout_ms)
   local ok, err
   if self.path then
-    ok, err = sock:connect("unix:" .. self.path, self.pool_opts)
+    ok, err = sock:connect("unix:" .. self.path, pool_opts or self.pool_opts)
   else
-    ok, err = sock:connect(self.host, self.port, self.pool_opts)
+    ok, err = sock:connect(self.host, self.port, pool_opts or self.pool_opts)
   end
   if not ok then
     return nil, string_format("connection: cannot connect to %s (%s)", self.where, err)
@@ -380,30 +381,16 @@ local SUB_POOL = "redislock-subscription/" .. core.token()
 -- the server. Returns true once stop() says so (looked at every second),
 -- or nil and why the connection failed. For a timer (redislock/ngx_watch.lua).
 function Transport:listen(channel, heard, stop)
-  local sock = tcp()
+  local sock, err = open(self, { pool = SUB_POOL .. "/" .. core.token() })
+  if not sock then return nil, err end
   sock:settimeouts(self.connect_timeout_ms, self.timeout_ms, 1000)
-  local ok, err = sock:connect(self.host, self.port, { pool = SUB_POOL .. "/" .. core.token() })
-  if not ok then return nil, string_format("connection: cannot connect to %s (%s)", self.where, err) end
-  if self.tls then
-    ok, err = handshake(self, sock)
-    if not ok then
-      sock:close()
-      return nil, err
-    end
-  end
-  ok, err = sock:send((self.setup or "") .. encode("SUBSCRIBE", channel))
+  local ok
+  ok, err = sock:send(encode("SUBSCRIBE", channel))
   if not ok then
     sock:close()
     return nil, io_message(self, err)
   end
   local reader, idle = new_reader(), 0
-  for _ = 1, self.setup_names and #self.setup_names or 0 do
-    local v, msg = read_reply(self, sock, reader, "reply")
-    if v == nil then
-      sock:close()
-      return nil, msg
-    end
-  end
   while true do
     local v, msg, _, timed_out = read_reply(self, sock, reader, "reply")
     if timed_out then

@@ -236,7 +236,4 @@ function Sentinel:io_problem()
   return t.io_problem and t:io_problem()
 end
 
---- The reply codes after which the master is resolved again (READONLY ...).
-_M.STALE = STALE
-
 return _M

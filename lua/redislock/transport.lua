@@ -16,6 +16,11 @@
 --   t:close(), t:closed()
 --   t:io_problem()               nil, or the nginx phase that forbids I/O now
 --   t.reports_loss               true when leases call on_lost themselves
+--   t:retarget(host, port)       point it at another TCP node (Sentinel's new master)
+--
+-- and, for redislock/sentinel.lua, one of each: the C core's t:usable()
+-- (false: the next call reconnects) with core.sentinel_watch, or the
+-- cosockets' t:listen(channel, heard, stop) under redislock/ngx_watch.lua.
 
 local args = require "redislock.args"
 local core = require "redislock.core"
