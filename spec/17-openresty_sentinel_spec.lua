@@ -14,18 +14,29 @@ describe("OpenResty behind Sentinel", function()
     return
   end
 
-  local g, nginx
+  local g, nginx, tls_sentinel, tls_port
 
   lazy_setup(function()
     g = helpers.start_sentinels()
-    local function location(path, name)
-      return string.format("location = %s { content_by_lua_block { require('spec.support.ngx_app').%s() } }",
-                           path, name)
+    -- One more sentinel, with a password, on a TLS port (mutual TLS) beside
+    -- its plaintext one (for the checks).
+    local certs = helpers.tls_certs()
+    tls_port = helpers.free_port()
+    tls_sentinel = g:extra_sentinel({ "requirepass s3cret", "tls-port " .. tls_port,
+                                      "tls-cert-file " .. certs .. "/server.crt",
+                                      "tls-key-file " .. certs .. "/server.key",
+                                      "tls-ca-cert-file " .. certs .. "/ca.crt", "tls-auth-clients yes" })
+    tls_sentinel.password = "s3cret"
+    local function location(path, name, more)
+      return string.format("location = %s { %s content_by_lua_block { require('spec.support.ngx_app').%s() } }",
+                           path, more or "", name)
     end
     nginx = helpers.start_nginx({
       workers = 2,
       http = table.concat({
         "lua_socket_log_errors off;",
+        "lua_ssl_trusted_certificate " .. certs .. "/ca.crt;",
+        "lua_ssl_verify_depth 2;",
         "server {",
         "  listen 127.0.0.1:{{port}};",
         '  set $redis_sentinels "' .. table.concat(g.addrs, ",") .. '";',
@@ -34,6 +45,26 @@ describe("OpenResty behind Sentinel", function()
         location("/with_lock", "with_lock"),
         location("/master", "master"),
         location("/section", "section"),
+        "}",
+        "server {", -- the same, for a master of its own (Group:quiet_master)
+        "  listen 127.0.0.1:{{port}};",
+        "  server_name quiet;",
+        '  set $redis_sentinels "' .. g.addrs[1] .. '";',
+        '  set $redis_master "quiet";',
+        location("/acquire", "acquire"),
+        location("/master", "master"),
+        "}",
+        "server {", -- through the TLS sentinel, with its password
+        "  listen 127.0.0.1:{{port}};",
+        "  server_name tls;",
+        '  set $redis_sentinels "127.0.0.1:' .. tls_port .. '";',
+        '  set $redis_master "mymaster";',
+        '  set $redis_sentinel_tls "mtls";',
+        '  set $redis_sentinel_password "s3cret";',
+        '  set $redis_tls_dir "' .. certs .. '";',
+        location("/acquire", "acquire"),
+        location("/nodes/new", "new", 'set $redis_tls "mtls";'),
+        location("/noname/new", "new", 'set $redis_sentinel_tls "nonamemtls";'),
         "}",
       }, "\n"),
     })
@@ -71,6 +102,52 @@ describe("OpenResty behind Sentinel", function()
       assert.are.equal(token, m:cli("GET", "lock:{o:" .. _ .. "}"))
     end
     for _, port in pairs(masters()) do assert.are.equal(m.port, port) end
+  end)
+
+  it("takes no lock on a node demoted without a word from the sentinels (ROLE on each new connection)", function()
+    local q = g:quiet_master()
+    finally(function() q:stop() end)
+    local function quiet(path)
+      return http.request(nginx.port, "GET", path, { headers = { Host = "quiet" } })
+    end
+    for i = 1, 6 do -- both workers, most likely; each pools connections to the old master
+      local status, body = quiet("/acquire?key=o:quiet:before" .. i .. "&ttl=5")
+      assert.are.equal(200, status, body .. nginx:error_log())
+    end
+    q:demote() -- no +switch-master: the watch hears nothing
+    for i = 1, 6 do
+      local status, body = quiet("/acquire?key=o:quiet" .. i .. "&ttl=5")
+      assert.are.equal(200, status, body .. nginx:error_log())
+      assert.are.equal(body:match("^%d+ (%x+)"), q.new:cli("GET", "lock:{o:quiet" .. i .. "}"))
+    end
+  end)
+
+  it("talks TLS and AUTH to a sentinel, and watches it over that connection (sentinel_tls)", function()
+    local function tls(path)
+      return http.request(nginx.port, "GET", path, { headers = { Host = "tls" } })
+    end
+    local m = g:master()
+    for i = 1, 4 do
+      local status, body = tls("/acquire?key=o:tls" .. i .. "&ttl=5")
+      assert.are.equal(200, status, body .. nginx:error_log())
+      assert.are.equal(body:match("^%d+ (%x+)"), m:cli("GET", "lock:{o:tls" .. i .. "}"))
+    end
+    -- The watch's subscription, on the TLS port (subscribed: authenticated).
+    assert.is_truthy(helpers.eventually(5, function()
+      for line in tls_sentinel:cli("CLIENT", "LIST"):gmatch("[^\n]+") do
+        if line:find("laddr=127.0.0.1:" .. tls_port, 1, true) and line:find(" sub=1 ", 1, true) then
+          return true
+        end
+      end
+    end), tls_sentinel:cli("CLIENT", "LIST"))
+    -- The nodes' TLS needs a DNS name to check under OpenResty: the
+    -- sentinels name nodes by address.
+    local status, body = tls("/nodes/new")
+    assert.are.equal(500, status)
+    assert.matches("TLS to the nodes behind Sentinel needs 'tls.server_name'", body, 1, true)
+    status, body = tls("/noname/new")
+    assert.are.equal(500, status)
+    assert.matches("'sentinel_tls' to sentinels given as addresses needs 'sentinel_tls.server_name'", body, 1, true)
   end)
 
   it("keeps concurrent with_lock loops going across a failover: no overlaps, none on the demoted master", function()

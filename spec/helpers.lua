@@ -439,6 +439,42 @@ function Group:loops_across_failover(spawn)
   return sections
 end
 
+local Quiet = {}
+Quiet.__index = Quiet
+
+--- A master the group's first sentinel knows as "quiet" (a redis-server of
+-- its own, watched with quorum 2, so never failed over), for a demotion no
+-- +switch-master announces: quiet:demote() makes a second server the master
+-- (the sentinel named it instead) and the first its replica, and closes the
+-- first's client connections, as a restart would. Fields: old, new
+-- (Servers), addr (the sentinel, for the client option). quiet:stop().
+function Group:quiet_master()
+  local q = setmetatable({ old = helpers.start_redis(), new = helpers.start_redis(), sentinel = self.sentinels[1],
+                           addr = self.addrs[1] }, Quiet)
+  local said = q.sentinel:cli("SENTINEL", "MONITOR", "quiet", "127.0.0.1", q.old.port, 2)
+  if said ~= "OK" then
+    q:stop()
+    error("SENTINEL MONITOR said " .. said)
+  end
+  return q
+end
+
+function Quiet:demote()
+  for _, step in ipairs({ { self.sentinel, "SENTINEL", "REMOVE", "quiet" },
+                          { self.old, "REPLICAOF", "127.0.0.1", self.new.port },
+                          { self.sentinel, "SENTINEL", "MONITOR", "quiet", "127.0.0.1", self.new.port, 2 } }) do
+    local said = step[1]:cli((table.unpack or unpack)(step, 2)) -- luacheck: ignore (unpack: LuaJIT)
+    assert(said == "OK", step[2] .. " said " .. said)
+  end
+  self.old:cli("CLIENT", "KILL", "TYPE", "normal")
+end
+
+function Quiet:stop()
+  self.sentinel:cli("SENTINEL", "REMOVE", "quiet")
+  self.old:stop()
+  self.new:stop()
+end
+
 --- Stops every process of the group, by PID.
 function Group:stop()
   for _, s in ipairs(self.extra or {}) do s:stop() end

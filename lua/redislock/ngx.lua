@@ -87,7 +87,9 @@ end
 
 --- Makes a transport from the checked fields redislock.new gathered: host,
 -- port, path, username, password, db, connect_timeout_ms, timeout_ms, prefix,
--- tls, pool_size, keepalive_timeout_ms. No I/O but reading TLS files.
+-- tls, pool_size, keepalive_timeout_ms, and master_only (Sentinel's: each
+-- new connection asks ROLE along with AUTH and SELECT, and is refused
+-- unless the node says master, see open). No I/O but reading TLS files.
 function _M.new(c)
   local db = c.db or 0
   local host, port = c.host or "127.0.0.1", c.port or 6379
@@ -105,6 +107,7 @@ function _M.new(c)
   -- lua-resty-redis, whose default pool is named "host:port").
   -- Nor a TLS connection to a client with other TLS settings, or none.
   local tls = c.tls and tls_setup(self, c.tls, host) or "plain"
+  self.tls_name_fixed = c.tls and c.tls.server_name ~= nil
   self.pool_rest = table_concat({ db, c.username or "", c.password and md5(POOL_SALT .. c.password) or "", tls }, "/")
   self.pool_opts = { pool = "redislock/" .. where .. "/" .. self.pool_rest, pool_size = c.pool_size }
   -- What a fresh connection is sent first, in one write.
@@ -116,6 +119,10 @@ function _M.new(c)
   if db ~= 0 then
     setup[#setup + 1] = encode("SELECT", db)
     names[#names + 1] = "SELECT"
+  end
+  if c.master_only then -- behind Sentinel: a new connection checks the node is still the master
+    setup[#setup + 1] = encode("ROLE")
+    names[#names + 1] = "ROLE"
   end
   if #setup > 0 then
     self.setup, self.setup_names = table_concat(setup), names
@@ -196,8 +203,13 @@ local function handshake(self, sock)
   return true
 end
 
+-- The error of a new connection to a node that is no longer the master
+-- (master_only): READONLY, as the node would answer a write, but nothing was
+-- sent (redislock/sentinel.lua resolves the master and tries again at once).
+local NOT_MASTER = "redis: READONLY %s says ROLE %s on a new connection, not master (nothing was sent)"
+
 -- A connection, pooled or new; a new one has been authenticated and has its
--- db selected. pool_opts: another pool than the transport's (a subscription
+-- db selected (and, master_only, said ROLE master). pool_opts: another pool than the transport's (a subscription
 -- takes one of its own). Returns the socket and how often it was reused, or
 -- nil and a "connection: ..." / "redis: ..." message.
 local function open(self, pool_opts)
@@ -235,6 +247,10 @@ local function open(self, pool_opts)
           msg = string_format("redis: %s refused by %s: %s", what, self.where, msg:sub(8))
         end
         return nil, msg
+      end
+      if what == "ROLE" and (type(v) ~= "table" or v[1] ~= "master") then
+        sock:close()
+        return nil, string_format(NOT_MASTER, self.where, type(v) == "table" and tostring(v[1]) or tostring(v))
       end
     end
   end
@@ -367,6 +383,7 @@ function Transport:retarget(host, port)
   local addr = host:find(":", 1, true) and "[" .. host .. "]" or host
   self.host, self.port, self.path = addr, port, nil
   self.where = string_format("%s:%d", addr, port)
+  if self.tls and not self.tls_name_fixed then self.tls_name = host end -- SNI for the new host
   self.pool_opts = { pool = "redislock/" .. self.where .. "/" .. self.pool_rest, pool_size = self.pool_opts.pool_size }
   return true
 end

@@ -44,6 +44,9 @@ local ROLE_PAUSE = 0.1
 -- Replies after which the node may no longer be the master.
 local STALE = { READONLY = true, MASTERDOWN = true, UNBLOCKED = true }
 
+-- How redislock/ngx.lua's NOT_MASTER ends: nothing was sent.
+local NOT_SENT = "(nothing was sent)"
+
 local Sentinel = {}
 local sentinel_mt = { __index = Sentinel }
 
@@ -59,6 +62,22 @@ end
 function _M.new(node, sentinels, master, auth)
   local self = setmetatable({ master = master, sentinels = {}, _fields = node, _stale = true, _seen = -1 },
                             sentinel_mt)
+  if transport.cosockets then
+    -- nginx checks DNS names only, and sentinels name nodes by address.
+    local t, at = node.tls, auth.tls
+    if t and t.verify and not t.server_name then
+      args.argerror(1, "new", "under OpenResty, TLS to the nodes behind Sentinel needs 'tls.server_name' (a DNS"
+        .. " name in the nodes' certificates): the sentinels give addresses, and nginx checks DNS names only")
+    end
+    for _, s in ipairs(sentinels) do
+      if at and at.verify and not at.server_name and (s.host:find("^[%d.]+$") or s.host:find(":", 1, true)) then
+        args.argerror(1, "new", "under OpenResty, 'sentinel_tls' to sentinels given as addresses needs"
+          .. " 'sentinel_tls.server_name' (a DNS name in their certificates): nginx checks DNS names only")
+      end
+    end
+    -- Every new connection to the master checks its ROLE (redislock/ngx.lua).
+    node.master_only = true
+  end
   local sleep
   for i, s in ipairs(sentinels) do
     local t
@@ -159,8 +178,8 @@ local function resolve(self)
     if not host then return nil, port end
     local node = point(self, host, port)
     local reply, err = node:command("ROLE")
-    if reply == nil then return nil, err end
-    role = type(reply) == "table" and reply[1] or tostring(reply)
+    if reply == nil and not (type(err) == "string" and err:find(NOT_SENT, 1, true)) then return nil, err end
+    role = reply == nil and err:match(" says ROLE (%S+) ") or type(reply) == "table" and reply[1] or tostring(reply)
     if role == "master" then
       self._stale = false
       return node
@@ -184,34 +203,41 @@ local function current(self)
 end
 
 -- After a failed call: resolve again before the next when the failure says
--- the node may be gone or no longer the master.
+-- the node may be gone or no longer the master. true when nothing was sent:
+-- a new OpenResty connection found the node demoted (redislock/ngx.lua's
+-- master_only), and the call may be made again at once.
 local function check(self, err)
-  if type(err) ~= "string" then return end
+  if type(err) ~= "string" then return false end
   if err:sub(1, 11) == "connection:" or STALE[err:match("^redis: (%u+)") or ""] then self._stale = true end
+  return err:find(NOT_SENT, 1, true) ~= nil
+end
+
+-- Makes a call (method of the node transport) on the master, and once more
+-- on the master resolved again when a new connection found the node demoted
+-- before anything was sent. Returns what the call returned.
+local function call(self, method, ...)
+  local node, err = current(self)
+  if not node then return nil, err end
+  local a, b, c, d = node[method](node, ...)
+  if a == nil and check(self, b) then
+    node, err = current(self)
+    if not node then return nil, err end
+    a, b, c, d = node[method](node, ...)
+    if a == nil then check(self, b) end
+  end
+  return a, b, c, d
 end
 
 function Sentinel:eval(...)
-  local node, err = current(self)
-  if not node then return nil, err end
-  local status, value, acked, werr = node:eval(...)
-  if status == nil then check(self, value) end
-  return status, value, acked, werr
+  return call(self, "eval", ...)
 end
 
 function Sentinel:wait(...)
-  local node, err = current(self)
-  if not node then return nil, err end
-  local ok, werr = node:wait(...)
-  if ok == nil then check(self, werr) end
-  return ok, werr
+  return call(self, "wait", ...)
 end
 
 function Sentinel:command(...)
-  local node, err = current(self)
-  if not node then return nil, err end
-  local reply, cerr = node:command(...)
-  if reply == nil then check(self, cerr) end
-  return reply, cerr
+  return call(self, "command", ...)
 end
 
 function Sentinel:lease(...)

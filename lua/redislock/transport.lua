@@ -37,6 +37,9 @@ local ngx = rawget(_G, "ngx")
 local ngx_transport = type(ngx) == "table" and type(ngx.socket) == "table" and ngx.get_phase
   and require "redislock.ngx"
 
+--- true under OpenResty (redislock/ngx.lua's transport).
+_M.cosockets = ngx_transport and true or false
+
 --- A transport for one node, and the sleep that goes with it (ngx.sleep or
 -- core.sleep). No I/O. fields: host, port, path, username, password, db,
 -- connect_timeout_ms, timeout_ms, prefix, tls (redislock/tls.lua's

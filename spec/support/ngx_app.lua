@@ -12,12 +12,11 @@ local ngx = ngx
 local app = {}
 local clients = {}
 
--- The tls option $redis_tls asks for ("" or unset: none): "mtls" (the test
--- certificates in $redis_tls_dir), "nocert" (no client certificate),
--- "noverify" (mtls, unchecked), "ca" (mtls plus tls.ca); $redis_tls_name is
--- the server_name, if set.
-local function tls_option()
-  local mode, dir, name = ngx.var.redis_tls, ngx.var.redis_tls_dir, ngx.var.redis_tls_name
+-- The tls option a mode asks for (nil: none): "mtls" (the test certificates
+-- in $redis_tls_dir), "nocert" (no client certificate), "noverify" (mtls,
+-- unchecked), "ca" (mtls plus tls.ca); name is the server_name, if any.
+local function tls_option(mode, name)
+  local dir = ngx.var.redis_tls_dir
   if not mode or mode == "" then return nil end
   local t = { server_name = name and name:find("%S") and name or nil, verify = mode ~= "noverify" }
   if mode ~= "nocert" then t.cert, t.key = dir .. "/client.crt", dir .. "/client.key" end
@@ -25,22 +24,33 @@ local function tls_option()
   return t
 end
 
+-- A variable's value, nil when unset or empty.
+local function var(name)
+  local v = ngx.var[name]
+  if v ~= nil and v ~= "" then return v end
+end
+
 -- The worker's client for $redis_url (and $redis_timeout seconds, and TLS
--- settings, if set).
+-- settings, if set); or, with $redis_sentinels ("host:port,host:port"), for
+-- $redis_master behind them (and $redis_sentinel_tls, a mode as $redis_tls's
+-- with the name "localhost", "nonamemtls" for mtls with none, and
+-- $redis_sentinel_password).
 local function client()
-  local sentinels = ngx.var.redis_sentinels
-  if sentinels and sentinels ~= "" then -- "host:port,host:port", watching $redis_master
-    local id = "sentinels|" .. sentinels
-    if not clients[id] then
-      local list = {}
-      for a in sentinels:gmatch("[^,]+") do list[#list + 1] = a end
-      clients[id] = redislock.new{ sentinels = list, master = ngx.var.redis_master, timeout = 2 }
-    end
-    return clients[id]
+  local id = table.concat({ var("redis_url") or "", var("redis_timeout") or "", var("redis_tls") or "",
+                            var("redis_tls_name") or "", var("redis_sentinels") or "", var("redis_master") or "",
+                            var("redis_sentinel_tls") or "", var("redis_sentinel_password") or "" }, "|")
+  if clients[id] then return clients[id] end
+  local tls = tls_option(var("redis_tls"), var("redis_tls_name"))
+  if var("redis_sentinels") then
+    local list = {}
+    for a in var("redis_sentinels"):gmatch("[^,]+") do list[#list + 1] = a end
+    clients[id] = redislock.new{ sentinels = list, master = var("redis_master"), timeout = 2, tls = tls,
+                                 sentinel_tls = var("redis_sentinel_tls") == "nonamemtls"
+                                   and tls_option("mtls") or tls_option(var("redis_sentinel_tls"), "localhost"),
+                                 sentinel_password = var("redis_sentinel_password") }
+  else
+    clients[id] = redislock.new{ url = var("redis_url"), timeout = tonumber(var("redis_timeout") or ""), tls = tls }
   end
-  local url, timeout = ngx.var.redis_url, tonumber(ngx.var.redis_timeout)
-  local id = table.concat({ url, tostring(timeout), ngx.var.redis_tls or "", ngx.var.redis_tls_name or "" }, "|")
-  if not clients[id] then clients[id] = redislock.new{ url = url, timeout = timeout, tls = tls_option() } end
   return clients[id]
 end
 
