@@ -11,6 +11,7 @@ local SECTIONS = {
   { "Against the minimal lock a user compares with (SET NX PX + compare-and-delete), same run and placement",
     { "floor.minimal/", "cycle.vs_minimal/", "server_cpu/", "peer.pure-lua/", "cycle.vs_pure_lua/" } },
   { "TLS: the same cycle over verified TLS, and new connections", { "cycle.plain/", "cycle.tls/", "connect." } },
+  { "Redis Cluster: the same cycle through cluster routing, on one node", { "cycle.single_node/", "cycle.cluster/" } },
   { "Handoff latency: release to the next holder (ratio to a PING round trip)", { "rtt.", "handoff." } },
   { "Contended throughput, one key (mutual-exclusion violations must be 0)", { "contended/", "violations/" } },
   { "Memory: client RSS over many cycles", { "rss." } },

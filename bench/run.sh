@@ -7,6 +7,8 @@
 #                      LuaJIT, the client on another core, then on core 0 too
 #   bench/tls.lua      acquire+release over TLS vs plaintext, and new
 #                      connections (a handshake each), on a server of its own
+#   bench/cluster.lua  acquire+release through cluster routing vs a
+#                      single-server client, on a one-node cluster of its own
 #   bench/handoff.lua  release-to-next-holder latency per waiting mode vs a PING
 #   bench/contend.lua  2, 8, 32 processes on one key: acquisitions/s, violations
 #   bench/memory.lua   client RSS before and after 10^6 cycles
@@ -65,6 +67,11 @@ for placement in "different-cores:$last" "same-core:0"; do
   where=${placement%%:*} cpu=${placement##*:}
   step tls "TLS vs plaintext, Lua 5.4, $where" taskset -c "$cpu" lua5.4 bench/tls.lua "$where"
   step tls "TLS vs plaintext, LuaJIT, $where" env LUA_CPATH="$JIT_CPATH" taskset -c "$cpu" luajit bench/tls.lua "$where"
+done
+for placement in "different-cores:$last" "same-core:0"; do
+  where=${placement%%:*} cpu=${placement##*:}
+  step cluster "cluster routing, Lua 5.4, $where" taskset -c "$cpu" lua5.4 bench/cluster.lua "$where"
+  step cluster "cluster routing, LuaJIT, $where" env LUA_CPATH="$JIT_CPATH" taskset -c "$cpu" luajit bench/cluster.lua "$where"
 done
 # Handoff: the holder beside the server, the waiter and the PINGs on another
 # core. Contention: the processes go wherever the scheduler puts them.

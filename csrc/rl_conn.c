@@ -258,7 +258,7 @@ static int write_all(rl_conn *conn, const char *buf, size_t len) {
 }
 
 /*
- * Sends len bytes of buf and reads want replies (1, or 4 for a take) into
+ * Sends len bytes of buf and reads want replies (1, 4 for a take, one more after ASKING) into
  * reply[0 .. want-1], all within timeout_ms. One write, then reads until the
  * reader has them all. With fast (a lock script's or a take's replies
  * expected), a first read that is exactly those replies in their common form
@@ -411,9 +411,13 @@ enum { CALL_OK, CALL_FAILED, CALL_LOST_REUSED };
  * resend, they have been sent once more on a fresh connection already (and
  * the result is that of the resend).
  */
+static int call_asking(rl_conn *conn, const char *buf, size_t len, int want, int resend,
+                       redisReply **r, char err[RL_ERRLEN]);
+
 static int call(rl_conn *conn, const char *buf, size_t len, int want, int resend,
                 redisReply **r, rl_result *fast, char err[RL_ERRLEN]) {
   int reused, rc;
+  if (conn->asking) return call_asking(conn, buf, len, want, resend, r, err);
   /* After fork() the socket is shared with the parent: replies would mix. */
   if (conn->fd >= 0 && (conn->gen != rl_fork_gen() || went_away(conn))) rl_conn_close(conn);
   reused = conn->fd >= 0;
@@ -429,6 +433,35 @@ static int call(rl_conn *conn, const char *buf, size_t len, int want, int resend
     rc = roundtrip(conn, buf, len, conn->o.timeout_ms, want, r, fast, err);
   }
   return rc == RT_OK ? CALL_OK : CALL_FAILED;
+}
+
+/* call() with ASKING before the command, in the same write: its +OK is read
+   and dropped (an error in its place is the call's). */
+static int call_asking(rl_conn *conn, const char *buf, size_t len, int want, int resend,
+                       redisReply **r, char err[RL_ERRLEN]) {
+  static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
+  char stack[1024], *both = sizeof asking - 1 + len <= sizeof stack ? stack : (char *)malloc(sizeof asking - 1 + len);
+  redisReply *all[5]; /* want is at most 4 (a take) */
+  int rc;
+  if (both == NULL) {
+    format_failed(err);
+    return CALL_FAILED;
+  }
+  memcpy(both, asking, sizeof asking - 1);
+  memcpy(both + sizeof asking - 1, buf, len);
+  conn->asking = 0;
+  rc = call(conn, both, sizeof asking - 1 + len, want + 1, resend, all, NULL, err);
+  conn->asking = 1;
+  if (both != stack) free(both);
+  if (rc != CALL_OK) return rc;
+  if (all[0]->type == REDIS_REPLY_ERROR) {
+    snprintf(err, RL_ERRLEN, "redis: ASKING: %.*s", (int)all[0]->len, all[0]->str);
+    free_replies(all, want + 1);
+    return CALL_FAILED;
+  }
+  freeReplyObject(all[0]);
+  for (int i = 0; i < want; i++) r[i] = all[i + 1];
+  return CALL_OK;
 }
 
 /* call() for argv, formatted (lock commands fit the stack buffer). */
@@ -617,7 +650,7 @@ int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]
        treat their own token as success, extend, pttl and leave repeat
        harmlessly. A repeated release would find the key gone and report the
        lock lost. */
-    rc = call(conn, buf, (size_t)n, 1, cmd->op != RL_OP_RELEASE, &r, out, err);
+    rc = call(conn, buf, (size_t)n, 1, cmd->op != RL_OP_RELEASE && cmd->op != RL_OP_RELEASE_ONE, &r, out, err);
     if (buf != stack) free(buf);
     if (rc != CALL_OK) return -1;
     if (r == NULL) return 0; /* the common reply, read without a reader */

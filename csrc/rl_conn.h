@@ -43,6 +43,8 @@ typedef struct {
   unsigned gen;           /* rl_fork_gen() when fd was opened: a forked child's differs */
   long long rcv_ms;       /* the socket's read and write timeout now (0: not set) */
   int answered;           /* a reply came on this connection */
+  int asking;             /* while set, each command goes after an ASKING (a
+                             cluster's ASK redirect), in the same write */
 } rl_conn;
 
 /*

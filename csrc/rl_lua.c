@@ -33,7 +33,14 @@ typedef struct {
   char *prefix;
   size_t plen;
   int closed;
+  int asking;     /* client:asking(): the next method call sends ASKING first */
 } rl_client;
+
+/* Arms conn for one method call with the ASKING client:asking() asked for. */
+static void arm_asking(rl_client *c, rl_conn *conn) {
+  conn->asking = c->asking;
+  c->asking = 0;
+}
 
 /* The client at idx, refusing other values and closed clients. */
 static rl_client *check_client(lua_State *L, int idx) {
@@ -203,14 +210,14 @@ static int core_new(lua_State *L) {
 
 /*
  * Checks the arguments of a lock script starting at idx: op ("acquire",
- * "release", "extend", "pttl", "acquire_fair", "leave" or "take"), key, token
+ * "release", "extend", "pttl", "acquire_fair", "leave", "take" or "release_one"), key, token
  * and, for acquire, take, acquire_fair and extend, ms (the ttl in whole
  * milliseconds). Raises on bad ones; leaves the stack as is.
  */
 static rl_op check_script(lua_State *L, int idx, const char **key, size_t *klen,
                           const char **token, size_t *tlen, long long *ms) {
   static const char *const ops[] = { "acquire", "release", "extend", "pttl", "acquire_fair", "leave",
-                                     "take", NULL };
+                                     "take", "release_one", NULL };
   rl_op op = (rl_op)luaL_checkoption(L, idx, NULL, ops);
   const char *why;
   *key = luaL_checklstring(L, idx + 1, klen);
@@ -232,9 +239,10 @@ static rl_op check_script(lua_State *L, int idx, const char **key, size_t *klen,
 /*
  * client:eval(op, key, token[, ms[, replicas, replica_ms]]) -> status, value[, acked | nil, err] | nil, err
  * Runs one lock script. op is "acquire", "release", "extend", "pttl",
- * "acquire_fair" or "leave", or "take": the first try of an acquire, the
- * acquire script's work without a script (see rl_proto.c), followed by the
- * acquire script when the lock is held; ms is the ttl for acquire, take,
+ * "acquire_fair", "leave" or "release_one" (a release of the lock's key
+ * alone, for a cluster slot half moved), or "take": the first try of an
+ * acquire, the acquire script's work without a script (see rl_proto.c),
+ * followed by the acquire script when the lock is held; ms is the ttl for acquire, take,
  * acquire_fair and extend. Leaves two values: status 1 (ours), 0 (no such lock) or -1 (another
  * owner's), and the fence (acquire when ours) or milliseconds left; or nil
  * and a "connection: ..." / "redis: ..." message. With replicas, a script
@@ -264,7 +272,9 @@ static int client_eval(lua_State *L) {
   }
   if (rl_cmd_init(&cmd, op, c->prefix, c->plen, key, klen, token, tlen, ms) != 0)
     return luaL_error(L, "redislock: out of memory");
+  arm_asking(c, &c->conn);
   rc = rl_conn_eval(&c->conn, &cmd, &res, err);
+  c->conn.asking = 0;
   rl_cmd_free(&cmd);
   if (rc != 0) {
     lua_pushnil(L);
@@ -283,6 +293,19 @@ static int client_eval(lua_State *L) {
   }
   lua_pushinteger(L, (lua_Integer)acked);
   return 3;
+}
+
+/*
+ * client:asking() -> true
+ * The next call of eval, command or wait goes to this node after an ASKING
+ * (Redis Cluster's ASK redirect: the slot is being moved here), and so does
+ * the EVAL after a NOSCRIPT within it.
+ */
+static int client_asking(lua_State *L) {
+  rl_client *c = check_client(L, 1);
+  c->asking = 1;
+  lua_pushboolean(L, 1);
+  return 1;
 }
 
 /* Pushes r as a Lua value: strings, integers, tables; nil bulk -> false. */
@@ -382,7 +405,9 @@ static int client_command(lua_State *L) {
   char err[RL_ERRLEN];
   redisReply *r;
   lua_pushcfunction(L, push_reply_protected);
+  arm_asking(c, &c->conn);
   r = rl_conn_command(&c->conn, argc, argv, len, 0, err); /* INCR twice is wrong */
+  c->conn.asking = 0;
   if (r == NULL) {
     lua_pushnil(L);
     lua_pushstring(L, err);
@@ -430,7 +455,9 @@ static int client_wait(lua_State *L) {
   check_wait(L, 2, c->prefix, c->plen, &cmd, &ms);
   /* The server may take the whole wait before it answers. */
   rl_conn_set_timeout(&c->waiter, ms + c->conn.o.timeout_ms);
+  arm_asking(c, &c->waiter);
   r = rl_conn_command(&c->waiter, cmd.argc, cmd.argv, cmd.len, 0, err);
+  c->waiter.asking = 0;
   rl_cmd_free(&cmd);
   if (r == NULL) {
     lua_pushnil(L);
@@ -905,6 +932,46 @@ static int core_prefix_problem(lua_State *L) {
   return 1;
 }
 
+/* core.slot(name) -> the Redis Cluster hash slot of a key name (0..16383). */
+static int core_slot(lua_State *L) {
+  size_t len;
+  const char *name = luaL_checklstring(L, 1, &len);
+  lua_pushinteger(L, rl_slot(name, len));
+  return 1;
+}
+
+/* core.lock_slot(key) -> the hash slot of the lock on key (of all its names). */
+static int core_lock_slot(lua_State *L) {
+  size_t len;
+  const char *key = luaL_checklstring(L, 1, &len);
+  const char *why = rl_check_key(key, len);
+  if (why != NULL) return luaL_argerror(L, 1, why);
+  lua_pushinteger(L, rl_lock_slot(key, len));
+  return 1;
+}
+
+/* core.redirect(message) -> "MOVED" | "ASK", slot, host, port; or nil. The
+   message is an error reply, with or without redislock's "redis: " before
+   it. host is "" when the redirect names none (the node just asked). */
+static int core_redirect(lua_State *L) {
+  size_t len;
+  const char *msg = luaL_checklstring(L, 1, &len);
+  rl_redirect r;
+  if (len >= 7 && memcmp(msg, "redis: ", 7) == 0) {
+    msg += 7;
+    len -= 7;
+  }
+  if (rl_parse_redirect(msg, len, &r) == RL_NO_REDIRECT) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_pushstring(L, r.kind == RL_MOVED ? "MOVED" : "ASK");
+  lua_pushinteger(L, r.slot);
+  lua_pushlstring(L, r.host, r.hlen);
+  lua_pushinteger(L, r.port);
+  return 4;
+}
+
 /* core.now() -> seconds on the monotonic clock (shared by all processes). */
 static int core_now(lua_State *L) {
   struct timespec ts;
@@ -1046,6 +1113,7 @@ static const luaL_Reg client_methods[] = {
   { "closed", client_closed },
   { "retarget", client_retarget },
   { "usable", client_usable },
+  { "asking", client_asking },
   { NULL, NULL }
 };
 
@@ -1083,6 +1151,9 @@ static const luaL_Reg core_functions[] = {
   { "ms", core_ms },
   { "key_problem", core_key_problem },
   { "prefix_problem", core_prefix_problem },
+  { "slot", core_slot },
+  { "lock_slot", core_lock_slot },
+  { "redirect", core_redirect },
   { "now", core_now },
   { "sleep", core_sleep },
   { "move_leases", core_move_leases },

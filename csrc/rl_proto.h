@@ -23,6 +23,8 @@ typedef enum {
   RL_OP_ACQUIRE_FAIR, /* take it if free and first in the FIFO queue, else queue */
   RL_OP_LEAVE,   /* a fair waiter gives up: leave the queue, wake the next */
   RL_OP_TAKE,    /* the first try of an acquire: MULTI, SET NX PX, INCR fence, EXEC */
+  RL_OP_RELEASE_ONE, /* compare-and-delete of the lock's own key only, waking nobody: a
+                        release in a cluster slot half moved (one key: never TRYAGAIN) */
   RL_OP_COUNT
 } rl_op;
 
@@ -165,6 +167,37 @@ int rl_decode_bytes(const char *buf, size_t len, int take, rl_result *out);
  * way the connection is unusable after it. where names the server, or NULL.
  */
 void rl_read_error(int err, const char *errstr, const char *where, char *out, size_t len);
+
+/* Redis Cluster's hash slots: 16384, of CRC16-XMODEM. */
+#define RL_SLOTS 16384
+
+/* The hash slot of a key name, as the cluster specification says: of its hash
+   tag (what is between the first '{' and the first '}' after it) when that is
+   not empty, else of the whole name. */
+int rl_slot(const char *name, size_t len);
+
+/* The hash slot of the lock on key, under any prefix: of "<prefix>{<key>}",
+   the slot of every name its scripts use (they share the hash tag). Check
+   key and prefix first (rl_check_key, rl_check_prefix). */
+int rl_lock_slot(const char *key, size_t len);
+
+/* A cluster redirect, from an error reply. */
+typedef enum { RL_NO_REDIRECT, RL_MOVED, RL_ASK } rl_redirect_kind;
+
+typedef struct {
+  rl_redirect_kind kind;
+  int slot;
+  const char *host; /* into the message; hlen bytes, 0 when the node was
+                       not named ("MOVED 12 :7000": the host just asked) */
+  size_t hlen;
+  int port;
+} rl_redirect;
+
+/* Reads "MOVED <slot> <host>:<port>" or "ASK ..." (an IPv6 host too; its
+   port is after the last ':') from the len bytes of an error reply at msg.
+   Returns the kind, filling *out; RL_NO_REDIRECT for any other error or a
+   malformed redirect. */
+rl_redirect_kind rl_parse_redirect(const char *msg, size_t len, rl_redirect *out);
 
 /* NULL when key may name a lock, else why not (a sentence fragment). */
 const char *rl_check_key(const char *key, size_t len);

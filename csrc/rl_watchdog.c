@@ -171,32 +171,87 @@ static void mark_lost(rl_lease *l, const char *why) {
   snprintf(l->why, sizeof l->why, "%s", why);
 }
 
+/* Cuts wc's timeouts to cap ms for one renewal: one thread renews for every
+   server, and a slow one must not hold up the others past their TTLs. */
+static void cap_timeouts(rl_wconn *wc, long long cap) {
+  wc->conn.o.connect_timeout_ms = wc->connect_timeout_ms < cap ? wc->connect_timeout_ms : cap;
+  rl_conn_set_timeout(&wc->conn, wc->timeout_ms < cap ? wc->timeout_ms : cap);
+}
+
+/* Sends l's extend (as of ttl ms) on wc. 0 with res, or -1 with err. */
+static int extend_on(rl_wconn *wc, const rl_lease *l, long long ttl, rl_result *res, char err[RL_ERRLEN]) {
+  const char *prefix = l->names, *key = prefix + l->plen, *token = key + l->klen;
+  rl_cmd cmd;
+  int rc;
+  if (rl_cmd_init(&cmd, RL_OP_EXTEND, prefix, l->plen, key, l->klen, token, l->tlen, ttl) != 0) {
+    snprintf(err, RL_ERRLEN, "out of memory");
+    return -1;
+  }
+  rc = rl_conn_eval(&wc->conn, &cmd, res, err);
+  rl_cmd_free(&cmd);
+  return rc;
+}
+
+/*
+ * After a renewal on wc failed with err: when err is a cluster's redirect,
+ * the watchdog connection to the node it names (with wd_mu held; NULL when
+ * there is none or no memory), and *kind. A MOVED moves l there for good;
+ * an ASK (the slot is being moved) is for this renewal only.
+ */
+static rl_wconn *redirected(rl_lease *l, rl_wconn *wc, const char *err, rl_redirect_kind *kind) {
+  rl_redirect rd;
+  rl_conn_opts o;
+  rl_wconn *to;
+  char host[256];
+  if (strncmp(err, "redis: ", 7) != 0 || wc->conn.o.path != NULL) return NULL;
+  *kind = rl_parse_redirect(err + 7, strlen(err + 7), &rd);
+  if (*kind == RL_NO_REDIRECT || rd.hlen >= sizeof host) return NULL;
+  if (rd.hlen == 0) snprintf(host, sizeof host, "%s", wc->conn.o.host); /* the node just asked */
+  else snprintf(host, sizeof host, "%.*s", (int)rd.hlen, rd.host);
+  o = wc->conn.o;
+  o.host = host;
+  o.port = rd.port;
+  o.connect_timeout_ms = wc->connect_timeout_ms;
+  o.timeout_ms = wc->timeout_ms;
+  to = conn_for(&o);
+  if (to != NULL && *kind == RL_MOVED) {
+    wc->users--;
+    to->users++;
+    l->wc = to;
+  }
+  return to;
+}
+
 /*
  * Renews l once. Called and returns with wd_mu held; drops it for the I/O,
  * during which l is marked busy (so that nobody frees it) and only the
- * watchdog thread touches l->wc.
+ * watchdog thread touches l->wc. In a cluster it follows one redirect: to
+ * the node a MOVED names (where the lease stays), or after an ASKING to the
+ * node an ASK names.
  */
 static void renew(rl_lease *l) {
-  const char *prefix = l->names, *key = prefix + l->plen, *token = key + l->klen;
   long long ttl = l->ttl_ms, sent = rl_now_ms();
   char err[RL_ERRLEN], why[sizeof ((rl_lease *)0)->why];
   rl_result res;
-  rl_cmd cmd;
+  rl_redirect_kind kind = RL_NO_REDIRECT;
   int rc;
-  rl_wconn *wc = l->wc;
-  /* One thread renews for every server: a slow one must not hold up the
-     others past their TTLs, so no wait is longer than a third of this TTL. */
+  rl_wconn *wc = l->wc, *to;
+  /* No wait is longer than a third of this TTL. */
   long long cap = step_of(ttl);
   l->busy = 1;
-  wc->conn.o.connect_timeout_ms = wc->connect_timeout_ms < cap ? wc->connect_timeout_ms : cap;
-  rl_conn_set_timeout(&wc->conn, wc->timeout_ms < cap ? wc->timeout_ms : cap);
+  cap_timeouts(wc, cap);
   pthread_mutex_unlock(&wd_mu);
-  if (rl_cmd_init(&cmd, RL_OP_EXTEND, prefix, l->plen, key, l->klen, token, l->tlen, ttl) != 0) {
-    snprintf(err, sizeof err, "out of memory");
-    rc = -1;
-  } else {
-    rc = rl_conn_eval(&wc->conn, &cmd, &res, err);
-    rl_cmd_free(&cmd);
+  rc = extend_on(wc, l, ttl, &res, err);
+  if (rc != 0) {
+    pthread_mutex_lock(&wd_mu);
+    to = redirected(l, wc, err, &kind);
+    if (to != NULL) cap_timeouts(to, cap);
+    pthread_mutex_unlock(&wd_mu);
+    if (to != NULL) {
+      to->conn.asking = kind == RL_ASK;
+      rc = extend_on(to, l, ttl, &res, err);
+      to->conn.asking = 0;
+    }
   }
   pthread_mutex_lock(&wd_mu);
   l->busy = 0;

@@ -44,6 +44,7 @@ build = {
     ["redislock.ngx_watch"] = "lua/redislock/ngx_watch.lua",
     ["redislock.scope"] = "lua/redislock/scope.lua",
     ["redislock.sentinel"] = "lua/redislock/sentinel.lua",
+    ["redislock.cluster"] = "lua/redislock/cluster.lua",
     ["redislock.tls"] = "lua/redislock/tls.lua",
     ["redislock.transport"] = "lua/redislock/transport.lua",
     ["redislock.url"] = "lua/redislock/url.lua",

@@ -161,8 +161,8 @@ describe("Sentinel", function()
     -- the other cases still run the watch thread.
     if helpers.slow > 1 then return pending("timing-bound: not under REDISLOCK_SLOW") end
     g:loops_across_failover(function(start_at)
-      return helpers.spawn(helpers.spec_dir .. "workers/sentinel_loop.lua", table.concat(g.addrs, ","),
-                           "mymaster", 6, start_at)
+      return helpers.spawn(helpers.spec_dir .. "workers/loop.lua", table.concat(g.addrs, ",") .. ":mymaster",
+                           "failover", 6, start_at)
     end)
   end)
 

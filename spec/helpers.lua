@@ -392,23 +392,21 @@ function Group:extra_sentinel(more)
   return s
 end
 
---- Runs four looping workers across a SENTINEL FAILOVER and checks what they
--- printed: one line per section that returned ok, "ok <enter> <leave>
--- <port> <fence>" (core.now() times; port: the master it ran on), and
--- "err ..." lines whose message starts with a code word. spawn(start_at)
--- starts one worker (helpers.spawn), looping for 6 s from start_at; the
--- failover comes 2 s in. Checks (with busted's assert): every worker ended
--- with "done"; errors only with code words; more than 10 sections on the
--- new master; no two sections overlapped; none on the demoted master once
--- every sentinel named the new one (0.1 s for the announcement to arrive).
-function Group:loops_across_failover(spawn)
-  local old = self:master()
+--- Runs four looping workers across event() and checks what they printed
+-- (spec/workers/loop.lua): one line per section that returned ok, "ok
+-- <enter> <leave> <port> <fence>" (core.now() times; port: the node it ran
+-- on), and "err ..." lines. spawn(start_at) starts one worker
+-- (helpers.spawn), looping for 6 s from start_at; event() runs 2 s in.
+-- Checks (with busted's assert): every worker ended with "done"; errors
+-- only with code words; no two sections overlapped; with fences, every
+-- section's fence larger than the one of the section before. Returns the
+-- sections ({ enter, leave, port, fence, worker }) in order of entry.
+function helpers.loops_across(spawn, event, fences)
   local start_at = core.now() + 0.5
   local procs = {}
   for i = 1, 4 do procs[i] = spawn(start_at) end
   core.sleep(2)
-  local _, new = self:failover()
-  local named = core.now()
+  event()
   local sections, codes = {}, { busy = true, lost = true, connection = true, redis = true }
   for i = 1, #procs do
     local out, ok = procs[i].wait()
@@ -423,20 +421,204 @@ function Group:loops_across_failover(spawn)
       end
     end
   end
-  local on_new = 0
-  for _, s in ipairs(sections) do if s.port == new.port then on_new = on_new + 1 end end
-  assert(on_new > 10, "sections on the new master: " .. on_new)
   table.sort(sections, function(a, b) return a.enter < b.enter end)
   for i = 2, #sections do
     local a, b = sections[i - 1], sections[i]
     assert(b.enter >= a.leave, string.format("worker %d (%.4f-%.4f on %d) and worker %d (%.4f-%.4f on %d) overlap",
                                              a.worker, a.enter, a.leave, a.port, b.worker, b.enter, b.leave, b.port))
+    assert(not fences or b.fence > a.fence, string.format("fence %d (worker %d) after fence %d (worker %d)",
+                                                          b.fence, b.worker, a.fence, a.worker))
   end
+  return sections
+end
+
+--- helpers.loops_across a SENTINEL FAILOVER of the group: also checks that
+-- more than 10 sections ran on the new master, and none on the demoted
+-- master once every sentinel named the new one (0.1 s for the
+-- announcement to arrive).
+function Group:loops_across_failover(spawn)
+  local old, new, named = self:master(), nil, nil
+  local sections = helpers.loops_across(spawn, function()
+    local _
+    _, new = self:failover()
+    named = core.now()
+  end)
+  local on_new = 0
+  for _, s in ipairs(sections) do if s.port == new.port then on_new = on_new + 1 end end
+  assert(on_new > 10, "sections on the new master: " .. on_new)
   for _, s in ipairs(sections) do
     assert(not (s.port == old.port and s.enter > named + 0.1),
            string.format("a section on the demoted master %.3f s after the switch", s.enter - named))
   end
   return sections
+end
+
+local Cluster = {}
+Cluster.__index = Cluster
+
+--- Starts a Redis Cluster on loopback: 3 masters and 3 replicas
+-- (cluster-node-timeout 2000), each by PID under a folder of its own (ports
+-- at most 55535: the cluster bus is port + 10000), made one cluster by
+-- `redis-cli --cluster create --cluster-replicas 1`. Returns once every node
+-- says cluster_state:ok and all agree on the slots. cluster.nodes = { Server
+-- ... }, cluster.seeds = { "127.0.0.1:<port>", ... } (for the client
+-- option). Raises when it cannot start.
+function helpers.start_cluster()
+  local c = setmetatable({ nodes = {}, seeds = {} }, Cluster)
+  local ok, err = pcall(function()
+    for i = 1, 6 do
+      c.nodes[i] = helpers.start_redis({ "--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+                                         "--cluster-require-full-coverage", "yes" }, { max_port = 55535 })
+      c.seeds[i] = "127.0.0.1:" .. c.nodes[i].port
+    end
+    local out, created = run("redis-cli --cluster create " .. table.concat(c.seeds, " ")
+                             .. " --cluster-replicas 1 --cluster-yes")
+    assert(created, "redis-cli --cluster create failed:\n" .. out)
+    assert(c:settled(30), "the cluster never settled")
+  end)
+  if not ok then
+    c:stop()
+    error(err)
+  end
+  return c
+end
+
+--- Waits (up to seconds) until every running node says cluster_state:ok and
+-- all of them give the same masters for the same slots; true, or false.
+function Cluster:settled(seconds)
+  return helpers.eventually(seconds, function()
+    local seen
+    for _, n in ipairs(self.nodes) do
+      if n.pid then
+        if not n:cli("CLUSTER", "INFO"):find("cluster_state:ok", 1, true) then return false end
+        local _, slots = self:ranges(n)
+        if seen and seen ~= slots then return false end
+        seen = slots
+      end
+    end
+    return true
+  end)
+end
+
+-- The slot ranges node n tells (CLUSTER SLOTS), as { { first, last, port
+-- of the master }, ... } sorted, and the same as one string.
+function Cluster.ranges(_, n)
+  local raw = n:raw()
+  local reply = assert(raw:command("CLUSTER", "SLOTS"))
+  raw:close()
+  local ranges, text = {}, {}
+  for _, r in ipairs(reply) do ranges[#ranges + 1] = { r[1], r[2], r[3][2] } end
+  table.sort(ranges, function(a, b) return a[1] < b[1] end)
+  for i, r in ipairs(ranges) do text[i] = table.concat(r, "-") end
+  return ranges, table.concat(text, ",")
+end
+
+--- The node (a Server) that serves slot as master now, by what node n (the
+-- first running node, if not given) says.
+function Cluster:owner(slot, n)
+  if not n then
+    for _, m in ipairs(self.nodes) do
+      if m.pid then
+        n = m
+        break
+      end
+    end
+  end
+  for _, r in ipairs((self:ranges(n))) do
+    if slot >= r[1] and slot <= r[2] then
+      for _, m in ipairs(self.nodes) do
+        if m.port == r[3] then return m end
+      end
+    end
+  end
+  error("no node serves slot " .. slot)
+end
+
+--- Starts moving slot from one master to another (Servers): SETSLOT
+-- IMPORTING on the target, MIGRATING on the source. The keys stay on the
+-- source until move_keys.
+function Cluster:begin_move(slot, from, to)
+  assert(to:cli("CLUSTER", "SETSLOT", slot, "IMPORTING", self:id(from)) == "OK")
+  assert(from:cli("CLUSTER", "SETSLOT", slot, "MIGRATING", self:id(to)) == "OK")
+end
+
+--- MIGRATEs every key of slot from the source to the target.
+function Cluster.move_keys(_, slot, from, to)
+  while true do
+    local keys = {}
+    for k in from:cli("CLUSTER", "GETKEYSINSLOT", slot, 100):gmatch("[^\n]+") do keys[#keys + 1] = k end
+    if #keys == 0 then return end
+    local said = from:cli("MIGRATE", "127.0.0.1", to.port, "", 0, 5000, "KEYS", (table.unpack or unpack)(keys)) -- luacheck: ignore
+    assert(said == "OK", "MIGRATE said " .. said)
+  end
+end
+
+--- Ends the move: SETSLOT NODE on the target, the source and the other
+-- masters, as redis-cli --cluster reshard does.
+function Cluster:end_move(slot, from, to)
+  local id = self:id(to)
+  assert(to:cli("CLUSTER", "SETSLOT", slot, "NODE", id) == "OK")
+  assert(from:cli("CLUSTER", "SETSLOT", slot, "NODE", id) == "OK")
+  for _, n in ipairs(self.nodes) do
+    if n.pid and n ~= to and n ~= from and n:cli("ROLE"):match("^master") then
+      n:cli("CLUSTER", "SETSLOT", slot, "NODE", id)
+    end
+  end
+end
+
+--- Moves slot, keys and all, from its owner to another master; returns the
+-- old owner and the new one.
+function Cluster:move(slot, to)
+  local from = self:owner(slot)
+  to = to or self:other_master(from)
+  self:begin_move(slot, from, to)
+  self:move_keys(slot, from, to)
+  self:end_move(slot, from, to)
+  return from, to
+end
+
+--- A master other than n (a Server).
+function Cluster:other_master(n)
+  for _, m in ipairs(self.nodes) do
+    if m.pid and m ~= n and m:cli("ROLE"):match("^master") then return m end
+  end
+  error("no other master")
+end
+
+--- How many MOVED (and ASK) errors the running nodes have answered so far
+-- (INFO errorstats).
+function Cluster:redirects()
+  local moved, ask = 0, 0
+  for _, n in ipairs(self.nodes) do
+    if n.pid then
+      local info = n:cli("INFO", "errorstats")
+      moved = moved + tonumber(info:match("errorstat_MOVED:count=(%d+)") or "0")
+      ask = ask + tonumber(info:match("errorstat_ASK:count=(%d+)") or "0")
+    end
+  end
+  return moved, ask
+end
+
+--- The replica (a Server) of master n.
+function Cluster:replica_of(n)
+  local id = self:id(n)
+  for _, m in ipairs(self.nodes) do
+    if m.pid and m ~= n and m:cli("CLUSTER", "MYID") ~= id then
+      local role = m:cli("ROLE")
+      if role:match("^slave") and tonumber(role:match("\n(%d+)\n")) == n.port then return m end
+    end
+  end
+  error("master " .. n.port .. " has no replica")
+end
+
+--- The node id of a node (CLUSTER MYID).
+function Cluster.id(_, n)
+  return n:cli("CLUSTER", "MYID")
+end
+
+--- Stops every node, by PID.
+function Cluster:stop()
+  for _, n in ipairs(self.nodes) do n:stop() end
 end
 
 local Quiet = {}

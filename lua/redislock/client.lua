@@ -8,6 +8,7 @@ local args = require "redislock.args"
 local core = require "redislock.core"
 local lock_mod = require "redislock.lock"
 local scope = require "redislock.scope"
+local cluster = require "redislock.cluster"
 local sentinel = require "redislock.sentinel"
 local tls = require "redislock.tls"
 local url = require "redislock.url"
@@ -59,32 +60,36 @@ local NEW_OPTS = {
   db = true, connect_timeout = true, timeout = true, prefix = true, tls = true,
   pool_size = true, keepalive_timeout = true,
   sentinels = true, master = true, sentinel_username = true, sentinel_password = true, sentinel_tls = true,
+  cluster = true,
 }
 local STRING_OPTS = { "url", "host", "path", "username", "password", "prefix", "master", "sentinel_username",
                       "sentinel_password" }
 
--- The sentinels option: a non-empty list of "host:port" (default port
--- 26379) or { host =, port = }; returns { { host =, port = }, ... }.
-local function sentinel_list(list)
+-- The sentinels or cluster option (name): a non-empty list of "host:port"
+-- (default port default_port) or { host =, port = }; returns { { host =,
+-- port = }, ... }.
+local function address_list(name, list, default_port)
   if type(list) ~= "table" or #list == 0 then
-    argerror(1, "new", "option 'sentinels' must be a non-empty list of \"host:port\"")
+    argerror(1, "new", string_format("option '%s' must be a non-empty list of \"host:port\"", name))
   end
   local out = {}
   for i, s in ipairs(list) do
     local host, port
     if type(s) == "string" then
-      host, port = url.address(s, 26379)
-      if not host then argerror(1, "new", string_format("option 'sentinels' item %d %s", i, port)) end
+      host, port = url.address(s, default_port)
+      if not host then argerror(1, "new", string_format("option '%s' item %d %s", name, i, port)) end
     elseif type(s) == "table" and type(s.host) == "string" and s.host ~= "" then
-      host, port = s.host, s.port or 26379
+      host, port = s.host, s.port or default_port
       if not is_whole(port, 1, 65535) then
-        argerror(1, "new", string_format("option 'sentinels' item %d: port must be a whole number in 1..65535", i))
+        argerror(1, "new", string_format("option '%s' item %d: port must be a whole number in 1..65535", name,
+                                         i))
       end
     else
-      argerror(1, "new", string_format("option 'sentinels' item %d must be \"host:port\" or { host =, port = }", i))
+      argerror(1, "new", string_format("option '%s' item %d must be \"host:port\" or { host =, port = }", name,
+                                       i))
     end
     if host:find("\0", 1, true) then
-      argerror(1, "new", string_format("option 'sentinels' item %d must not contain NUL bytes", i))
+      argerror(1, "new", string_format("option '%s' item %d must not contain NUL bytes", name, i))
     end
     out[i] = { host = host, port = port }
   end
@@ -99,7 +104,9 @@ end
 --   OpenResty also pool_size and keepalive_timeout (seconds) for setkeepalive;
 --   behind Sentinel, sentinels and master instead of url, host,
 --   port and path, and sentinel_username, sentinel_password, sentinel_tls for
---   the sentinels (redislock/sentinel.lua)
+--   the sentinels (redislock/sentinel.lua); for Redis Cluster, cluster (a
+--   list of seed nodes) instead of url, host, port and path
+--   (redislock/cluster.lua)
 -- @return client
 function _M.new(opts, ...)
   check_nargs("new", 1, ...)
@@ -126,6 +133,17 @@ function _M.new(opts, ...)
     end
   elseif opts.sentinel_username ~= nil or opts.sentinel_password ~= nil or opts.sentinel_tls ~= nil then
     argerror(1, "new", "options 'sentinel_username', 'sentinel_password' and 'sentinel_tls' need 'sentinels'")
+  end
+  if opts.cluster ~= nil then
+    for _, name in ipairs({ "url", "host", "port", "path", "sentinels" }) do
+      if opts[name] ~= nil then
+        argerror(1, "new", string_format("option '%s' contradicts 'cluster' (the cluster says which node has a lock)",
+                                         name))
+      end
+    end
+    if opts.db ~= nil and opts.db ~= 0 then
+      argerror(1, "new", "option 'db' must be 0 with 'cluster' (a cluster has one database)")
+    end
   end
   local c = {}
   if opts.url then
@@ -185,9 +203,11 @@ function _M.new(opts, ...)
                  _held = setmetatable({}, { __mode = "v" }), _hot = { keys = {}, n = 0 },
                  _link = { closed = false } }
   if opts.sentinels ~= nil then
-    self._transport, self._sleep = sentinel.new(c, sentinel_list(opts.sentinels), opts.master, {
+    self._transport, self._sleep = sentinel.new(c, address_list("sentinels", opts.sentinels, 26379), opts.master, {
       username = opts.sentinel_username, password = opts.sentinel_password,
       tls = tls.settings(opts.sentinel_tls, nil, nil) })
+  elseif opts.cluster ~= nil then
+    self._transport, self._sleep = cluster.new(c, address_list("cluster", opts.cluster, 6379))
   else
     self._transport, self._sleep = transport.node(c)
   end

@@ -163,11 +163,27 @@ local function read_reply(self, sock, reader, method)
   end
 end
 
--- Sends bytes and reads one reply with reader[method] (see read_reply).
-local function round_trip(self, sock, bytes, method)
-  local ok, err = sock:send(bytes)
+local ASKING = encode("ASKING")
+
+-- Sends bytes and reads one reply with reader[method] (see read_reply). With
+-- asking, ASKING goes first in the same write (a cluster's ASK redirect),
+-- its +OK read and dropped.
+local function round_trip(self, sock, bytes, method, asking)
+  local ok, err = sock:send(asking and { ASKING, bytes } or bytes)
   if not ok then return nil, io_message(self, err), true, err == "timeout" end
-  return read_reply(self, sock, new_reader(), method)
+  local reader = new_reader()
+  if asking then
+    local v, msg, failed, timed_out = read_reply(self, sock, reader, "reply")
+    if v == nil then return nil, failed and msg or "redis: ASKING: " .. msg:sub(8), failed, timed_out end
+  end
+  return read_reply(self, sock, reader, method)
+end
+
+-- Whether the call starting now goes after ASKING (transport:asking()).
+local function asking_now(self)
+  local asking = self.asking_next
+  self.asking_next = nil
+  return asking
 end
 
 -- What nginx's handshake errors mean, for the message.
@@ -282,10 +298,11 @@ end
 -- connection of its own, reading the reply for at most read_ms. Returns the
 -- reply, or nil and an error message.
 local function one_reply(self, bytes, read_ms)
+  local asking = asking_now(self)
   local sock, err = open(self)
   if not sock then return nil, err end
   sock:settimeouts(self.connect_timeout_ms, self.timeout_ms, read_ms)
-  local v, msg, failed = round_trip(self, sock, bytes, "reply")
+  local v, msg, failed = round_trip(self, sock, bytes, "reply", asking)
   give_back(self, sock, failed)
   if v == nil then return nil, msg end
   return v
@@ -330,6 +347,8 @@ end
 -- on another connection (maybe another pooled one; the C transport opens a
 -- fresh one), except release (see rl_conn.c).
 function Transport:eval(op, key, token, ms, replicas, replica_ms)
+  local asking = asking_now(self)
+  if op == "take" and asking then op = "acquire" end -- a transaction after ASKING is refused whole
   if op == "take" then
     local status, value, acked, werr = take(self, key, token, ms, replicas, replica_ms)
     if status ~= "again" then return status, value, acked, werr end
@@ -340,17 +359,17 @@ function Transport:eval(op, key, token, ms, replicas, replica_ms)
   for _ = 1, 2 do
     local sock, reused = open(self)
     if not sock then return nil, reused end
-    local status, value, failed, timed_out = round_trip(self, sock, bytes, "script_reply")
-    if status == false then -- NOSCRIPT: EVAL also caches the script
+    local status, value, failed, timed_out = round_trip(self, sock, bytes, "script_reply", asking)
+    if status == false then -- NOSCRIPT: EVAL also caches the script (after ASKING again, if asked)
       status, value, failed, timed_out = round_trip(self, sock, encode_script(op, key, token, ms, self.prefix, true),
-                                                    "script_reply")
+                                                    "script_reply", asking)
       if status == false then status, value = nil, "redis: NOSCRIPT after EVAL" end
     end
     if not failed and status == 1 then return confirmed(self, sock, status, value, replicas, replica_ms) end
     give_back(self, sock, failed)
     if not failed then return status, value end
     err = value
-    if reused == 0 or timed_out or op == "release" then break end
+    if reused == 0 or timed_out or op == "release" or op == "release_one" then break end
   end
   return nil, err
 end
@@ -371,6 +390,14 @@ function Transport:command(...)
   local v, err = one_reply(self, encode(...), self.timeout_ms)
   if v == nil then return nil, err end
   return v
+end
+
+--- transport:asking() -> true: the next eval, command or wait goes after
+-- an ASKING on the same connection (Redis Cluster's ASK redirect; also the
+-- EVAL after a NOSCRIPT). Read when the call starts, before it yields.
+function Transport:asking()
+  self.asking_next = true
+  return true
 end
 
 -- This transport calls a lease's on_lost as its timer finds the lock lost.

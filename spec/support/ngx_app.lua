@@ -34,14 +34,20 @@ end
 -- settings, if set); or, with $redis_sentinels ("host:port,host:port"), for
 -- $redis_master behind them (and $redis_sentinel_tls, a mode as $redis_tls's
 -- with the name "localhost", "nonamemtls" for mtls with none, and
--- $redis_sentinel_password).
+-- $redis_sentinel_password); or, with $redis_cluster ("host:port,..."), for
+-- that cluster.
 local function client()
   local id = table.concat({ var("redis_url") or "", var("redis_timeout") or "", var("redis_tls") or "",
                             var("redis_tls_name") or "", var("redis_sentinels") or "", var("redis_master") or "",
-                            var("redis_sentinel_tls") or "", var("redis_sentinel_password") or "" }, "|")
+                            var("redis_sentinel_tls") or "", var("redis_sentinel_password") or "",
+                            var("redis_cluster") or "" }, "|")
   if clients[id] then return clients[id] end
   local tls = tls_option(var("redis_tls"), var("redis_tls_name"))
-  if var("redis_sentinels") then
+  if var("redis_cluster") then -- "host:port,host:port"
+    local seeds = {}
+    for a in var("redis_cluster"):gmatch("[^,]+") do seeds[#seeds + 1] = a end
+    clients[id] = redislock.new{ cluster = seeds, timeout = 2 }
+  elseif var("redis_sentinels") then
     local list = {}
     for a in var("redis_sentinels"):gmatch("[^,]+") do list[#list + 1] = a end
     clients[id] = redislock.new{ sentinels = list, master = var("redis_master"), timeout = 2, tls = tls,
@@ -54,6 +60,14 @@ local function client()
   return clients[id]
 end
 
+
+-- The port of the node the client sends key's lock to: the master behind
+-- Sentinel, or the owner of its slot in a cluster.
+local function node_port(c, key)
+  local t = c._transport
+  if t._slots then return t._slots[core.lock_slot(key)].port end
+  return t._port
+end
 
 local function arg_number(name, default)
   return tonumber(ngx.var["arg_" .. name]) or default
@@ -128,7 +142,7 @@ function app.section()
   local c = client()
   local enter, leave, port, fence
   local ok, err = pcall(c.with_lock, c, ngx.var.arg_key, 2, function(lock)
-    enter, port, fence = core.now(), c._transport._port, lock.fence
+    enter, port, fence = core.now(), node_port(c, ngx.var.arg_key), lock.fence
     ngx.sleep(0.002)
     leave = core.now()
   end, { wait = 5 })

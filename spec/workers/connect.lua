@@ -1,13 +1,18 @@
 -- SPDX-License-Identifier: MIT
 -- The connection options a worker's first argument names: a port,
 -- tls:<port>:<certificate folder> for a TLS server made by spec/helpers.lua
--- (mutual TLS, verified as "localhost"), or <host:port>,...:<master> for the
--- master a Sentinel group names. extra is merged over them.
+-- (mutual TLS, verified as "localhost"), <host:port>,...:<master> for the
+-- master a Sentinel group names, or cluster:<host:port>,... for a Redis
+-- Cluster's seeds. extra is merged over them.
 return function(where, extra)
   local o = {}
   local port, dir = where:match("^tls:(%d+):(.+)$")
   local sentinels, master = where:match("^(.+:%d+):(%a+)$")
-  if sentinels then
+  local seeds = where:match("^cluster:(.+)$")
+  if seeds then
+    o.cluster = {}
+    for a in seeds:gmatch("[^,]+") do o.cluster[#o.cluster + 1] = a end
+  elseif sentinels then
     o.sentinels, o.master = {}, master
     for a in sentinels:gmatch("[^,]+") do o.sentinels[#o.sentinels + 1] = a end
   elseif port then

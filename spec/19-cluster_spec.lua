@@ -1,0 +1,327 @@
+-- SPDX-License-Identifier: MIT
+-- Redis Cluster: the slot function and redirect parsing of the C core, then
+-- a real cluster on loopback (3 masters, 3 replicas; spec/helpers.lua),
+-- started once for this file. Locks reach the master that owns their slot;
+-- a slot moved (MOVED), half moved (ASK, TRYAGAIN) or moving while a lock is
+-- held or waited for keeps every lock where it belongs.
+local core = require "redislock.core"
+local helpers = require "spec.helpers"
+local redislock = require "redislock"
+
+describe("cluster slots (C core)", function()
+  it("computes the slots of the cluster specification", function()
+    assert.are.equal(12739, core.slot("123456789"))
+    -- Hash tags: the first {...} that is not empty; else the whole name.
+    assert.are.equal(core.slot("user1000"), core.slot("{user1000}.following"))
+    assert.are.equal(core.slot("user1000"), core.slot("foo{user1000}{bar}"))
+    assert.are.equal(core.slot("foo{}{bar}"), core.slot("foo{}{bar}"))
+    assert.are_not.equal(core.slot("bar"), core.slot("foo{}{bar}"))
+    assert.are.equal(core.slot("{bar"), core.slot("foo{{bar}}zap"))
+    assert.are.equal(core.slot("foo{bar"), core.slot("foo{bar"))
+    assert.are.equal(core.slot(""), 0)
+    -- A lock's slot is that of all its names.
+    for _, key in ipairs({ "orders:42", "a}b", "x{y}z", "{", "héllo" }) do
+      assert.are.equal(core.slot("lock:{" .. key .. "}"), core.lock_slot(key))
+      assert.are.equal(core.slot("lock:{" .. key .. "}:fence"), core.lock_slot(key))
+    end
+    assert.has_error(function() core.lock_slot("") end)
+    assert.has_error(function() core.lock_slot("}x") end)
+  end)
+
+  it("parses MOVED and ASK", function()
+    assert.are.same({ "MOVED", 3999, "127.0.0.1", 6381 }, { core.redirect("MOVED 3999 127.0.0.1:6381") })
+    assert.are.same({ "ASK", 1, "::1", 7000 }, { core.redirect("redis: ASK 1 ::1:7000") })
+    assert.are.same({ "MOVED", 12, "", 7000 }, { core.redirect("MOVED 12 :7000") })
+    assert.are.same({ "MOVED", 16383, "redis-3.example", 6379 }, { core.redirect("MOVED 16383 redis-3.example:6379") })
+    for _, bad in ipairs({ "MOVED 16384 a:1", "MOVED -1 a:1", "MOVED 1 a", "MOVED 1 a:0", "MOVED 1 a:65536",
+                           "MOVED x a:1", "ASK 1 a:1 more", "MOVEDX 1 a:1", "ERR MOVED 1 a:1", "TRYAGAIN", "" }) do
+      assert.is_nil(core.redirect(bad), bad)
+    end
+  end)
+end)
+
+describe("Redis Cluster", function()
+  local cl
+
+  lazy_setup(function() cl = helpers.start_cluster() end)
+  lazy_teardown(function() if cl then cl:stop() end end)
+
+  local function client(extra)
+    local o = { cluster = { cl.seeds[1], cl.seeds[2] } }
+    for k, v in pairs(extra or {}) do o[k] = v end
+    return redislock.new(o)
+  end
+
+  it("agrees with the cluster on every slot (CLUSTER KEYSLOT)", function()
+    local n = cl.nodes[1]
+    for _, name in ipairs({ "123456789", "lock:{orders:42}", "foo{}{bar}", "foo{{bar}}zap", "a{b}c{d}", "{}", "x" }) do
+      assert.are.equal(tonumber(n:cli("CLUSTER", "KEYSLOT", name)), core.slot(name), name)
+    end
+  end)
+
+  it("takes locks on every master, each at its slot's owner without a redirect once the table is loaded", function()
+    local c = client()
+    assert(assert(c:acquire("warm", 5)):release())
+    local moved = cl:redirects()
+    local on = {}
+    for i = 1, 60 do
+      local key = "spread:" .. i
+      local lock = assert(c:acquire(key, 5))
+      local owner = cl:owner(core.lock_slot(key))
+      assert.are.equal(lock.token, owner:cli("GET", "lock:{" .. key .. "}"))
+      on[owner.port] = true
+      assert.is_true(lock:release())
+    end
+    -- Hash-tagged names: one slot for all of them.
+    local a = assert(c:acquire("{user:7}:a", 5))
+    local b = assert(c:acquire("{user:7}:b", 5))
+    assert.are.equal(cl:owner(core.slot("user:7")), cl:owner(core.lock_slot("{user:7}:b")))
+    assert(a:release() and b:release())
+    local n = 0
+    for _ in pairs(on) do n = n + 1 end
+    assert.are.equal(3, n)
+    assert.are.equal(moved, (cl:redirects()))
+    assert.matches("cluster of 2 seeds", tostring(c))
+    c:close()
+  end)
+
+  it("starts from any seed that answers", function()
+    local dead = "127.0.0.1:" .. helpers.free_port()
+    local c = redislock.new({ cluster = { dead, cl.seeds[3] } })
+    assert(assert(c:acquire("seed", 5)):release())
+    c:close()
+    c = redislock.new({ cluster = { dead } })
+    local lock, err = c:acquire("seed", 5)
+    assert.is_nil(lock)
+    assert.matches("^connection: no cluster node reachable %(connection: cannot connect to " .. dead:gsub("%.", "%%."),
+                   err)
+    c:close()
+  end)
+
+  it("follows MOVED after a slot moved, keeping its fence growing", function()
+    local c = client()
+    local key = "moved"
+    local slot = core.lock_slot(key)
+    local first = assert(c:acquire(key, 5))
+    assert.is_true(first:release())
+    local from, to = cl:move(slot)
+    assert.are_not.equal(from, to)
+    local moved = cl:redirects()
+    local lock = assert(c:acquire(key, 5))
+    assert.are.equal(lock.token, to:cli("GET", "lock:{moved}"))
+    assert.is_true(lock.fence > first.fence)
+    local now_moved = cl:redirects() -- one redirected take: its SET and INCR each answer MOVED
+    assert.is_true(now_moved > moved and now_moved <= moved + 2, now_moved - moved)
+    assert.is_true(lock:release())
+    c:close()
+  end)
+
+  it("releases and extends through ASK while the slot moves, and loads the script on the target first", function()
+    local c = client()
+    local key = "asking"
+    local slot = core.lock_slot(key)
+    local lock = assert(c:acquire(key, 5))
+    local from = cl:owner(slot)
+    local to = cl:other_master(from)
+    assert.are.equal("OK", to:cli("SCRIPT", "FLUSH")) -- EVALSHA there answers NOSCRIPT
+    cl:begin_move(slot, from, to)
+    finally(function() cl:end_move(slot, from, to) end)
+    cl:move_keys(slot, from, to)
+    local _, asked = cl:redirects()
+    assert.is_true(lock:extend(5))
+    assert.is_true(lock:ttl() > 4)
+    assert.is_true(lock:release())
+    local _, asked_after = cl:redirects()
+    assert.is_true(asked_after >= asked + 2)
+    cl:end_move(slot, from, to)
+    assert.are.equal("0", to:cli("EXISTS", "lock:{asking}"))
+    c:close()
+  end)
+
+  it("rides out TRYAGAIN while a slot moves when it may wait", function()
+    local c = client()
+    local key = "tryagain"
+    local slot = core.lock_slot(key)
+    local old = assert(c:acquire(key, 5))
+    assert.is_true(old:release()) -- the fence counter stays
+    local from = cl:owner(slot)
+    local to = cl:other_master(from)
+    cl:begin_move(slot, from, to)
+    cl:move_keys(slot, from, to)
+    -- Half moved: a new lock's names are missing on both nodes, so the
+    -- target answers TRYAGAIN to its scripts until the move ends.
+    local lock, err = c:acquire(key, 5)
+    assert.is_nil(lock)
+    assert.matches("^redis: TRYAGAIN", err)
+    -- The move ends 0.5 s from now, while the acquire below waits.
+    local id, steps = cl:id(to), {}
+    for _, n in ipairs({ to, from }) do
+      steps[#steps + 1] = "redis-cli -p " .. n.port .. " CLUSTER SETSLOT " .. slot .. " NODE " .. id .. " >/dev/null"
+    end
+    local t0 = core.now()
+    os.execute("(sleep 0.5; " .. table.concat(steps, "; ") .. ") >/dev/null 2>&1 &")
+    lock = assert(c:acquire(key, 5, { wait = 3 }))
+    assert.is_true(core.now() - t0 > 0.4)
+    cl:end_move(slot, from, to) -- the other masters
+    assert.is_true(lock.fence > old.fence)
+    assert.are.equal(lock.token, to:cli("GET", "lock:{tryagain}"))
+    assert.is_true(lock:release())
+    c:close()
+  end)
+
+  -- Four processes looping with_lock on one key through the cluster across
+  -- event(slot, owner), 2 s in; returns the sections (helpers.loops_across).
+  local function loops(key, event, fences)
+    local slot = core.lock_slot(key)
+    local owner = cl:owner(slot)
+    return helpers.loops_across(function(start_at)
+      return helpers.spawn(helpers.spec_dir .. "workers/loop.lua", "cluster:" .. table.concat(cl.seeds, ","), key, 6,
+                           start_at)
+    end, function() event(slot, owner) end, fences)
+  end
+
+  -- How many sections ran on node n.
+  local function on(sections, n)
+    local count = 0
+    for _, s in ipairs(sections) do if s.port == n.port then count = count + 1 end end
+    return count
+  end
+
+  it("keeps with_lock loops going while their slot moves: no overlaps, fences growing", function()
+    if helpers.slow > 1 then return pending("timing-bound: not under REDISLOCK_SLOW") end
+    local to
+    local sections = loops("migrating", function(slot, from)
+      to = cl:other_master(from)
+      cl:begin_move(slot, from, to)
+      core.sleep(0.3) -- half moved: the keys still on the source
+      cl:move_keys(slot, from, to)
+      core.sleep(0.3) -- the keys on the target, the slot still the source's
+      cl:end_move(slot, from, to)
+    end, true)
+    assert.is_true(on(sections, to) > 10, "sections on the new owner: " .. on(sections, to))
+  end)
+
+  it("renews a held lock across its slot's move (the watchdog follows MOVED)", function()
+    local c = client()
+    local key = "renewed"
+    local slot = core.lock_slot(key)
+    local moved_to
+    local ok, err = pcall(c.with_lock, c, key, 0.6, function(lock)
+      core.sleep(0.3)
+      local _, to = cl:move(slot)
+      moved_to = to
+      core.sleep(1.5) -- more than twice the TTL: only renewals on the new owner keep it
+      assert.is_true(lock:check())
+      assert.is_true(tonumber(to:cli("PTTL", "lock:{renewed}")) > 0)
+    end)
+    assert.is_true(ok, tostring(err))
+    assert.are.equal("0", moved_to:cli("EXISTS", "lock:{renewed}"))
+    c:close()
+  end)
+
+  it("wakes a waiter blocked on the old owner: it waits on the new one and is woken there", function()
+    local c = client()
+    local key = "woken"
+    local slot = core.lock_slot(key)
+    local lock = assert(c:acquire(key, 20))
+    local w = helpers.spawn(helpers.spec_dir .. "workers/waiter.lua", "cluster:" .. table.concat(cl.seeds, ","), key,
+                            20, "notify", "plain", 0, "w")
+    assert.is_truthy(helpers.eventually(5, function() return (c:command("LLEN", "pids")) == 1 end))
+    core.sleep(0.3) -- blocked on the owner's wake-up list
+    local _, to = cl:move(slot)
+    core.sleep(0.5) -- the server let the waiter go (MOVED); it waits on the new owner
+    local released = core.now()
+    assert.is_true(lock:release())
+    local out, ok = w.wait()
+    assert.is_true(ok, out)
+    assert.matches("^got w %d+", out)
+    assert.is_true(core.now() - released < 1, "woken " .. (core.now() - released) .. " s after the release")
+    assert.are.equal("0", to:cli("EXISTS", "lock:{woken}"))
+    assert(c:command("DEL", "pids") and c:command("DEL", "order"))
+    c:close()
+  end)
+
+  it("keeps with_lock loops going across a CLUSTER FAILOVER of their master", function()
+    if helpers.slow > 1 then return pending("timing-bound: not under REDISLOCK_SLOW") end
+    local new
+    local sections = loops("takeover", function(slot, old)
+      new = cl:replica_of(old)
+      assert.are.equal("OK", new:cli("CLUSTER", "FAILOVER"))
+      assert.is_truthy(helpers.eventually(10, function() return cl:owner(slot, new) == new end))
+    end, true)
+    assert.is_true(cl:settled(20), "the cluster did not settle after the failover")
+    assert.is_true(on(sections, new) > 10, "sections on the new master: " .. on(sections, new))
+  end)
+
+  it("keeps with_lock loops going while their master stops answering until its replica takes over", function()
+    if helpers.slow > 1 then return pending("timing-bound: not under REDISLOCK_SLOW") end
+    local old, new
+    local sections = loops("stopped", function(slot, owner)
+      old, new = owner, cl:replica_of(owner)
+      os.execute("kill -STOP " .. old.pid)
+      local promoted = helpers.eventually(15, function() return cl:owner(slot, new) == new end)
+      os.execute("kill -CONT " .. old.pid) -- it comes back as a replica of the new master
+      assert.is_truthy(promoted, "the replica was never promoted")
+    end)
+    assert.is_true(cl:settled(30), "the cluster did not settle after the failover")
+    assert.is_true(on(sections, new) > 10, "sections on the new master: " .. on(sections, new))
+  end)
+
+  it("gives up after a few redirects, naming the slot (a move half set up: ASK one way, MOVED back)", function()
+    local c = client()
+    local key = "pingpong"
+    local slot = core.lock_slot(key)
+    local from = cl:owner(slot)
+    local to = cl:other_master(from)
+    -- MIGRATING on the owner without IMPORTING on the target: the owner
+    -- answers ASK (the keys are not there), the target MOVED (not importing).
+    assert.are.equal("OK", from:cli("CLUSTER", "SETSLOT", slot, "MIGRATING", cl:id(to)))
+    finally(function() from:cli("CLUSTER", "SETSLOT", slot, "STABLE") end)
+    local t0 = core.now()
+    local lock, err = c:acquire(key, 5)
+    assert.is_nil(lock)
+    assert.matches("^redis: slot " .. slot .. " was redirected 5 times %(", err)
+    assert.is_true(core.now() - t0 < 1)
+    assert.are.equal("OK", from:cli("CLUSTER", "SETSLOT", slot, "STABLE"))
+    lock = assert(c:acquire(key, 5))
+    assert.is_true(lock:release())
+    c:close()
+  end)
+
+  it("waits fairly, and takes over a lock by its token, in cluster mode too", function()
+    local c = client()
+    local key = "fair"
+    local holder = assert(c:acquire(key, 10))
+    local w = helpers.spawn(helpers.spec_dir .. "workers/waiter.lua", "cluster:" .. table.concat(cl.seeds, ","), key,
+                            10, "notify", "fair", 0, "f")
+    assert.is_truthy(helpers.eventually(5, function()
+      return cl:owner(core.lock_slot(key)):cli("ZCARD", "lock:{fair}:queue") == "1"
+    end))
+    local other = client()
+    local same = other:from_token(key, holder.token)
+    assert.is_true(same:extend(10))
+    assert.is_true(same:release())
+    local out, ok = w.wait()
+    assert.is_true(ok, out)
+    assert.matches("^got f %d+", out)
+    assert(c:command("DEL", "pids") and c:command("DEL", "order"))
+    other:close()
+    c:close()
+  end)
+
+  it("checks its options", function()
+    local function refused(opts, msg)
+      local ok, err = pcall(redislock.new, opts)
+      assert.is_false(ok)
+      assert.is_truthy(tostring(err):find(msg, 1, true), err)
+    end
+    refused({ cluster = {} }, "option 'cluster' must be a non-empty list of \"host:port\"")
+    refused({ cluster = "h:1" }, "option 'cluster' must be a non-empty list")
+    refused({ cluster = { "a:b:c" } }, "option 'cluster' item 1 must be \"host:port\"")
+    refused({ cluster = { 7 } }, "option 'cluster' item 1 must be \"host:port\" or { host =, port = }")
+    refused({ cluster = { "h:1" }, db = 2 }, "option 'db' must be 0 with 'cluster'")
+    refused({ cluster = { "h:1" }, url = "redis://h" }, "option 'url' contradicts 'cluster'")
+    refused({ cluster = { "h:1" }, sentinels = { "h:2" }, master = "m" }, "contradicts")
+    assert.is_truthy(redislock.new({ cluster = { { host = "h", port = 7000 }, "h2" }, db = 0 }))
+  end)
+end)

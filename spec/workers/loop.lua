@@ -1,0 +1,44 @@
+-- SPDX-License-Identifier: MIT
+-- Worker for the topology specs: loops with_lock (waiting) on one key until
+-- `seconds` pass, each section a few milliseconds long. Prints one line per
+-- section that returned ok, "ok <enter> <exit> <port> <fence>" (core.now()
+-- times; port: the node the client sent it to, the master behind Sentinel
+-- or the owner of the key's slot in a cluster), one per error, "err
+-- <message>", and "done" at the end.
+-- usage: loop.lua <where (spec/workers/connect.lua)> <key> <seconds> <start_at (core.now seconds)>
+local redislock = require "redislock"
+local core = require "redislock.core"
+
+local connect = require "spec.workers.connect"
+
+local key, seconds, start_at = arg[2], tonumber(arg[3]), tonumber(arg[4])
+local client = redislock.new(connect(arg[1], { timeout = 2 }))
+local t = client._transport
+
+-- The node a section ran on.
+local function port()
+  if t._slots then return t._slots[core.lock_slot(key)].port end
+  return t._port
+end
+
+local delay = start_at - core.now()
+if delay > 0 then core.sleep(delay) end
+local stop_at = core.now() + seconds
+while core.now() < stop_at do
+  local enter, leave, on, fence
+  local ok, err = pcall(client.with_lock, client, key, 2, function(lock)
+    enter = core.now()
+    on = port()
+    fence = lock.fence
+    core.sleep(0.002)
+    leave = core.now()
+  end, { wait = 5 })
+  if ok then
+    print(string.format("ok %.6f %.6f %d %d", enter, leave, on, fence))
+  else
+    print("err " .. tostring(err):gsub("\n", " "))
+    core.sleep(0.01)
+  end
+end
+client:close()
+print("done")
