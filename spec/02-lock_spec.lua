@@ -250,7 +250,7 @@ describe("locks", function()
 
     lazy_setup(function()
       node = helpers.start_redis({ "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf" },
-                                 { max_port = 55535 })
+                                 { cluster = true })
       local nraw = node:raw()
       assert.are.equal("OK", nraw:command("CLUSTER", "ADDSLOTSRANGE", "0", "16383"))
       assert.is_truthy(helpers.eventually(5, function()

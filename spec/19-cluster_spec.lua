@@ -325,3 +325,55 @@ describe("Redis Cluster", function()
     assert.is_truthy(redislock.new({ cluster = { { host = "h", port = 7000 }, "h2" }, db = 0 }))
   end)
 end)
+
+describe("Redis Cluster over TLS, with a password", function()
+  local cl
+
+  lazy_setup(function() cl = helpers.start_cluster({ masters = 3, replicas = 0, tls = true, password = "s3cret" }) end)
+  lazy_teardown(function() if cl then cl:stop() end end)
+
+  local function client(extra)
+    local o = helpers.tls_opts(nil, { cluster = { "127.0.0.1:" .. cl.nodes[1].port }, password = "s3cret" })
+    o.host, o.tls.server_name = nil, "localhost" -- the nodes are named by address; their certificate by name
+    for k, v in pairs(extra or {}) do o[k] = v end
+    return redislock.new(o)
+  end
+
+  it("takes locks on every master over verified TLS, and follows a slot that moved", function()
+    local c = client()
+    local nodes = {}
+    for i = 1, 30 do
+      local key = "tls:" .. i
+      local lock = assert(c:acquire(key, 5))
+      local owner = cl:owner(core.lock_slot(key))
+      assert.are.equal(lock.token, owner:cli("GET", "lock:{" .. key .. "}"))
+      nodes[owner] = true
+      assert.is_true(lock:release())
+    end
+    local n = 0
+    for _ in pairs(nodes) do n = n + 1 end
+    assert.are.equal(3, n)
+    -- Move a slot between masters: the client follows MOVED, over TLS.
+    local key = "tls:moved"
+    local slot = core.lock_slot(key)
+    assert(assert(c:acquire(key, 5)):release())
+    local _, to = cl:move(slot)
+    local lock = assert(c:acquire(key, 5))
+    assert.are.equal(lock.token, to:cli("GET", "lock:{tls:moved}"))
+    assert.is_true(lock:release())
+    c:close()
+  end)
+
+  it("says so when the password is wrong or TLS is missing", function()
+    local c = client({ password = "wrong" })
+    local lock, err = c:acquire("tls:x", 5)
+    assert.is_nil(lock)
+    assert.matches("^redis: no cluster node would tell its slots %(redis: AUTH refused", err)
+    c:close()
+    c = redislock.new({ cluster = { "127.0.0.1:" .. cl.nodes[1].port }, password = "s3cret" })
+    lock, err = c:acquire("tls:x", 5)
+    assert.is_nil(lock)
+    assert.matches("^connection: no cluster node reachable", err)
+    c:close()
+  end)
+end)

@@ -20,9 +20,9 @@ describe("OpenResty on Redis Cluster", function()
   lazy_setup(function()
     cl = helpers.start_cluster()
     c = redislock.new({ cluster = cl.seeds })
-    local function location(path, name)
-      return string.format("location = %s { content_by_lua_block { require('spec.support.ngx_app').%s() } }",
-                           path, name)
+    local function location(path, name, more)
+      return string.format("location = %s { %s content_by_lua_block { require('spec.support.ngx_app').%s() } }",
+                           path, more or "", name)
     end
     nginx = helpers.start_nginx({
       workers = 2,
@@ -35,6 +35,7 @@ describe("OpenResty on Redis Cluster", function()
         location("/acquire", "acquire"),
         location("/with_lock", "with_lock"),
         location("/section", "section"),
+        location("/tls/new", "new", 'set $redis_tls "mtls"; set $redis_tls_dir "' .. helpers.tls_certs() .. '";'),
         "}",
       }, "\n"),
     })
@@ -102,6 +103,31 @@ describe("OpenResty on Redis Cluster", function()
     local on_new = 0
     for _, s in ipairs(sections) do if s.port == to.port then on_new = on_new + 1 end end
     assert.is_true(on_new > 10, "sections on the new owner: " .. on_new)
+  end)
+
+  it("keeps with_lock loops going across a CLUSTER FAILOVER of their master", function()
+    if helpers.slow > 1 then return pending("timing-bound: not under REDISLOCK_SLOW") end
+    local key = "o:takeover"
+    local slot = core.lock_slot(key)
+    local new
+    local sections = helpers.loops_across(function(start_at)
+      return helpers.spawn(helpers.spec_dir .. "workers/http_loop.lua", nginx.port, "/section?key=" .. key, 6,
+                           start_at)
+    end, function()
+      new = cl:replica_of(cl:owner(slot))
+      assert.are.equal("OK", new:cli("CLUSTER", "FAILOVER"))
+      assert.is_truthy(helpers.eventually(10, function() return cl:owner(slot, new) == new end))
+    end, true)
+    assert.is_true(cl:settled(20), "the cluster did not settle after the failover")
+    local on_new = 0
+    for _, s in ipairs(sections) do if s.port == new.port then on_new = on_new + 1 end end
+    assert.is_true(on_new > 10, "sections on the new master: " .. on_new)
+  end)
+
+  it("refuses TLS without a server_name at new(): nginx checks DNS names, the cluster names addresses", function()
+    local status, body = get("/tls/new")
+    assert.are.equal(500, status)
+    assert.matches("TLS to a cluster needs 'tls.server_name'", body, 1, true)
   end)
 
   it("renews a held lock across its slot's move (the worker's timer follows MOVED)", function()

@@ -89,9 +89,6 @@ end
 local Server = {}
 Server.__index = Server
 
---- Starts a private redis-server; extra is a list of more arguments
--- (e.g. { "--requirepass", "s3cret" }); opts.max_port keeps the port at or below
--- it (a cluster node also needs port + 10000). Raises when it cannot start.
 -- Throwaway certificates, made once per process with openssl (nothing secret
 -- is committed): a CA and a server certificate it signed (SANs DNS:localhost
 -- and IP:127.0.0.1), a client certificate it signed, a second, unrelated CA
@@ -137,13 +134,13 @@ end
 
 --- Starts a private redis-server (daemon, by PID) on a free loopback port,
 -- with a plaintext unix socket beside it; extra is a list of more arguments
--- (e.g. { "--requirepass", "s3cret" }); opts.max_port keeps the port at or
--- below it (a cluster node also needs port + 10000); opts.tls = "yes" or "optional"
+-- (e.g. { "--requirepass", "s3cret" }); opts.cluster: a cluster node, its
+-- bus on port + 10000 (so the port is at most 55535); opts.tls = "yes" or "optional"
 -- (tls-auth-clients): TCP only over TLS (helpers.tls_certs), srv.port being
 -- the TLS port and srv.where "tls:<port>:<cert folder>" (for the workers).
 -- Raises when it cannot start.
 function helpers.start_redis(extra, opts)
-  local max_port = opts and opts.max_port or 65535
+  local max_port = opts and opts.cluster and 55535 or 65535
   local tls = opts and opts.tls
   local last_log = ""
   for _ = 1, 5 do
@@ -166,6 +163,9 @@ function helpers.start_redis(extra, opts)
       end
     end
     for _, a in ipairs(extra or {}) do args[#args + 1] = sh_quote(a) end
+    -- A cluster node's bus is on port + 10000 (which Redis derives from
+    -- --port, 0 when it listens on TLS only).
+    if opts and opts.cluster then args[#args + 1] = "--cluster-port " .. port + 10000 end
     local cmd = table.concat(args, " ")
     run(cmd)
     local deadline = core.now() + 5 * helpers.slow
@@ -462,17 +462,41 @@ Cluster.__index = Cluster
 -- `redis-cli --cluster create --cluster-replicas 1`. Returns once every node
 -- says cluster_state:ok and all agree on the slots. cluster.nodes = { Server
 -- ... }, cluster.seeds = { "127.0.0.1:<port>", ... } (for the client
--- option). Raises when it cannot start.
-function helpers.start_cluster()
+-- option). opts.masters (3) and opts.replicas (1 per master); opts.tls and
+-- opts.password: the nodes take clients and talk to each other over TLS
+-- only (helpers.tls_certs), and want that password (nodes keep a plaintext
+-- unix socket for the checks, where CLUSTER SLOTS gives port 0). Raises
+-- when it cannot start.
+function helpers.start_cluster(opts)
+  opts = opts or {}
+  local masters, replicas = opts.masters or 3, opts.replicas or 1
   local c = setmetatable({ nodes = {}, seeds = {} }, Cluster)
   local ok, err = pcall(function()
-    for i = 1, 6 do
-      c.nodes[i] = helpers.start_redis({ "--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
-                                         "--cluster-require-full-coverage", "yes" }, { max_port = 55535 })
+    local extra = { "--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+                    "--cluster-require-full-coverage", "yes" }
+    local cli = "redis-cli"
+    if opts.tls then
+      local certs = helpers.tls_certs()
+      -- The server certificate is for serverAuth only: nodes connect to
+      -- each other with the client one.
+      for _, a in ipairs({ "--tls-cluster", "yes", "--tls-replication", "yes", "--tls-client-cert-file",
+                           certs .. "/client.crt", "--tls-client-key-file", certs .. "/client.key" }) do
+        extra[#extra + 1] = a
+      end
+      cli = cli .. " --tls --cacert " .. sh_quote(certs .. "/ca.crt") .. " --cert " .. sh_quote(certs .. "/client.crt")
+            .. " --key " .. sh_quote(certs .. "/client.key")
+    end
+    if opts.password then
+      for _, a in ipairs({ "--requirepass", opts.password, "--masterauth", opts.password }) do extra[#extra + 1] = a end
+      cli = cli .. " --no-auth-warning -a " .. sh_quote(opts.password)
+    end
+    for i = 1, masters * (1 + replicas) do
+      c.nodes[i] = helpers.start_redis(extra, { cluster = true, tls = opts.tls and "yes" or nil })
+      c.nodes[i].password = opts.password
       c.seeds[i] = "127.0.0.1:" .. c.nodes[i].port
     end
-    local out, created = run("redis-cli --cluster create " .. table.concat(c.seeds, " ")
-                             .. " --cluster-replicas 1 --cluster-yes")
+    local out, created = run("timeout 60 " .. cli .. " --cluster create " .. table.concat(c.seeds, " ")
+                             .. " --cluster-replicas " .. replicas .. " --cluster-yes 2>&1")
     assert(created, "redis-cli --cluster create failed:\n" .. out)
     assert(c:settled(30), "the cluster never settled")
   end)
@@ -500,14 +524,14 @@ function Cluster:settled(seconds)
   end)
 end
 
--- The slot ranges node n tells (CLUSTER SLOTS), as { { first, last, port
--- of the master }, ... } sorted, and the same as one string.
+-- The slot ranges node n tells (CLUSTER SLOTS), as { { first, last, node
+-- id of the master }, ... } sorted, and the same as one string.
 function Cluster.ranges(_, n)
   local raw = n:raw()
   local reply = assert(raw:command("CLUSTER", "SLOTS"))
   raw:close()
   local ranges, text = {}, {}
-  for _, r in ipairs(reply) do ranges[#ranges + 1] = { r[1], r[2], r[3][2] } end
+  for _, r in ipairs(reply) do ranges[#ranges + 1] = { r[1], r[2], r[3][3] } end
   table.sort(ranges, function(a, b) return a[1] < b[1] end)
   for i, r in ipairs(ranges) do text[i] = table.concat(r, "-") end
   return ranges, table.concat(text, ",")
@@ -527,7 +551,7 @@ function Cluster:owner(slot, n)
   for _, r in ipairs((self:ranges(n))) do
     if slot >= r[1] and slot <= r[2] then
       for _, m in ipairs(self.nodes) do
-        if m.port == r[3] then return m end
+        if m.pid and self:id(m) == r[3] then return m end
       end
     end
   end
@@ -548,7 +572,14 @@ function Cluster.move_keys(_, slot, from, to)
     local keys = {}
     for k in from:cli("CLUSTER", "GETKEYSINSLOT", slot, 100):gmatch("[^\n]+") do keys[#keys + 1] = k end
     if #keys == 0 then return end
-    local said = from:cli("MIGRATE", "127.0.0.1", to.port, "", 0, 5000, "KEYS", (table.unpack or unpack)(keys)) -- luacheck: ignore
+    local argv = { "MIGRATE", "127.0.0.1", to.port, "", 0, 5000 }
+    if from.password then
+      argv[#argv + 1] = "AUTH"
+      argv[#argv + 1] = from.password
+    end
+    argv[#argv + 1] = "KEYS"
+    for _, k in ipairs(keys) do argv[#argv + 1] = k end
+    local said = from:cli((table.unpack or unpack)(argv)) -- luacheck: ignore (unpack: LuaJIT)
     assert(said == "OK", "MIGRATE said " .. said)
   end
 end
@@ -611,9 +642,10 @@ function Cluster:replica_of(n)
   error("master " .. n.port .. " has no replica")
 end
 
---- The node id of a node (CLUSTER MYID).
+--- The node id of a node (CLUSTER MYID), asked once.
 function Cluster.id(_, n)
-  return n:cli("CLUSTER", "MYID")
+  n.node_id = n.node_id or n:cli("CLUSTER", "MYID")
+  return n.node_id
 end
 
 --- Stops every node, by PID.

@@ -81,13 +81,18 @@ end
 -- =, port = }), and the sleep that goes with it. fields: of the nodes (as
 -- transport.node takes them; host and port come from the cluster). No I/O.
 function _M.new(fields, seeds)
+  local t = fields.tls
+  if transport.cosockets and t and t.verify and not t.server_name then
+    args.argerror(1, "new", "under OpenResty, TLS to a cluster needs 'tls.server_name' (a DNS name in the nodes'"
+      .. " certificates): the cluster names its nodes by address, and nginx checks DNS names only")
+  end
   local self = setmetatable({ seeds = seeds, _fields = fields, _nodes = {}, _known = 0, _slots = {},
                               _loaded = nil, _stale = true }, cluster_mt)
   self._timeout = (fields.timeout_ms or 1000) / 1000
   -- A transport never used for I/O: for the sleep, and io_problem.
-  local t, sleep = transport.node({ host = seeds[1].host, port = seeds[1].port })
-  self._probe, self._sleep = t, sleep
-  self.reports_loss = t.reports_loss
+  local probe, sleep = transport.node({ host = seeds[1].host, port = seeds[1].port })
+  self._probe, self._sleep = probe, sleep
+  self.reports_loss = probe.reports_loss
   return self, sleep
 end
 

@@ -46,7 +46,7 @@ local function client()
   if var("redis_cluster") then -- "host:port,host:port"
     local seeds = {}
     for a in var("redis_cluster"):gmatch("[^,]+") do seeds[#seeds + 1] = a end
-    clients[id] = redislock.new{ cluster = seeds, timeout = 2 }
+    clients[id] = redislock.new{ cluster = seeds, timeout = 2, tls = tls }
   elseif var("redis_sentinels") then
     local list = {}
     for a in var("redis_sentinels"):gmatch("[^,]+") do list[#list + 1] = a end
