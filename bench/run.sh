@@ -9,6 +9,8 @@
 #                      connections (a handshake each), on a server of its own
 #   bench/cluster.lua  acquire+release through cluster routing vs a
 #                      single-server client, on a one-node cluster of its own
+#   bench/redlock.lua  Redlock over five servers of its own vs one of them,
+#                      and vs node-redlock (npm, into a temporary folder)
 #   bench/handoff.lua  release-to-next-holder latency per waiting mode vs a PING
 #   bench/contend.lua  2, 8, 32 processes on one key: acquisitions/s, violations
 #   bench/memory.lua   client RSS before and after 10^6 cycles
@@ -73,6 +75,9 @@ for placement in "different-cores:$last" "same-core:0"; do
   step cluster "cluster routing, Lua 5.4, $where" taskset -c "$cpu" lua5.4 bench/cluster.lua "$where"
   step cluster "cluster routing, LuaJIT, $where" env LUA_CPATH="$JIT_CPATH" taskset -c "$cpu" luajit bench/cluster.lua "$where"
 done
+# Redlock: five servers of its own and the client, wherever the scheduler puts them.
+step redlock "Redlock over 5 servers (and node-redlock), Lua 5.4" lua5.4 bench/redlock.lua
+step redlock "Redlock over 5 servers (and node-redlock), LuaJIT" env LUA_CPATH="$JIT_CPATH" luajit bench/redlock.lua
 # Handoff: the holder beside the server, the waiter and the PINGs on another
 # core. Contention: the processes go wherever the scheduler puts them.
 BENCH_SERVER_CPU=0 BENCH_CLIENT_CPU=$last

@@ -75,6 +75,22 @@ redisReply *rl_conn_command(rl_conn *conn, int argc, const char **argv,
  */
 int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]);
 
+/* The most connections rl_conn_eval_many takes at once. */
+#define RL_MANY_MAX 64
+
+/*
+ * Runs cmds[i] (scripts, not takes) on conns[i] for each i < n (at most
+ * RL_MANY_MAX) at once: each is sent (connecting first when needed), then
+ * the replies are read as they come, polling all the sockets together,
+ * until all answered or timeout_ms passed since the start (connecting to
+ * each is bounded by its own connect timeout). A NOSCRIPT is followed by
+ * the EVAL on that connection alone. rc[i] is 0 with out[i], or -1 with a
+ * "connection:" or "redis:" message in err[i] (a connection that failed or
+ * timed out is closed).
+ */
+void rl_conn_eval_many(rl_conn *const *conns, rl_cmd *const *cmds, int n, long long timeout_ms,
+                       rl_result *out, int *rc, char (*err)[RL_ERRLEN]);
+
 /*
  * WAIT replicas ms on the connection the last command used (never a new one:
  * WAIT counts that connection's writes), with a reply timeout that covers ms.

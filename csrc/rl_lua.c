@@ -210,14 +210,15 @@ static int core_new(lua_State *L) {
 
 /*
  * Checks the arguments of a lock script starting at idx: op ("acquire",
- * "release", "extend", "pttl", "acquire_fair", "leave", "take" or "release_one"), key, token
- * and, for acquire, take, acquire_fair and extend, ms (the ttl in whole
- * milliseconds). Raises on bad ones; leaves the stack as is.
+ * "release", "extend", "pttl", "acquire_fair", "leave", "take", "release_one" or
+ * "fence_up"), key, token and, for acquire, take, acquire_fair and extend, ms
+ * (the ttl in whole milliseconds; for fence_up, the fence). Raises on bad
+ * ones; leaves the stack as is.
  */
 static rl_op check_script(lua_State *L, int idx, const char **key, size_t *klen,
                           const char **token, size_t *tlen, long long *ms) {
   static const char *const ops[] = { "acquire", "release", "extend", "pttl", "acquire_fair", "leave",
-                                     "take", "release_one", NULL };
+                                     "take", "release_one", "fence_up", NULL };
   rl_op op = (rl_op)luaL_checkoption(L, idx, NULL, ops);
   const char *why;
   *key = luaL_checklstring(L, idx + 1, klen);
@@ -226,11 +227,13 @@ static rl_op check_script(lua_State *L, int idx, const char **key, size_t *klen,
   if (why != NULL) luaL_argerror(L, idx + 1, why);
   luaL_argcheck(L, *tlen > 0, idx + 2, "token must not be empty");
   *ms = 0;
-  if (op == RL_OP_ACQUIRE || op == RL_OP_TAKE || op == RL_OP_EXTEND || op == RL_OP_ACQUIRE_FAIR) {
+  if (op == RL_OP_ACQUIRE || op == RL_OP_TAKE || op == RL_OP_EXTEND || op == RL_OP_ACQUIRE_FAIR ||
+      op == RL_OP_FENCE_UP) {
     int isnum = 0;
     lua_Integer v = lua_tointegerx(L, idx + 3, &isnum);
     luaL_argcheck(L, lua_type(L, idx + 3) == LUA_TNUMBER && isnum && v >= 1 && v <= RL_MAX_MS,
-                  idx + 3, "ttl must be an integer number of milliseconds >= 1");
+                  idx + 3, op == RL_OP_FENCE_UP ? "fence must be an integer >= 1"
+                                                : "ttl must be an integer number of milliseconds >= 1");
     *ms = (long long)v;
   }
   return op;
@@ -932,6 +935,67 @@ static int core_prefix_problem(lua_State *L) {
   return 1;
 }
 
+/*
+ * core.eval_many(timeout_ms, op, key, token, ms, client, ...) -> statuses, values
+ * Runs one lock script (op as client:eval takes it, but not "take") on every
+ * client's connection at once (rl_conn_eval_many): all are sent, then all
+ * replies read as they come within timeout_ms. statuses[i] is the status
+ * (1, 0, -1) and values[i] the value for the i-th client, or statuses[i]
+ * false and values[i] the "connection: ..." / "redis: ..." message.
+ */
+static int core_eval_many(lua_State *L) {
+  int isnum = 0, n = lua_gettop(L) - 5, i;
+  lua_Integer timeout = lua_tointegerx(L, 1, &isnum);
+  const char *key, *token;
+  size_t klen, tlen;
+  long long ms;
+  rl_op op;
+  rl_conn *conns[RL_MANY_MAX];
+  rl_cmd *cmds;
+  rl_result *out;
+  int *rc;
+  char (*err)[RL_ERRLEN];
+  luaL_argcheck(L, lua_type(L, 1) == LUA_TNUMBER && isnum && timeout >= 1 && timeout <= RL_MAX_MS, 1,
+                "timeout must be an integer number of milliseconds >= 1");
+  op = check_script(L, 2, &key, &klen, &token, &tlen, &ms);
+  luaL_argcheck(L, op != RL_OP_TAKE, 2, "a take runs on one connection only");
+  luaL_argcheck(L, n >= 1 && n <= RL_MANY_MAX, 6, "1 to 64 clients expected");
+  for (i = 0; i < n; i++) conns[i] = &check_client(L, 6 + i)->conn;
+  /* One block for the commands and answers, freed by Lua (no leak if a later step raises). */
+  cmds = (rl_cmd *)lua_newuserdatauv(L, (sizeof *cmds + sizeof *out + sizeof *rc + sizeof *err) * (size_t)n, 0);
+  out = (rl_result *)(cmds + n);
+  rc = (int *)(out + n);
+  err = (char (*)[RL_ERRLEN])(rc + n);
+  for (i = 0; i < n; i++) {
+    rl_client *c = check_client(L, 6 + i);
+    if (rl_cmd_init(&cmds[i], op, c->prefix, c->plen, key, klen, token, tlen, ms) != 0) {
+      while (--i >= 0) rl_cmd_free(&cmds[i]);
+      return luaL_error(L, "redislock: out of memory");
+    }
+  }
+  {
+    rl_cmd *ptrs[RL_MANY_MAX];
+    for (i = 0; i < n; i++) ptrs[i] = &cmds[i];
+    rl_conn_eval_many(conns, ptrs, n, (long long)timeout, out, rc, err);
+  }
+  for (i = 0; i < n; i++) rl_cmd_free(&cmds[i]);
+  lua_createtable(L, n, 0);
+  lua_createtable(L, n, 0);
+  for (i = 0; i < n; i++) {
+    if (rc[i] == 0) {
+      lua_pushinteger(L, out[i].status);
+      lua_rawseti(L, -3, i + 1);
+      lua_pushinteger(L, (lua_Integer)out[i].value);
+    } else {
+      lua_pushboolean(L, 0);
+      lua_rawseti(L, -3, i + 1);
+      lua_pushstring(L, err[i]);
+    }
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 2;
+}
+
 /* core.slot(name) -> the Redis Cluster hash slot of a key name (0..16383). */
 static int core_slot(lua_State *L) {
   size_t len;
@@ -1151,6 +1215,7 @@ static const luaL_Reg core_functions[] = {
   { "ms", core_ms },
   { "key_problem", core_key_problem },
   { "prefix_problem", core_prefix_problem },
+  { "eval_many", core_eval_many },
   { "slot", core_slot },
   { "lock_slot", core_lock_slot },
   { "redirect", core_redirect },

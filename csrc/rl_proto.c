@@ -195,10 +195,23 @@ static const char *const script_text[RL_OP_COUNT] = {
   "end\n"
   "if v then return -2 - redis.call('PTTL', KEYS[1]) end\n"
   "return 0\n",
+  /* RL_OP_FENCE_UP: KEYS lock, fence; ARGV[1] token, ARGV[2] a fence. Only
+     while the lock holds our token (a holder whose lock expired must not
+     push a stale fence past a newer holder's), the counter is raised to at
+     least ARGV[2]. Replies as release: 1 (ours, done), 0, or -2 - PTTL. */
+  "local v = redis.call('GET', KEYS[1])\n"
+  "if v == ARGV[1] then\n"
+  "  if (tonumber(redis.call('GET', KEYS[2])) or 0) < tonumber(ARGV[2]) then\n"
+  "    redis.call('SET', KEYS[2], ARGV[2])\n"
+  "  end\n"
+  "  return 1\n"
+  "end\n"
+  "if v then return -2 - redis.call('PTTL', KEYS[1]) end\n"
+  "return 0\n",
 };
 
 static const char *const op_name[RL_OP_COUNT] = {
-  "acquire", "release", "extend", "pttl", "acquire_fair", "leave", "take", "release_one"
+  "acquire", "release", "extend", "pttl", "acquire_fair", "leave", "take", "release_one", "fence_up"
 };
 
 static char script_sha[RL_OP_COUNT][41];
@@ -232,6 +245,7 @@ static const int op_keys[RL_OP_COUNT][RL_MAX_KEYS + 1] = { /* ends with -1 */
   [RL_OP_LEAVE] = { K_LOCK, K_SIGNAL, K_QUEUE, K_ALIVE, -1 },
   [RL_OP_TAKE] = { K_LOCK, K_FENCE, K_WAITERS, -1 }, /* acquire's, for the fallback */
   [RL_OP_RELEASE_ONE] = { K_LOCK, -1 },
+  [RL_OP_FENCE_UP] = { K_LOCK, K_FENCE, -1 },
 };
 
 /* Writes n in decimal at p; returns the end. */
@@ -281,7 +295,8 @@ int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
   cmd->len[2] = 1;
   cmd->argv[cmd->argc] = token;
   cmd->len[cmd->argc++] = tlen;
-  if (op == RL_OP_ACQUIRE || op == RL_OP_TAKE || op == RL_OP_EXTEND || op == RL_OP_ACQUIRE_FAIR) {
+  if (op == RL_OP_ACQUIRE || op == RL_OP_TAKE || op == RL_OP_EXTEND || op == RL_OP_ACQUIRE_FAIR ||
+      op == RL_OP_FENCE_UP) {
     cmd->len[cmd->argc] = (size_t)(put_size(cmd->ms, (size_t)ms) - cmd->ms); /* ms >= 1, checked */
     cmd->argv[cmd->argc++] = cmd->ms;
   }

@@ -25,6 +25,8 @@ typedef enum {
   RL_OP_TAKE,    /* the first try of an acquire: MULTI, SET NX PX, INCR fence, EXEC */
   RL_OP_RELEASE_ONE, /* compare-and-delete of the lock's own key only, waking nobody: a
                         release in a cluster slot half moved (one key: never TRYAGAIN) */
+  RL_OP_FENCE_UP, /* Redlock's second phase: where the lock holds our token, raise the
+                     fence counter to at least the fence chosen (in place of the ttl) */
   RL_OP_COUNT
 } rl_op;
 

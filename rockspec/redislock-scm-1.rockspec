@@ -45,6 +45,7 @@ build = {
     ["redislock.scope"] = "lua/redislock/scope.lua",
     ["redislock.sentinel"] = "lua/redislock/sentinel.lua",
     ["redislock.cluster"] = "lua/redislock/cluster.lua",
+    ["redislock.redlock"] = "lua/redislock/redlock.lua",
     ["redislock.tls"] = "lua/redislock/tls.lua",
     ["redislock.transport"] = "lua/redislock/transport.lua",
     ["redislock.url"] = "lua/redislock/url.lua",

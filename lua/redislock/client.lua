@@ -9,6 +9,7 @@ local core = require "redislock.core"
 local lock_mod = require "redislock.lock"
 local scope = require "redislock.scope"
 local cluster = require "redislock.cluster"
+local redlock = require "redislock.redlock"
 local sentinel = require "redislock.sentinel"
 local tls = require "redislock.tls"
 local url = require "redislock.url"
@@ -60,7 +61,7 @@ local NEW_OPTS = {
   db = true, connect_timeout = true, timeout = true, prefix = true, tls = true,
   pool_size = true, keepalive_timeout = true,
   sentinels = true, master = true, sentinel_username = true, sentinel_password = true, sentinel_tls = true,
-  cluster = true,
+  cluster = true, redlock = true,
 }
 local STRING_OPTS = { "url", "host", "path", "username", "password", "prefix", "master", "sentinel_username",
                       "sentinel_password" }
@@ -96,6 +97,58 @@ local function address_list(name, list, default_port)
   return out
 end
 
+-- Redlock's bound per server and call when the timeout option is not given:
+-- short, as the algorithm wants (a slow server must not eat the validity).
+local REDLOCK_TIMEOUT_MS = 200
+
+-- The redlock option: a list of at least 3 servers, each a URL or a table
+-- of host, port, path, username, password, db, tls; the client's own
+-- username, password, db and tls are the defaults. Returns a list of node
+-- fields (as transport.node takes them).
+local function redlock_servers(opts, common)
+  local list = opts.redlock
+  if type(list) ~= "table" or #list < 3 then
+    argerror(1, "new", "option 'redlock' must be a list of at least 3 servers (URLs or tables; a majority of 1 or"
+      .. " 2 servers is all of them)")
+  end
+  local out = {}
+  for i, item in ipairs(list) do
+    local f
+    if type(item) == "string" then
+      local why
+      f, why = url.parse(item)
+      if not f then argerror(1, "new", string_format("option 'redlock' item %d %s", i, why)) end
+    elseif type(item) == "table" then
+      f = {}
+      for _, name in ipairs({ "host", "port", "path", "username", "password", "db" }) do f[name] = item[name] end
+      if f.host == nil and f.path == nil then
+        argerror(1, "new", string_format("option 'redlock' item %d needs a host or a path", i))
+      end
+    else
+      argerror(1, "new", string_format("option 'redlock' item %d must be a URL or a table, got %s", i, type(item)))
+    end
+    for _, name in ipairs({ "username", "password", "db" }) do
+      if f[name] == nil then f[name] = common[name] end
+    end
+    if f.port ~= nil and not is_whole(f.port, 1, 65535) then
+      argerror(1, "new", string_format("option 'redlock' item %d: port must be a whole number in 1..65535", i))
+    end
+    if f.db ~= nil and not is_whole(f.db, 0, 1000000) then
+      argerror(1, "new", string_format("option 'redlock' item %d: db must be a whole number >= 0", i))
+    end
+    for _, name in ipairs(CSTRING_OPTS) do
+      if type(f[name]) == "string" and f[name]:find("\0", 1, true) then
+        argerror(1, "new", string_format("option 'redlock' item %d: %s must not contain NUL bytes", i, name))
+      end
+    end
+    f.tls = tls.settings(type(item) == "table" and item.tls or opts.tls, f.tls, f.path)
+    f.connect_timeout_ms, f.prefix, f.pool_size = common.connect_timeout_ms, common.prefix, common.pool_size
+    f.keepalive_timeout_ms = common.keepalive_timeout_ms
+    out[i] = f
+  end
+  return out
+end
+
 --- Makes a client. No I/O: it connects on first use. Under OpenResty it talks
 -- over cosockets and nginx's connection pool (see redislock/ngx.lua).
 -- @param opts table (or a URL string): url, host, port, path, username, password,
@@ -106,7 +159,9 @@ end
 --   port and path, and sentinel_username, sentinel_password, sentinel_tls for
 --   the sentinels (redislock/sentinel.lua); for Redis Cluster, cluster (a
 --   list of seed nodes) instead of url, host, port and path
---   (redislock/cluster.lua)
+--   (redislock/cluster.lua); for Redlock, redlock (a list of at least 3
+--   independent servers, URLs or tables) instead of url, host, port and path
+--   (redislock/redlock.lua)
 -- @return client
 function _M.new(opts, ...)
   check_nargs("new", 1, ...)
@@ -133,6 +188,13 @@ function _M.new(opts, ...)
     end
   elseif opts.sentinel_username ~= nil or opts.sentinel_password ~= nil or opts.sentinel_tls ~= nil then
     argerror(1, "new", "options 'sentinel_username', 'sentinel_password' and 'sentinel_tls' need 'sentinels'")
+  end
+  if opts.redlock ~= nil then
+    for _, name in ipairs({ "url", "host", "port", "path", "sentinels", "cluster" }) do
+      if opts[name] ~= nil then
+        argerror(1, "new", string_format("option '%s' contradicts 'redlock' (the list names the servers)", name))
+      end
+    end
   end
   if opts.cluster ~= nil then
     for _, name in ipairs({ "url", "host", "port", "path", "sentinels" }) do
@@ -208,6 +270,8 @@ function _M.new(opts, ...)
       tls = tls.settings(opts.sentinel_tls, nil, nil) })
   elseif opts.cluster ~= nil then
     self._transport, self._sleep = cluster.new(c, address_list("cluster", opts.cluster, 6379))
+  elseif opts.redlock ~= nil then
+    self._transport, self._sleep = redlock.new(redlock_servers(opts, c), c.timeout_ms or REDLOCK_TIMEOUT_MS)
   else
     self._transport, self._sleep = transport.node(c)
   end
@@ -275,13 +339,25 @@ end
 
 -- acquire after its arguments were checked. scoped: with_lock's lock, which
 -- must not outlive the running thread (see redislock/ngx_lease.lua).
+-- Raises a bad argument n to fname for an acquire option the client's
+-- topology cannot honour (Redlock: fair, replicas).
+local function refused(self, n, fname, how)
+  local no = self._transport.refuses
+  if not no then return end
+  for _, name in ipairs({ "fair", "replicas" }) do
+    if how[name] and no[name] then
+      argerror(n, fname, string_format("option '%s' is not available with 'redlock' (%s)", name, no[name]))
+    end
+  end
+end
+
 local function acquire(self, key, ms, how, scoped)
   local tok, t = token(), self._transport
   local fence, sent, acked, werr = take(t, self._sleep, self._held, self._hot, key, tok, ms, how)
   if not fence then return nil, sent end
   -- The lock cannot expire on the server before sent + ms (the TTL started
   -- after the send), by the monotonic clock.
-  local lock = lock_mod.new(t, self._link, key, tok, fence, sent + ms / 1000)
+  local lock = lock_mod.new(t, self._link, key, tok, fence, sent + (t.validity_ms and t:validity_ms(ms) or ms) / 1000)
   if how.replicas and not acked then
     lock:release() -- taken, but the WAIT failed: give it back
     return nil, werr
@@ -311,6 +387,7 @@ function Client:acquire(key, ttl, opts, ...)
   local ms = check_seconds(2, "acquire", "ttl", ttl)
   local how = lock_opts(3, "acquire", opts, false)
   check_nargs("acquire", 3, ...)
+  refused(self, 3, "acquire", how)
   return acquire(self, key, ms, how)
 end
 
@@ -368,6 +445,7 @@ end
 function Client:with_lock(key, ttl, fn, opts, ...)
   check_client(self, "with_lock")
   local ms, how = _M.with_lock_args(key, ttl, fn, opts, ...)
+  refused(self, 4, "with_lock", how)
   return _M.with_lock(self, key, ms, fn, how)
 end
 

@@ -131,7 +131,8 @@ local function lock_eval(self, fname, op, ms)
     return nil, mark_lost(self, status, op)
   end
   if op == "extend" then
-    self._expires = sent + ms / 1000
+    local t = self._t
+    self._expires = sent + (t.validity_ms and t:validity_ms(ms) or ms) / 1000
     if self._lease then self._lease:extended(ms, math_floor(sent * 1000)) end
   end
   return value

@@ -35,15 +35,20 @@ end
 -- $redis_master behind them (and $redis_sentinel_tls, a mode as $redis_tls's
 -- with the name "localhost", "nonamemtls" for mtls with none, and
 -- $redis_sentinel_password); or, with $redis_cluster ("host:port,..."), for
--- that cluster.
+-- that cluster; or, with $redis_redlock ("url,url,..."), for Redlock over
+-- those servers.
 local function client()
   local id = table.concat({ var("redis_url") or "", var("redis_timeout") or "", var("redis_tls") or "",
                             var("redis_tls_name") or "", var("redis_sentinels") or "", var("redis_master") or "",
                             var("redis_sentinel_tls") or "", var("redis_sentinel_password") or "",
-                            var("redis_cluster") or "" }, "|")
+                            var("redis_cluster") or "", var("redis_redlock") or "" }, "|")
   if clients[id] then return clients[id] end
   local tls = tls_option(var("redis_tls"), var("redis_tls_name"))
-  if var("redis_cluster") then -- "host:port,host:port"
+  if var("redis_redlock") then -- "url,url,..."
+    local list = {}
+    for u in var("redis_redlock"):gmatch("[^,]+") do list[#list + 1] = u end
+    clients[id] = redislock.new{ redlock = list }
+  elseif var("redis_cluster") then -- "host:port,host:port"
     local seeds = {}
     for a in var("redis_cluster"):gmatch("[^,]+") do seeds[#seeds + 1] = a end
     clients[id] = redislock.new{ cluster = seeds, timeout = 2, tls = tls }
@@ -93,14 +98,21 @@ end
 -- with_lock, waiting that way.
 function app.counter()
   local c = client()
+  -- The counter's server: $redis_data_url, else the lock's (a Redlock
+  -- client has no single server for commands).
+  local d = c
+  if var("redis_data_url") then
+    clients[var("redis_data_url")] = clients[var("redis_data_url")] or redislock.new(var("redis_data_url"))
+    d = clients[var("redis_data_url")]
+  end
   local function work()
-    if assert(c:command("INCR", "inside")) > 1 then assert(c:command("INCR", "overlaps")) end
-    local v, err = c:command("GET", "counter")
+    if assert(d:command("INCR", "inside")) > 1 then assert(d:command("INCR", "overlaps")) end
+    local v, err = d:command("GET", "counter")
     assert(v ~= nil, err)
     v = tonumber(v) or 0
     ngx.sleep(0.001)
-    assert(c:command("SET", "counter", v + 1))
-    assert(c:command("DECR", "inside"))
+    assert(d:command("SET", "counter", v + 1))
+    assert(d:command("DECR", "inside"))
   end
   local mode = ngx.var.arg_lock
   if mode then

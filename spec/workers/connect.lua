@@ -2,14 +2,19 @@
 -- The connection options a worker's first argument names: a port,
 -- tls:<port>:<certificate folder> for a TLS server made by spec/helpers.lua
 -- (mutual TLS, verified as "localhost"), <host:port>,...:<master> for the
--- master a Sentinel group names, or cluster:<host:port>,... for a Redis
--- Cluster's seeds. extra is merged over them.
+-- master a Sentinel group names, cluster:<host:port>,... for a Redis
+-- Cluster's seeds, or redlock:<url>,... for Redlock's servers. extra is
+-- merged over them.
 return function(where, extra)
   local o = {}
   local port, dir = where:match("^tls:(%d+):(.+)$")
   local sentinels, master = where:match("^(.+:%d+):(%a+)$")
   local seeds = where:match("^cluster:(.+)$")
-  if seeds then
+  local servers = where:match("^redlock:(.+)$")
+  if servers then
+    o.redlock = {}
+    for u in servers:gmatch("[^,]+") do o.redlock[#o.redlock + 1] = u end
+  elseif seeds then
     o.cluster = {}
     for a in seeds:gmatch("[^,]+") do o.cluster[#o.cluster + 1] = a end
   elseif sentinels then

@@ -4,8 +4,11 @@
 -- counts how many workers are inside at once ("inside" key): more than one is
 -- an overlap, which the lock must make impossible. With the lock, each
 -- section appends its fence to the "fences" list.
--- usage: counter.lua <port | tls:port:folder> <notify|poll|fair|nolock> <rounds> <start_at (core.now seconds)>
--- (notify, poll: with_lock with that wait_mode; fair: a fair lock)
+-- usage: counter.lua <where (spec/workers/connect.lua)> <notify|poll|fair|nolock> <rounds>
+--                    <start_at (core.now seconds)> [<port of the counter's server>]
+-- (notify, poll: with_lock with that wait_mode; fair: a fair lock). The
+-- counter lives on the lock's server, or on the server at the last port (a
+-- Redlock client has no single server for commands).
 local redislock = require "redislock"
 local core = require "redislock.core"
 
@@ -13,15 +16,16 @@ local connect = require "spec.workers.connect"
 
 local mode, rounds, start_at = arg[2], tonumber(arg[3]), tonumber(arg[4])
 local client = redislock.new(connect(arg[1], { timeout = 5 }))
+local data = arg[5] and redislock.new({ port = tonumber(arg[5]) }) or client
 local overlaps = 0
 
 local function critical(lock)
-  if assert(client:command("INCR", "inside")) > 1 then overlaps = overlaps + 1 end
-  if lock then assert(client:command("RPUSH", "fences", lock.fence)) end
-  local n = tonumber(assert(client:command("GET", "counter")))
+  if assert(data:command("INCR", "inside")) > 1 then overlaps = overlaps + 1 end
+  if lock then assert(data:command("RPUSH", "fences", lock.fence)) end
+  local n = tonumber(assert(data:command("GET", "counter")))
   core.sleep(0.001) -- widen the race window so that a missing lock shows
-  assert(client:command("SET", "counter", n + 1))
-  assert(client:command("DECR", "inside"))
+  assert(data:command("SET", "counter", n + 1))
+  assert(data:command("DECR", "inside"))
 end
 
 -- Start together, so the workers really compete.

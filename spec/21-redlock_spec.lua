@@ -1,0 +1,228 @@
+-- SPDX-License-Identifier: MIT
+-- Redlock over five independent redis-servers (appendonly, appendfsync
+-- always; spec/helpers.lua), started once for this file: a majority holds
+-- the lock, servers stopped (SIGSTOP) or down do not break it while a
+-- majority answers, and the fence grows across quorums (the two-phase
+-- write-back).
+local core = require "redislock.core"
+local helpers = require "spec.helpers"
+local redislock = require "redislock"
+
+describe("Redlock", function()
+  local servers, urls
+
+  lazy_setup(function() servers, urls = helpers.start_redlock(5) end)
+  lazy_teardown(function()
+    for _, s in ipairs(servers or {}) do
+      os.execute("kill -CONT " .. s.pid .. " 2>/dev/null")
+      s:stop()
+    end
+  end)
+
+  local function client(extra)
+    local list = {}
+    for i, s in ipairs(servers) do list[i] = s.url end
+    local o = { redlock = list }
+    for k, v in pairs(extra or {}) do o[k] = v end
+    return redislock.new(o)
+  end
+
+  -- Stops (SIGSTOP) the servers at the given indexes until the returned
+  -- function is called.
+  local function pause(...)
+    local which = { ... }
+    for _, i in ipairs(which) do os.execute("kill -STOP " .. servers[i].pid) end
+    return function()
+      for _, i in ipairs(which) do os.execute("kill -CONT " .. servers[i].pid) end
+    end
+  end
+
+  -- How many servers hold key's lock with token.
+  local function holders(key, token)
+    local n = 0
+    for _, s in ipairs(servers) do
+      if s:cli("GET", "lock:{" .. key .. "}") == token then n = n + 1 end
+    end
+    return n
+  end
+
+  it("takes the lock on every server, as a single-server lock there, and releases it everywhere", function()
+    local c = client()
+    local lock = assert(c:acquire("r:1", 5))
+    assert.are.equal(5, holders("r:1", lock.token))
+    assert.is_true(lock.fence >= 1)
+    local ttl = assert(lock:ttl())
+    assert.is_true(ttl > 4.8 and ttl <= 5, ttl)
+    -- A single-server client on any of them sees it held.
+    local single = servers[3]:client()
+    local other, err = single:acquire("r:1", 5)
+    assert.is_nil(other)
+    assert.matches("^busy:", err)
+    single:close()
+    assert.is_true(lock:release())
+    assert.are.equal(0, holders("r:1", lock.token))
+    assert.matches("Redlock over 5 servers", tostring(c))
+    c:close()
+  end)
+
+  it("keeps several processes out of each other's sections (an exact counter)", function()
+    local counter = servers[1]
+    local raw = counter:raw()
+    assert(raw:command("DEL", "counter", "inside", "fences"))
+    assert(raw:command("SET", "counter", 0))
+    local start_at = core.now() + 0.5
+    local procs = {}
+    for i = 1, 6 do
+      procs[i] = helpers.spawn(helpers.spec_dir .. "workers/counter.lua", "redlock:" .. urls, "poll", 25, start_at,
+                               counter.port)
+    end
+    for i = 1, #procs do
+      local out, ok = procs[i].wait()
+      assert.is_true(ok, out)
+      assert.are.equal("overlaps 0", out:match("overlaps %d+"))
+    end
+    assert.are.equal(150, tonumber(raw:command("GET", "counter")))
+    local fences = raw:command("LRANGE", "fences", 0, -1)
+    for i = 2, #fences do assert.is_true(tonumber(fences[i]) > tonumber(fences[i - 1])) end
+    raw:close()
+  end)
+
+  it("works with 2 of 5 servers stopped (SIGSTOP)", function()
+    local c = client()
+    local resume = pause(1, 2)
+    local t0 = core.now()
+    local lock, err = c:acquire("r:two", 5)
+    local took = core.now() - t0
+    local held = 0
+    for i = 3, 5 do
+      if lock and servers[i]:cli("GET", "lock:{r:two}") == lock.token then held = held + 1 end
+    end
+    local released, rerr
+    if lock then released, rerr = lock:release() end
+    resume()
+    assert.is_truthy(lock, err)
+    assert.is_true(took < 1, took)
+    assert.are.equal(3, held)
+    assert.is_true(released, rerr)
+    c:close()
+  end)
+
+  it("fails, bounded, with 3 of 5 stopped, and leaves nothing held where it reached", function()
+    local c = client()
+    local resume = pause(1, 2, 3)
+    local t0 = core.now()
+    local lock, err = c:acquire("r:three", 2)
+    local took = core.now() - t0
+    local left = servers[4]:cli("EXISTS", "lock:{r:three}") + servers[5]:cli("EXISTS", "lock:{r:three}")
+    resume()
+    assert.is_nil(lock)
+    assert.matches("^connection: reached 2 of 5 Redlock servers, fewer than the 3 a majority needs %(", err)
+    assert.is_true(took < 1.5, took)
+    assert.are.equal(0, left)
+    -- The stopped ones may run the acquire when they resume: it runs out by its TTL.
+    assert.is_truthy(helpers.eventually(4, function()
+      for _, srv in ipairs(servers) do
+        if srv:cli("EXISTS", "lock:{r:three}") ~= "0" then return false end
+      end
+      return true
+    end))
+    c:close()
+  end)
+
+  it("says busy when someone else holds the lock on 3 of 5 servers", function()
+    for i = 1, 3 do assert.are.equal("OK", servers[i]:cli("SET", "lock:{r:planted}", "someone", "PX", 3000)) end
+    local c = client()
+    local lock, err = c:acquire("r:planted", 5)
+    assert.is_nil(lock)
+    assert.matches('^busy: "r:planted" is held by another owner', err)
+    for i = 4, 5 do assert.are.equal("0", servers[i]:cli("EXISTS", "lock:{r:planted}")) end -- given back
+    -- With wait, it is taken once the planted locks run out.
+    lock = assert(c:acquire("r:planted", 5, { wait = 5 }))
+    assert.is_true(lock:release())
+    c:close()
+  end)
+
+  it("gives fences that grow while the majority that answers changes", function()
+    local c = client()
+    local last = 0
+    for _, down in ipairs({ { 1, 2 }, {}, { 4, 5 }, { 2, 5 }, { 3 }, { 1, 3 }, {} }) do
+      local resume = pause((table.unpack or unpack)(down)) -- luacheck: ignore (unpack: LuaJIT)
+      local lock, err = c:acquire("r:fence", 5)
+      local ok, rerr
+      if lock then ok, rerr = lock:release() end
+      resume()
+      assert.is_truthy(lock, err)
+      assert.is_true(ok, rerr)
+      assert.is_true(lock.fence > last, lock.fence .. " after " .. last)
+      last = lock.fence
+    end
+    c:close()
+  end)
+
+  it("refuses a stale holder's write-back: a newer holder's fence stays ahead", function()
+    local c = client()
+    local a = assert(c:acquire("r:stale", 0.3, { renew = false }))
+    core.sleep(0.4) -- a's lock ran out while a was "paused"
+    local b = assert(c:acquire("r:stale", 5))
+    assert.is_true(b.fence > a.fence)
+    -- a wakes up and pushes a huge fence: only where the lock holds its
+    -- token, which is nowhere now.
+    local statuses = core.eval_many(1000, "fence_up", "r:stale", a.token, 1000000,
+                                    (table.unpack or unpack)(c._transport.nodes)) -- luacheck: ignore
+    for i = 1, 5 do assert.are_not.equal(1, statuses[i]) end
+    assert.is_true(b:release())
+    local next_lock = assert(c:acquire("r:stale", 5))
+    assert.are.equal(b.fence + 1, next_lock.fence)
+    assert.is_true(next_lock:release())
+    c:close()
+  end)
+
+  it("renews on a majority while 2 servers are stopped", function()
+    local c = client()
+    local resume = pause(4, 5)
+    local ok, err = pcall(c.with_lock, c, "r:renew", 0.6, function(lock)
+      core.sleep(1.5) -- past twice the TTL: only renewals keep it
+      assert.is_true(lock:check())
+      return true
+    end)
+    resume()
+    assert.is_true(ok, tostring(err))
+    c:close()
+  end)
+
+  it("checks its options, and refuses what it cannot honour", function()
+    local function refused(opts, msg)
+      local ok, err = pcall(redislock.new, opts)
+      assert.is_false(ok)
+      assert.is_truthy(tostring(err):find(msg, 1, true), err)
+    end
+    refused({ redlock = { "redis://h:1", "redis://h:2" } }, "option 'redlock' must be a list of at least 3 servers")
+    refused({ redlock = "redis://h:1" }, "option 'redlock' must be a list of at least 3 servers")
+    refused({ redlock = { "redis://h:1", "redis://h:2", "http://h" } }, "option 'redlock' item 3")
+    refused({ redlock = { "redis://h:1", "redis://h:2", 7 } }, "option 'redlock' item 3 must be a URL or a table")
+    refused({ redlock = { "redis://h:1", "redis://h:2", {} } }, "option 'redlock' item 3 needs a host or a path")
+    refused({ redlock = { "redis://h:1", "redis://h:2", { host = "h", port = 0 } } }, "item 3: port must be")
+    refused({ redlock = { "redis://h:1", "redis://h:2", "redis://h:3" }, url = "redis://h" },
+            "option 'url' contradicts 'redlock'")
+    local c = client()
+    assert.has_error(function() c:acquire("r:x", 5, { fair = true }) end,
+                     "bad argument #3 to 'acquire' (option 'fair' is not available with 'redlock' (a fair queue"
+                     .. " lives on one server; Redlock has no single queue to keep))")
+    assert.has_error(function() c:with_lock("r:x", 5, function() end, { replicas = 1 }) end)
+    local v, err = c:command("GET", "x")
+    assert.is_nil(v)
+    assert.matches("a Redlock client has no single server for plain commands", err)
+    -- The C core's call to several servers checks its arguments too.
+    local nodes = c._transport.nodes
+    assert.has_error(function() core.eval_many(0, "release", "k", "t", nil, nodes[1]) end,
+                     "bad argument #1 to 'eval_many' (timeout must be an integer number of milliseconds >= 1)")
+    assert.has_error(function() core.eval_many(100, "take", "k", "t", 1000, nodes[1]) end,
+                     "bad argument #2 to 'eval_many' (a take runs on one connection only)")
+    assert.has_error(function() core.eval_many(100, "release", "k", "t", nil) end,
+                     "bad argument #6 to 'eval_many' (1 to 64 clients expected)")
+    assert.has_error(function() core.eval_many(100, "release", "k", "t", nil, {}) end)
+    assert.has_error(function() core.eval_many(100, "fence_up", "k", "t", 0, nodes[1]) end,
+                     "bad argument #5 to 'eval_many' (fence must be an integer >= 1)")
+    c:close()
+  end)
+end)
