@@ -8,7 +8,10 @@
 --  * node-redlock v5 (ioredis) on the same five (bench/node_redlock.js),
 --    when node and npm are installed: `npm install` puts it into a
 --    temporary folder (BENCH_NODE_MODULES reuses a folder instead), never
---    into the checkout. Ours as a ratio to it.
+--    into the checkout. Ours as a ratio to it;
+--  * and, after the slices, what a cycle costs in CPU, the servers' (INFO
+--    cpu) and the client's (os.clock), one server vs the five: on a machine
+--    with fewer cores than servers, that sum is what bounds the rate.
 -- usage (from bench/run.sh): redlock.lua
 local redislock = require "redislock"
 local core = require "redislock.core"
@@ -72,6 +75,27 @@ local function node_peer()
   end, version
 end
 
+-- The servers' CPU (INFO cpu, user + sys, seconds) summed over ports.
+local function server_cpu(list)
+  local sum = 0
+  for _, port in ipairs(list) do
+    local info = B.run("redis-cli -p " .. port .. " INFO cpu")
+    sum = sum + tonumber(info:match("used_cpu_sys:([%d.]+)")) + tonumber(info:match("used_cpu_user:([%d.]+)"))
+  end
+  return sum
+end
+
+-- What a cycle costs in CPU (µs): the servers' (of used) and this process's.
+local function cpu_per_cycle(opts, used)
+  local client = redislock.new(opts)
+  assert(assert(client:acquire("warm", 10)):release())
+  local s0, c0 = server_cpu(used), os.clock()
+  for _ = 1, N do assert(assert(client:acquire("bench", 10)):release()) end
+  local server, own = (server_cpu(used) - s0) / N * 1e6, (os.clock() - c0) / N * 1e6
+  client:close()
+  return server, own
+end
+
 local ok, err = pcall(function()
   local urls = {}
   for i, p in ipairs(ports) do urls[i] = "redis://127.0.0.1:" .. p end
@@ -91,6 +115,16 @@ local ok, err = pcall(function()
            baseline = "redlock.single/" .. id, baseline_value = median("single"), ratio = r, target = { ">=", 0.8 },
            note = string.format("%s; slice ratios %.2f-%.2f", note, lo, hi),
            label = B.interp .. ": acquire+release, Redlock over 5 servers, vs one server" })
+  -- Where the time goes: CPU per cycle, servers' and client's (no target).
+  local s1, c1 = cpu_per_cycle({ port = ports[1] }, { ports[1] })
+  local s5, c5 = cpu_per_cycle({ redlock = urls }, ports)
+  B.emit({ name = "redlock.cpu_single/" .. id, value = math.floor((s1 + c1) * 10 + 0.5) / 10, unit = "us/cycle",
+           note = string.format("server %.1f + client %.1f (INFO cpu, os.clock; %d cycles)", s1, c1, N),
+           label = B.interp .. ": CPU per acquire+release, one server" })
+  B.emit({ name = "redlock.cpu_five/" .. id, value = math.floor((s5 + c5) * 10 + 0.5) / 10, unit = "us/cycle",
+           note = string.format("servers %.1f (%.1f each) + client %.1f; %d cores", s5, s5 / 5, c5,
+                                tonumber((B.run("nproc"):gsub("%s+$", ""))) or 0),
+           label = B.interp .. ": CPU per acquire+release, Redlock over 5 servers" })
   if node then
     B.emit({ name = "redlock.node-redlock/" .. id, value = median("node"), unit = "cycles/s", note = note,
              label = "node-redlock " .. version .. " (ioredis), node " .. (B.run("node --version"):gsub("%s+$", ""))

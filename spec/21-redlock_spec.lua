@@ -156,6 +156,23 @@ describe("Redlock", function()
       assert.is_true(lock.fence > last, lock.fence .. " after " .. last)
       last = lock.fence
     end
+    -- A majority restarted (their counters come back from the append-only
+    -- files), the two others stopped: the fence still grows.
+    for i = 1, 3 do servers[i]:restart() end
+    assert.is_truthy(helpers.eventually(10, function()
+      for i = 1, 3 do
+        if not servers[i]:cli("PING"):find("PONG", 1, true) then return false end
+      end
+      return true
+    end))
+    local resume = pause(4, 5)
+    local lock, err = c:acquire("r:fence", 5, { wait = 2 })
+    local ok, rerr
+    if lock then ok, rerr = lock:release() end
+    resume()
+    assert.is_truthy(lock, err)
+    assert.is_true(ok, rerr)
+    assert.is_true(lock.fence > last, lock.fence .. " after " .. last .. ", across restarts")
     c:close()
   end)
 
@@ -174,6 +191,29 @@ describe("Redlock", function()
     local next_lock = assert(c:acquire("r:stale", 5))
     assert.are.equal(b.fence + 1, next_lock.fence)
     assert.is_true(next_lock:release())
+    c:close()
+  end)
+
+  it("keeps a paused holder's fence from being accepted after a newer holder's (SIGSTOP past its validity)", function()
+    local data = servers[1]
+    data:cli("DEL", "resource", "writer:a")
+    local a = helpers.spawn(helpers.spec_dir .. "workers/fenced_writer.lua", "redlock:" .. urls, "r:paused", 0.5,
+                            data.port, "a")
+    local pid = helpers.eventually(5, function() return tonumber(data:cli("GET", "writer:a")) end)
+    assert.is_truthy(pid, "the writer never took the lock")
+    os.execute("kill -STOP " .. pid)
+    local c = client()
+    local ok, err = pcall(function()
+      local b = assert(c:acquire("r:paused", 5, { wait = 3 })) -- once a's lock ran out
+      assert.are.equal(1, data:raw():command("EVAL", "redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', 'b')"
+                                                       .. " return 1", 1, "resource", b.fence))
+      assert.is_true(b:release())
+    end)
+    os.execute("kill -CONT " .. pid)
+    assert(ok, err)
+    local out = a.wait()
+    assert.matches("^fence %d+\nrefused", out)
+    assert.are.equal("b", data:cli("HGET", "resource", "value"))
     c:close()
   end)
 
