@@ -46,6 +46,7 @@ build = {
     ["redislock.sentinel"] = "lua/redislock/sentinel.lua",
     ["redislock.cluster"] = "lua/redislock/cluster.lua",
     ["redislock.redlock"] = "lua/redislock/redlock.lua",
+    ["redislock.topology"] = "lua/redislock/topology.lua",
     ["redislock.tls"] = "lua/redislock/tls.lua",
     ["redislock.transport"] = "lua/redislock/transport.lua",
     ["redislock.url"] = "lua/redislock/url.lua",

@@ -169,14 +169,15 @@ describe("Redis Cluster", function()
     c:close()
   end)
 
-  -- Four processes looping with_lock on one key through the cluster across
-  -- event(slot, owner), 2 s in; returns the sections (helpers.loops_across).
-  local function loops(key, event, fences)
+  -- Four processes looping with_lock on one key through the cluster for
+  -- seconds (6) across event(slot, owner), 2 s in; returns the sections
+  -- (helpers.loops_across).
+  local function loops(key, event, fences, seconds)
     local slot = core.lock_slot(key)
     local owner = cl:owner(slot)
     return helpers.loops_across(function(start_at)
-      return helpers.spawn(helpers.spec_dir .. "workers/loop.lua", "cluster:" .. table.concat(cl.seeds, ","), key, 6,
-                           start_at)
+      return helpers.spawn(helpers.spec_dir .. "workers/loop.lua", "cluster:" .. table.concat(cl.seeds, ","), key,
+                           seconds or 6, start_at)
     end, function() event(slot, owner) end, fences)
   end
 
@@ -262,7 +263,7 @@ describe("Redis Cluster", function()
       local promoted = helpers.eventually(15, function() return cl:owner(slot, new) == new end)
       os.execute("kill -CONT " .. old.pid) -- it comes back as a replica of the new master
       assert.is_truthy(promoted, "the replica was never promoted")
-    end)
+    end, false, 12) -- the promotion takes the node timeout (2 s) and an election: loops long enough to go on after
     assert.is_true(cl:settled(30), "the cluster did not settle after the failover")
     assert.is_true(on(sections, new) > 10, "sections on the new master: " .. on(sections, new))
   end)

@@ -396,7 +396,8 @@ end
 -- (spec/workers/loop.lua): one line per section that returned ok, "ok
 -- <enter> <leave> <port> <fence>" (core.now() times; port: the node it ran
 -- on), and "err ..." lines. spawn(start_at) starts one worker
--- (helpers.spawn), looping for 6 s from start_at; event() runs 2 s in.
+-- (helpers.spawn), looping from start_at for some seconds (6 in most
+-- specs); event() runs 2 s in.
 -- Checks (with busted's assert): every worker ended with "done"; errors
 -- only with code words; no two sections overlapped; with fences, every
 -- section's fence larger than the one of the section before. Returns the

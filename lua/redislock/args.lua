@@ -247,6 +247,9 @@ local function check_acquire_opts(n, fname, opts, renew)
 end
 _M.check_opts, _M.is_whole, _M.is_callable = check_opts, is_whole, is_callable
 
+--- The connection options that reach the C core as C strings (no NUL bytes).
+_M.CSTRING_OPTS = { "host", "path", "username", "password" }
+
 --- The options of acquire and with_lock (n: their argument number; renew:
 -- the default of `renew`), checked: returns how to take and hold the lock.
 _M.lock_opts = check_acquire_opts

@@ -8,12 +8,9 @@ local args = require "redislock.args"
 local core = require "redislock.core"
 local lock_mod = require "redislock.lock"
 local scope = require "redislock.scope"
-local cluster = require "redislock.cluster"
-local redlock = require "redislock.redlock"
-local sentinel = require "redislock.sentinel"
 local tls = require "redislock.tls"
+local topology = require "redislock.topology"
 local url = require "redislock.url"
-local transport = require "redislock.transport"
 local wait = require "redislock.wait"
 
 local error, ipairs, pairs, select, setmetatable, tostring, type = error, ipairs, pairs, select, setmetatable,
@@ -53,7 +50,7 @@ local function check_client(self, fname)
   check_open(self, fname)
 end
 
-local CSTRING_OPTS = { "host", "path", "username", "password" }
+local CSTRING_OPTS = args.CSTRING_OPTS
 local MAX_TIMEOUT_MS = 86400 * 1000
 
 local NEW_OPTS = {
@@ -65,89 +62,6 @@ local NEW_OPTS = {
 }
 local STRING_OPTS = { "url", "host", "path", "username", "password", "prefix", "master", "sentinel_username",
                       "sentinel_password" }
-
--- The sentinels or cluster option (name): a non-empty list of "host:port"
--- (default port default_port) or { host =, port = }; returns { { host =,
--- port = }, ... }.
-local function address_list(name, list, default_port)
-  if type(list) ~= "table" or #list == 0 then
-    argerror(1, "new", string_format("option '%s' must be a non-empty list of \"host:port\"", name))
-  end
-  local out = {}
-  for i, s in ipairs(list) do
-    local host, port
-    if type(s) == "string" then
-      host, port = url.address(s, default_port)
-      if not host then argerror(1, "new", string_format("option '%s' item %d %s", name, i, port)) end
-    elseif type(s) == "table" and type(s.host) == "string" and s.host ~= "" then
-      host, port = s.host, s.port or default_port
-      if not is_whole(port, 1, 65535) then
-        argerror(1, "new", string_format("option '%s' item %d: port must be a whole number in 1..65535", name,
-                                         i))
-      end
-    else
-      argerror(1, "new", string_format("option '%s' item %d must be \"host:port\" or { host =, port = }", name,
-                                       i))
-    end
-    if host:find("\0", 1, true) then
-      argerror(1, "new", string_format("option '%s' item %d must not contain NUL bytes", name, i))
-    end
-    out[i] = { host = host, port = port }
-  end
-  return out
-end
-
--- Redlock's bound per server and call when the timeout option is not given:
--- short, as the algorithm wants (a slow server must not eat the validity).
-local REDLOCK_TIMEOUT_MS = 200
-
--- The redlock option: a list of at least 3 servers, each a URL or a table
--- of host, port, path, username, password, db, tls; the client's own
--- username, password, db and tls are the defaults. Returns a list of node
--- fields (as transport.node takes them).
-local function redlock_servers(opts, common)
-  local list = opts.redlock
-  if type(list) ~= "table" or #list < 3 then
-    argerror(1, "new", "option 'redlock' must be a list of at least 3 servers (URLs or tables; a majority of 1 or"
-      .. " 2 servers is all of them)")
-  end
-  local out = {}
-  for i, item in ipairs(list) do
-    local f
-    if type(item) == "string" then
-      local why
-      f, why = url.parse(item)
-      if not f then argerror(1, "new", string_format("option 'redlock' item %d %s", i, why)) end
-    elseif type(item) == "table" then
-      f = {}
-      for _, name in ipairs({ "host", "port", "path", "username", "password", "db" }) do f[name] = item[name] end
-      if f.host == nil and f.path == nil then
-        argerror(1, "new", string_format("option 'redlock' item %d needs a host or a path", i))
-      end
-    else
-      argerror(1, "new", string_format("option 'redlock' item %d must be a URL or a table, got %s", i, type(item)))
-    end
-    for _, name in ipairs({ "username", "password", "db" }) do
-      if f[name] == nil then f[name] = common[name] end
-    end
-    if f.port ~= nil and not is_whole(f.port, 1, 65535) then
-      argerror(1, "new", string_format("option 'redlock' item %d: port must be a whole number in 1..65535", i))
-    end
-    if f.db ~= nil and not is_whole(f.db, 0, 1000000) then
-      argerror(1, "new", string_format("option 'redlock' item %d: db must be a whole number >= 0", i))
-    end
-    for _, name in ipairs(CSTRING_OPTS) do
-      if type(f[name]) == "string" and f[name]:find("\0", 1, true) then
-        argerror(1, "new", string_format("option 'redlock' item %d: %s must not contain NUL bytes", i, name))
-      end
-    end
-    f.tls = tls.settings(type(item) == "table" and item.tls or opts.tls, f.tls, f.path)
-    f.connect_timeout_ms, f.prefix, f.pool_size = common.connect_timeout_ms, common.prefix, common.pool_size
-    f.keepalive_timeout_ms = common.keepalive_timeout_ms
-    out[i] = f
-  end
-  return out
-end
 
 --- Makes a client. No I/O: it connects on first use. Under OpenResty it talks
 -- over cosockets and nginx's connection pool (see redislock/ngx.lua).
@@ -172,41 +86,7 @@ function _M.new(opts, ...)
       argerror(1, "new", string_format("option '%s' must be a string, got %s", name, type(opts[name])))
     end
   end
-  if opts.sentinels ~= nil or opts.master ~= nil then
-    if opts.sentinels == nil or opts.master == nil or opts.master == "" then
-      argerror(1, "new", "options 'sentinels' and 'master' go together (the sentinels, and the name of the master"
-                         .. " they watch)")
-    end
-    for _, name in ipairs({ "url", "host", "port", "path" }) do
-      if opts[name] ~= nil then
-        argerror(1, "new", string_format("option '%s' contradicts 'sentinels' (the sentinels name the master)", name))
-      end
-    end
-    if opts.master:find("\0", 1, true) then argerror(1, "new", "option 'master' must not contain NUL bytes") end
-    if opts.sentinel_username and not opts.sentinel_password then
-      argerror(1, "new", "option 'sentinel_username' needs a 'sentinel_password'")
-    end
-  elseif opts.sentinel_username ~= nil or opts.sentinel_password ~= nil or opts.sentinel_tls ~= nil then
-    argerror(1, "new", "options 'sentinel_username', 'sentinel_password' and 'sentinel_tls' need 'sentinels'")
-  end
-  if opts.redlock ~= nil then
-    for _, name in ipairs({ "url", "host", "port", "path", "sentinels", "cluster" }) do
-      if opts[name] ~= nil then
-        argerror(1, "new", string_format("option '%s' contradicts 'redlock' (the list names the servers)", name))
-      end
-    end
-  end
-  if opts.cluster ~= nil then
-    for _, name in ipairs({ "url", "host", "port", "path", "sentinels" }) do
-      if opts[name] ~= nil then
-        argerror(1, "new", string_format("option '%s' contradicts 'cluster' (the cluster says which node has a lock)",
-                                         name))
-      end
-    end
-    if opts.db ~= nil and opts.db ~= 0 then
-      argerror(1, "new", "option 'db' must be 0 with 'cluster' (a cluster has one database)")
-    end
-  end
+  topology.check(opts)
   local c = {}
   if opts.url then
     local t, why = url.parse(opts.url)
@@ -264,17 +144,7 @@ function _M.new(opts, ...)
   local self = { prefix = c.prefix, _renewed = setmetatable({}, { __mode = "k" }),
                  _held = setmetatable({}, { __mode = "v" }), _hot = { keys = {}, n = 0 },
                  _link = { closed = false } }
-  if opts.sentinels ~= nil then
-    self._transport, self._sleep = sentinel.new(c, address_list("sentinels", opts.sentinels, 26379), opts.master, {
-      username = opts.sentinel_username, password = opts.sentinel_password,
-      tls = tls.settings(opts.sentinel_tls, nil, nil) })
-  elseif opts.cluster ~= nil then
-    self._transport, self._sleep = cluster.new(c, address_list("cluster", opts.cluster, 6379))
-  elseif opts.redlock ~= nil then
-    self._transport, self._sleep = redlock.new(redlock_servers(opts, c), c.timeout_ms or REDLOCK_TIMEOUT_MS)
-  else
-    self._transport, self._sleep = transport.node(c)
-  end
+  self._transport, self._sleep = topology.transport(opts, c)
   return setmetatable(self, client_mt)
 end
 

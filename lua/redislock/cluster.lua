@@ -36,12 +36,15 @@
 local args = require "redislock.args"
 local core = require "redislock.core"
 local transport = require "redislock.transport"
+local url = require "redislock.url"
 
 local ipairs, pairs, setmetatable, tonumber, tostring, type = ipairs, pairs, setmetatable, tonumber, tostring,
       type
 local string_format, table_concat = string.format, table.concat
 local math_min = math.min
 local now, lock_slot, slot_of, redirect = core.now, core.lock_slot, core.slot, core.redirect
+
+local where = url.where
 
 local _M = { _VERSION = core._VERSION }
 
@@ -70,11 +73,6 @@ local cluster_mt = { __index = Cluster }
 
 cluster_mt.__tostring = function(self)
   return string_format("redislock.Client (cluster of %d seeds, %d nodes known)", #self.seeds, self._known)
-end
-
--- "host:port", as Redis writes node addresses (IPv6 in brackets).
-local function where(host, port)
-  return (host:find(":", 1, true) and "[" .. host .. "]" or host) .. ":" .. port
 end
 
 --- A transport for the cluster whose nodes include seeds (a list of { host
@@ -163,15 +161,11 @@ local function refresh(self)
   return nil, "connection: no cluster node reachable (" .. said .. ")"
 end
 
--- The node that owns slot (refreshing the table when stale), or nil and an
--- error message.
+-- The node that owns slot (refreshing the table when stale, or when it
+-- names no owner), or nil and an error message.
 local function owner(self, slot)
-  if self._stale then
-    local ok, err = refresh(self)
-    if not ok then return nil, err end
-  end
-  local n = self._slots[slot]
-  if n == nil then
+  local n = not self._stale and self._slots[slot]
+  if not n then
     local ok, err = refresh(self)
     if not ok then return nil, err end
     n = self._slots[slot]

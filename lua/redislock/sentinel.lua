@@ -26,11 +26,14 @@
 local args = require "redislock.args"
 local core = require "redislock.core"
 local transport = require "redislock.transport"
+local url = require "redislock.url"
 
 local ipairs, pairs, setmetatable, tonumber, tostring, type = ipairs, pairs, setmetatable, tonumber, tostring, type
 local unpack = table.unpack or unpack -- luacheck: ignore (LuaJIT's global)
 local string_format, table_concat, table_insert, table_remove = string.format, table.concat, table.insert,
       table.remove
+
+local where = url.where
 
 local _M = { _VERSION = core._VERSION }
 
@@ -89,11 +92,6 @@ function _M.new(node, sentinels, master, auth)
   self._sleep = sleep
   self.reports_loss = self.sentinels[1].t.reports_loss
   return self, sleep
-end
-
--- "host:port" of a sentinel, for messages.
-local function where(host, port)
-  return (host:find(":", 1, true) and "[" .. host .. "]" or host) .. ":" .. port
 end
 
 -- Asks the sentinels in order for the master's address; the first that

@@ -84,6 +84,12 @@ local function parse_url(url)
   return t
 end
 
+--- "host:port" for messages and names, as Redis writes node addresses
+-- (an IPv6 host in brackets); address() reads it back.
+function _M.where(host, port)
+  return (host:find(":", 1, true) and "[" .. host .. "]" or host) .. ":" .. port
+end
+
 --- Parses "host:port", "[IPv6]:port" or a bare host (port default_port)
 -- into host, port; or returns nil and why (a fragment).
 function _M.address(s, default_port)
