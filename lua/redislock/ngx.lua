@@ -14,6 +14,11 @@
 -- request that made them). It has the methods of the C client that the rest
 -- of redislock uses (eval, wait, command, lease, close, closed; see
 -- redislock/client.lua) and io_problem; its leases are redislock/ngx_lease.lua's.
+--
+-- (Past 400 lines on purpose: opening a pooled connection, its TLS and
+-- set-up, the calls, ASKING and the Sentinel subscription all share the same
+-- cosocket helpers and pool rules; split, each part would reach into the
+-- others' internals.)
 
 local args = require "redislock.args"
 local core = require "redislock.core"
