@@ -38,8 +38,8 @@ local core = require "redislock.core"
 local transport = require "redislock.transport"
 local url = require "redislock.url"
 
-local ipairs, pairs, setmetatable, tonumber, tostring, type = ipairs, pairs, setmetatable, tonumber, tostring,
-      type
+local ipairs, next, pairs, select, setmetatable, tonumber, tostring, type = ipairs, next, pairs, select,
+      setmetatable, tonumber, tostring, type
 local string_format, table_concat = string.format, table.concat
 local math_min = math.min
 local now, lock_slot, slot_of, redirect = core.now, core.lock_slot, core.slot, core.redirect
@@ -273,10 +273,12 @@ end
 --- cluster:lease(...): renewed on the node that owns the lock now; the C
 -- watchdog follows MOVED and ASK by itself (rl_watchdog.c), and the
 -- OpenResty timer renews through this transport.
+-- No I/O here (the lock was just taken): the node the table names for the
+-- slot, or any known one while the table is being refreshed; the watchdog
+-- goes where MOVED sends it.
 function Cluster:lease(key, ...)
   if self.reports_loss == true then return require("redislock.ngx_lease").start(self, key, ...) end
-  local n, err = owner(self, lock_slot(key))
-  if not n then return nil, err end
+  local n = self._slots[lock_slot(key)] or select(2, next(self._nodes))
   return n.t:lease(key, ...)
 end
 

@@ -238,10 +238,11 @@ function Sentinel:command(...)
   return call(self, "command", ...)
 end
 
+--- sentinel:lease(...): on the node transport the lock was just taken
+-- through (no I/O here: a renewal that must follow a switch is moved by
+-- the watch, rl_watchdog_move or Sentinel:switched).
 function Sentinel:lease(...)
-  local node, err = current(self)
-  if not node then return nil, err end
-  return node:lease(...)
+  return self._node:lease(...)
 end
 
 function Sentinel:close()
