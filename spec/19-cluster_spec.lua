@@ -72,10 +72,16 @@ describe("Redis Cluster", function()
       on[owner.port] = true
       assert.is_true(lock:release())
     end
-    -- Hash-tagged names: one slot for all of them.
+    -- Names with braces of their own: the tag runs from redislock's '{' to
+    -- the name's first '}', so names that agree up to it share a slot.
     local a = assert(c:acquire("{user:7}:a", 5))
     local b = assert(c:acquire("{user:7}:b", 5))
-    assert.are.equal(cl:owner(core.slot("user:7")), cl:owner(core.lock_slot("{user:7}:b")))
+    assert.are.equal(core.lock_slot("{user:7}:a"), core.lock_slot("{user:7}:b"))
+    assert.are.equal(core.slot("{user:7"), core.lock_slot("{user:7}:b"))
+    local owner = cl:owner(core.lock_slot("{user:7}:a"))
+    assert.are.equal(tonumber(owner:cli("CLUSTER", "KEYSLOT", "lock:{{user:7}:a}")), core.lock_slot("{user:7}:a"))
+    assert.are.equal(a.token, owner:cli("GET", "lock:{{user:7}:a}"))
+    assert.are.equal(b.token, owner:cli("GET", "lock:{{user:7}:b}"))
     assert(a:release() and b:release())
     local n = 0
     for _ in pairs(on) do n = n + 1 end
