@@ -29,12 +29,13 @@
 local args = require "redislock.args"
 local core = require "redislock.core"
 local transport = require "redislock.transport"
+local url = require "redislock.url"
 
 local ipairs, setmetatable, tonumber, tostring = ipairs, setmetatable, tonumber, tostring
 local string_format, table_concat, table_sort = string.format, table.concat, table.sort
 local math_floor, math_max, math_min = math.floor, math.max, math.min
 local unpack = table.unpack or unpack -- luacheck: ignore (LuaJIT's global)
-local now, eval_many, token = core.now, core.eval_many, core.token
+local now, eval_many, token, where = core.now, core.eval_many, core.token, url.where
 
 local _M = { _VERSION = core._VERSION }
 
@@ -75,7 +76,7 @@ function _M.new(servers, timeout_ms)
   for i, f in ipairs(servers) do
     f.timeout_ms = timeout_ms
     self.nodes[i], sleep = transport.node(f)
-    self.where[i] = f.path and "unix:" .. f.path or string_format("%s:%d", f.host or "127.0.0.1", f.port or 6379)
+    self.where[i] = f.path and "unix:" .. f.path or where(f.host or "127.0.0.1", f.port or 6379)
   end
   self._sleep = sleep
   self.reports_loss = self.nodes[1].reports_loss
@@ -161,6 +162,22 @@ function note_grants(self, tok, confirmed)
   self._grants_n = self._grants_n + 1
 end
 
+-- Takes back what note_grants kept for token tok: the list, or nil.
+local function take_grants(self, tok)
+  local which = self._grants[tok]
+  if which then
+    self._grants[tok] = nil
+    self._grants_n = self._grants_n - 1
+  end
+  return which
+end
+
+-- Whether a lock of ms milliseconds whose call went out at start (core.now())
+-- still has validity left: ttl - elapsed - drift > 0.
+local function valid(ms, start)
+  return ms - (now() - start) * 1000 - drift(ms) > 0
+end
+
 -- An acquire (see above): 1 and the fence; -1 and how long (ms) until
 -- enough holders' locks run out to make a majority free; or nil and an
 -- error. Whatever did not end held is released on every server.
@@ -172,7 +189,7 @@ local function acquire(self, key, tok, ms)
   for i = 1, self.n do
     if statuses[i] == 1 and values[i] > fence then fence = values[i] end
   end
-  if held >= self.quorum and ms - (now() - start) * 1000 - drift(ms) > 0 then
+  if held >= self.quorum and valid(ms, start) then
     -- A server whose INCR answered F itself already has its counter at F,
     -- set while our lock was there: when a majority did, phase 2 would
     -- change nothing (the common case: servers that grant the same locks
@@ -186,7 +203,7 @@ local function acquire(self, key, tok, ms)
       return 1, fence
     end
     local confirmed = all(self, bound, "fence_up", key, tok, fence)
-    if count(confirmed, self.n) >= self.quorum and ms - (now() - start) * 1000 - drift(ms) > 0 then
+    if count(confirmed, self.n) >= self.quorum and valid(ms, start) then
       note_grants(self, tok, confirmed)
       return 1, fence
     end
@@ -213,10 +230,7 @@ function Redlock:eval(op, key, tok, ms)
   local statuses, values = all(self, per_server(self, ms), op, key, tok, ms)
   local held, free, other, failed = count(statuses, self.n)
   if op == "release" then
-    if self._grants[tok] then
-      self._grants[tok] = nil
-      self._grants_n = self._grants_n - 1
-    end
+    take_grants(self, tok)
     -- Released where it was ours; true once no majority can hold it.
     if held + free + other >= self.quorum then
       if held > 0 then return 1, 1 end
@@ -226,7 +240,7 @@ function Redlock:eval(op, key, tok, ms)
   elseif op == "extend" then
     -- Owner-checked everywhere (a server that lost the key does not get it
     -- back); held while a majority extended it within its validity.
-    if held >= self.quorum and ms - (now() - start) * 1000 - drift(ms) > 0 then return 1, ms end
+    if held >= self.quorum and valid(ms, start) then return 1, ms end
     if held + failed >= self.quorum then return nil, unreachable(self, statuses, values, failed) end
     return other > free and -1 or 0, 0
   elseif op == "pttl" then
@@ -310,11 +324,8 @@ end
 -- every server, and the lease is held while a majority of them is.
 function Redlock:lease(key, tok, ttl_ms, ...)
   if self.reports_loss == true then return require("redislock.ngx_lease").start(self, key, tok, ttl_ms, ...) end
-  local which = self._grants[tok]
-  if which then
-    self._grants[tok] = nil
-    self._grants_n = self._grants_n - 1
-  else
+  local which = take_grants(self, tok)
+  if not which then
     which = {}
     for i = 1, self.n do which[i] = i end
   end
