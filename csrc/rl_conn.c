@@ -774,11 +774,10 @@ int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]
     long long n = rl_cmd_bytes(cmd, stack, sizeof stack, &buf);
     int rc;
     if (n < 0) return format_failed(err);
-    /* Every script but release may be sent twice: acquire and acquire_fair
-       treat their own token as success, extend, pttl and leave repeat
-       harmlessly. A repeated release would find the key gone and report the
-       lock lost. */
-    rc = call(conn, buf, (size_t)n, 1, cmd->op != RL_OP_RELEASE && cmd->op != RL_OP_RELEASE_ONE, &r, out, err);
+    /* Every script but the releases may be sent twice: the acquires treat
+       their own token as success, extend, pttl and leave repeat harmlessly.
+       A repeated release would find the hold gone and report it lost. */
+    rc = call(conn, buf, (size_t)n, 1, rl_op_resendable(cmd->op), &r, out, err);
     if (buf != stack) free(buf);
     if (rc != CALL_OK) return -1;
     if (r == NULL) return 0; /* the common reply, read without a reader */

@@ -209,26 +209,30 @@ static int core_new(lua_State *L) {
 }
 
 /*
- * Checks the arguments of a lock script starting at idx: op ("acquire",
- * "release", "extend", "pttl", "acquire_fair", "leave", "take", "release_one" or
- * "fence_up"), key, token and, for acquire, take, acquire_fair and extend, ms
- * (the ttl in whole milliseconds; for fence_up, the fence). Raises on bad
- * ones; leaves the stack as is.
+ * Checks the arguments of a script starting at idx: op (a name of
+ * rl_op_name: "acquire", "release", ... "sem_acquire", "write_leave"), key,
+ * token and, for the ops that take one (rl_op_takes_ms), ms (a ttl in whole
+ * milliseconds; for fence_up, the fence); for sem_acquire also n (the
+ * limit) at nidx. Raises on bad ones; leaves the stack as is.
  */
-static rl_op check_script(lua_State *L, int idx, const char **key, size_t *klen,
-                          const char **token, size_t *tlen, long long *ms) {
-  static const char *const ops[] = { "acquire", "release", "extend", "pttl", "acquire_fair", "leave",
-                                     "take", "release_one", "fence_up", NULL };
-  rl_op op = (rl_op)luaL_checkoption(L, idx, NULL, ops);
+static rl_op check_script(lua_State *L, int idx, int nidx, const char **key, size_t *klen,
+                          const char **token, size_t *tlen, long long *ms, long long *n) {
+  static const char *ops[RL_OP_COUNT + 1];
+  rl_op op;
   const char *why;
+  if (ops[0] == NULL) { /* the same names every time: a race writes the same pointers */
+    int i;
+    for (i = 0; i < RL_OP_COUNT; i++) ops[i] = rl_op_name((rl_op)i);
+  }
+  op = (rl_op)luaL_checkoption(L, idx, NULL, ops);
   *key = luaL_checklstring(L, idx + 1, klen);
   *token = luaL_checklstring(L, idx + 2, tlen);
   why = rl_check_key(*key, *klen);
   if (why != NULL) luaL_argerror(L, idx + 1, why);
   luaL_argcheck(L, *tlen > 0, idx + 2, "token must not be empty");
   *ms = 0;
-  if (op == RL_OP_ACQUIRE || op == RL_OP_TAKE || op == RL_OP_EXTEND || op == RL_OP_ACQUIRE_FAIR ||
-      op == RL_OP_FENCE_UP) {
+  *n = 0;
+  if (rl_op_takes_ms(op)) {
     int isnum = 0;
     lua_Integer v = lua_tointegerx(L, idx + 3, &isnum);
     luaL_argcheck(L, lua_type(L, idx + 3) == LUA_TNUMBER && isnum && v >= 1 && v <= RL_MAX_MS,
@@ -236,17 +240,26 @@ static rl_op check_script(lua_State *L, int idx, const char **key, size_t *klen,
                                                 : "ttl must be an integer number of milliseconds >= 1");
     *ms = (long long)v;
   }
+  if (rl_op_takes_n(op)) {
+    int isnum = 0;
+    lua_Integer v = lua_tointegerx(L, nidx, &isnum);
+    luaL_argcheck(L, nidx > 0, idx, "this op needs a count, which this call cannot take");
+    luaL_argcheck(L, lua_type(L, nidx) == LUA_TNUMBER && isnum && v >= 1 && v <= RL_MAX_MS, nidx,
+                  "limit must be an integer >= 1");
+    *n = (long long)v;
+  }
   return op;
 }
 
 /*
- * client:eval(op, key, token[, ms[, replicas, replica_ms]]) -> status, value[, acked | nil, err] | nil, err
- * Runs one lock script. op is "acquire", "release", "extend", "pttl",
+ * client:eval(op, key, token[, ms[, replicas, replica_ms[, n]]]) -> status, value[, acked | nil, err] | nil, err
+ * Runs one script. op is "acquire", "release", "extend", "pttl",
  * "acquire_fair", "leave" or "release_one" (a release of the lock's key
  * alone, for a cluster slot half moved), or "take": the first try of an
  * acquire, the acquire script's work without a script (see rl_proto.c),
- * followed by the acquire script when the lock is held; ms is the ttl for acquire, take,
- * acquire_fair and extend. Leaves two values: status 1 (ours), 0 (no such lock) or -1 (another
+ * followed by the acquire script when the lock is held; or one of the
+ * semaphore's and read-write lock's ("sem_acquire" ... "write_leave"). ms is
+ * the ttl of the ops that take one; n the limit of sem_acquire. Leaves two values: status 1 (ours), 0 (no such lock) or -1 (another
  * owner's), and the fence (acquire when ours) or milliseconds left; or nil
  * and a "connection: ..." / "redis: ..." message. With replicas, a script
  * that answered 1 is followed by WAIT replicas replica_ms on the same
@@ -258,7 +271,8 @@ static int client_eval(lua_State *L) {
   const char *key, *token;
   size_t klen, tlen;
   long long ms;
-  rl_op op = check_script(L, 2, &key, &klen, &token, &tlen, &ms);
+  long long n;
+  rl_op op = check_script(L, 2, 8, &key, &klen, &token, &tlen, &ms, &n);
   char err[RL_ERRLEN];
   rl_cmd cmd;
   rl_result res;
@@ -273,7 +287,7 @@ static int client_eval(lua_State *L) {
     luaL_argcheck(L, lua_type(L, 7) == LUA_TNUMBER && isnum2 && replica_ms >= 1 && replica_ms <= RL_MAX_MS, 7,
                   "replica_ms must be an integer number of milliseconds >= 1");
   }
-  if (rl_cmd_init(&cmd, op, c->prefix, c->plen, key, klen, token, tlen, ms) != 0)
+  if (rl_cmd_init(&cmd, op, c->prefix, c->plen, key, klen, token, tlen, ms, n) != 0)
     return luaL_error(L, "redislock: out of memory");
   arm_asking(c, &c->conn);
   rc = rl_conn_eval(&c->conn, &cmd, &res, err);
@@ -419,32 +433,47 @@ static int client_command(lua_State *L) {
   return push_command_reply(L, r, lua_gettop(L));
 }
 
+/* An optional op name at idx, one of names (NULL-ended, the first the
+   default); the rl_op of that name. */
+static rl_op opt_op(lua_State *L, int idx, const char *const names[]) {
+  const char *name = names[luaL_checkoption(L, idx, names[0], names)];
+  int op;
+  for (op = 0; op < RL_OP_COUNT; op++)
+    if (strcmp(rl_op_name((rl_op)op), name) == 0) break;
+  return (rl_op)op;
+}
+
 /*
  * Checks the arguments of a wait starting at idx: key, token (nil for the
- * shared list) and ms (>= 1); fills cmd with the BLPOP (free with rl_cmd_free).
+ * shared list) and ms (>= 1); at opidx the op whose wake-up list it is (nil:
+ * the lock's; "sem_acquire", "read_acquire" or "write_acquire"). Fills cmd
+ * with the BLPOP (free with rl_cmd_free).
  */
-static void check_wait(lua_State *L, int idx, const char *prefix, size_t plen, rl_cmd *cmd,
+static void check_wait(lua_State *L, int idx, int opidx, const char *prefix, size_t plen, rl_cmd *cmd,
                        long long *ms) {
+  static const char *const waits[] = { "acquire", "sem_acquire", "read_acquire", "write_acquire", NULL };
   size_t klen, tlen = 0;
   const char *key = luaL_checklstring(L, idx, &klen);
   const char *token = lua_isnil(L, idx + 1) ? NULL : luaL_checklstring(L, idx + 1, &tlen);
   const char *why = rl_check_key(key, klen);
   int isnum = 0;
   lua_Integer v = lua_tointegerx(L, idx + 2, &isnum);
+  rl_op op = opt_op(L, opidx, waits);
   if (why != NULL) luaL_argerror(L, idx, why);
   luaL_argcheck(L, token == NULL || tlen > 0, idx + 1, "token must not be empty");
   luaL_argcheck(L, lua_type(L, idx + 2) == LUA_TNUMBER && isnum && v >= 1 && v <= RL_MAX_MS, idx + 2,
                 "wait must be an integer number of milliseconds >= 1");
   *ms = (long long)v;
-  if (rl_wait_init(cmd, prefix, plen, key, klen, token, tlen, *ms) != 0)
+  if (rl_wait_init(cmd, op, prefix, plen, key, klen, token, tlen, *ms) != 0)
     luaL_error(L, "redislock: out of memory");
 }
 
 /*
- * client:wait(key, token, ms) -> true | false | nil, err
- * Blocks on the lock's wake-up list (the shared one, or a fair waiter's own
- * when token is not nil) for at most ms, on the client's second connection so
- * that the first stays free. true when woken, false when the time ran out.
+ * client:wait(key, token, ms[, op]) -> true | false | nil, err
+ * Blocks on the wake-up list of the lock (or of the semaphore or read-write
+ * lock op belongs to; the shared one, or a fair waiter's own when token is
+ * not nil) for at most ms, on the client's second connection so that the
+ * first stays free. true when woken, false when the time ran out.
  */
 static int client_wait(lua_State *L) {
   rl_client *c = check_client(L, 1);
@@ -453,9 +482,9 @@ static int client_wait(lua_State *L) {
   rl_cmd cmd;
   redisReply *r;
   int type;
-  lua_settop(L, 4);
-  lua_pushcfunction(L, push_reply_protected); /* at 5, before anything is allocated */
-  check_wait(L, 2, c->prefix, c->plen, &cmd, &ms);
+  lua_settop(L, 5);
+  lua_pushcfunction(L, push_reply_protected); /* at 6, before anything is allocated */
+  check_wait(L, 2, 5, c->prefix, c->plen, &cmd, &ms);
   /* The server may take the whole wait before it answers. */
   rl_conn_set_timeout(&c->waiter, ms + c->conn.o.timeout_ms);
   arm_asking(c, &c->waiter);
@@ -467,7 +496,7 @@ static int client_wait(lua_State *L) {
     lua_pushstring(L, err);
     return 2;
   }
-  if (r->type == REDIS_REPLY_ERROR) return push_command_reply(L, r, 5);
+  if (r->type == REDIS_REPLY_ERROR) return push_command_reply(L, r, 6);
   type = r->type;
   freeReplyObject(r);
   lua_pushboolean(L, type == REDIS_REPLY_ARRAY);
@@ -490,8 +519,9 @@ static long long opt_ms(lua_State *L, int idx, const char *what, long long def) 
 }
 
 /*
- * client:lease(key, token, ttl_ms[, max_hold_ms[, sent_ms]]) -> lease | nil, err
- * Has the watchdog thread renew the lock key/token to ttl_ms every ttl_ms/3,
+ * client:lease(key, token, ttl_ms[, max_hold_ms[, sent_ms[, _, _, op]]]) -> lease | nil, err
+ * Has the watchdog thread renew the lock key/token to ttl_ms every ttl_ms/3
+ * (with op: "extend", the default, or "sem_extend", "read_extend", "write_extend"),
  * on a connection of its own made like the client's, until lease:stop() or
  * the lease is collected; max_hold_ms > 0 ends the renewals that long from
  * now. sent_ms: when the acquire was sent (monotonic ms; default now).
@@ -505,6 +535,8 @@ static int client_lease(lua_State *L) {
   int isnum = 0;
   lua_Integer ttl = lua_tointegerx(L, 4, &isnum);
   long long max_hold = opt_ms(L, 5, "max_hold", 0), sent = opt_ms(L, 6, "sent", rl_now_ms());
+  static const char *const extends[] = { "extend", "sem_extend", "read_extend", "write_extend", NULL };
+  rl_op op = opt_op(L, 9, extends); /* 7 and 8: the Lua transports' scoped and on_lost */
   char err[RL_ERRLEN];
   rl_lease_ud *ud;
   if (why != NULL) luaL_argerror(L, 2, why);
@@ -515,7 +547,7 @@ static int client_lease(lua_State *L) {
   ud = (rl_lease_ud *)lua_newuserdatauv(L, sizeof *ud, 0);
   ud->lease = NULL;
   luaL_setmetatable(L, LEASE_MT);
-  ud->lease = rl_lease_start(&c->conn.o, c->prefix, c->plen, key, klen, token, tlen, (long long)ttl,
+  ud->lease = rl_lease_start(&c->conn.o, op, c->prefix, c->plen, key, klen, token, tlen, (long long)ttl,
                              max_hold, sent, err);
   if (ud->lease == NULL) {
     lua_pushnil(L);
@@ -666,14 +698,14 @@ static int push_formatted(lua_State *L, int argc, const char **argv, const size_
 static int core_encode_script(lua_State *L) {
   const char *key, *token, *prefix, *why;
   size_t klen, tlen, plen;
-  long long ms;
-  rl_op op = check_script(L, 1, &key, &klen, &token, &tlen, &ms);
+  long long ms, n;
+  rl_op op = check_script(L, 1, 7, &key, &klen, &token, &tlen, &ms, &n);
   rl_cmd cmd;
   int status;
   prefix = luaL_checklstring(L, 5, &plen);
   why = rl_check_prefix(prefix, plen);
   if (why != NULL) luaL_argerror(L, 5, lua_pushfstring(L, "prefix %s", why));
-  if (rl_cmd_init(&cmd, op, prefix, plen, key, klen, token, tlen, ms) != 0)
+  if (rl_cmd_init(&cmd, op, prefix, plen, key, klen, token, tlen, ms, n) != 0)
     return luaL_error(L, "redislock: out of memory");
   if (lua_toboolean(L, 6)) rl_cmd_use_eval(&cmd);
   status = push_formatted(L, 0, NULL, NULL, &cmd);
@@ -683,8 +715,8 @@ static int core_encode_script(lua_State *L) {
 }
 
 /*
- * core.encode_wait(key, token, ms, prefix) -> bytes
- * The BLPOP client:wait sends (token nil: the shared list).
+ * core.encode_wait(key, token, ms, prefix[, op]) -> bytes
+ * The BLPOP client:wait sends (token nil: the shared list; op: as client:wait's).
  */
 static int core_encode_wait(lua_State *L) {
   size_t plen;
@@ -694,7 +726,7 @@ static int core_encode_wait(lua_State *L) {
   rl_cmd cmd;
   int status;
   if (why != NULL) luaL_argerror(L, 4, lua_pushfstring(L, "prefix %s", why));
-  check_wait(L, 1, prefix, plen, &cmd, &ms);
+  check_wait(L, 1, 5, prefix, plen, &cmd, &ms);
   status = push_formatted(L, cmd.argc, cmd.argv, cmd.len, NULL);
   rl_cmd_free(&cmd);
   if (status != 0) return lua_error(L);
@@ -948,7 +980,7 @@ static int core_eval_many(lua_State *L) {
   lua_Integer timeout = lua_tointegerx(L, 1, &isnum);
   const char *key, *token;
   size_t klen, tlen;
-  long long ms;
+  long long ms, nlimit;
   rl_op op;
   rl_conn *conns[RL_MANY_MAX];
   rl_cmd *cmds;
@@ -957,7 +989,7 @@ static int core_eval_many(lua_State *L) {
   char (*err)[RL_ERRLEN];
   luaL_argcheck(L, lua_type(L, 1) == LUA_TNUMBER && isnum && timeout >= 1 && timeout <= RL_MAX_MS, 1,
                 "timeout must be an integer number of milliseconds >= 1");
-  op = check_script(L, 2, &key, &klen, &token, &tlen, &ms);
+  op = check_script(L, 2, 0, &key, &klen, &token, &tlen, &ms, &nlimit);
   luaL_argcheck(L, op != RL_OP_TAKE, 2, "a take runs on one connection only");
   luaL_argcheck(L, n >= 1 && n <= RL_MANY_MAX, 6, "1 to 64 clients expected");
   for (i = 0; i < n; i++) conns[i] = &check_client(L, 6 + i)->conn;
@@ -968,7 +1000,7 @@ static int core_eval_many(lua_State *L) {
   err = (char (*)[RL_ERRLEN])(rc + n);
   for (i = 0; i < n; i++) {
     rl_client *c = check_client(L, 6 + i);
-    if (rl_cmd_init(&cmds[i], op, c->prefix, c->plen, key, klen, token, tlen, ms) != 0) {
+    if (rl_cmd_init(&cmds[i], op, c->prefix, c->plen, key, klen, token, tlen, ms, nlimit) != 0) {
       while (--i >= 0) rl_cmd_free(&cmds[i]);
       return luaL_error(L, "redislock: out of memory");
     }
@@ -1165,6 +1197,15 @@ static void push_scripts(lua_State *L) {
     lua_pushstring(L, rl_script_text((rl_op)op));
     lua_setfield(L, -2, "text");
     lua_setfield(L, -2, rl_op_name((rl_op)op));
+  }
+  {
+    const char *sha, *text = rl_multi_script(&sha);
+    lua_createtable(L, 0, 2);
+    lua_pushstring(L, sha);
+    lua_setfield(L, -2, "sha");
+    lua_pushstring(L, text);
+    lua_setfield(L, -2, "text");
+    lua_setfield(L, -2, "multi_acquire");
   }
 }
 

@@ -93,6 +93,83 @@
   "redis.call('RPUSH', sig, 1)\n"                                          \
   "redis.call('PEXPIRE', sig, " RL_STR(RL_SIGNAL_MS) ")\n"
 
+/* Leaves `now` (ms, server time) and `t` (TIME's reply). */
+#define NOW                                                                \
+  "local t = redis.call('TIME')\n"                                         \
+  "local now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
+
+/* A whole number as Redis wants it (Lua 5.1 would write 1e+15). */
+#define FMT "string.format('%.0f', "
+
+/* A sorted set of holders by expiry lasts as long as its last holder. */
+#define ZSET_EXPIRE(z)                                                     \
+  "local last = redis.call('ZRANGE', " z ", -1, -1, 'WITHSCORES')[2]\n"    \
+  "if last then redis.call('PEXPIRE', " z ", " FMT "math.max(tonumber(last) - now, 1))) end\n"
+
+/* Wakes every waiter of a read-write lock (they wait by deadline in a sorted
+   set): one element each on the signal list, at most 1000. */
+#define WAKE_ALL(signal, waiters)                                          \
+  "redis.call('ZREMRANGEBYSCORE', " waiters ", '-inf', now)\n"             \
+  "local n = math.min(redis.call('ZCARD', " waiters "), 1000)\n"           \
+  "if n > 0 then\n"                                                        \
+  "  local ones = {}\n"                                                    \
+  "  for i = 1, n do ones[i] = 1 end\n"                                    \
+  "  redis.call('DEL', " signal ")\n"                                      \
+  "  redis.call('RPUSH', " signal ", unpack(ones))\n"                      \
+  "  redis.call('PEXPIRE', " signal ", " RL_STR(RL_SIGNAL_MS) ")\n"        \
+  "end\n"
+
+/* A read-write lock's waiter stays in the waiters set until it could have
+   taken the lock (left ms from now) and a second more. */
+#define RW_MARK(waiters)                                                   \
+  "redis.call('ZADD', " waiters ", " FMT "now + math.max(left, 0) + " RL_STR(RL_WAITERS_SLACK_MS) "), ARGV[1])\n" \
+  "local wlast = tonumber(redis.call('ZRANGE', " waiters ", -1, -1, 'WITHSCORES')[2])\n" \
+  "redis.call('PEXPIRE', " waiters ", " FMT "math.max(wlast - now, 1)))\n"
+
+/* A holder of a sorted set by expiry (semaphore permits, readers): the fence
+   of a resend that found its token, else the next one. */
+#define FENCE_OF(fence, resent)                                            \
+  "if " resent " then\n"                                                   \
+  "  local fence = tonumber(redis.call('GET', " fence "))\n"               \
+  "  if fence and fence >= 1 then return fence end\n"                      \
+  "end\n"                                                                  \
+  "return redis.call('INCR', " fence ")\n"
+
+/* Extend and PTTL of a holder of a sorted set by expiry: KEYS[1] the set;
+   ARGV[1] token (, ARGV[2] ttl). An entry past its expiry is gone. */
+#define ZSET_EXTEND                                                        \
+  NOW                                                                      \
+  "local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"                     \
+  "if not s or tonumber(s) <= now then\n"                                  \
+  "  if s then redis.call('ZREM', KEYS[1], ARGV[1]) end\n"                 \
+  "  return {0, 0}\n"                                                      \
+  "end\n"                                                                  \
+  "redis.call('ZADD', KEYS[1], " FMT "now + tonumber(ARGV[2])), ARGV[1])\n" \
+  ZSET_EXPIRE("KEYS[1]")                                                   \
+  "return {1, tonumber(ARGV[2])}\n"
+#define ZSET_PTTL                                                          \
+  NOW                                                                      \
+  "local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"                     \
+  "if not s or tonumber(s) <= now then return {0, 0} end\n"                \
+  "return {1, tonumber(s) - now}\n"
+
+/* The lock's extend and PTTL (also a read-write lock's writer's). */
+#define KEY_EXTEND                                                         \
+  "local v = redis.call('GET', KEYS[1])\n"                                 \
+  "if v == ARGV[1] then\n"                                                 \
+  "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"                            \
+  "  return {1, tonumber(ARGV[2])}\n"                                      \
+  "end\n"                                                                  \
+  "if v then return {-1, redis.call('PTTL', KEYS[1])} end\n"               \
+  "return {0, 0}\n"
+#define KEY_PTTL                                                           \
+  "local v = redis.call('GET', KEYS[1])\n"                                 \
+  "if v == ARGV[1] then\n"                                                 \
+  "  return {1, redis.call('PTTL', KEYS[1])}\n"                            \
+  "end\n"                                                                  \
+  "if v then return {-1, redis.call('PTTL', KEYS[1])} end\n"               \
+  "return {0, 0}\n"
+
 static const char *const script_text[RL_OP_COUNT] = {
   /* RL_OP_ACQUIRE: KEYS lock, fence, waiters; ARGV[1] token, ARGV[2] ttl (ms).
      Replies one integer: the fence, or -2 - the holder's PTTL. */
@@ -126,20 +203,9 @@ static const char *const script_text[RL_OP_COUNT] = {
   "if v then return -2 - redis.call('PTTL', KEYS[1]) end\n"
   "return 0\n",
   /* RL_OP_EXTEND: KEYS lock; ARGV[1] token, ARGV[2] ttl (ms) */
-  "local v = redis.call('GET', KEYS[1])\n"
-  "if v == ARGV[1] then\n"
-  "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-  "  return {1, tonumber(ARGV[2])}\n"
-  "end\n"
-  "if v then return {-1, redis.call('PTTL', KEYS[1])} end\n"
-  "return {0, 0}\n",
+  KEY_EXTEND,
   /* RL_OP_PTTL: KEYS lock; ARGV[1] token */
-  "local v = redis.call('GET', KEYS[1])\n"
-  "if v == ARGV[1] then\n"
-  "  return {1, redis.call('PTTL', KEYS[1])}\n"
-  "end\n"
-  "if v then return {-1, redis.call('PTTL', KEYS[1])} end\n"
-  "return {0, 0}\n",
+  KEY_PTTL,
   /* RL_OP_ACQUIRE_FAIR: KEYS lock, fence, queue, alive, waiters; ARGV[1] token,
      ARGV[2] ttl (ms), ARGV[3] how long a waiter stays queued without coming
      back (ms). Takes the lock only when it is free and no live waiter came
@@ -208,10 +274,141 @@ static const char *const script_text[RL_OP_COUNT] = {
   "end\n"
   "if v then return -2 - redis.call('PTTL', KEYS[1]) end\n"
   "return 0\n",
+  /* RL_OP_SEM_ACQUIRE: KEYS permits, fence, waiters; ARGV[1] token, ARGV[2]
+     ttl (ms), ARGV[3] the limit. Expired permits are dropped first (by the
+     server's clock); a token already holding a permit (a resend) keeps it.
+     Replies as acquire: the fence, or -2 - the ms until the first permit
+     expires (and sets the waiters mark). */
+  NOW
+  "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
+  "local resent = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
+  "if resent or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then\n"
+  "  redis.call('ZADD', KEYS[1], " FMT "now + tonumber(ARGV[2])), ARGV[1])\n"
+  ZSET_EXPIRE("KEYS[1]")
+  FENCE_OF("KEYS[2]", "resent")
+  "end\n"
+  "local left = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]) - now\n"
+  "redis.call('SET', KEYS[3], 1, 'PX', " FMT "math.max(left, 0) + " RL_STR(RL_WAITERS_SLACK_MS) "))\n"
+  "return -2 - left\n",
+  /* RL_OP_SEM_RELEASE: KEYS permits, signal, waiters; ARGV[1] token. Wakes
+     one waiter when the mark says somebody may wait. Replies 1, or 0 when
+     the permit is gone (expired, or taken back). */
+  NOW
+  "local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
+  "if not s then return 0 end\n"
+  "redis.call('ZREM', KEYS[1], ARGV[1])\n"
+  "if tonumber(s) <= now then return 0 end\n"
+  "if redis.call('EXISTS', KEYS[3]) == 1 then pcall(function()\n"
+  "  redis.call('DEL', KEYS[2])\n"
+  "  redis.call('RPUSH', KEYS[2], 1)\n"
+  "  redis.call('PEXPIRE', KEYS[2], " RL_STR(RL_SIGNAL_MS) ")\n"
+  "end) end\n"
+  "return 1\n",
+  /* RL_OP_SEM_EXTEND: KEYS permits; ARGV[1] token, ARGV[2] ttl (ms) */
+  ZSET_EXTEND,
+  /* RL_OP_SEM_PTTL: KEYS permits; ARGV[1] token */
+  ZSET_PTTL,
+  /* RL_OP_SEM_COUNT: KEYS permits. Replies {1, permits held now}. */
+  NOW
+  "return {1, redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')}\n",
+  /* RL_OP_READ_ACQUIRE: KEYS readers, writer, fence, writers, waiters;
+     ARGV[1] token, ARGV[2] ttl (ms), ARGV[3] how long a waiting writer
+     stays queued (ms). A reader gets in when no writer holds the lock and
+     none waits (writers first: a stream of readers cannot starve one).
+     Replies as acquire: the fence, or -2 - ms until it may change (the
+     writer's PTTL, or the last waiting writer's stay). */
+  NOW
+  "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
+  "redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)\n"
+  "local resent = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
+  "local wleft = redis.call('PTTL', KEYS[2])\n"
+  "if resent or (wleft == -2 and redis.call('ZCARD', KEYS[4]) == 0) then\n"
+  "  redis.call('ZADD', KEYS[1], " FMT "now + tonumber(ARGV[2])), ARGV[1])\n"
+  ZSET_EXPIRE("KEYS[1]")
+  "  redis.call('ZREM', KEYS[5], ARGV[1])\n"
+  FENCE_OF("KEYS[3]", "resent")
+  "end\n"
+  "local left = wleft\n"
+  "if left < 0 then\n"
+  "  local w = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')[2]\n"
+  "  left = w and tonumber(w) - now or tonumber(ARGV[3])\n"
+  "end\n"
+  RW_MARK("KEYS[5]")
+  "return -2 - left\n",
+  /* RL_OP_READ_RELEASE: KEYS readers, signal, waiters; ARGV[1] token. The
+     last reader out wakes every waiter. Replies as sem_release. */
+  NOW
+  "local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
+  "if not s then return 0 end\n"
+  "redis.call('ZREM', KEYS[1], ARGV[1])\n"
+  "if tonumber(s) <= now then return 0 end\n"
+  "if redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf') == 0 and redis.call('EXISTS', KEYS[3]) == 1 then\n"
+  "  pcall(function()\n"
+  WAKE_ALL("KEYS[2]", "KEYS[3]")
+  "  end)\n"
+  "end\n"
+  "return 1\n",
+  /* RL_OP_READ_EXTEND: KEYS readers; ARGV[1] token, ARGV[2] ttl (ms) */
+  ZSET_EXTEND,
+  /* RL_OP_READ_PTTL: KEYS readers; ARGV[1] token */
+  ZSET_PTTL,
+  /* RL_OP_WRITE_ACQUIRE: KEYS readers, writer, fence, writers, waiters;
+     ARGV[1] token, ARGV[2] ttl (ms), ARGV[3] stay (ms). Takes the writer
+     key when no writer holds it and no reader does; else queues the token
+     among the waiting writers for the stay (which keeps new readers out).
+     Replies as acquire: the fence, or -2 - ms until it may change (the
+     writer's PTTL, or the last reader's expiry). */
+  NOW
+  "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
+  "redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)\n"
+  "local v = redis.call('GET', KEYS[2])\n"
+  "if v == ARGV[1] or (not v and redis.call('ZCARD', KEYS[1]) == 0) then\n"
+  "  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])\n"
+  "  redis.call('ZREM', KEYS[4], ARGV[1])\n"
+  "  redis.call('ZREM', KEYS[5], ARGV[1])\n"
+  FENCE_OF("KEYS[3]", "v")
+  "end\n"
+  "redis.call('ZADD', KEYS[4], " FMT "now + tonumber(ARGV[3])), ARGV[1])\n"
+  "redis.call('PEXPIRE', KEYS[4], ARGV[3])\n"
+  "local left\n"
+  "if v then left = redis.call('PTTL', KEYS[2]) else\n"
+  "  left = tonumber(redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]) - now\n"
+  "end\n"
+  RW_MARK("KEYS[5]")
+  "return -2 - left\n",
+  /* RL_OP_WRITE_RELEASE: KEYS writer, signal, waiters; ARGV[1] token.
+     Compare-and-delete; wakes every waiter. Replies as release. */
+  "local v = redis.call('GET', KEYS[1])\n"
+  "if v == ARGV[1] then\n"
+  "  redis.call('DEL', KEYS[1])\n"
+  "  if redis.call('EXISTS', KEYS[3]) == 1 then pcall(function()\n"
+  NOW
+  WAKE_ALL("KEYS[2]", "KEYS[3]")
+  "  end) end\n"
+  "  return 1\n"
+  "end\n"
+  "if v then return -2 - redis.call('PTTL', KEYS[1]) end\n"
+  "return 0\n",
+  /* RL_OP_WRITE_EXTEND: KEYS writer; ARGV[1] token, ARGV[2] ttl (ms) */
+  KEY_EXTEND,
+  /* RL_OP_WRITE_PTTL: KEYS writer; ARGV[1] token */
+  KEY_PTTL,
+  /* RL_OP_WRITE_LEAVE: KEYS writers, writer, signal, waiters; ARGV[1]
+     token. A waiting writer gives up: it leaves the queue, and when no
+     writer holds the lock the waiters are woken (readers it kept out). */
+  "redis.call('ZREM', KEYS[1], ARGV[1])\n"
+  "if redis.call('EXISTS', KEYS[2]) == 0 then\n"
+  NOW
+  WAKE_ALL("KEYS[3]", "KEYS[4]")
+  "end\n"
+  "return {0, 0}\n",
 };
 
 static const char *const op_name[RL_OP_COUNT] = {
-  "acquire", "release", "extend", "pttl", "acquire_fair", "leave", "take", "release_one", "fence_up"
+  "acquire", "release", "extend", "pttl", "acquire_fair", "leave", "take", "release_one", "fence_up",
+  "sem_acquire", "sem_release", "sem_extend", "sem_pttl", "sem_count",
+  "read_acquire", "read_release", "read_extend", "read_pttl",
+  "write_acquire", "write_release", "write_extend", "write_pttl", "write_leave"
 };
 
 static char script_sha[RL_OP_COUNT][41];
@@ -220,6 +417,44 @@ static pthread_once_t script_sha_once = PTHREAD_ONCE_INIT;
 const char *rl_script_text(rl_op op) { return script_text[op == RL_OP_TAKE ? RL_OP_ACQUIRE : op]; }
 
 const char *rl_op_name(rl_op op) { return op_name[op]; }
+
+/* The multi-key acquire: KEYS the n locks, then their n fence counters, then
+   their n waiters marks (3n keys); ARGV[1] token, ARGV[2] ttl (ms). All n
+   locks are taken, or none: when one holds another owner's token, it marks
+   that lock's waiters and replies {-1, its PTTL, its index}; else
+   {1, {fence, ...}}. Resend-safe as acquire: a lock that holds our token
+   already keeps its fence. The keys are sent in Lua's order (sorted), which
+   only matters for which busy lock is named. */
+static const char multi_acquire[] =
+  "local n = #KEYS / 3\n"
+  "local mine = {}\n"
+  "for i = 1, n do\n"
+  "  local v = redis.call('GET', KEYS[i])\n"
+  "  if v and v ~= ARGV[1] then\n"
+  "    local left = redis.call('PTTL', KEYS[i])\n"
+  "    redis.call('SET', KEYS[2 * n + i], 1, 'PX', math.max(left, 0) + " RL_STR(RL_WAITERS_SLACK_MS) ")\n"
+  "    return {-1, left, i}\n"
+  "  end\n"
+  "  mine[i] = v\n"
+  "end\n"
+  "local fences = {}\n"
+  "for i = 1, n do\n"
+  "  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])\n"
+  "  local fence = mine[i] and tonumber(redis.call('GET', KEYS[n + i]))\n"
+  "  if not fence or fence < 1 then fence = redis.call('INCR', KEYS[n + i]) end\n"
+  "  fences[i] = fence\n"
+  "end\n"
+  "return {1, fences}\n";
+
+static char multi_sha[41];
+static pthread_once_t multi_sha_once = PTHREAD_ONCE_INIT;
+static void compute_multi_sha(void) { rl_sha1_hex(multi_acquire, strlen(multi_acquire), multi_sha); }
+
+const char *rl_multi_script(const char **sha) {
+  pthread_once(&multi_sha_once, compute_multi_sha);
+  *sha = multi_sha;
+  return multi_acquire;
+}
 
 /* Names every script, once per process (Lua states in several threads may
    load the module at the same time). */
@@ -234,8 +469,17 @@ const char *rl_script_sha(rl_op op) {
   return script_sha[op == RL_OP_TAKE ? RL_OP_ACQUIRE : op];
 }
 
-/* The keys of each script, as indexes into rl_cmd.key/klen. */
-enum { K_LOCK, K_FENCE, K_SIGNAL, K_QUEUE, K_ALIVE, K_WAITERS };
+/* The names of the scripts' keys, as indexes into rl_cmd.key/klen, and
+   their suffixes after "<prefix>{<key>}". Each primitive has names of its
+   own: a semaphore and a lock of the same name do not meet. */
+enum { K_LOCK, K_FENCE, K_SIGNAL, K_QUEUE, K_ALIVE, K_WAITERS,
+       K_PERMITS, K_PFENCE, K_PSIGNAL, K_PWAITERS,
+       K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWSIGNAL, K_RWWAITERS };
+static const char *const suffix[RL_NAMES] = {
+  "", ":fence", ":signal", ":queue", ":alive", ":waiters",
+  ":permits", ":permits:fence", ":permits:signal", ":permits:waiters",
+  ":rw:readers", ":rw:writer", ":rw:fence", ":rw:writers", ":rw:signal", ":rw:waiters"
+};
 static const int op_keys[RL_OP_COUNT][RL_MAX_KEYS + 1] = { /* ends with -1 */
   [RL_OP_ACQUIRE] = { K_LOCK, K_FENCE, K_WAITERS, -1 },
   [RL_OP_RELEASE] = { K_LOCK, K_SIGNAL, K_QUEUE, K_ALIVE, K_WAITERS, -1 },
@@ -246,7 +490,56 @@ static const int op_keys[RL_OP_COUNT][RL_MAX_KEYS + 1] = { /* ends with -1 */
   [RL_OP_TAKE] = { K_LOCK, K_FENCE, K_WAITERS, -1 }, /* acquire's, for the fallback */
   [RL_OP_RELEASE_ONE] = { K_LOCK, -1 },
   [RL_OP_FENCE_UP] = { K_LOCK, K_FENCE, -1 },
+  [RL_OP_SEM_ACQUIRE] = { K_PERMITS, K_PFENCE, K_PWAITERS, -1 },
+  [RL_OP_SEM_RELEASE] = { K_PERMITS, K_PSIGNAL, K_PWAITERS, -1 },
+  [RL_OP_SEM_EXTEND] = { K_PERMITS, -1 },
+  [RL_OP_SEM_PTTL] = { K_PERMITS, -1 },
+  [RL_OP_SEM_COUNT] = { K_PERMITS, -1 },
+  [RL_OP_READ_ACQUIRE] = { K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWWAITERS, -1 },
+  [RL_OP_READ_RELEASE] = { K_READERS, K_RWSIGNAL, K_RWWAITERS, -1 },
+  [RL_OP_READ_EXTEND] = { K_READERS, -1 },
+  [RL_OP_READ_PTTL] = { K_READERS, -1 },
+  [RL_OP_WRITE_ACQUIRE] = { K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWWAITERS, -1 },
+  [RL_OP_WRITE_RELEASE] = { K_WRITER, K_RWSIGNAL, K_RWWAITERS, -1 },
+  [RL_OP_WRITE_EXTEND] = { K_WRITER, -1 },
+  [RL_OP_WRITE_PTTL] = { K_WRITER, -1 },
+  [RL_OP_WRITE_LEAVE] = { K_WRITERS, K_WRITER, K_RWSIGNAL, K_RWWAITERS, -1 },
 };
+
+int rl_op_takes_ms(rl_op op) {
+  switch (op) {
+  case RL_OP_ACQUIRE: case RL_OP_TAKE: case RL_OP_EXTEND: case RL_OP_ACQUIRE_FAIR: case RL_OP_FENCE_UP:
+  case RL_OP_SEM_ACQUIRE: case RL_OP_SEM_EXTEND: case RL_OP_READ_ACQUIRE: case RL_OP_READ_EXTEND:
+  case RL_OP_WRITE_ACQUIRE: case RL_OP_WRITE_EXTEND:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+int rl_op_takes_n(rl_op op) { return op == RL_OP_SEM_ACQUIRE; }
+
+int rl_op_resendable(rl_op op) {
+  return op != RL_OP_RELEASE && op != RL_OP_RELEASE_ONE && op != RL_OP_SEM_RELEASE && op != RL_OP_READ_RELEASE &&
+         op != RL_OP_WRITE_RELEASE;
+}
+
+/* The wake-up list of the primitive op belongs to. */
+static int signal_of(rl_op op) {
+  int i;
+  for (i = 0; op_keys[op][i] >= 0; i++) {
+    int k = op_keys[op][i];
+    if (k >= K_READERS) return K_RWSIGNAL;
+    if (k >= K_PERMITS) return K_PSIGNAL;
+  }
+  return K_SIGNAL;
+}
+
+/* Whether op waits with a stay: a fair waiter, or a waiting writer, that
+   leaves the queue unless it comes back within RL_FAIR_STAY_MS. */
+static int takes_stay(rl_op op) {
+  return op == RL_OP_ACQUIRE_FAIR || op == RL_OP_READ_ACQUIRE || op == RL_OP_WRITE_ACQUIRE;
+}
 
 /* Writes n in decimal at p; returns the end. */
 static char *put_size(char *p, size_t n) {
@@ -260,8 +553,7 @@ static char *put_size(char *p, size_t n) {
 
 int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
                 const char *key, size_t klen, const char *token, size_t tlen,
-                long long ms) {
-  static const char *const suffix[RL_MAX_KEYS] = { "", ":fence", ":signal", ":queue", ":alive", ":waiters" };
+                long long ms, long long n) {
   size_t base = plen + klen + 2, total = 0;
   char *p;
   int i, k;
@@ -295,12 +587,15 @@ int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
   cmd->len[2] = 1;
   cmd->argv[cmd->argc] = token;
   cmd->len[cmd->argc++] = tlen;
-  if (op == RL_OP_ACQUIRE || op == RL_OP_TAKE || op == RL_OP_EXTEND || op == RL_OP_ACQUIRE_FAIR ||
-      op == RL_OP_FENCE_UP) {
+  if (rl_op_takes_ms(op)) {
     cmd->len[cmd->argc] = (size_t)(put_size(cmd->ms, (size_t)ms) - cmd->ms); /* ms >= 1, checked */
     cmd->argv[cmd->argc++] = cmd->ms;
   }
-  if (op == RL_OP_ACQUIRE_FAIR) {
+  if (rl_op_takes_n(op)) {
+    cmd->len[cmd->argc] = (size_t)(put_size(cmd->n, (size_t)n) - cmd->n); /* n >= 1, checked */
+    cmd->argv[cmd->argc++] = cmd->n;
+  }
+  if (takes_stay(op)) {
     cmd->argv[cmd->argc] = RL_STR(RL_FAIR_STAY_MS);
     cmd->len[cmd->argc++] = strlen(RL_STR(RL_FAIR_STAY_MS));
   }
@@ -309,10 +604,11 @@ int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
   return 0;
 }
 
-int rl_wait_init(rl_cmd *cmd, const char *prefix, size_t plen, const char *key, size_t klen,
+int rl_wait_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen, const char *key, size_t klen,
                  const char *token, size_t tlen, long long ms) {
-  static const char suffix[] = ":signal";
-  size_t base = plen + klen + 2 + sizeof suffix - 1;
+  const char *signal = suffix[signal_of(op)];
+  size_t slen = strlen(signal);
+  size_t base = plen + klen + 2 + slen;
   size_t len = base + (token != NULL ? 1 + tlen : 0);
   char *p;
   memset(cmd, 0, offsetof(rl_cmd, inline_keys));
@@ -323,7 +619,7 @@ int rl_wait_init(rl_cmd *cmd, const char *prefix, size_t plen, const char *key, 
   p[plen] = '{';
   memcpy(p + plen + 1, key, klen);
   p[plen + 1 + klen] = '}';
-  memcpy(p + plen + 2 + klen, suffix, sizeof suffix - 1);
+  memcpy(p + plen + 2 + klen, signal, slen);
   if (token != NULL) {
     p[base] = ':';
     memcpy(p + base + 1, token, tlen);

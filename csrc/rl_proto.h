@@ -27,6 +27,23 @@ typedef enum {
                         release in a cluster slot half moved (one key: never TRYAGAIN) */
   RL_OP_FENCE_UP, /* Redlock's second phase: where the lock holds our token, raise the
                      fence counter to at least the fence chosen (in place of the ttl) */
+  /* The semaphore (redislock/semaphore.lua): permits in a sorted set by expiry. */
+  RL_OP_SEM_ACQUIRE, /* a permit if fewer than n are held (n: the limit) */
+  RL_OP_SEM_RELEASE, /* give the permit back, wake one waiter */
+  RL_OP_SEM_EXTEND,  /* the permit's expiry moves to now + ms */
+  RL_OP_SEM_PTTL,    /* the permit's time left */
+  RL_OP_SEM_COUNT,   /* how many permits are held (the token is not looked at) */
+  /* The read-write lock (redislock/rwlock.lua): readers in a sorted set by
+     expiry, the writer a plain key, waiting writers in a sorted set. */
+  RL_OP_READ_ACQUIRE,  /* a read hold: no writer holds it and none waits */
+  RL_OP_READ_RELEASE,  /* the last reader out wakes the waiters */
+  RL_OP_READ_EXTEND,
+  RL_OP_READ_PTTL,
+  RL_OP_WRITE_ACQUIRE, /* the write hold: no writer, no reader; else queue as a waiting writer */
+  RL_OP_WRITE_RELEASE, /* wakes the waiters */
+  RL_OP_WRITE_EXTEND,
+  RL_OP_WRITE_PTTL,
+  RL_OP_WRITE_LEAVE,   /* a waiting writer gives up: readers may come in again */
   RL_OP_COUNT
 } rl_op;
 
@@ -61,8 +78,9 @@ typedef enum {
    holds exactly, 2^53, about 285,000 years. Redis takes more (SET PX and
    PEXPIRE to LLONG_MAX less the clock), and script numbers are doubles. */
 #define RL_MAX_MS 9007199254740992LL
-#define RL_MAX_KEYS 6                    /* lock, fence, signal, queue, alive, waiters */
-#define RL_CMD_MAXARGS (3 + RL_MAX_KEYS + 3)
+#define RL_MAX_KEYS 6                    /* the most keys one script uses */
+#define RL_NAMES 16                     /* the names of all scripts' keys (rl_proto.c) */
+#define RL_CMD_MAXARGS (3 + RL_MAX_KEYS + 4)
 #define RL_SIGNAL_MS 1000               /* a wake-up signal waits this long for a taker */
 #define RL_WAITERS_SLACK_MS 1000        /* the waiters mark outlives the lock's TTL by this */
 #define RL_FAIR_STAY_MS 3000            /* a fair waiter not back by then leaves the queue */
@@ -80,10 +98,11 @@ typedef struct {
   size_t len[RL_CMD_MAXARGS];
   rl_op op;     /* RL_OP_COUNT for a BLPOP */
   char *keys;   /* the names the op uses: "<prefix>{<key>}", the same with ":fence", ... */
-  const char *key[RL_MAX_KEYS];
-  size_t klen[RL_MAX_KEYS];
+  const char *key[RL_NAMES];
+  size_t klen[RL_NAMES];
   char numkeys[2];
   char ms[24];
+  char n[24];
   char inline_keys[384]; /* keys, when they fit */
 } rl_cmd;
 
@@ -93,9 +112,22 @@ const char *rl_script_text(rl_op op);
 const char *rl_script_sha(rl_op op);
 const char *rl_op_name(rl_op op);
 
+/* The multi-key acquire script (all locks or none, on one server; see
+   rl_proto.c), and its SHA-1 in *sha. Sent by the Lua layer as a plain
+   command (its keys are many), not through rl_cmd. */
+const char *rl_multi_script(const char **sha);
+
+/* Whether op takes a time (ms >= 1: a ttl, or fence_up's fence) and a count
+   (n >= 1: sem_acquire's limit); whether it may be sent twice (every op but
+   the releases: a second release would find the hold gone). */
+int rl_op_takes_ms(rl_op op);
+int rl_op_takes_n(rl_op op);
+int rl_op_resendable(rl_op op);
+
 /*
  * Fills cmd for op on key under prefix. token is the owner's token; ms is used
- * by acquire, take and extend only. Returns 0, or -1 when out of memory.
+ * by the ops that take it (rl_op_takes_ms), n by those that take a count.
+ * Returns 0, or -1 when out of memory.
  * Validate key with rl_check_key first. Free with rl_cmd_free. A take is
  * filled as an acquire (argv is acquire's EVALSHA) with op RL_OP_TAKE:
  * rl_cmd_bytes writes its own bytes, and rl_cmd_use_acquire turns it into the
@@ -103,13 +135,14 @@ const char *rl_op_name(rl_op op);
  */
 int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
                 const char *key, size_t klen, const char *token, size_t tlen,
-                long long ms);
+                long long ms, long long n);
 /*
- * Fills cmd with BLPOP on the lock's wake-up list, for at most ms (>= 1): the
- * shared list, or a fair waiter's own when token is not NULL. Returns 0, or
- * -1 when out of memory. Free with rl_cmd_free.
+ * Fills cmd with BLPOP on the wake-up list of the primitive op belongs to
+ * (the lock's, a semaphore's or a read-write lock's), for at most ms (>= 1):
+ * the shared list, or a fair waiter's own when token is not NULL. Returns 0,
+ * or -1 when out of memory. Free with rl_cmd_free.
  */
-int rl_wait_init(rl_cmd *cmd, const char *prefix, size_t plen, const char *key, size_t klen,
+int rl_wait_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen, const char *key, size_t klen,
                  const char *token, size_t tlen, long long ms);
 
 /*

@@ -27,6 +27,7 @@ struct rl_lease {
   rl_wconn *wc;
   char *names;              /* prefix, key and token, one after another */
   size_t plen, klen, tlen;
+  rl_op extend;             /* the script that renews it: the lock's extend, a permit's ... */
   long long ttl_ms;
   long long due;            /* monotonic ms of the next renewal */
   long long confirmed;      /* monotonic ms when the last good renewal was sent */
@@ -183,7 +184,7 @@ static int extend_on(rl_wconn *wc, const rl_lease *l, long long ttl, rl_result *
   const char *prefix = l->names, *key = prefix + l->plen, *token = key + l->klen;
   rl_cmd cmd;
   int rc;
-  if (rl_cmd_init(&cmd, RL_OP_EXTEND, prefix, l->plen, key, l->klen, token, l->tlen, ttl) != 0) {
+  if (rl_cmd_init(&cmd, l->extend, prefix, l->plen, key, l->klen, token, l->tlen, ttl, 0) != 0) {
     snprintf(err, RL_ERRLEN, "out of memory");
     return -1;
   }
@@ -258,7 +259,10 @@ static void renew(rl_lease *l) {
   if (l->stopped) {
     free_lease(l);
   } else if (l->ttl_ms != ttl) {
-    /* extended by its owner meanwhile: rl_lease_extended set the schedule */
+    /* Extended by its owner meanwhile. This renewal may have landed after
+       the owner's extend and cut the TTL back to the old one: renew with
+       the new TTL at once. */
+    if (rc == 0 && res.status == RL_HELD) l->due = rl_now_ms();
   } else if (rc == 0 && res.status == RL_HELD) {
     l->confirmed = sent;
     l->due = sent + step_of(ttl);
@@ -330,7 +334,7 @@ static int start_thread(void) {
   return rc;
 }
 
-rl_lease *rl_lease_start(const rl_conn_opts *opts, const char *prefix, size_t plen,
+rl_lease *rl_lease_start(const rl_conn_opts *opts, rl_op extend, const char *prefix, size_t plen,
                          const char *key, size_t klen, const char *token, size_t tlen,
                          long long ttl_ms, long long max_hold_ms, long long sent_ms,
                          char err[RL_ERRLEN]) {
@@ -353,6 +357,7 @@ rl_lease *rl_lease_start(const rl_conn_opts *opts, const char *prefix, size_t pl
   l->plen = plen;
   l->klen = klen;
   l->tlen = tlen;
+  l->extend = extend;
   l->ttl_ms = ttl_ms;
   l->confirmed = sent_ms; /* the TTL started after the acquire was sent */
   l->due = sent_ms + step_of(ttl_ms);

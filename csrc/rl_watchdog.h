@@ -27,14 +27,15 @@ typedef struct rl_lease rl_lease;
 
 /*
  * Starts renewing the lock key/token (names as rl_cmd_init builds them from
- * prefix) to ttl_ms every ttl_ms / 3, on a watchdog connection made like opts
+ * prefix) to ttl_ms every ttl_ms / 3 with the script extend (RL_OP_EXTEND,
+ * or a permit's or read-write hold's), on a watchdog connection made like opts
  * (shared by the leases with the same options; its timeouts are cut to
  * ttl_ms / 3). sent_ms is when the acquire was sent (monotonic ms): the TTL
  * runs from no earlier. max_hold_ms > 0 stops the renewals that long after
  * now. Returns the lease, or NULL with a message in err (out of memory, or
  * the thread could not start).
  */
-rl_lease *rl_lease_start(const rl_conn_opts *opts, const char *prefix, size_t plen,
+rl_lease *rl_lease_start(const rl_conn_opts *opts, rl_op extend, const char *prefix, size_t plen,
                          const char *key, size_t klen, const char *token, size_t tlen,
                          long long ttl_ms, long long max_hold_ms, long long sent_ms,
                          char err[RL_ERRLEN]);

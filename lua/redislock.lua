@@ -59,10 +59,10 @@ end
 
 --- redislock.with_lock(key, ttl, fn[, opts]) on the default client.
 function _M.with_lock(key, ttl, fn, opts, ...)
-  local ms, how = client_mod.with_lock_args(key, ttl, fn, opts, ...)
+  local ms, how, keys, sorted = client_mod.with_lock_args(key, ttl, fn, opts, ...)
   local client = _M.default_client()
   client_mod.check_open(client, "with_lock")
-  return client_mod.with_lock(client, key, ms, fn, how)
+  return client_mod.with_lock(client, keys, ms, fn, how, sorted)
 end
 
 return _M

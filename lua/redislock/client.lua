@@ -221,38 +221,79 @@ local function refused(self, n, fname, how)
   end
 end
 
-local function acquire(self, key, ms, how, scoped)
-  local tok, t = token(), self._transport
-  local fence, sent, acked, werr = take(t, self._sleep, self._held, self._hot, key, tok, ms, how)
-  if not fence then return nil, sent end
+-- Makes the lock object for a hold just taken (fence: its fence; sent:
+-- core.now() when the successful attempt was sent) and, with how.renew,
+-- starts its renewal; notes it for messages and with_lock's scope.
+local function adopt(self, key, tok, fence, sent, ms, how, scoped, kind)
+  local t = self._transport
   -- The lock cannot expire on the server before sent + ms (the TTL started
   -- after the send), by the monotonic clock.
-  local lock = lock_mod.new(t, self._link, key, tok, fence, sent + (t.validity_ms and t:validity_ms(ms) or ms) / 1000)
-  if how.replicas and not acked then
-    lock:release() -- taken, but the WAIT failed: give it back
-    return nil, werr
-  elseif how.replicas and acked < how.replicas then
-    lock:release() -- not durable enough to count as taken
-    return nil, string_format("redis: %s reached %d of %d replica%s within %.3g s (WAIT), so it was released",
-                              quote(key), acked, how.replicas, how.replicas == 1 and "" or "s",
-                              how.replica_ms / 1000)
-  end
+  local lock = lock_mod.new(t, self._link, key, tok, fence, sent + (t.validity_ms and t:validity_ms(ms) or ms) / 1000,
+                            kind and kind.ops)
   if how.renew then
     lock_mod.lease(lock, how, ms, sent, scoped)
     self._renewed[lock] = true
   end
-  self._held[key] = lock
+  if not kind then self._held[key] = lock end
   if scope.watching > 0 then note_taken(lock) end
   return lock
 end
+_M.adopt = adopt
 
---- Takes the lock named key for ttl seconds.
--- @param key string, the lock's name (stored as prefix .. "{" .. key .. "}")
+local function acquire(self, key, ms, how, scoped, kind)
+  local tok, t = token(), self._transport
+  local fence, sent, acked, werr = take(t, self._sleep, self._held, self._hot, key, tok, ms, how, kind)
+  if not fence then return nil, sent end
+  if how.replicas and (not acked or acked < how.replicas) then
+    lock_mod.new(t, self._link, key, tok, nil, nil, kind and kind.ops):release() -- give it back
+    if not acked then return nil, werr end -- taken, but the WAIT failed
+    -- not durable enough to count as taken
+    return nil, string_format("redis: %s reached %d of %d replica%s within %.3g s (WAIT), so it was released",
+                              kind and kind.ops.label:format(quote(key)) or quote(key), acked, how.replicas,
+                              how.replicas == 1 and "" or "s", how.replica_ms / 1000)
+  end
+  return adopt(self, key, tok, fence, sent, ms, how, scoped, kind)
+end
+
+--- hold(client, key, ms, how, scoped, kind) -> hold | nil, err: takes
+-- key as kind says (redislock/wait.lua's kind, with ops: the hold's scripts,
+-- redislock/lock.lua's), waiting, renewing and noting it as a lock; for
+-- the primitives (redislock/semaphore.lua, redislock/rwlock.lua).
+_M.hold = acquire
+
+--- Raises a bad argument n to fname when the client's topology cannot run
+-- the primitive called what ("a semaphore" ...).
+function _M.check_primitive(self, n, fname, what)
+  local no = self._transport.refuses
+  if no and no.primitives then
+    argerror(n, fname, string_format("%s is not available with 'redlock' (%s)", what, no.primitives))
+  end
+end
+
+-- A multi-key lock's keys (argument n of fname), checked: the keys as
+-- given, and sorted (redislock/multilock.lua).
+local function multi_keys(n, fname, keys)
+  return require("redislock.multilock").check_keys(n, fname, keys)
+end
+
+--- Takes the lock named key for ttl seconds; with a list of keys, all of
+-- them or none (redislock/multilock.lua).
+-- @param key string, the lock's name (stored as prefix .. "{" .. key .. "}"),
+--   or a list of names
 -- @param ttl seconds (fractions allowed): the lock expires by itself after it
 -- @param opts optional table: wait (seconds to keep trying; default 0, try once)
 -- @return lock, or nil and "busy: ...", "connection: ..." or "redis: ..."
 function Client:acquire(key, ttl, opts, ...)
   check_client(self, "acquire")
+  if type(key) == "table" then
+    local keys, sorted = multi_keys(1, "acquire", key)
+    local ms = check_seconds(2, "acquire", "ttl", ttl)
+    local how = lock_opts(3, "acquire", opts, false)
+    check_nargs("acquire", 3, ...)
+    local multilock = require "redislock.multilock"
+    multilock.check_how(3, "acquire", how)
+    return multilock.acquire(self, keys, sorted, ms, how, false)
+  end
   check_key(1, "acquire", key)
   local ms = check_seconds(2, "acquire", "ttl", ttl)
   local how = lock_opts(3, "acquire", opts, false)
@@ -290,19 +331,28 @@ end
 -- with_lock
 
 --- The arguments of with_lock (the method's and the module function's),
--- checked; returns the ttl in ms and how to take and hold the lock.
+-- checked; returns the ttl in ms, how to take and hold the lock, and for a
+-- list of keys, the keys sorted (the key passed on is then the checked copy).
 function _M.with_lock_args(key, ttl, fn, opts, ...)
-  check_key(1, "with_lock", key)
+  local sorted
+  if type(key) == "table" then key, sorted = multi_keys(1, "with_lock", key) else check_key(1, "with_lock", key) end
   local ms = check_seconds(2, "with_lock", "ttl", ttl)
   args.check_fn(3, "with_lock", fn)
   local how = lock_opts(4, "with_lock", opts, true)
   check_nargs("with_lock", 4, ...)
-  return ms, how
+  if sorted then require("redislock.multilock").check_how(4, "with_lock", how) end
+  return ms, how, key, sorted
 end
 
---- with_lock after its arguments were checked.
-function _M.with_lock(self, key, ms, fn, how)
-  local lock, err = acquire(self, key, ms, how, true)
+--- with_lock after its arguments were checked (sorted: a multi-key lock's
+-- keys, sorted; key then the list).
+function _M.with_lock(self, key, ms, fn, how, sorted)
+  local lock, err
+  if sorted then
+    lock, err = require("redislock.multilock").acquire(self, key, sorted, ms, how, true)
+  else
+    lock, err = acquire(self, key, ms, how, true)
+  end
   if not lock then error(err, 0) end
   return scope.hold(lock, fn)
 end
@@ -314,9 +364,25 @@ end
 -- @param opts optional table: wait (seconds to keep trying to acquire)
 function Client:with_lock(key, ttl, fn, opts, ...)
   check_client(self, "with_lock")
-  local ms, how = _M.with_lock_args(key, ttl, fn, opts, ...)
+  local ms, how, keys, sorted = _M.with_lock_args(key, ttl, fn, opts, ...)
   refused(self, 4, "with_lock", how)
-  return _M.with_lock(self, key, ms, fn, how)
+  return _M.with_lock(self, keys, ms, fn, how, sorted)
+end
+
+
+------------------------------------------------------------------------------
+-- The other primitives: each a module of its own, loaded on first use.
+
+--- A counting semaphore named name: at most limit permits held at once
+-- (redislock/semaphore.lua). No I/O.
+function Client:semaphore(...)
+  return require("redislock.semaphore").new(self, client_mt, ...)
+end
+
+--- A read-write lock named name: many readers or one writer
+-- (redislock/rwlock.lua). No I/O.
+function Client:rwlock(...)
+  return require("redislock.rwlock").new(self, client_mt, ...)
 end
 
 return _M

@@ -60,7 +60,8 @@ local REFRESH_GAP = 0.1
 local FIRST_PAUSE, MAX_PAUSE = 0.01, 0.2
 
 -- Scripts that may wait: their TRYAGAIN goes back to the wait loop.
-local ACQUIRES = { take = true, acquire = true, acquire_fair = true }
+local ACQUIRES = { take = true, acquire = true, acquire_fair = true, sem_acquire = true, read_acquire = true,
+                   write_acquire = true }
 
 -- Replies after which the table is refreshed before the next call.
 local STALE = { READONLY = true, UNBLOCKED = true, CLUSTERDOWN = true, MASTERDOWN = true }
@@ -85,7 +86,7 @@ function _M.new(fields, seeds)
       .. " certificates): the cluster names its nodes by address, and nginx checks DNS names only")
   end
   local self = setmetatable({ seeds = seeds, _fields = fields, _nodes = {}, _known = 0, _slots = {},
-                              _loaded = nil, _stale = true }, cluster_mt)
+                              _loaded = nil, _stale = true, spread = true }, cluster_mt)
   self._timeout = (fields.timeout_ms or 1000) / 1000
   -- A transport never used for I/O: for the sleep, and io_problem.
   local probe, sleep = transport.node({ host = seeds[1].host, port = seeds[1].port })
@@ -243,18 +244,18 @@ local function route(self, slot, retry_here, method, first, ...)
   end
 end
 
-function Cluster:eval(op, key, token, ms, replicas, replica_ms)
-  return route(self, lock_slot(key), not ACQUIRES[op], "eval", op, key, token, ms, replicas, replica_ms)
+function Cluster:eval(op, key, token, ms, replicas, replica_ms, n)
+  return route(self, lock_slot(key), not ACQUIRES[op], "eval", op, key, token, ms, replicas, replica_ms, n)
 end
 
---- cluster:wait(key, token, ms): blocks on the node that owns the lock's
+--- cluster:wait(key, token, ms[, op]): blocks on the node that owns the lock's
 -- slot. A redirect (the slot moved, or is moving, while it waited) counts
 -- as woken: the next try goes where the slot is now.
-function Cluster:wait(key, token, ms)
+function Cluster:wait(key, token, ms, op)
   local slot = lock_slot(key)
   local n, err = owner(self, slot)
   if not n then return nil, err end
-  local ok, werr = n.t:wait(key, token, ms)
+  local ok, werr = n.t:wait(key, token, ms, op)
   if ok == nil then
     local what = after(self, n, slot, werr)
     if what == "moved" or what == "ask" then return true end

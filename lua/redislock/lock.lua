@@ -22,14 +22,26 @@ args.own(debug.getinfo(1, "S").source)
 local Lock = {}
 local lock_mt = { __index = Lock }
 
+--- The scripts of a lock, and how messages name it. Other primitives' holds
+-- (a semaphore's permit, a read-write lock's read or write hold) are lock
+-- objects with scripts of their own: release, extend, pttl (each checks the
+-- token on the server, and replies as the lock's) and a label for messages.
+-- The kind names it in tostring.
+_M.LOCK = { release = "release", extend = "extend", pttl = "pttl", label = "%s", kind = "lock" }
+
 --- A lock object, held as far as we know. t: the transport it was taken on;
 -- link: the client's { closed = boolean }, which the client sets when it is
 -- closed (cheaper to read on every call than asking the transport); fence
 -- and expires (core.now() seconds before which the lock cannot have expired)
--- may be nil when unknown.
-function _M.new(t, link, key, token, fence, expires)
+-- may be nil when unknown; ops: its scripts (default _M.LOCK).
+function _M.new(t, link, key, token, fence, expires, ops)
   return setmetatable({ key = key, token = token, fence = fence, _t = t, _link = link, _state = "held",
-                        _expires = expires }, lock_mt)
+                        _expires = expires, _ops = ops or _M.LOCK }, lock_mt)
+end
+
+-- The lock's name in messages: '"orders:42"', 'a permit of "api"' ...
+local function named(self)
+  return string_format(self._ops.label, quote(self.key))
 end
 
 -- Stops the lock's renewal, if any, keeping in _expires when the lock runs
@@ -50,7 +62,7 @@ end
 -- its renewal, calls its on_lost once, and returns the "lost" message.
 local function set_lost(self, why)
   self._state = "lost"
-  self._lost = string_format("lost: %s is no longer ours (%s)", quote(self.key), why)
+  self._lost = string_format("lost: %s is no longer ours (%s)", named(self), why)
   stop_lease(self)
   local on_lost = self._on_lost
   if on_lost then
@@ -82,14 +94,14 @@ end
 -- Close is no release: the lock runs out by its TTL.
 local function client_closed(self)
   if not self._link.closed then return nil end
-  return string_format("connection: the lock's client is closed; %s runs out by its TTL", quote(self.key))
+  return string_format("connection: the lock's client is closed; %s runs out by its TTL", named(self))
 end
 
 -- The "lost" message when the lock is not ours by our own account (released,
 -- or found lost, by us or by its renewal), else nil.
 local function no_longer_ours(self)
   if self._state == "released" then
-    return string_format("lost: %s was already released", quote(self.key))
+    return string_format("lost: %s was already released", named(self))
   end
   lease_lost(self)
   if self._state == "lost" then return self._lost end
@@ -101,23 +113,25 @@ local function unusable(self)
   return no_longer_ours(self) or client_closed(self)
 end
 
--- Runs op on the server for a lock that is still ours by our own account;
+-- Runs the lock's script what ("release", "extend" or "pttl": the lock's
+-- own or its primitive's, see _M.LOCK) on the server for a lock that is still ours by our own account;
 -- fname names the public method for errors.
 -- Returns the script's value, or nil and an error message.
-local function lock_eval(self, fname, op, ms)
+local function lock_eval(self, fname, what, ms)
+  local op = self._ops[what]
   check_phase(self._t, fname)
   local gone = unusable(self)
   -- Stopped before anything is sent, so that no renewal runs after the
   -- release; also when the lock is gone (a loss the OpenResty timer found
   -- could not end with_lock's sentinel, which only the releasing thread may).
-  if op == "release" then stop_lease(self) end
+  if what == "release" then stop_lease(self) end
   if gone then return nil, gone end
   local sent = now()
   local status, value = self._t:eval(op, self.key, self.token, ms)
   if status == nil then
     -- A release that went out but whose answer did not come back may have
     -- run on the server (not so when the connection could not even be made).
-    if op == "release" and value:match("^connection:") and not value:match("^connection: cannot connect") then
+    if what == "release" and value:match("^connection:") and not value:match("^connection: cannot connect") then
       self._release_unconfirmed = true
     end
     return nil, value
@@ -125,12 +139,12 @@ local function lock_eval(self, fname, op, ms)
   if status ~= 1 then
     -- The key is gone before the lock could have expired: that earlier,
     -- unanswered release did land, and left it as this one would have.
-    if status == 0 and op == "release" and self._release_unconfirmed and now() < (expires_of(self) or 0) then
+    if status == 0 and what == "release" and self._release_unconfirmed and now() < (expires_of(self) or 0) then
       return 0
     end
-    return nil, mark_lost(self, status, op)
+    return nil, mark_lost(self, status, what)
   end
-  if op == "extend" then
+  if what == "extend" then
     local t = self._t
     self._expires = sent + (t.validity_ms and t:validity_ms(ms) or ms) / 1000
     if self._lease then self._lease:extended(ms, math_floor(sent * 1000)) end
@@ -199,7 +213,8 @@ function Lock:check(server, ...)
 end
 
 lock_mt.__tostring = function(self)
-  return string_format("redislock lock %s (fence %s, %s)", quote(self.key), tostring(self.fence), self._state)
+  return string_format("redislock %s %s (fence %s, %s)", self._ops.kind, quote(self.key), tostring(self.fence),
+                       self._state)
 end
 
 -- Lua 5.4 `local l <close> = ...`: release at scope exit. When the scope is left
@@ -225,7 +240,7 @@ function _M.lease(lock, how, ms, sent, scoped)
   -- and with_lock's hook.
   local t = lock._t
   local lease, err = t:lease(lock.key, lock.token, ms, how.max_hold_ms, math_floor(sent * 1000), scoped,
-                             t.reports_loss and function() lease_lost(lock) end or nil)
+                             t.reports_loss and function() lease_lost(lock) end or nil, lock._ops.extend)
   if not lease then
     lock:release()
     error("redislock: " .. err, 0)
@@ -254,7 +269,7 @@ local WEAK_VALUES = { __mode = "v" }
 -- refer to lock); note.ref[1], lock itself, weakly (nil once collected);
 -- note.released, true once lock is released.
 function _M.note(lock)
-  local note = { stand_in = _M.new(lock._t, lock._link, lock.key, lock.token, lock.fence),
+  local note = { stand_in = _M.new(lock._t, lock._link, lock.key, lock.token, lock.fence, nil, lock._ops),
                  ref = setmetatable({ lock }, WEAK_VALUES) }
   lock._note = note
   return note

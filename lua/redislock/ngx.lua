@@ -168,6 +168,9 @@ local function read_reply(self, sock, reader, method)
   end
 end
 
+-- The ops never sent twice: a second release would find the hold gone.
+local RELEASES = { release = true, release_one = true, sem_release = true, read_release = true, write_release = true }
+
 local ASKING = encode("ASKING")
 
 -- Sends bytes and reads one reply with reader[method] (see read_reply). With
@@ -344,14 +347,14 @@ local function take(self, key, token, ms, replicas, replica_ms)
   return nil, value
 end
 
---- transport:eval(op, key, token[, ms[, replicas, replica_ms]]) -> status, value[, acked | nil, err] | nil, err
+--- transport:eval(op, key, token[, ms[, replicas, replica_ms[, n]]]) -> status, value[, acked | nil, err] | nil, err
 -- Runs one lock script, as the C client's eval does: EVALSHA, then EVAL after
 -- NOSCRIPT, and WAIT on the same connection after a success when replicas
 -- is given; a take, then the acquire script when the lock is held. A command
 -- lost on a pooled connection that the server had closed is sent once more
 -- on another connection (maybe another pooled one; the C transport opens a
--- fresh one), except release (see rl_conn.c).
-function Transport:eval(op, key, token, ms, replicas, replica_ms)
+-- fresh one), except the releases (see rl_conn.c). n: sem_acquire's limit.
+function Transport:eval(op, key, token, ms, replicas, replica_ms, n)
   local asking = asking_now(self)
   if op == "take" and asking then op = "acquire" end -- a transaction after ASKING is refused whole
   if op == "take" then
@@ -359,14 +362,14 @@ function Transport:eval(op, key, token, ms, replicas, replica_ms)
     if status ~= "again" then return status, value, acked, werr end
     op = "acquire"
   end
-  local bytes = encode_script(op, key, token, ms, self.prefix)  -- checks the arguments
+  local bytes = encode_script(op, key, token, ms, self.prefix, false, n)  -- checks the arguments
   local err
   for _ = 1, 2 do
     local sock, reused = open(self)
     if not sock then return nil, reused end
     local status, value, failed, timed_out = round_trip(self, sock, bytes, "script_reply", asking)
     if status == false then -- NOSCRIPT: EVAL also caches the script (after ASKING again, if asked)
-      status, value, failed, timed_out = round_trip(self, sock, encode_script(op, key, token, ms, self.prefix, true),
+      status, value, failed, timed_out = round_trip(self, sock, encode_script(op, key, token, ms, self.prefix, true, n),
                                                     "script_reply", asking)
       if status == false then status, value = nil, "redis: NOSCRIPT after EVAL" end
     end
@@ -374,17 +377,18 @@ function Transport:eval(op, key, token, ms, replicas, replica_ms)
     give_back(self, sock, failed)
     if not failed then return status, value end
     err = value
-    if reused == 0 or timed_out or op == "release" or op == "release_one" then break end
+    if reused == 0 or timed_out or RELEASES[op] then break end
   end
   return nil, err
 end
 
---- transport:wait(key, token, ms) -> true | false | nil, err (as the C client's
--- wait): blocks on the lock's wake-up list for at most ms, on a connection of
--- its own from the pool; true when woken, false when the time ran out.
-function Transport:wait(key, token, ms)
+--- transport:wait(key, token, ms[, op]) -> true | false | nil, err (as the C client's
+-- wait): blocks on the wake-up list (the lock's, or that of the primitive
+-- op belongs to) for at most ms, on a connection of its own from the pool;
+-- true when woken, false when the time ran out.
+function Transport:wait(key, token, ms, op)
   -- The server may take the whole wait before it answers.
-  local v, err = one_reply(self, encode_wait(key, token, ms, self.prefix), ms + self.timeout_ms)
+  local v, err = one_reply(self, encode_wait(key, token, ms, self.prefix, op), ms + self.timeout_ms)
   if v == nil then return nil, err end
   return v ~= false
 end
@@ -468,7 +472,7 @@ function Transport:listen(channel, heard, stop)
   end
 end
 
---- transport:lease(key, token, ttl_ms[, max_hold_ms[, sent_ms[, scoped[, on_lost]]]]) -> lease:
+--- transport:lease(key, token, ttl_ms[, max_hold_ms[, sent_ms[, scoped[, on_lost[, op]]]]]) -> lease:
 -- renewed by this worker's timer (redislock/ngx_lease.lua).
 function Transport:lease(...)
   return ngx_lease.start(self, ...)

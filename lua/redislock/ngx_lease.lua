@@ -79,9 +79,14 @@ local schedule
 local function renew(lease, now)
   local t = lease.transport
   local ttl = lease.ttl_ms
-  local status, value = t:eval("extend", lease.key, lease.token, ttl)
+  local status, value = t:eval(lease.extend, lease.key, lease.token, ttl)
   if leases[lease] == nil then return end -- stopped meanwhile
-  if lease.ttl_ms ~= ttl then return end  -- extended by its owner meanwhile
+  if lease.ttl_ms ~= ttl then
+    -- Extended by its owner meanwhile: this renewal may have landed after
+    -- the owner's extend and cut the TTL back; renew with the new one at once.
+    if status == 1 then lease.due = now end
+    return
+  end
   if status == 1 then
     lease.confirmed, lease.due = now, now + math_max(ttl / 3000, 0.001)
     return
@@ -135,7 +140,7 @@ local function tick(premature)
     -- Its request's thread ended without unwinding: give the lock back.
     leases[lease] = nil
     lease.status = "ended"
-    local status, err = lease.transport:eval("release", lease.key, lease.token)
+    local status, err = lease.transport:eval(lease.release, lease.key, lease.token)
     if status == nil then
       ngx_log(ERR, "redislock: cannot release a lock whose request ended inside with_lock (it runs out by its TTL): ",
               err)
@@ -162,18 +167,22 @@ schedule = function()
   end
 end
 
---- start(t, key, token, ttl_ms[, max_hold_ms[, sent_ms[, scoped[, on_lost]]]]) -> lease,
+--- start(t, key, token, ttl_ms[, max_hold_ms[, sent_ms[, scoped[, on_lost[, op]]]]]) -> lease,
 -- as the C client's (state, extended, expires, stop), renewed by this worker's
 -- timer over transport t (its eval). sent_ms: when the acquire was sent
 -- (core.now() * 1000). scoped: the lock must not outlive the running request
 -- thread (with_lock): it gets a sentinel (see above) when that thread is one
 -- nginx ends with the request. on_lost(why) is called (in the timer) when a
--- renewal finds the lock lost.
-function _M.start(t, key, token, ttl_ms, max_hold_ms, sent_ms, scoped, on_lost)
+-- renewal finds the lock lost. op: the script that renews it ("extend", the
+-- default, or a permit's or read-write hold's "sem_extend" ...); the
+-- release that goes with it gives the hold back.
+function _M.start(t, key, token, ttl_ms, max_hold_ms, sent_ms, scoped, on_lost, op)
+  op = op or "extend"
   local now = core.now()
   local sent = sent_ms and sent_ms / 1000 or now
   local lease = setmetatable({
     transport = t, key = key, token = token, ttl_ms = ttl_ms, confirmed = sent,
+    extend = op, release = (op:gsub("extend$", "release")),
     due = sent + math_max(ttl_ms / 3000, 0.001),
     stop_at = max_hold_ms and max_hold_ms > 0 and now + max_hold_ms / 1000 or nil,
     status = "held", on_lost = on_lost,

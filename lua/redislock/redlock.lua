@@ -45,6 +45,7 @@ args.own(debug.getinfo(1, "S").source)
 _M.REFUSES = {
   fair = "a fair queue lives on one server; Redlock has no single queue to keep",
   replicas = "Redlock's servers are independent masters; replicas and WAIT belong to one server",
+  primitives = "its scripts count holders on one server; use a client of one server, Sentinel or a cluster",
 }
 
 -- A waiter retries after a random pause in this range (seconds): a release
@@ -70,7 +71,7 @@ end
 -- bound per call. No I/O.
 function _M.new(servers, timeout_ms)
   local self = setmetatable({ nodes = {}, where = {}, n = #servers, _timeout_ms = timeout_ms,
-                              refuses = _M.REFUSES, _grants = {}, _grants_n = 0 }, redlock_mt)
+                              refuses = _M.REFUSES, _grants = {}, _grants_n = 0, spread = true }, redlock_mt)
   self.quorum = math_floor(self.n / 2) + 1
   local sleep
   for i, f in ipairs(servers) do

@@ -6,16 +6,21 @@
 -- waiting, with_lock, and the topologies to come) talks to a node only
 -- through this interface, which both transports implement:
 --
---   t:eval(op, key, token[, ms[, replicas, replica_ms]])  one lock script ->
+--   t:eval(op, key, token[, ms[, replicas, replica_ms[, n]]])  one script (of
+--        the lock, a semaphore or a read-write lock; n: sem_acquire's limit) ->
 --        status, value[, acked | nil, err] | nil, "connection: ..." / "redis: ..."
---   t:wait(key, token, ms)       block on a wake-up list -> true | false | nil, err
+--   t:wait(key, token, ms[, op]) block on a wake-up list (op: whose; the lock's
+--                                by default) -> true | false | nil, err
 --   t:command(name, ...)         one plain command -> reply | nil, err
---   t:lease(key, token, ttl_ms, max_hold_ms, sent_ms, scoped, on_lost) -> lease
+--   t:lease(key, token, ttl_ms, max_hold_ms, sent_ms, scoped, on_lost[, op]) -> lease
+--        (op: the script that renews it, "extend" by default)
 --        (lease:state(), :extended(ttl_ms, sent_ms), :expires(), :stop(), which
 --        also answers what expires() said)
 --   t:close(), t:closed()
 --   t:io_problem()               nil, or the nginx phase that forbids I/O now
 --   t.reports_loss               true when leases call on_lost themselves
+--   t.spread                     true when keys live on several servers (a
+--                                cluster, Redlock): no script sees them all
 --   t:retarget(host, port)       point it at another TCP node (Sentinel's new master)
 --
 -- and, for redislock/sentinel.lua, one of each: the C core's t:usable()

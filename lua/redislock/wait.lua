@@ -95,6 +95,17 @@ local function note_hot(hot, key)
   hot.n = hot.n + 1
 end
 
+--- How a primitive is taken: its scripts (take: the first try; acquire: the
+-- tries after it; fair and leave: a fair waiter's), whether a waiter stays
+-- queued on the server (stays: it must come back within a second, and
+-- leaves the queue when it gives up, as a fair waiter), the wake-up list it
+-- blocks on (wait: an op of its primitive, nil for the lock's), n (passed to
+-- the scripts: a semaphore's limit), busy (key, value, waited, mine) -> the
+-- "busy: ..." message, and eval: in place of t:eval, for a primitive of many
+-- keys (redislock/multilock.lua), which answers -1, the PTTL and the key to
+-- block on when one is busy. The lock's:
+_M.LOCK = { take = "take", acquire = "acquire", fair = "acquire_fair", leave = "leave" }
+
 -- Tries to take key with token until how.wait seconds have passed. Between
 -- attempts it blocks on the lock's wake-up list (mode "notify": release
 -- wakes one waiter, and a block never outlasts the holder's TTL or the
@@ -106,19 +117,22 @@ end
 -- Returns the fence, the time the successful attempt was sent and (with
 -- how.replicas) how many replicas acknowledged it, or nil and why the WAIT
 -- failed; or nil and an error message.
-local function take(c, sleep, held, hot, key, tok, ms, how)
+local function take(c, sleep, held, hot, key, tok, ms, how, kind)
+  kind = kind or _M.LOCK
   local wait, fair = how.wait, how.fair
+  local stays, n = fair or kind.stays, kind.n
   -- The first try is a take (no script, the cheapest for Redis); the tries
   -- after it are the acquire script, which also marks a waiter. A caller
   -- that will wait for a key this client found busy lately starts with the
   -- script: a take would most likely find it busy too, and cost a round trip.
-  local op = fair and "acquire_fair" or (wait > 0 and hot.keys[key]) and "acquire" or "take"
+  local op = fair and kind.fair or (wait > 0 and hot.keys[key]) and kind.acquire or kind.take
+  local eval = kind.eval or c.eval
   local first = true
   local deadline = now() + wait
   local step = FIRST_STEP
   while true do
     local sent = now()
-    local status, value, acked, werr = c:eval(op, key, tok, ms, how.replicas, how.replica_ms)
+    local status, value, acked, werr = eval(c, op, key, tok, ms, how.replicas, how.replica_ms, n)
     if status == 1 then
       if first and hot.keys[key] then -- free at once: cooled down
         hot.keys[key] = nil
@@ -127,18 +141,18 @@ local function take(c, sleep, held, hot, key, tok, ms, how)
       return value, sent, acked, werr
     end
     if status == -1 and wait > 0 then note_hot(hot, key) end
-    if op == "take" then op = "acquire" end
+    if op == kind.take then op = kind.acquire end
     first = false
     local left = deadline - now()
     if left <= 0 or (status == nil and not retryable(value)) then
-      if fair then c:eval("leave", key, tok) end -- best effort: else it drops out in 3 s
+      if stays then c:eval(kind.leave, key, tok) end -- best effort: else it drops out in 3 s
       if status == nil then return nil, value end
-      return nil, busy_message(key, value, wait, ours_by_clock(held[key]))
+      return nil, (kind.busy or busy_message)(key, value, wait, ours_by_clock(held[key]))
     end
     -- How long the lock can stay as it is: until the holder's TTL runs out.
     local block = left
     if status == -1 and value >= 0 then block = math_min(block, value / 1000 + 0.001) end
-    if fair then block = math_min(block, FAIR_STEP) end
+    if stays then block = math_min(block, FAIR_STEP) end
     if status == nil or how.mode == "poll" then
       -- At least 1 ms: nginx's timers have millisecond resolution, and
       -- ngx.sleep(0) only yields.
@@ -147,7 +161,8 @@ local function take(c, sleep, held, hot, key, tok, ms, how)
     elseif block > 1.5 * BLPOP_SLACK then
       -- Redis ends a BLPOP that timed out only at its next tick (10 a second
       -- by default): block that much less, and sleep what is left near the end.
-      if c:wait(key, fair and tok or nil, wait_ms(block - BLPOP_SLACK)) == nil then
+      local on = status == -1 and acked or key -- a multi-key lock's busy key
+      if c:wait(on, fair and tok or nil, wait_ms(block - BLPOP_SLACK), kind.wait) == nil then
         sleep(math_max(math_min(step * jitter(), block), 0.001)) -- the wait failed: back off
         step = math_min(step * 2, MAX_STEP)
       end
@@ -161,12 +176,17 @@ local function take(c, sleep, held, hot, key, tok, ms, how)
 end
 
 
---- take(t, sleep, held, hot, key, tok, ms, how) -> fence, sent, acked, werr | nil, err
+--- take(t, sleep, held, hot, key, tok, ms, how[, kind]) -> fence, sent, acked, werr | nil, err
 -- Tries to take key with tok on transport t until how.wait seconds passed
 -- (see above); sleep is the transport's sleep; held maps keys to the locks
 -- this client holds (for the "held by this client" message); hot is the
--- client's { keys = {}, n = 0 }: keys it found busy lately.
+-- client's { keys = {}, n = 0 }: keys it found busy lately; kind: how the
+-- primitive is taken (_M.LOCK by default).
 _M.take = take
+
+--- busy_message(key, value, waited, mine): the "busy: ..." message of a
+-- lock after an attempt that answered value (see above).
+_M.busy_message = busy_message
 
 --- The server replies worth waiting out (code word -> true); topologies add
 -- theirs here.

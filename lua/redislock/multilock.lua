@@ -1,0 +1,233 @@
+-- SPDX-License-Identifier: MIT
+--- redislock.multilock: one lock over several keys, all taken or none
+-- (client:acquire({ "acct:1", "acct:2" }, ttl) and with_lock with a list).
+-- Each key is the very lock `client:acquire(key)` takes, so a multi-key lock
+-- and a single lock on one of its keys exclude each other; all keys share
+-- one token. Once taken it is a set of lock objects (redislock/lock.lua),
+-- each renewed and released as a lock (a release wakes each key's waiters).
+--
+-- Taking them:
+-- - on one server (and behind Sentinel): one script checks every key and
+--   takes all or none, atomically (rl_proto.c's multi_acquire);
+-- - where keys live on several servers (a cluster, whose slots no script
+--   spans; Redlock): one by one, in sorted order, each as a lock's acquire;
+--   a busy key gives back those taken before it at once. Never atomic on
+--   the servers, but the caller gets all or none, and holds nothing while
+--   it waits.
+-- Either way no two callers can deadlock, whatever order they name the keys
+-- in: nobody holds a key while waiting for another. A waiter blocks on the
+-- wake-up list of the key that was busy.
+
+local args = require "redislock.args"
+local client_mod = require "redislock.client"
+local core = require "redislock.core"
+local wait = require "redislock.wait"
+
+local error, ipairs, pairs, pcall, setmetatable, type, unpack = error, ipairs, pairs, pcall, setmetatable, type,
+      table.unpack or unpack -- luacheck: ignore (unpack: Lua 5.1 and LuaJIT)
+local string_format, table_concat, table_sort = string.format, table.concat, table.sort
+local math_huge, math_min = math.huge, math.min
+local token, key_problem = core.token, core.key_problem
+local argerror, quote, check_self, check_nargs, check_seconds = args.argerror, args.quote, args.check_self,
+      args.check_nargs, args.check_seconds
+local adopt = client_mod.adopt
+
+local _M = { _VERSION = core._VERSION }
+
+args.own(debug.getinfo(1, "S").source)
+
+local MultiLock = {}
+local multi_mt = { __index = MultiLock }
+
+-- The most keys one lock takes (its script gets three names per key).
+local MAX_KEYS = 1000
+
+local MULTI = core.scripts.multi_acquire
+
+--- The keys of a multi-key lock (argument n of fname), checked: a list of
+-- 1..1000 distinct lock names. Returns a copy, and another in sorted order.
+function _M.check_keys(n, fname, keys)
+  local count = #keys
+  if count == 0 or count > MAX_KEYS then
+    argerror(n, fname, string_format("a list of 1 to %d keys expected, got %d", MAX_KEYS, count))
+  end
+  local copy, seen = {}, {}
+  for k in pairs(keys) do
+    if type(k) ~= "number" or k < 1 or k > count or k % 1 ~= 0 then
+      argerror(n, fname, "keys must be a list (1, 2, ... n), got a field " .. args.show(k))
+    end
+  end
+  for i = 1, count do
+    local key = keys[i]
+    if type(key) ~= "string" then
+      argerror(n, fname, string_format("keys[%d] must be a string, got %s", i, type(key)))
+    end
+    local why = key_problem(key)
+    if why then argerror(n, fname, string_format("keys[%d]: %s", i, why)) end
+    if seen[key] then argerror(n, fname, string_format("key %s appears twice", quote(key))) end
+    seen[key], copy[i] = true, key
+  end
+  local sorted = { unpack(copy) }
+  table_sort(sorted)
+  return copy, sorted
+end
+
+--- The options of a multi-key acquire (as a lock's, but fair and replicas
+-- are refused: they belong to one key on one server).
+function _M.check_how(n, fname, how)
+  for _, name in ipairs({ "fair", "replicas" }) do
+    if how[name] then
+      argerror(n, fname, string_format("option '%s' is not available for a multi-key lock", name))
+    end
+  end
+end
+
+-- One try on one server: the multi_acquire script over every key. Answers
+-- as a lock's eval: 1 and the fences (in sorted order), or -1, the busy
+-- key's PTTL and that key; or nil and an error.
+local function try_atomic(state, t, tok, ms)
+  local sorted, prefix = state.sorted, state.prefix
+  local n = #sorted
+  local argv = { "EVALSHA", MULTI.sha, 3 * n }
+  for i, key in ipairs(sorted) do
+    local lock = prefix .. "{" .. key .. "}"
+    argv[3 + i], argv[3 + n + i], argv[3 + 2 * n + i] = lock, lock .. ":fence", lock .. ":waiters"
+  end
+  argv[#argv + 1], argv[#argv + 2] = tok, ms
+  local reply, err = t:command(unpack(argv))
+  if reply == nil and err:find("^redis: NOSCRIPT") then
+    argv[1], argv[2] = "EVAL", MULTI.text -- EVAL also caches it for the next EVALSHA
+    reply, err = t:command(unpack(argv))
+  end
+  if reply == nil then return nil, err end
+  if reply[1] == 1 then return 1, reply[2] end
+  state.busy = sorted[reply[3]]
+  return -1, reply[2], state.busy
+end
+
+-- One try where keys live on several servers: each key as a lock's acquire,
+-- in sorted order; a key that is busy (or fails) gives back the keys taken
+-- before it (and itself, whose acquire may have landed). Answers as
+-- try_atomic.
+local function try_one_by_one(state, t, tok, ms)
+  local fences = {}
+  for i, key in ipairs(state.sorted) do
+    local status, value = t:eval("acquire", key, tok, ms)
+    if status ~= 1 then
+      for j = status == nil and i or i - 1, 1, -1 do t:eval("release", state.sorted[j], tok) end
+      if status == nil then return nil, value end
+      state.busy = key
+      return -1, value, key
+    end
+    fences[i] = value
+  end
+  return 1, fences
+end
+
+--- acquire(client, keys, sorted, ms, how, scoped) -> multi-key lock | nil, err:
+-- keys and sorted as check_keys made them; how as args.lock_opts.
+function _M.acquire(client, keys, sorted, ms, how, scoped)
+  local t = client._transport
+  local state = { sorted = sorted, prefix = client.prefix, busy = sorted[1] }
+  local try = t.spread and try_one_by_one or try_atomic
+  -- How wait.take tries: the lock's busy message, naming the key that was busy.
+  local kind = {
+    take = "acquire", acquire = "acquire",
+    eval = function(c, _, _, tok, attempt_ms) return try(state, c, tok, attempt_ms) end,
+    busy = function(_, value, waited, _)
+      local mine = client._held[state.busy]
+      return wait.busy_message(state.busy, value, waited, mine ~= nil and mine._state == "held")
+    end,
+  }
+  local tok = token()
+  local fences, sent = wait.take(t, client._sleep, client._held, client._hot, sorted[1], tok, ms, how, kind)
+  if not fences then return nil, sent end
+  local locks, by_key = {}, {}
+  for i, key in ipairs(sorted) do
+    local ok, lock = pcall(adopt, client, key, tok, fences[i], sent, ms, how, scoped)
+    if not ok then -- renewal could not start: give every key back
+      for _, l in ipairs(locks) do l:release() end
+      for j = i + 1, #sorted do t:eval("release", sorted[j], tok) end
+      error(lock, 0)
+    end
+    locks[i], by_key[key] = lock, lock
+  end
+  local fence = {}
+  for i, key in ipairs(keys) do fence[i] = by_key[key].fence end
+  return setmetatable({ key = keys, token = tok, fence = fence, _locks = locks }, multi_mt)
+end
+
+--- Releases every key that is still ours (each a compare-and-delete that
+-- wakes its waiters). Releasing again is harmless.
+-- @return true, or nil and the first error ("lost: ..." for a key that was
+--   no longer ours, "connection: ..." ...); the other keys are released all the same
+function MultiLock:release(...)
+  check_self(self, multi_mt, "release", "redislock multi-key lock")
+  check_nargs("release", 0, ...)
+  local first
+  for _, lock in ipairs(self._locks) do
+    local ok, err = lock:release()
+    if not ok and not first then first = err end
+  end
+  if first then return nil, first end
+  return true
+end
+
+--- Sets every key's remaining time to ttl seconds.
+-- @return true, or nil and the first error
+function MultiLock:extend(ttl, ...)
+  check_self(self, multi_mt, "extend", "redislock multi-key lock")
+  check_seconds(1, "extend", "ttl", ttl)
+  check_nargs("extend", 1, ...)
+  for _, lock in ipairs(self._locks) do
+    local ok, err = lock:extend(ttl)
+    if not ok then return nil, err end
+  end
+  return true
+end
+
+--- The shortest remaining time of its keys, in seconds.
+-- @return seconds, or nil and the first error
+function MultiLock:ttl(...)
+  check_self(self, multi_mt, "ttl", "redislock multi-key lock")
+  check_nargs("ttl", 0, ...)
+  local least = math_huge
+  for _, lock in ipairs(self._locks) do
+    local s, err = lock:ttl()
+    if not s then return nil, err end
+    least = math_min(least, s)
+  end
+  return least
+end
+
+--- Whether every key is still ours (as a lock's check).
+function MultiLock:check(server, ...)
+  check_self(self, multi_mt, "check", "redislock multi-key lock")
+  if server ~= nil and type(server) ~= "boolean" then
+    argerror(1, "check", "server must be a boolean or nil, got " .. type(server))
+  end
+  check_nargs("check", 1, ...)
+  for _, lock in ipairs(self._locks) do
+    local ok, err = lock:check(server)
+    if not ok then return nil, err end
+  end
+  return true
+end
+
+multi_mt.__tostring = function(self)
+  local names = {}
+  for i, key in ipairs(self.key) do names[i] = quote(key) end
+  return string_format("redislock multi-key lock {%s}", table_concat(names, ", "))
+end
+
+-- Lua 5.4 `local l <close> = ...`: as a lock's (redislock/lock.lua).
+multi_mt.__close = function(self, err)
+  if err ~= nil then
+    pcall(self.release, self)
+    return
+  end
+  local ok, rerr = self:release()
+  if not ok and not self._locks[1]._link.closed then error(rerr, 0) end
+end
+
+return _M

@@ -1,0 +1,140 @@
+-- SPDX-License-Identifier: MIT
+--- redislock.rwlock: a read-write lock. Many readers at once, or one writer
+-- and no reader. Writers come first: once a writer waits, new readers wait
+-- behind it, so a steady stream of readers cannot starve it. Each hold (read
+-- or write) is a lock object (redislock/lock.lua) with the read-write lock's
+-- scripts: owned, expiring by its TTL, renewed, fenced (one counter for both
+-- kinds of hold), released with with_lock's guarantees by with_read and
+-- with_write.
+--
+-- On the server (rl_proto.c), under the name's hash tag:
+--   <prefix>{<name>}:rw:readers   readers' tokens by expiry (ms, server time)
+--   <prefix>{<name>}:rw:writer    the writer's token, with its TTL
+--   <prefix>{<name>}:rw:writers   waiting writers by deadline: a writer that
+--                                 waits comes back within a second (as a fair
+--                                 waiter), else it drops out after 3 s
+--   <prefix>{<name>}:rw:fence, :rw:signal, :rw:waiters  the fence counter,
+--                                 the wake-up list, waiters by deadline
+-- A write release, the last reader's release and a waiting writer that gives
+-- up wake every waiter (each retries; readers may all get in).
+
+local args = require "redislock.args"
+local client_mod = require "redislock.client"
+local core = require "redislock.core"
+local scope = require "redislock.scope"
+
+local error, setmetatable = error, setmetatable
+local string_format = string.format
+local argerror, check_key, check_seconds, check_self, check_nargs, quote, lock_opts, check_fn =
+      args.argerror, args.check_key, args.check_seconds, args.check_self, args.check_nargs, args.quote,
+      args.lock_opts, args.check_fn
+local hold, check_open, check_primitive = client_mod.hold, client_mod.check_open, client_mod.check_primitive
+
+local _M = { _VERSION = core._VERSION }
+
+args.own(debug.getinfo(1, "S").source)
+
+local RWLock = {}
+local rwlock_mt = { __index = RWLock }
+
+-- The holds' scripts and names (see redislock/lock.lua's LOCK).
+local READ = { release = "read_release", extend = "read_extend", pttl = "read_pttl",
+               label = "the read lock on %s", kind = "read lock" }
+local WRITE = { release = "write_release", extend = "write_extend", pttl = "write_pttl",
+                label = "the write lock on %s", kind = "write lock" }
+
+-- The busy message of a read or a write (value: ms until it may change).
+local function busy_of(mode)
+  return function(name, value, waited)
+    local state = mode == "read" and "held or awaited by a writer" or "held by a writer or readers"
+    if waited > 0 then
+      return string_format("busy: %s is still %s after waiting %.3g s (%s lock; %.3g s left)", quote(name), state,
+                           waited, mode, value / 1000)
+    end
+    return string_format("busy: %s is %s (%s lock; %.3g s left)", quote(name), state, mode, value / 1000)
+  end
+end
+
+-- How wait.take takes each: no cheaper first try than the script; a writer
+-- stays queued while it waits (which keeps new readers out) and leaves the
+-- queue when it gives up.
+local READER = { take = "read_acquire", acquire = "read_acquire", wait = "read_acquire", ops = READ,
+                 busy = busy_of("read") }
+local WRITER = { take = "write_acquire", acquire = "write_acquire", wait = "write_acquire", ops = WRITE,
+                 stays = true, leave = "write_leave", busy = busy_of("write") }
+
+--- rwlock(client, client_mt, name): client:rwlock(name). No I/O.
+function _M.new(client, client_mt, name, ...)
+  check_self(client, client_mt, "rwlock", "redislock client")
+  if client_mod.closed(client) then args.raise_at_caller("bad self to 'rwlock' (client is closed)") end
+  check_key(1, "rwlock", name)
+  check_nargs("rwlock", 1, ...)
+  check_primitive(client, 1, "rwlock", "a read-write lock")
+  return setmetatable({ name = name, _client = client }, rwlock_mt)
+end
+
+-- The ttl (in ms) and options of fname (nopts: the options' argument
+-- number), checked; refuses a closed client.
+local function take_args(self, fname, ttl, opts, scoped, nopts)
+  check_open(self._client, fname)
+  local ms = check_seconds(1, fname, "ttl", ttl)
+  local how = lock_opts(nopts, fname, opts, scoped)
+  if how.fair then
+    argerror(nopts, fname, "option 'fair' is not available for a read-write lock (writers come first;"
+                           .. " readers are not queued)")
+  end
+  return ms, how
+end
+
+--- Takes a read hold for ttl seconds: shared with other readers, while no
+-- writer holds the lock or waits for it.
+-- @param opts optional table, as a lock's acquire (not fair)
+-- @return hold (key, token, fence; release, extend, ttl, check), or nil and
+--   "busy: ..." / "connection: ..." / "redis: ..."
+function RWLock:read(ttl, opts, ...)
+  check_self(self, rwlock_mt, "read", "redislock rwlock")
+  local ms, how = take_args(self, "read", ttl, opts, false, 2)
+  check_nargs("read", 2, ...)
+  return hold(self._client, self.name, ms, how, false, READER)
+end
+
+--- Takes the write hold for ttl seconds: no other writer, no reader.
+-- @param opts optional table, as a lock's acquire (not fair)
+-- @return hold, or nil and "busy: ..." / "connection: ..." / "redis: ..."
+function RWLock:write(ttl, opts, ...)
+  check_self(self, rwlock_mt, "write", "redislock rwlock")
+  local ms, how = take_args(self, "write", ttl, opts, false, 2)
+  check_nargs("write", 2, ...)
+  return hold(self._client, self.name, ms, how, false, WRITER)
+end
+
+-- with_read and with_write: fn(hold) under a hold, with with_lock's
+-- guarantees (redislock/scope.lua).
+local function with(self, kind, fname, ttl, fn, opts, ...)
+  local ms, how = take_args(self, fname, ttl, opts, true, 3)
+  check_fn(2, fname, fn)
+  check_nargs(fname, 3, ...)
+  local h, err = hold(self._client, self.name, ms, how, true, kind)
+  if not h then error(err, 0) end
+  return scope.hold(h, fn)
+end
+
+--- Calls fn(hold) under a read hold, then releases it; as with_lock: returns
+-- what fn returned, re-raises its error unchanged, raises "busy: ...",
+-- "connection: ..." or "lost: ...".
+function RWLock:with_read(ttl, fn, opts, ...)
+  check_self(self, rwlock_mt, "with_read", "redislock rwlock")
+  return with(self, READER, "with_read", ttl, fn, opts, ...)
+end
+
+--- Calls fn(hold) under the write hold, then releases it (as with_read).
+function RWLock:with_write(ttl, fn, opts, ...)
+  check_self(self, rwlock_mt, "with_write", "redislock rwlock")
+  return with(self, WRITER, "with_write", ttl, fn, opts, ...)
+end
+
+rwlock_mt.__tostring = function(self)
+  return string_format("redislock rwlock %s", quote(self.name))
+end
+
+return _M

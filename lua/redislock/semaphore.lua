@@ -1,0 +1,126 @@
+-- SPDX-License-Identifier: MIT
+--- redislock.semaphore: a counting semaphore. At most `limit` permits of a
+-- name are held at once; each permit is owned (a token of its own), expires
+-- by its TTL on the server's clock, can be renewed and fenced, and is given
+-- back by a release that wakes one waiter. A permit is a lock object
+-- (redislock/lock.lua) with the semaphore's scripts, so extend, ttl, check,
+-- release, <close>, renewal and with_permit's guarantees are the lock's.
+--
+-- On the server (rl_proto.c): <prefix>{<name>}:permits, a sorted set of
+-- tokens by expiry (ms, server time), which the next acquire prunes, so that
+-- a holder that died gives its permit back by its TTL; beside it a fence
+-- counter, a wake-up list and a waiters mark, all under the name's hash tag.
+
+local args = require "redislock.args"
+local client_mod = require "redislock.client"
+local core = require "redislock.core"
+local scope = require "redislock.scope"
+
+local error, setmetatable, tostring = error, setmetatable, tostring
+local string_format = string.format
+local argerror, check_key, check_seconds, check_self, check_nargs, is_whole, quote, lock_opts, check_fn =
+      args.argerror, args.check_key, args.check_seconds, args.check_self, args.check_nargs, args.is_whole,
+      args.quote, args.lock_opts, args.check_fn
+local hold, check_open, check_primitive = client_mod.hold, client_mod.check_open, client_mod.check_primitive
+
+local _M = { _VERSION = core._VERSION }
+
+args.own(debug.getinfo(1, "S").source)
+
+local Semaphore = {}
+local semaphore_mt = { __index = Semaphore }
+
+-- A permit's scripts and names (see redislock/lock.lua's LOCK).
+local PERMIT = { release = "sem_release", extend = "sem_extend", pttl = "sem_pttl",
+                 label = "a permit of semaphore %s", kind = "permit" }
+
+-- The largest limit: Redis counts a sorted set's members in 32 bits here.
+local MAX_LIMIT = 2 ^ 31 - 1
+
+--- semaphore(client, client_mt, name, limit): client:semaphore(name, limit).
+-- No I/O. name: as a lock's key; limit: a whole number >= 1.
+function _M.new(client, client_mt, name, limit, ...)
+  check_self(client, client_mt, "semaphore", "redislock client")
+  if client_mod.closed(client) then args.raise_at_caller("bad self to 'semaphore' (client is closed)") end
+  check_key(1, "semaphore", name)
+  if not is_whole(limit, 1, MAX_LIMIT) then
+    argerror(2, "semaphore", "limit must be a whole number >= 1, got " .. args.show(limit))
+  end
+  check_nargs("semaphore", 2, ...)
+  check_primitive(client, 1, "semaphore", "a semaphore")
+  local label = quote(name)
+  -- How wait.take takes a permit: there is no cheaper first try than the
+  -- script; a release wakes one waiter, on the semaphore's own list.
+  local kind = {
+    take = "sem_acquire", acquire = "sem_acquire", wait = "sem_acquire", n = limit, ops = PERMIT,
+    busy = function(_, value, waited)
+      local left = string_format("%.3g s until one expires", value / 1000)
+      if waited > 0 then
+        return string_format("busy: all %d permits of semaphore %s are still taken after waiting %.3g s (%s)",
+                             limit, label, waited, left)
+      end
+      return string_format("busy: all %d permits of semaphore %s are taken (%s)", limit, label, left)
+    end,
+  }
+  return setmetatable({ name = name, limit = limit, _client = client, _kind = kind }, semaphore_mt)
+end
+
+-- The options of acquire and with_permit (n: their argument number), checked.
+local function permit_opts(n, fname, opts, scoped)
+  local how = lock_opts(n, fname, opts, scoped)
+  if how.fair then
+    argerror(n, fname, "option 'fair' is not available for a semaphore (a release wakes one waiter;"
+                       .. " waiters are not queued)")
+  end
+  return how
+end
+
+--- Takes a permit for ttl seconds.
+-- @param ttl seconds (fractions allowed): the permit expires by itself after it
+-- @param opts optional table, as a lock's acquire: wait, wait_mode, renew,
+--   max_hold, on_lost, replicas, replica_timeout (not fair)
+-- @return permit (permit.key: the semaphore's name, permit.token,
+--   permit.fence; release, extend, ttl, check as a lock's), or nil and
+--   "busy: ...", "connection: ..." or "redis: ..."
+function Semaphore:acquire(ttl, opts, ...)
+  check_self(self, semaphore_mt, "acquire", "redislock semaphore")
+  check_open(self._client, "acquire")
+  local ms = check_seconds(1, "acquire", "ttl", ttl)
+  local how = permit_opts(2, "acquire", opts, false)
+  check_nargs("acquire", 2, ...)
+  return hold(self._client, self.name, ms, how, false, self._kind)
+end
+
+--- Calls fn(permit) while holding a permit, then gives it back, with
+-- with_lock's guarantees: returns exactly what fn returned; raises "busy:
+-- ..." or "connection: ..." when no permit can be had, fn's own error value
+-- (unchanged) when fn raises, and "lost: ..." when the permit was no longer
+-- ours at release. Renewed while fn runs, as with_lock's lock.
+function Semaphore:with_permit(ttl, fn, opts, ...)
+  check_self(self, semaphore_mt, "with_permit", "redislock semaphore")
+  check_open(self._client, "with_permit")
+  local ms = check_seconds(1, "with_permit", "ttl", ttl)
+  check_fn(2, "with_permit", fn)
+  local how = permit_opts(3, "with_permit", opts, true)
+  check_nargs("with_permit", 3, ...)
+  local permit, err = hold(self._client, self.name, ms, how, true, self._kind)
+  if not permit then error(err, 0) end
+  return scope.hold(permit, fn)
+end
+
+--- How many permits are held now (expired ones not counted).
+-- @return count, or nil and "connection: ..." / "redis: ..."
+function Semaphore:count(...)
+  check_self(self, semaphore_mt, "count", "redislock semaphore")
+  check_open(self._client, "count")
+  check_nargs("count", 0, ...)
+  local status, value = self._client._transport:eval("sem_count", self.name, "count")
+  if status == nil then return nil, value end
+  return value
+end
+
+semaphore_mt.__tostring = function(self)
+  return string_format("redislock semaphore %s (limit %s)", quote(self.name), tostring(self.limit))
+end
+
+return _M
