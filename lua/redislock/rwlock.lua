@@ -43,15 +43,16 @@ local READ = { release = "read_release", extend = "read_extend", pttl = "read_pt
 local WRITE = { release = "write_release", extend = "write_extend", pttl = "write_pttl",
                 label = "the write lock on %s", kind = "write lock" }
 
--- The busy message of a read or a write (value: ms until it may change).
+-- The busy message of a read or a write (value: ms until it may change:
+-- the writer's TTL, the last reader's, or the waiting writers' stay).
 local function busy_of(mode)
+  local state = mode == "read" and "held or awaited by a writer" or "held by a writer or readers"
   return function(name, value, waited)
-    local state = mode == "read" and "held or awaited by a writer" or "held by a writer or readers"
     if waited > 0 then
-      return string_format("busy: %s is still %s after waiting %.3g s (%s lock; %.3g s left)", quote(name), state,
-                           waited, mode, value / 1000)
+      return string_format("busy: read-write lock %s is still %s after waiting %.3g s (%s; %.3g s left)",
+                           quote(name), state, waited, mode, value / 1000)
     end
-    return string_format("busy: %s is %s (%s lock; %.3g s left)", quote(name), state, mode, value / 1000)
+    return string_format("busy: read-write lock %s is %s (%s; %.3g s left)", quote(name), state, mode, value / 1000)
   end
 end
 
