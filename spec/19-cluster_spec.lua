@@ -59,6 +59,58 @@ describe("Redis Cluster", function()
     end
   end)
 
+  it("runs semaphores, read-write locks and multi-key locks (keys on several masters, taken one by one)", function()
+    local c = client()
+    local sem = c:semaphore("c:pool", 2)
+    local p1, p2 = assert(sem:acquire(5)), assert(sem:acquire(5))
+    assert.is_nil(sem:acquire(5))
+    assert.are.equal(2, sem:count())
+    assert.are.equal(2, tonumber(cl:owner(core.lock_slot("c:pool")):cli("ZCARD", "lock:{c:pool}:permits")))
+    assert(p1:release()); assert(p2:release())
+    local rw = c:rwlock("c:doc")
+    local r = assert(rw:read(5))
+    assert.is_nil(rw:write(5))
+    assert(r:release())
+    assert(assert(rw:write(5)):release())
+    -- Keys whose slots are on every master.
+    local keys, masters = {}, {}
+    for i = 1, 40 do
+      local key = "c:multi:" .. i
+      local owner = cl:owner(core.lock_slot(key))
+      if not masters[owner.port] then masters[owner.port] = true; keys[#keys + 1] = key end
+    end
+    assert.are.equal(3, #keys)
+    local lock = assert(c:acquire(keys, 5))
+    for _, key in ipairs(keys) do
+      assert.are.equal(lock.token, cl:owner(core.lock_slot(key)):cli("GET", "lock:{" .. key .. "}"))
+    end
+    local single, err = c:acquire(keys[2], 5)
+    assert.is_nil(single)
+    assert.matches("^busy:", err)
+    assert.is_nil(c:acquire({ keys[3], "c:multi:free" }, 5))
+    assert.are.equal("", cl:owner(core.lock_slot("c:multi:free")):cli("GET", "lock:{c:multi:free}"))
+    assert(lock:release())
+    for _, key in ipairs(keys) do
+      assert.are.equal("", cl:owner(core.lock_slot(key)):cli("GET", "lock:{" .. key .. "}"))
+    end
+    -- Processes naming the keys in opposite orders: no deadlock, no overlap.
+    local where = "cluster:" .. table.concat(cl.seeds, ",")
+    local list = table.concat(keys, ",")
+    local reversed = table.concat({ keys[3], keys[2], keys[1] }, ",")
+    local start_at = core.now() + 0.5 * helpers.slow
+    local procs = {}
+    for i = 1, 4 do
+      procs[i] = helpers.spawn(helpers.spec_dir .. "workers/primitive.lua", where, "multi", start_at,
+                               i % 2 == 0 and list or reversed, 10)
+    end
+    for i, p in ipairs(procs) do
+      local out, ok = p.wait()
+      assert.is_true(ok, "worker " .. i .. ": " .. out)
+      assert.are.equal("overlaps 0", out:match("overlaps %d+"))
+    end
+    c:close()
+  end)
+
   it("takes locks on every master, each at its slot's owner without a redirect once the table is loaded", function()
     local c = client()
     assert(assert(c:acquire("warm", 5)):release())

@@ -46,6 +46,21 @@ describe("Redlock", function()
     return n
   end
 
+  it("takes multi-key locks (one key after another, each by quorum) and refuses semaphores and rwlocks", function()
+    local c = client()
+    local lock = assert(c:acquire({ "rl:b", "rl:a" }, 5))
+    assert.are.equal(5, holders("rl:a", lock.token))
+    assert.are.equal(5, holders("rl:b", lock.token))
+    assert.is_nil(c:acquire("rl:a", 5))
+    assert(lock:release())
+    assert.are.equal(0, holders("rl:a", lock.token) + holders("rl:b", lock.token))
+    assert.has_error(function() c:semaphore("rl:pool", 2) end,
+                     "bad argument #1 to 'semaphore' (a semaphore is not available with 'redlock' (its scripts count"
+                       .. " holders on one server; use a client of one server, Sentinel or a cluster))")
+    assert.has_error(function() c:rwlock("rl:doc") end)
+    c:close()
+  end)
+
   it("takes the lock on every server, as a single-server lock there, and releases it everywhere", function()
     local c = client()
     local lock = assert(c:acquire("r:1", 5))

@@ -196,6 +196,61 @@ function app.with_lock()
   return reply(200, fence)
 end
 
+--- GET /primitive?kind=sem|read|write|multi[&limit=n][&keys=a,b][&hold=s][&ttl=s]: one
+-- section under a semaphore's permit (limit n; "inside" counts holders and
+-- "seen" lists the count at each entry), a read or write hold on "doc"
+-- ("readers" and "writers" count holders; a reader beside a writer or two
+-- writers count in "overlaps"), or a multi-key lock ("in:<key>" counts
+-- holders; more than one counts in "overlaps"). Replies the hold's fence
+-- (the first key's for a multi-key lock) after checking the hold.
+function app.primitive()
+  local c, kind, hold = client(), ngx.var.arg_kind, arg_number("hold", 0.002)
+  local function cmd(...) return assert(c:command(...)) end
+  local opts = { wait = 60 }
+  local ttl = arg_number("ttl", 5)
+  local function checked(h)
+    ngx.sleep(hold)
+    assert(h:check(true))
+    return type(h.fence) == "table" and h.fence[1] or h.fence
+  end
+  local fence
+  if kind == "sem" then
+    fence = c:semaphore("pool", arg_number("limit", 3)):with_permit(ttl, function(p)
+      cmd("RPUSH", "seen", cmd("INCR", "inside"))
+      local f = checked(p)
+      cmd("DECR", "inside")
+      return f
+    end, opts)
+  elseif kind == "read" then
+    fence = c:rwlock("doc"):with_read(ttl, function(h)
+      cmd("INCR", "readers")
+      if tonumber(cmd("GET", "writers") or 0) ~= 0 then cmd("INCR", "overlaps") end
+      local f = checked(h)
+      cmd("DECR", "readers")
+      return f
+    end, opts)
+  elseif kind == "write" then
+    fence = c:rwlock("doc"):with_write(ttl, function(h)
+      if cmd("INCR", "writers") ~= 1 or tonumber(cmd("GET", "readers") or 0) ~= 0 then cmd("INCR", "overlaps") end
+      local f = checked(h)
+      cmd("DECR", "writers")
+      return f
+    end, opts)
+  else
+    local keys = {}
+    for k in ngx.var.arg_keys:gmatch("[^,]+") do keys[#keys + 1] = k end
+    fence = c:with_lock(keys, ttl, function(l)
+      for _, k in ipairs(keys) do
+        if cmd("INCR", "in:" .. k) ~= 1 then cmd("INCR", "overlaps") end
+      end
+      local f = checked(l)
+      for _, k in ipairs(keys) do cmd("DECR", "in:" .. k) end
+      return f
+    end, opts)
+  end
+  return reply(200, fence)
+end
+
 --- GET /leave?key=k&ttl=s&how=exit|exec|redirect|kill|access: fn ends its
 -- request thread without unwinding: ngx.exit (after a line of output),
 -- ngx.exec or ngx.redirect to /ping, or (kill) fn runs in a light thread
