@@ -12,6 +12,8 @@ local SECTIONS = {
     { "floor.minimal/", "cycle.vs_minimal/", "server_cpu/", "peer.pure-lua/", "cycle.vs_pure_lua/" } },
   { "TLS: the same cycle over verified TLS, and new connections", { "cycle.plain/", "cycle.tls/", "connect." } },
   { "Redis Cluster: the same cycle through cluster routing, on one node", { "cycle.single_node/", "cycle.cluster/" } },
+  { "Semaphore, read-write lock, multi-key lock: their cycle vs the lock's (same run and placement)",
+    { "prim." } },
   { "Redlock over 5 servers of its own (no persistence), client unpinned", { "redlock." } },
   { "Handoff latency: release to the next holder (ratio to a PING round trip)", { "rtt.", "handoff." } },
   { "Contended throughput, one key (mutual-exclusion violations must be 0)", { "contended/", "violations/" } },

@@ -9,6 +9,8 @@
 #                      connections (a handshake each), on a server of its own
 #   bench/cluster.lua  acquire+release through cluster routing vs a
 #                      single-server client, on a one-node cluster of its own
+#   bench/primitives.lua  a semaphore permit's, a read/write hold's and a
+#                      2-key lock's cycle vs the lock's, same run
 #   bench/redlock.lua  Redlock over five servers of its own vs one of them,
 #                      and vs node-redlock (npm, into a temporary folder)
 #   bench/handoff.lua  release-to-next-holder latency per waiting mode vs a PING
@@ -74,6 +76,11 @@ for placement in "different-cores:$last" "same-core:0"; do
   where=${placement%%:*} cpu=${placement##*:}
   step cluster "cluster routing, Lua 5.4, $where" taskset -c "$cpu" lua5.4 bench/cluster.lua "$where"
   step cluster "cluster routing, LuaJIT, $where" env LUA_CPATH="$JIT_CPATH" taskset -c "$cpu" luajit bench/cluster.lua "$where"
+done
+for placement in "different-cores:$last" "same-core:0"; do
+  where=${placement%%:*} cpu=${placement##*:}
+  step primitives "semaphore, rwlock, multi-key vs the lock, Lua 5.4, $where" taskset -c "$cpu" lua5.4 bench/primitives.lua "$where"
+  step primitives "semaphore, rwlock, multi-key vs the lock, LuaJIT, $where" env LUA_CPATH="$JIT_CPATH" taskset -c "$cpu" luajit bench/primitives.lua "$where"
 done
 # Redlock: five servers of its own and the client, wherever the scheduler puts them.
 step redlock "Redlock over 5 servers (and node-redlock), Lua 5.4" lua5.4 bench/redlock.lua

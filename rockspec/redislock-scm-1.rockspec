@@ -13,11 +13,16 @@ description = {
     with_lock(key, ttl, fn) runs fn while holding a Redis lock and releases it
     even when fn raises. Atomic acquire with TTL, owner-checked release and
     extend, fencing tokens, waiting with backoff, TLS (rediss://, verified
-    by default). A C core on hiredis' protocol code and OpenSSL.
+    by default). Semaphores, read-write locks and multi-key locks; Sentinel,
+    Redis Cluster and Redlock. A C core on hiredis' protocol code and OpenSSL.
+    Built and tested with Lua 5.4 and LuaJIT 2.1 (OpenResty); PUC Lua 5.1 to
+    5.3 are neither built nor tested (LuaJIT needs the "lua >= 5.1" below).
   ]],
   license = "MIT",
   labels = { "redis", "lock", "mutex", "distributed" },
 }
+-- LuaJIT reports itself as Lua 5.1, so 5.1 must be admitted here; what is
+-- supported is Lua 5.4 and LuaJIT (see the description and the README).
 dependencies = {
   "lua >= 5.1",
 }
@@ -39,6 +44,7 @@ build = {
     ["redislock.args"] = "lua/redislock/args.lua",
     ["redislock.client"] = "lua/redislock/client.lua",
     ["redislock.lock"] = "lua/redislock/lock.lua",
+    ["redislock.multilock"] = "lua/redislock/multilock.lua",
     ["redislock.ngx"] = "lua/redislock/ngx.lua",
     ["redislock.ngx_lease"] = "lua/redislock/ngx_lease.lua",
     ["redislock.ngx_watch"] = "lua/redislock/ngx_watch.lua",
@@ -46,6 +52,8 @@ build = {
     ["redislock.sentinel"] = "lua/redislock/sentinel.lua",
     ["redislock.cluster"] = "lua/redislock/cluster.lua",
     ["redislock.redlock"] = "lua/redislock/redlock.lua",
+    ["redislock.rwlock"] = "lua/redislock/rwlock.lua",
+    ["redislock.semaphore"] = "lua/redislock/semaphore.lua",
     ["redislock.topology"] = "lua/redislock/topology.lua",
     ["redislock.tls"] = "lua/redislock/tls.lua",
     ["redislock.transport"] = "lua/redislock/transport.lua",

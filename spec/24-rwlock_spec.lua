@@ -91,7 +91,8 @@ describe("read-write lock", function()
     -- A writer that gives up leaves the queue: readers get in at once.
     local r2 = assert(rw:read(10))
     local _, werr = rw:write(5, { wait = 0.2 })
-    assert.matches('^busy: read%-write lock "doc" is still held by a writer or readers after waiting 0%.2 s %(write; ', werr)
+    assert.matches('^busy: read%-write lock "doc" is still held by a writer or readers after waiting 0%.2 s %(write; ',
+                   werr)
     assert.are.equal(0, raw:command("EXISTS", "lock:{doc}:rw:writers"))
     local r3 = assert(rw:read(10))
     assert(r2:release()); assert(r3:release())

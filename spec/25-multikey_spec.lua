@@ -22,8 +22,8 @@ describe("multi-key lock", function()
   it("never deadlocks nor overlaps: keys in opposite orders, and single locks beside them", function()
     local start_at = core.now() + 0.5 * helpers.slow
     local procs = {}
-    for i = 1, 3 do procs[#procs + 1] = helpers.spawn(WORKER, srv.port, "multi", start_at, "a,b,c", 15) end
-    for i = 1, 3 do procs[#procs + 1] = helpers.spawn(WORKER, srv.port, "multi", start_at, "c,b,a", 15) end
+    for _ = 1, 3 do procs[#procs + 1] = helpers.spawn(WORKER, srv.port, "multi", start_at, "a,b,c", 15) end
+    for _ = 1, 3 do procs[#procs + 1] = helpers.spawn(WORKER, srv.port, "multi", start_at, "c,b,a", 15) end
     procs[#procs + 1] = helpers.spawn(WORKER, srv.port, "multi", start_at, "b", 15)
     procs[#procs + 1] = helpers.spawn(WORKER, srv.port, "multi", start_at, "c,a", 15)
     local overlaps = 0
