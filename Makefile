@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 # redislock: `make demo` shows it, `make test` proves it.
-# Targets: all demo test bench lint torture valgrind asan install clean (and deps).
+# Targets: all demo test bench lint torture valgrind asan install clean rock (and deps).
 
 LUA_INCDIR     ?= /usr/include/lua5.4
 LUAJIT_INCDIR  ?= /usr/include/luajit-2.1
@@ -24,14 +24,14 @@ endif
 MODFLAGS = -fPIC -fvisibility=hidden -pthread -I$(HIREDIS_INCDIR)
 SANITIZE = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
-SRC = csrc/rl_proto.c csrc/rl_sha1.c csrc/rl_tls.c csrc/rl_conn.c csrc/rl_watchdog.c csrc/rl_sentinel.c csrc/rl_lua.c
+SRC = csrc/rl_proto.c csrc/rl_sha1.c csrc/rl_tls.c csrc/rl_conn.c csrc/rl_watchdog.c csrc/rl_sentinel.c csrc/rl_proc.c csrc/rl_lua.c
 HDR = $(wildcard csrc/*.h)
 
 LUA54_MOD  = build/lua5.4/redislock/core.so
 LUAJIT_MOD = build/luajit/redislock/core.so
 ASAN_MOD   = build/asan/redislock/core.so
 
-.PHONY: all deps demo test bench lint torture valgrind asan install clean
+.PHONY: all deps demo test bench lint torture valgrind asan install clean rock
 
 all: $(LUA54_MOD) $(LUAJIT_MOD)
 
@@ -83,6 +83,11 @@ build/bench/handoff_floor: bench/handoff_floor.c
 
 lint: deps
 	@sh tools/lint.sh
+
+# A source rock of the release (rockspec/redislock-<version>-1.rockspec) in
+# build/rock/, for `luarocks install <file>` offline (tools/rock.sh).
+rock: deps
+	@sh tools/rock.sh
 
 # Fault injection (not part of make test): with_lock under SIGSTOP, CLIENT KILL,
 # CLIENT PAUSE, DEBUG SLEEP, restarts and CPU hogs, then a checker. About 4

@@ -15,6 +15,7 @@
 
 #include "rl_compat.h"
 #include "rl_conn.h"
+#include "rl_proc.h"
 #include "rl_proto.h"
 #include "rl_sentinel.h"
 #include "rl_version.h"
@@ -1199,13 +1200,16 @@ static void push_scripts(lua_State *L) {
     lua_setfield(L, -2, rl_op_name((rl_op)op));
   }
   {
-    const char *sha, *text = rl_multi_script(&sha);
-    lua_createtable(L, 0, 2);
-    lua_pushstring(L, sha);
-    lua_setfield(L, -2, "sha");
-    lua_pushstring(L, text);
-    lua_setfield(L, -2, "text");
-    lua_setfield(L, -2, "multi_acquire");
+    const char *name, *sha, *text;
+    int i;
+    for (i = 0; (text = rl_extra_script(i, &name, &sha)) != NULL; i++) {
+      lua_createtable(L, 0, 2);
+      lua_pushstring(L, sha);
+      lua_setfield(L, -2, "sha");
+      lua_pushstring(L, text);
+      lua_setfield(L, -2, "text");
+      lua_setfield(L, -2, name);
+    }
   }
 }
 
@@ -1334,6 +1338,7 @@ RL_EXPORT int luaopen_redislock_core(lua_State *L) {
   }
   lua_pop(L, 1);
   luaL_newlib(L, core_functions);
+  rl_proc_register(L);
   lua_pushliteral(L, RL_VERSION);
   lua_setfield(L, -2, "_VERSION");
   lua_pushinteger(L, RL_MAX_MS);

@@ -446,14 +446,45 @@ static const char multi_acquire[] =
   "end\n"
   "return {1, fences}\n";
 
-static char multi_sha[41];
-static pthread_once_t multi_sha_once = PTHREAD_ONCE_INIT;
-static void compute_multi_sha(void) { rl_sha1_hex(multi_acquire, strlen(multi_acquire), multi_sha); }
+/* inspect: KEYS lock, fence. What an operator asks about a lock, in one
+   step: {value or false, PTTL, fence or false}. */
+static const char inspect[] =
+  "local v = redis.call('GET', KEYS[1])\n"
+  "return {v, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}\n";
 
-const char *rl_multi_script(const char **sha) {
-  pthread_once(&multi_sha_once, compute_multi_sha);
-  *sha = multi_sha;
-  return multi_acquire;
+/* force_release: KEYS lock, signal, queue, alive, waiters. Deletes the lock
+   whoever holds it, and wakes one waiter as a release does; the fence counter
+   stays, so fences keep growing. Replies 1, or 0 when there was no lock. */
+static const char force_release[] =
+  "if redis.call('DEL', KEYS[1]) == 0 then return 0 end\n"
+  "if redis.call('EXISTS', KEYS[5]) == 1 then pcall(function()\n"
+  PRUNE_QUEUE("KEYS[3]", "KEYS[4]")
+  SIGNAL_ONE("KEYS[2]", "KEYS[3]")
+  "end) end\n"
+  "return 1\n";
+
+/* The scripts not sent through rl_cmd, by name, with their SHA-1s. */
+static struct {
+  const char *name, *text;
+  char sha[41];
+} extra[] = {
+  { "multi_acquire", multi_acquire, "" },
+  { "inspect", inspect, "" },
+  { "force_release", force_release, "" },
+};
+static pthread_once_t extra_once = PTHREAD_ONCE_INIT;
+
+static void compute_extra_shas(void) {
+  size_t i;
+  for (i = 0; i < sizeof extra / sizeof extra[0]; i++) rl_sha1_hex(extra[i].text, strlen(extra[i].text), extra[i].sha);
+}
+
+const char *rl_extra_script(int i, const char **name, const char **sha) {
+  pthread_once(&extra_once, compute_extra_shas);
+  if (i < 0 || (size_t)i >= sizeof extra / sizeof extra[0]) return NULL;
+  *name = extra[i].name;
+  *sha = extra[i].sha;
+  return extra[i].text;
 }
 
 /* Names every script, once per process (Lua states in several threads may

@@ -112,10 +112,11 @@ const char *rl_script_text(rl_op op);
 const char *rl_script_sha(rl_op op);
 const char *rl_op_name(rl_op op);
 
-/* The multi-key acquire script (all locks or none, on one server; see
-   rl_proto.c), and its SHA-1 in *sha. Sent by the Lua layer as a plain
-   command (its keys are many), not through rl_cmd. */
-const char *rl_multi_script(const char **sha);
+/* The scripts the Lua layer sends as plain commands (EVALSHA, then EVAL
+   after NOSCRIPT), not through rl_cmd: multi_acquire (all locks or none, on
+   one server; its keys are many), inspect and force_release (see
+   rl_proto.c). The i-th (from 0) with its name and SHA-1; NULL past the last. */
+const char *rl_extra_script(int i, const char **name, const char **sha);
 
 /* Whether op takes a time (ms >= 1: a ttl, or fence_up's fence) and a count
    (n >= 1: sem_acquire's limit); whether it may be sent twice (every op but

@@ -35,12 +35,13 @@ build = {
   modules = {
     ["redislock.core"] = {
       sources = { "csrc/rl_proto.c", "csrc/rl_sha1.c", "csrc/rl_tls.c", "csrc/rl_conn.c", "csrc/rl_watchdog.c",
-                  "csrc/rl_sentinel.c", "csrc/rl_lua.c" },
+                  "csrc/rl_sentinel.c", "csrc/rl_proc.c", "csrc/rl_lua.c" },
       libraries = { "hiredis", "ssl", "crypto", "pthread", "dl" },
       incdirs = { "$(HIREDIS_INCDIR)", "$(OPENSSL_INCDIR)" },
       libdirs = { "$(HIREDIS_LIBDIR)", "$(OPENSSL_LIBDIR)" },
     },
     redislock = "lua/redislock.lua",
+    ["redislock.admin"] = "lua/redislock/admin.lua",
     ["redislock.args"] = "lua/redislock/args.lua",
     ["redislock.client"] = "lua/redislock/client.lua",
     ["redislock.lock"] = "lua/redislock/lock.lua",
@@ -59,6 +60,10 @@ build = {
     ["redislock.transport"] = "lua/redislock/transport.lua",
     ["redislock.url"] = "lua/redislock/url.lua",
     ["redislock.wait"] = "lua/redislock/wait.lua",
+  },
+  -- The command for cron and job dedup (README "The redislock command").
+  install = {
+    bin = { redislock = "bin/redislock" },
   },
 }
 test = {

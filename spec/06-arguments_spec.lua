@@ -185,10 +185,13 @@ describe("argument checks", function()
       local f = client.from_token
       raises("bad argument #1 to 'from_token' (key must be a string, got nil)", f, client)
       raises("bad argument #2 to 'from_token' (token must be a string, got number)", f, client, "k", 1)
-      raises("bad argument #2 to 'from_token' (token must be 32 lowercase hex digits, as lock.token)",
-             f, client, "k", "abc")
-      raises("bad argument #2 to 'from_token' (token must be 32 lowercase hex digits, as lock.token)",
-             f, client, "k", ("X"):rep(32))
+      local bad = "bad argument #2 to 'from_token' (token must be 32 lowercase hex digits (and who holds it,"
+                  .. " after a '/'), as lock.token)"
+      raises(bad, f, client, "k", "abc")
+      raises(bad, f, client, "k", ("X"):rep(32))
+      raises(bad, f, client, "k", ("a"):rep(32) .. "x")
+      raises(bad, f, client, "k", ("a"):rep(32) .. "/a b")
+      assert.are.equal(("a"):rep(32) .. "/h/1/2", f(client, "k", ("a"):rep(32) .. "/h/1/2").token)
       raises("bad argument #3 to 'from_token' (no more than 2 arguments expected, got 3)",
              f, client, "k", lock.token, 1)
       raises("bad self to 'from_token'", f, nil, "k", lock.token)

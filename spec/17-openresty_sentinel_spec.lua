@@ -98,7 +98,7 @@ describe("OpenResty behind Sentinel", function()
     for _ = 1, 4 do
       local status, body = get("/acquire?key=o:" .. _ .. "&ttl=5")
       assert.are.equal(200, status, body .. nginx:error_log())
-      local token = body:match("^%d+ (%x+)")
+      local token = body:match("^%d+ (%S+)")
       assert.are.equal(token, m:cli("GET", "lock:{o:" .. _ .. "}"))
     end
     for _, port in pairs(masters()) do assert.are.equal(m.port, port) end
@@ -118,7 +118,7 @@ describe("OpenResty behind Sentinel", function()
     for i = 1, 6 do
       local status, body = quiet("/acquire?key=o:quiet" .. i .. "&ttl=5")
       assert.are.equal(200, status, body .. nginx:error_log())
-      assert.are.equal(body:match("^%d+ (%x+)"), q.new:cli("GET", "lock:{o:quiet" .. i .. "}"))
+      assert.are.equal(body:match("^%d+ (%S+)"), q.new:cli("GET", "lock:{o:quiet" .. i .. "}"))
     end
   end)
 
@@ -130,7 +130,7 @@ describe("OpenResty behind Sentinel", function()
     for i = 1, 4 do
       local status, body = tls("/acquire?key=o:tls" .. i .. "&ttl=5")
       assert.are.equal(200, status, body .. nginx:error_log())
-      assert.are.equal(body:match("^%d+ (%x+)"), m:cli("GET", "lock:{o:tls" .. i .. "}"))
+      assert.are.equal(body:match("^%d+ (%S+)"), m:cli("GET", "lock:{o:tls" .. i .. "}"))
     end
     -- The watch's subscription, on the TLS port (subscribed: authenticated).
     assert.is_truthy(helpers.eventually(5, function()
@@ -176,7 +176,7 @@ describe("OpenResty behind Sentinel", function()
     for i = 1, 4 do
       local status, body = get("/acquire?key=o:after" .. i .. "&ttl=5")
       assert.are.equal(200, status, body .. nginx:error_log())
-      assert.are.equal(body:match("^%d+ (%x+)"), new:cli("GET", "lock:{o:after" .. i .. "}"))
+      assert.are.equal(body:match("^%d+ (%S+)"), new:cli("GET", "lock:{o:after" .. i .. "}"))
     end
     local status, body = hold:finish()
     assert.are.equal(200, status, body .. nginx:error_log())

@@ -16,7 +16,9 @@ local wait = require "redislock.wait"
 local error, ipairs, pairs, select, setmetatable, tostring, type = error, ipairs, pairs, select, setmetatable,
       tostring, type
 local string_format = string.format
-local token = core.token
+local token, now, getpid = core.token, core.now, core.getpid
+local os_time = os.time
+local observe = lock_mod.observe
 local take, note_taken = wait.take, scope.note_taken
 local argerror, raise_at_caller, quote, pack = args.argerror, args.raise_at_caller, args.quote, args.pack
 local check_key, check_seconds, check_self, check_nargs, check_opts, is_whole, check_phase, lock_opts =
@@ -58,10 +60,13 @@ local NEW_OPTS = {
   db = true, connect_timeout = true, timeout = true, prefix = true, tls = true,
   pool_size = true, keepalive_timeout = true,
   sentinels = true, master = true, sentinel_username = true, sentinel_password = true, sentinel_tls = true,
-  cluster = true, redlock = true,
+  cluster = true, redlock = true, label = true, holder = true, observer = true,
 }
 local STRING_OPTS = { "url", "host", "path", "username", "password", "prefix", "master", "sentinel_username",
-                      "sentinel_password" }
+                      "sentinel_password", "label" }
+
+-- The characters of a holder's host and label in a token (no '/', no space).
+local HOLDER_CHARS = "[^%w%._:@%-]"
 
 --- Makes a client. No I/O: it connects on first use. Under OpenResty it talks
 -- over cosockets and nginx's connection pool (see redislock/ngx.lua).
@@ -75,7 +80,9 @@ local STRING_OPTS = { "url", "host", "path", "username", "password", "prefix", "
 --   list of seed nodes) instead of url, host, port and path
 --   (redislock/cluster.lua); for Redlock, redlock (a list of at least 3
 --   independent servers, URLs or tables) instead of url, host, port and path
---   (redislock/redlock.lua)
+--   (redislock/redlock.lua); label (a name for this holder in the locks'
+--   tokens, see client:inspect), holder (false: tokens without who holds
+--   them), observer (function(event, info), see redislock/lock.lua's observe)
 -- @return client
 function _M.new(opts, ...)
   check_nargs("new", 1, ...)
@@ -133,6 +140,15 @@ function _M.new(opts, ...)
       c[name .. "_ms"] = ms
     end
   end
+  if opts.label ~= nil and (#opts.label == 0 or #opts.label > 64 or opts.label:find(HOLDER_CHARS)) then
+    argerror(1, "new", "option 'label' must be 1 to 64 letters, digits or . _ : @ -")
+  end
+  if opts.holder ~= nil and type(opts.holder) ~= "boolean" then
+    argerror(1, "new", "option 'holder' must be a boolean, got " .. type(opts.holder))
+  end
+  if opts.observer ~= nil and not args.is_callable(opts.observer) then
+    argerror(1, "new", "option 'observer' must be a function, got " .. type(opts.observer))
+  end
   c.tls = tls.settings(opts.tls, c.tls, c.path)
   c.prefix = opts.prefix or "lock:"
   local why = core.prefix_problem(c.prefix)
@@ -141,9 +157,12 @@ function _M.new(opts, ...)
   -- _held: key -> its lock taken by this client, weakly (for messages).
   -- _hot: keys this client found busy lately (redislock/wait.lua).
   -- _link: shared with its locks, which read whether it was closed.
+  -- _holder: "/<host>/" for the tokens (nil: holder = false), _label: "/<label>" or "".
   local self = { prefix = c.prefix, _renewed = setmetatable({}, { __mode = "k" }),
                  _held = setmetatable({}, { __mode = "v" }), _hot = { keys = {}, n = 0 },
-                 _link = { closed = false } }
+                 _link = { closed = false, observer = opts.observer },
+                 _holder = opts.holder ~= false and "/" .. core.hostname():gsub(HOLDER_CHARS, "_") .. "/" or nil,
+                 _label = opts.label and "/" .. opts.label or "" }
   self._transport, self._sleep = topology.transport(opts, c)
   return setmetatable(self, client_mt)
 end
@@ -230,6 +249,7 @@ local function adopt(self, key, tok, fence, sent, ms, how, scoped, kind)
   -- after the send), by the monotonic clock.
   local lock = lock_mod.new(t, self._link, key, tok, fence, sent + (t.validity_ms and t:validity_ms(ms) or ms) / 1000,
                             kind and kind.ops)
+  lock._since = sent
   if how.renew then
     lock_mod.lease(lock, how, ms, sent, scoped)
     self._renewed[lock] = true
@@ -240,9 +260,28 @@ local function adopt(self, key, tok, fence, sent, ms, how, scoped, kind)
 end
 _M.adopt = adopt
 
+--- A new token for a hold by client self: 32 random hex digits, then who
+-- holds it (unless holder = false): /<host>/<pid>/<since, unix seconds>[/<label>].
+local function new_token(self)
+  local holder = self._holder
+  if not holder then return token() end
+  return token() .. holder .. getpid() .. "/" .. os_time() .. self._label
+end
+_M.new_token = new_token
+
 local function acquire(self, key, ms, how, scoped, kind)
-  local tok, t = token(), self._transport
+  local tok, t = new_token(self), self._transport
+  local began = self._link.observer and now()
   local fence, sent, acked, werr = take(t, self._sleep, self._held, self._hot, key, tok, ms, how, kind)
+  if began then
+    if fence then
+      observe(self._link, "acquired", { key = key, kind = kind and kind.ops.kind or "lock", fence = fence,
+                                        wait = sent - began })
+    elseif sent:find("^busy:") then
+      observe(self._link, "busy", { key = key, kind = kind and kind.ops.kind or "lock", waited = now() - began,
+                                    why = sent })
+    end
+  end
   if not fence then return nil, sent end
   if how.replicas and (not acked or acked < how.replicas) then
     lock_mod.new(t, self._link, key, tok, nil, nil, kind and kind.ops):release() -- give it back
@@ -318,8 +357,8 @@ function Client:from_token(key, tok, ...)
   check_key(1, "from_token", key)
   if type(tok) ~= "string" then
     argerror(2, "from_token", "token must be a string, got " .. type(tok))
-  elseif #tok ~= 32 or tok:find("[^0-9a-f]") then
-    argerror(2, "from_token", "token must be 32 lowercase hex digits, as lock.token")
+  elseif #tok < 32 or tok:sub(1, 32):find("[^0-9a-f]") or (#tok > 32 and not tok:find("^/[^%s%z]+$", 33)) then
+    argerror(2, "from_token", "token must be 32 lowercase hex digits (and who holds it, after a '/'), as lock.token")
   end
   check_nargs("from_token", 2, ...)
   -- Neither its fence nor when it expires is known here.
@@ -383,6 +422,32 @@ end
 -- (redislock/rwlock.lua). No I/O.
 function Client:rwlock(...)
   return require("redislock.rwlock").new(self, client_mt, ...)
+end
+
+
+------------------------------------------------------------------------------
+-- For operators (redislock/admin.lua)
+
+--- What the server says of the lock named key: a table { held (boolean),
+-- ttl (seconds left), fence (the last one handed out), token, holder = {
+-- host, pid, since (unix seconds), label } (who holds it, from its token) }.
+-- @return table, or nil and "connection: ..." / "redis: ..."
+function Client:inspect(key, ...)
+  check_client(self, "inspect")
+  check_key(1, "inspect", key)
+  check_nargs("inspect", 1, ...)
+  return require("redislock.admin").inspect(self, key)
+end
+
+--- Releases the lock named key whoever holds it (for operators: a holder
+-- that is gone, a job stuck). Wakes one waiter; fences keep growing, so the
+-- old holder's fenced writes are refused after the next holder's.
+-- @return true (it was held), false (it was free), or nil and "connection: ..." / "redis: ..."
+function Client:force_release(key, ...)
+  check_client(self, "force_release")
+  check_key(1, "force_release", key)
+  check_nargs("force_release", 1, ...)
+  return require("redislock.admin").force_release(self, key)
 end
 
 return _M

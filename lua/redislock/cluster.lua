@@ -264,10 +264,13 @@ function Cluster:wait(key, token, ms, op)
 end
 
 --- cluster:command(name, ...): on the node that owns the slot of the first
--- argument (the key, for most commands), or of the name when it has none;
+-- argument (the key, for most commands; a script's first key), or of the name when it has none;
 -- redirects followed. Never resent after a failure whose outcome is unknown.
 function Cluster:command(name, ...)
   local first = ...
+  if type(name) == "string" and (name:upper() == "EVALSHA" or name:upper() == "EVAL") then
+    first = select(3, ...) -- script, numkeys, first key
+  end
   return route(self, slot_of(tostring(first or name)), true, "command", name, ...)
 end
 

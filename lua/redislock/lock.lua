@@ -58,12 +58,24 @@ local function expires_of(self)
   return lease and lease:expires() or self._expires
 end
 
+--- Tells the client's observer (redislock.new's `observer`), if any, of an
+-- event about hold ("acquired", "busy", "released", "lost",
+-- "renew_failed"): observer(event, info), info = { key, kind ("lock",
+-- "permit", "read lock", "write lock") } and fields of the event. Its
+-- errors are dropped: watching must not break locking.
+local function observe(link, event, info)
+  local observer = link.observer
+  if observer then pcall(observer, event, info) end
+end
+_M.observe = observe
+
 -- Records that the lock is no longer ours (why: a sentence fragment), stops
 -- its renewal, calls its on_lost once, and returns the "lost" message.
 local function set_lost(self, why)
   self._state = "lost"
   self._lost = string_format("lost: %s is no longer ours (%s)", named(self), why)
   stop_lease(self)
+  if self._link.observer then observe(self._link, "lost", { key = self.key, kind = self._ops.kind, why = why }) end
   local on_lost = self._on_lost
   if on_lost then
     self._on_lost = nil
@@ -162,6 +174,10 @@ function Lock:release(...)
   local ok, err = lock_eval(self, "release", "release")
   if not ok then return nil, err end
   self._state = "released"
+  if self._link.observer then
+    observe(self._link, "released", { key = self.key, kind = self._ops.kind,
+                                      held = self._since and now() - self._since or nil })
+  end
   local note = self._note
   if note then note.released = true end
   return true
@@ -239,8 +255,15 @@ function _M.lease(lock, how, ms, sent, scoped)
   -- argument as it finds the lock lost; the C watchdog leaves that to check
   -- and with_lock's hook.
   local t = lock._t
-  local lease, err = t:lease(lock.key, lock.token, ms, how.max_hold_ms, math_floor(sent * 1000), scoped,
-                             t.reports_loss and function() lease_lost(lock) end or nil, lock._ops.extend)
+  local notify = t.reports_loss and function(event, why)
+    if event == "lost" then
+      lease_lost(lock)
+    else
+      observe(lock._link, event, { key = lock.key, kind = lock._ops.kind, why = why })
+    end
+  end or nil
+  local lease, err = t:lease(lock.key, lock.token, ms, how.max_hold_ms, math_floor(sent * 1000), scoped, notify,
+                             lock._ops.extend)
   if not lease then
     lock:release()
     error("redislock: " .. err, 0)

@@ -27,10 +27,11 @@ local error, ipairs, pairs, pcall, setmetatable, type, unpack = error, ipairs, p
       table.unpack or unpack -- luacheck: ignore (unpack: Lua 5.1 and LuaJIT)
 local string_format, table_concat, table_sort = string.format, table.concat, table.sort
 local math_huge, math_min = math.huge, math.min
-local token, key_problem = core.token, core.key_problem
+local key_problem = core.key_problem
 local argerror, quote, check_self, check_nargs, check_seconds = args.argerror, args.quote, args.check_self,
       args.check_nargs, args.check_seconds
-local adopt = client_mod.adopt
+local adopt, new_token = client_mod.adopt, client_mod.new_token
+local run_script = require("redislock.transport").run_script
 
 local _M = { _VERSION = core._VERSION }
 
@@ -42,7 +43,6 @@ local multi_mt = { __index = MultiLock }
 -- The most keys one lock takes (its script gets three names per key).
 local MAX_KEYS = 1000
 
-local MULTI = core.scripts.multi_acquire
 
 --- The keys of a multi-key lock (argument n of fname), checked: a list of
 -- 1..1000 distinct lock names. Returns a copy, and another in sorted order.
@@ -88,17 +88,13 @@ end
 local function try_atomic(state, t, tok, ms)
   local sorted, prefix = state.sorted, state.prefix
   local n = #sorted
-  local argv = { "EVALSHA", MULTI.sha, 3 * n }
+  local argv = { 3 * n } -- numkeys, the locks, their fences, their waiters marks, token, ttl
   for i, key in ipairs(sorted) do
     local lock = prefix .. "{" .. key .. "}"
-    argv[3 + i], argv[3 + n + i], argv[3 + 2 * n + i] = lock, lock .. ":fence", lock .. ":waiters"
+    argv[1 + i], argv[1 + n + i], argv[1 + 2 * n + i] = lock, lock .. ":fence", lock .. ":waiters"
   end
   argv[#argv + 1], argv[#argv + 2] = tok, ms
-  local reply, err = t:command(unpack(argv))
-  if reply == nil and err:find("^redis: NOSCRIPT") then
-    argv[1], argv[2] = "EVAL", MULTI.text -- EVAL also caches it for the next EVALSHA
-    reply, err = t:command(unpack(argv))
-  end
+  local reply, err = run_script(t, "multi_acquire", unpack(argv))
   if reply == nil then return nil, err end
   if reply[1] == 1 then return 1, reply[2] end
   state.busy = sorted[reply[3]]
@@ -139,7 +135,7 @@ function _M.acquire(client, keys, sorted, ms, how, scoped)
       return wait.busy_message(state.busy, value, waited, mine ~= nil and mine._state == "held")
     end,
   }
-  local tok = token()
+  local tok = new_token(client)
   local fences, sent = wait.take(t, client._sleep, client._held, client._hot, sorted[1], tok, ms, how, kind)
   if not fences then return nil, sent end
   local locks, by_key = {}, {}

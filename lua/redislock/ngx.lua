@@ -409,7 +409,7 @@ function Transport:asking()
   return true
 end
 
--- This transport calls a lease's on_lost as its timer finds the lock lost.
+-- This transport calls a lease's notify as its timer finds the lock lost.
 Transport.reports_loss = true
 
 --- transport:retarget(host, port): points the transport at another TCP host
@@ -472,7 +472,7 @@ function Transport:listen(channel, heard, stop)
   end
 end
 
---- transport:lease(key, token, ttl_ms[, max_hold_ms[, sent_ms[, scoped[, on_lost[, op]]]]]) -> lease:
+--- transport:lease(key, token, ttl_ms[, max_hold_ms[, sent_ms[, scoped[, notify[, op]]]]]) -> lease:
 -- renewed by this worker's timer (redislock/ngx_lease.lua).
 function Transport:lease(...)
   return ngx_lease.start(self, ...)

@@ -99,12 +99,13 @@ local function renew(lease, now)
     why = "the renewal timer could not renew it before its TTL ran out: " .. value
   else
     lease.due = core.now() + math_min(math_max(ttl / 10000, 0.01), 1)
+    if lease.notify then pcall(lease.notify, "renew_failed", value) end
     return
   end
   lease.status, lease.why = "lost", why
   leases[lease] = nil
-  if lease.on_lost then
-    local ok, err = pcall(lease.on_lost, why)
+  if lease.notify then
+    local ok, err = pcall(lease.notify, "lost", why)
     if not ok then ngx_log(ERR, "redislock: on_lost raised: ", tostring(err)) end
   end
 end
@@ -167,16 +168,17 @@ schedule = function()
   end
 end
 
---- start(t, key, token, ttl_ms[, max_hold_ms[, sent_ms[, scoped[, on_lost[, op]]]]]) -> lease,
+--- start(t, key, token, ttl_ms[, max_hold_ms[, sent_ms[, scoped[, notify[, op]]]]]) -> lease,
 -- as the C client's (state, extended, expires, stop), renewed by this worker's
 -- timer over transport t (its eval). sent_ms: when the acquire was sent
 -- (core.now() * 1000). scoped: the lock must not outlive the running request
 -- thread (with_lock): it gets a sentinel (see above) when that thread is one
--- nginx ends with the request. on_lost(why) is called (in the timer) when a
--- renewal finds the lock lost. op: the script that renews it ("extend", the
+-- nginx ends with the request. notify("lost", why) is called (in the timer)
+-- when a renewal finds the lock lost, notify("renew_failed", err) when one
+-- failed and will be tried again. op: the script that renews it ("extend", the
 -- default, or a permit's or read-write hold's "sem_extend" ...); the
 -- release that goes with it gives the hold back.
-function _M.start(t, key, token, ttl_ms, max_hold_ms, sent_ms, scoped, on_lost, op)
+function _M.start(t, key, token, ttl_ms, max_hold_ms, sent_ms, scoped, notify, op)
   op = op or "extend"
   local now = core.now()
   local sent = sent_ms and sent_ms / 1000 or now
@@ -185,7 +187,7 @@ function _M.start(t, key, token, ttl_ms, max_hold_ms, sent_ms, scoped, on_lost, 
     extend = op, release = (op:gsub("extend$", "release")),
     due = sent + math_max(ttl_ms / 3000, 0.001),
     stop_at = max_hold_ms and max_hold_ms > 0 and now + max_hold_ms / 1000 or nil,
-    status = "held", on_lost = on_lost,
+    status = "held", notify = notify,
   }, lease_mt)
   if scoped and request_thread() then
     semaphore = semaphore or require "ngx.semaphore"

@@ -12,13 +12,14 @@
 --   t:wait(key, token, ms[, op]) block on a wake-up list (op: whose; the lock's
 --                                by default) -> true | false | nil, err
 --   t:command(name, ...)         one plain command -> reply | nil, err
---   t:lease(key, token, ttl_ms, max_hold_ms, sent_ms, scoped, on_lost[, op]) -> lease
+--   t:lease(key, token, ttl_ms, max_hold_ms, sent_ms, scoped, notify[, op]) -> lease
 --        (op: the script that renews it, "extend" by default)
 --        (lease:state(), :extended(ttl_ms, sent_ms), :expires(), :stop(), which
 --        also answers what expires() said)
 --   t:close(), t:closed()
 --   t:io_problem()               nil, or the nginx phase that forbids I/O now
---   t.reports_loss               true when leases call on_lost themselves
+--   t.reports_loss               true when leases call notify("lost", why) themselves
+--                                (and notify("renew_failed", err))
 --   t.spread                     true when keys live on several servers (a
 --                                cluster, Redlock): no script sees them all
 --   t:retarget(host, port)       point it at another TCP node (Sentinel's new master)
@@ -55,6 +56,17 @@ function _M.node(fields)
   if ngx_transport then return ngx_transport.new(fields), ngx.sleep end
   fields.pool_size, fields.keepalive_timeout_ms = nil, nil
   return tls.core_new(fields), core.sleep
+end
+
+--- Runs one of the C core's scripts that go as plain commands
+-- (core.scripts[name]: multi_acquire, inspect, force_release) over t:
+-- EVALSHA, then EVAL after NOSCRIPT (which also caches it). ... are
+-- numkeys, the keys and the arguments. Returns the reply, or nil and an error.
+function _M.run_script(t, name, ...)
+  local script = core.scripts[name]
+  local reply, err = t:command("EVALSHA", script.sha, ...)
+  if reply == nil and err:find("^redis: NOSCRIPT") then reply, err = t:command("EVAL", script.text, ...) end
+  return reply, err
 end
 
 return _M

@@ -1,0 +1,98 @@
+-- SPDX-License-Identifier: MIT
+-- For operators and metrics: who holds a lock (carried by its token, no
+-- extra round trip), client:inspect, client:force_release, and the
+-- observer hook's events.
+local core = require "redislock.core"
+local helpers = require "spec.helpers"
+local redislock = require "redislock"
+
+describe("inspect, force_release, observer", function()
+  local srv, raw
+
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
+  before_each(function() assert.are.equal("OK", raw:command("FLUSHALL")) end)
+
+  it("inspect tells whether a lock is held, its time left, its fence and who holds it", function()
+    local c = redislock.new({ port = srv.port, label = "reconcile" })
+    local free = assert(c:inspect("job"))
+    assert.is_false(free.held)
+    assert.is_nil(free.fence)
+    local lock = assert(c:acquire("job", 5))
+    local info = assert(c:inspect("job"))
+    assert.is_true(info.held)
+    assert.is_true(info.ttl > 4 and info.ttl <= 5)
+    assert.are.equal(lock.fence, info.fence)
+    assert.are.equal(lock.token, info.token)
+    assert.are.equal(core.getpid(), info.holder.pid)
+    assert.are.equal(core.hostname():gsub("[^%w%._:@%-]", "_"), info.holder.host)
+    assert.is_true(math.abs(info.holder.since - os.time()) <= 2)
+    assert.are.equal("reconcile", info.holder.label)
+    assert(lock:release())
+    info = assert(c:inspect("job"))
+    assert.is_false(info.held)
+    assert.are.equal(lock.fence, info.fence)
+    -- holder = false: the token is the 32 random digits alone.
+    local bare = redislock.new({ port = srv.port, holder = false })
+    local l2 = assert(bare:acquire("job", 5))
+    assert.matches("^%x+$", l2.token)
+    assert.are.equal(32, #l2.token)
+    assert.is_nil(assert(bare:inspect("job")).holder)
+    assert(l2:release())
+    c:close(); bare:close()
+  end)
+
+  it("force_release frees a lock whoever holds it, wakes a waiter, and keeps fences growing", function()
+    local c = redislock.new({ port = srv.port })
+    local holder = redislock.new({ port = srv.port })
+    local lock = assert(holder:acquire("job", 30))
+    local waiter = helpers.spawn(helpers.spec_dir .. "workers/hold.lua", srv.port, "job", 0)
+    assert.is_truthy(helpers.eventually(5, function() return raw:command("EXISTS", "lock:{job}:waiters") == 1 end))
+    local t0 = core.now()
+    assert.is_true(c:force_release("job"))
+    local out, ok = waiter.wait()
+    assert.is_true(ok, out)
+    assert.is_true(core.now() - t0 < 1 * helpers.slow, "the waiter was not woken")
+    local next_lock = assert(c:acquire("job", 5))
+    assert.is_true(next_lock.fence > lock.fence)
+    local gone, err = lock:release()
+    assert.is_nil(gone)
+    assert.matches("^lost:", err)
+    assert(next_lock:release())
+    assert.is_false(c:force_release("job"))
+    assert.has_error(function() c:force_release("") end, "bad argument #1 to 'force_release' (key must not be empty)")
+    assert.has_error(function() c:inspect() end, "bad argument #1 to 'inspect' (key must be a string, got nil)")
+    c:close(); holder:close()
+  end)
+
+  it("tells the observer of acquired, busy, released and lost, and drops its errors", function()
+    local events = {}
+    local c = redislock.new({ port = srv.port, observer = function(event, info)
+      events[#events + 1] = info
+      info.event = event
+      if event == "released" then error("an observer's error") end
+    end })
+    local lock = assert(c:acquire("job", 5))
+    assert.is_nil(c:acquire("job", 5, { wait = 0.05 }))
+    core.sleep(0.01)
+    assert.is_true(lock:release()) -- the observer raised: dropped
+    local permit = assert(c:semaphore("pool", 1):acquire(5))
+    raw:command("DEL", "lock:{pool}:permits")
+    assert.is_nil(permit:release())
+    local seen = {}
+    for _, e in ipairs(events) do seen[#seen + 1] = e.event .. " " .. e.kind .. " " .. e.key end
+    assert.are.same({ "acquired lock job", "busy lock job", "released lock job", "acquired permit pool",
+                      "lost permit pool" }, seen)
+    assert.are.equal(lock.fence, events[1].fence)
+    assert.is_true(events[1].wait >= 0 and events[1].wait < 1)
+    assert.is_true(events[2].waited >= 0.05)
+    assert.matches("^busy:", events[2].why)
+    assert.is_true(events[3].held >= 0.01)
+    assert.matches("expired or was deleted", events[5].why)
+    assert.has_error(function() redislock.new({ observer = 1 }) end,
+                     "bad argument #1 to 'new' (option 'observer' must be a function, got number)")
+    assert.has_error(function() redislock.new({ label = ("x"):rep(65) }) end)
+    assert.has_error(function() redislock.new({ label = "a/b" }) end)
+    assert.has_error(function() redislock.new({ holder = "no" }) end)
+    c:close()
+  end)
+end)
