@@ -14,7 +14,7 @@ describe("the rockspec", function()
     -- `make asan`, helpers.run keeps the sanitizer runtime away from luarocks.)
     local out, ok = helpers.run(table.concat({
       "cd " .. q(root),
-      "cp -R csrc lua rockspec " .. q(dir),
+      "cp -R bin csrc lua rockspec " .. q(dir),
       "cd " .. q(dir),
       "luarocks --lua-version=" .. version .. " --tree=" .. q(dir .. "/tree")
         .. " make rockspec/redislock-scm-1.rockspec" .. incdir,

@@ -40,7 +40,20 @@ for spec in rockspec/redislock-*.rockspec; do
   done
 done
 
-luacheck -q --no-color lua spec examples bench torture || status=1
+# Every rockspec builds the C files the Makefile does, and installs the command.
+make_src=$(sed -n 's/^SRC = //p' Makefile | tr ' ' '\n' | sort | tr '\n' ' ')
+for spec in rockspec/redislock-*.rockspec; do
+  spec_src=$(sed -n '/sources = {/,/}/p' "$spec" | grep -o '"csrc/[^"]*"' | tr -d '"' | sort | tr '\n' ' ')
+  if [ "$spec_src" != "$make_src" ]; then
+    echo "lint: $spec builds $spec_src; the Makefile builds $make_src"
+    status=1
+  fi
+  grep -q 'bin = { redislock = "bin/redislock" }' "$spec" || { echo "lint: $spec does not install bin/redislock"; status=1; }
+done
+# The release's contents are in the CHANGELOG.
+grep -q "^## $version " CHANGELOG.md || { echo "lint: CHANGELOG.md has no section for $version"; status=1; }
+
+luacheck -q --no-color lua spec examples bench torture bin/redislock || status=1
 
 # The C core under -Werror, for both Lua headers (syntax only: writes nothing).
 for inc in "${LUA_INCDIR:-/usr/include/lua5.4}" "${LUAJIT_INCDIR:-/usr/include/luajit-2.1}"; do

@@ -1,0 +1,192 @@
+-- SPDX-License-Identifier: MIT
+-- The `redislock` command (bin/redislock), run as a child process the way
+-- cron runs it, against a private redis-server: exit statuses (passed
+-- through, conflict, -E, a signal), renewal past the TTL, a lost lock
+-- (SIGTERM, then SIGKILL after the grace), signals passed on and the lock
+-- released after, the environment, status and break, bad usage, Redis down.
+local core = require "redislock.core"
+local helpers = require "spec.helpers"
+local redislock = require "redislock"
+
+local COMMAND = helpers.sh_quote(helpers.spec_dir .. "../bin/redislock")
+
+describe("the redislock command", function()
+  local srv, raw, client, tmp
+
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r)
+    srv, raw = s, r
+    client = redislock.new({ port = srv.port })
+    tmp = helpers.run("mktemp -d"):gsub("%s+$", "")
+  end)
+  lazy_teardown(function()
+    if client then client:close() end
+    if tmp then os.execute("rm -rf " .. helpers.sh_quote(tmp)) end
+  end)
+  before_each(function() assert.are.equal("OK", raw:command("FLUSHALL")) end)
+
+  -- Runs `redislock <words>` (a shell fragment) against the server; returns
+  -- its output (stdout and stderr), its exit status and the seconds it took.
+  local function redislock_cmd(words, url)
+    local t0 = core.now()
+    local out, _, code = helpers.run("REDIS_URL=" .. helpers.sh_quote(url or srv.url) .. " " .. helpers.lua .. " "
+                                     .. COMMAND .. " " .. words)
+    return out, code, core.now() - t0
+  end
+  -- Starts it in the background; returns the handle (helpers.spawn's).
+  local function redislock_bg(words)
+    return { wait = select(2, pcall(io.popen, "REDIS_URL=" .. helpers.sh_quote(srv.url) .. " " .. helpers.lua .. " "
+                                    .. COMMAND .. " " .. words .. " 2>&1; echo __EXIT:$?")) }
+  end
+  local function finish(p)
+    local out = p.wait:read("*a")
+    p.wait:close()
+    return out:gsub("__EXIT:%d+\n?$", ""), tonumber(out:match("__EXIT:(%d+)"))
+  end
+  local function file(name) return tmp .. "/" .. name end
+
+  it("passes the command's exit status through, and 128 + N for a signal", function()
+    local out, code = redislock_cmd("run job -- sh -c 'exit 7'")
+    assert.are.equal(7, code, out)
+    out, code = redislock_cmd("run job sh -c 'kill -TERM $$'")
+    assert.are.equal(128 + 15, code, out)
+    out, code = redislock_cmd("run job true")
+    assert.are.equal(0, code, out)
+    assert.are.equal(0, raw:command("EXISTS", "lock:{job}"))
+  end)
+
+  it("gives the command REDISLOCK_KEY, REDISLOCK_TOKEN and REDISLOCK_FENCE, and holds the lock meanwhile", function()
+    local out, code = redislock_cmd("run job -- sh -c " .. helpers.sh_quote(
+      'echo "key=$REDISLOCK_KEY fence=$REDISLOCK_FENCE token=$REDISLOCK_TOKEN held=$(redis-cli -p ' .. srv.port
+      .. ' GET "lock:{job}")"'))
+    assert.are.equal(0, code, out)
+    local key, fence, token, held = out:match("key=(%S+) fence=(%d+) token=(%S+) held=(%S+)")
+    assert.are.equal("job", key, out)
+    assert.is_true(tonumber(fence) >= 1)
+    assert.are.equal(token, held)
+    assert.matches("^%x+/[^/]+/%d+/%d+$", token)
+  end)
+
+  it("exits 1 (or -E's) without starting the command when the lock is held elsewhere", function()
+    local lock = assert(client:acquire("job", 10))
+    local out, code = redislock_cmd("run job touch " .. helpers.sh_quote(file("ran")))
+    assert.are.equal(1, code, out)
+    assert.matches('^redislock: busy: "job" is held by another owner', out)
+    out, code = redislock_cmd("run -E 42 job touch " .. helpers.sh_quote(file("ran")))
+    assert.are.equal(42, code, out)
+    assert.is_nil(io.open(file("ran")))
+    assert(lock:release())
+  end)
+
+  it("waits with -w, and runs once the holder lets go", function()
+    local lock = assert(client:acquire("job", 0.6))
+    local out, code, took = redislock_cmd("run -w 3 job true")
+    assert.are.equal(0, code, out)
+    assert.is_true(took >= 0.4, "took " .. took)
+    assert.is_nil(lock:release())
+  end)
+
+  it("renews the lock while a command runs past its TTL, and releases it after", function()
+    local out, code, took = redislock_cmd("run --ttl 0.5 job sh -c 'sleep 1.5; echo done'")
+    assert.are.equal(0, code, out)
+    assert.matches("done", out)
+    assert.is_true(took >= 1.5)
+    assert.are.equal(0, raw:command("EXISTS", "lock:{job}"))
+  end)
+
+  it("on a lost lock sends TERM, then KILL after the grace, and exits 75", function()
+    -- The command ignores TERM: KILL ends it.
+    local p = redislock_bg("run --ttl 0.6 --grace 0.5 job sh -c " .. helpers.sh_quote(
+      "trap '' TERM; echo started; while :; do sleep 0.05; done"))
+    assert.is_truthy(helpers.eventually(5, function() return raw:command("EXISTS", "lock:{job}") == 1 end))
+    local t0 = core.now()
+    raw:command("SET", "lock:{job}", "someone else", "PX", 10000)
+    local out, code = finish(p)
+    assert.are.equal(75, code, out)
+    assert.matches("redislock: lost: \"job\" is no longer ours %(another owner holds it now", out)
+    assert.is_true(core.now() - t0 < 5, "it took " .. (core.now() - t0))
+    -- The command takes TERM: it ends on it.
+    raw:command("DEL", "lock:{job}")
+    p = redislock_bg("run --ttl 0.6 job sh -c " .. helpers.sh_quote(
+      "trap 'echo got-term; exit 3' TERM; while :; do sleep 0.05; done"))
+    assert.is_truthy(helpers.eventually(5, function() return raw:command("EXISTS", "lock:{job}") == 1 end))
+    raw:command("DEL", "lock:{job}")
+    out, code = finish(p)
+    assert.are.equal(75, code, out)
+    assert.matches("got%-term", out)
+  end)
+
+  it("passes TERM, INT, HUP and QUIT on to the command, and releases the lock after it ends", function()
+    for _, sig in ipairs({ "TERM", "INT", "HUP", "QUIT" }) do
+      local pidfile = file("pid-" .. sig)
+      local p = redislock_bg("run job sh -c " .. helpers.sh_quote(
+        "echo $PPID > " .. pidfile .. "; trap 'echo got-" .. sig .. "; exit 5' " .. sig
+        .. "; while :; do sleep 0.05; done"))
+      local pid = helpers.eventually(5, function()
+        local f = io.open(pidfile)
+        local v = f and f:read("*n")
+        if f then f:close() end
+        return v
+      end)
+      assert.is_truthy(pid, "the command never started")
+      assert.is_true(helpers.sh_ok("kill -" .. sig .. " " .. pid))
+      local out, code = finish(p)
+      assert.are.equal(5, code, sig .. ": " .. out)
+      assert.matches("got%-" .. sig, out)
+      assert.are.equal(0, raw:command("EXISTS", "lock:{job}"))
+    end
+  end)
+
+  it("status tells who holds a lock; break releases it and wakes a waiter, and fences keep growing", function()
+    local other = redislock.new({ port = srv.port, label = "nightly-job" })
+    local lock = assert(other:acquire("job", 30))
+    local out, code = redislock_cmd("status job")
+    assert.are.equal(0, code, out)
+    assert.matches("job held", out)
+    assert.matches("fence: " .. lock.fence, out)
+    assert.matches("holder: host [^,]+, pid " .. core.getpid() .. ", since %d+%-%d+%-%d+T[%d:]+Z, label nightly%-job",
+                   out)
+    local waiter = redislock_bg("run -w 10 job true")
+    assert.is_truthy(helpers.eventually(5, function() return raw:command("EXISTS", "lock:{job}:waiters") == 1 end))
+    local t0 = core.now()
+    out, code = redislock_cmd("break job")
+    assert.are.equal(0, code, out)
+    assert.matches("job released", out)
+    local wout, wcode = finish(waiter)
+    assert.are.equal(0, wcode, wout)
+    assert.is_true(core.now() - t0 < 1, "the waiter was not woken")
+    out, code = redislock_cmd("status job")
+    assert.are.equal(1, code, out)
+    assert.matches("job free", out)
+    assert.is_true(tonumber(out:match("fence: (%d+)")) > lock.fence)
+    out, code = redislock_cmd("break job")
+    assert.are.equal(1, code, out)
+    assert.is_nil(lock:release())
+    other:close()
+  end)
+
+  it("refuses bad usage with 64 and a line on stderr, and prints help", function()
+    for _, words in ipairs({ "", "run", "run job", "run --ttl x job true", "run --bogus job true", "nope job",
+                             "status", "status a b", "status --ttl 5 job", "run --sentinels h:1 job true",
+                             "run -E 300 job true", "run --wait -1 job true", "run --url bad://x job true" }) do
+      local out, code = redislock_cmd(words)
+      assert.are.equal(64, code, words .. ": " .. out)
+      assert.matches("^redislock: [^\n]+\nTry 'redislock %-%-help'%.\n$", out)
+    end
+    local out, code = redislock_cmd("--help")
+    assert.are.equal(0, code)
+    assert.matches("usage: redislock run", out)
+  end)
+
+  it("exits 69 without starting the command when Redis cannot be reached", function()
+    local url = "redis://127.0.0.1:" .. helpers.free_port()
+    local out, code = redislock_cmd("run job touch " .. helpers.sh_quote(file("down")), url)
+    assert.are.equal(69, code, out)
+    assert.matches("^redislock: connection: [^\n]+\n$", out)
+    assert.is_nil(io.open(file("down")))
+    out, code = redislock_cmd("status job", url)
+    assert.are.equal(69, code, out)
+    out, code = redislock_cmd("run job no-such-command-here")
+    assert.are.equal(127, code, out)
+    assert.are.equal(0, raw:command("EXISTS", "lock:{job}"))
+  end)
+end)
