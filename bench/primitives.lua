@@ -6,6 +6,8 @@
 -- a write hold's, and a multi-key lock's over 2 keys; each as a ratio to the
 -- lock's. A lock's first try is a MULTI/EXEC without a script; the others
 -- run a script that reads the server's clock and prunes expired holders.
+-- Also the lock's cycle without who holds it in its token (holder = false)
+-- against the default, with it: what that metadata costs.
 -- usage (from bench/run.sh, pinned by taskset): primitives.lua <placement name>
 local redislock = require "redislock"
 local core = require "redislock.core"
@@ -18,6 +20,7 @@ local id = (jit and "luajit" or "lua5.4") .. "/" .. PLACEMENT  -- luacheck: igno
 local where = B.interp .. ", " .. PLACEMENT
 
 local client = redislock.new({ port = B.port })
+local bare = redislock.new({ port = B.port, holder = false })
 local sem, rw = client:semaphore("bench:pool", 5), client:rwlock("bench:doc")
 
 -- A slice of N cycles of take(); returns cycles per second.
@@ -32,6 +35,7 @@ end
 
 local rates = B.slices({
   { "lock", cycles(function() return client:acquire("bench", 10) end) },
+  { "bare", cycles(function() return bare:acquire("bench", 10) end) },
   { "permit", cycles(function() return sem:acquire(10) end) },
   { "read", cycles(function() return rw:read(10) end) },
   { "write", cycles(function() return rw:write(10) end) },
@@ -41,6 +45,15 @@ local lock = math.floor(B.percentile(rates.lock, 50) + 0.5)
 B.emit({ name = "prim.lock/" .. id, value = lock, unit = "cycles/s",
          note = string.format("median of %d slices of %d cycles", SLICES, N),
          label = where .. ": lock acquire+release (the baseline)" })
+local bare_ratio, blo, bhi = B.median_ratio(rates.lock, rates.bare)
+local bare_rate = math.floor(B.percentile(rates.bare, 50) + 0.5)
+B.emit({ name = "prim.bare/" .. id, value = bare_rate, unit = "cycles/s",
+         note = string.format("median of %d slices of %d cycles", SLICES, N),
+         label = where .. ": lock acquire+release, holder = false (a token of 32 hex digits only)" })
+B.emit({ name = "prim.holder/" .. id, value = lock, unit = "cycles/s", baseline = "prim.bare/" .. id,
+         baseline_value = bare_rate, ratio = bare_ratio,
+         note = string.format("median of %d slices of %d cycles; slice ratios %.2f-%.2f", SLICES, N, blo, bhi),
+         label = where .. ": lock acquire+release with the holder in the token (the default) / without" })
 for _, p in ipairs({ { "permit", "semaphore permit acquire+release (limit 5)" },
                      { "read", "read hold acquire+release" }, { "write", "write hold acquire+release" },
                      { "multi", "multi-key lock acquire+release, 2 keys" } }) do
@@ -51,3 +64,4 @@ for _, p in ipairs({ { "permit", "semaphore permit acquire+release (limit 5)" },
            label = where .. ": " .. p[2] })
 end
 client:close()
+bare:close()

@@ -40,6 +40,18 @@ describe("examples", function()
     assert.is_truthy(out:find("it ran once", 1, true), out)
   end)
 
+  it("cron.sh: the redislock command runs the nightly job on exactly one of 5 machines", function()
+    local out, ok = helpers.run("cd " .. helpers.sh_quote(helpers.spec_dir .. "..") .. " && REDIS_URL="
+                                .. helpers.sh_quote(srv.url) .. " REDISLOCK_LUA=" .. (jit and "luajit" or "lua5.4") -- luacheck: ignore (jit)
+                                .. " sh examples/cron.sh")
+    assert.is_true(ok, out)
+    local _, running = out:gsub("running the nightly reconciliation", "")
+    assert.are.equal(1, running, out)
+    local _, skipped = out:gsub('skipped %(exit 1: redislock: busy: "nightly%-reconcile" is held by another owner', "")
+    assert.are.equal(4, skipped, out)
+    assert.is_truthy(out:find("the nightly job ran on 1 of 5 machines", 1, true), out)
+  end)
+
   it("fencing.lua: the stale holder's write is refused", function()
     local out, ok = run_example("fencing.lua")
     assert.is_true(ok, out)

@@ -145,6 +145,7 @@ Try:
   curl -X POST '$base/lock/payments:7?ttl=30'    # (b) take a lock, note the token
   curl -X DELETE '$base/lock/payments:7?token=...'
   curl -i $base/report                           # (c) cached; one rebuild at a time
+  curl $base/metrics                             # (d) lock events for Prometheus
 nginx's error log: $prefix/logs/error.log
 Ctrl-C stops nginx and redis-server.
 EOF
@@ -258,7 +259,7 @@ c5=$code lost=$(field error)
 echo "lock:      POST /lock/payments:7 -> $c1 (fence $fence1); again -> $c2 $busy;" \
      "DELETE with another token -> $c3; with its token -> $c4; again -> $c5 $lost"
 check "lock: POST" "$c1" 200
-check "lock: token" "$(printf '%s' "$token" | grep -c '^[0-9a-f]\{32\}$')" 1
+check "lock: token" "$(printf '%s' "$token" | grep -c '^[0-9a-f]\{32\}/[^/]*/[0-9]*/[0-9]*$')" 1
 check "lock: POST while held" "$c2 $busy" "409 busy"
 check "lock: DELETE with another token" "$c3" 409
 check "lock: DELETE" "$c4" 200
@@ -294,6 +295,18 @@ redis del example:report example:report:rebuilds > /dev/null
 fire stampede_unguarded 20 GET /unguarded/report
 echo "unguarded: 20 concurrent GET /unguarded/report: $(how_many stampede_unguarded 200) x 200," \
      "$(redis get example:report:rebuilds) rebuilds"
+
+# (d) The metrics: what the examples above did, as the observer counted it.
+request GET /metrics
+acquired=$(printf '%s\n' "$body" | sed -n 's/^redislock_events_total{event="acquired",kind="lock"} \([0-9]*\)$/\1/p')
+busy=$(printf '%s\n' "$body" | sed -n 's/^redislock_events_total{event="busy",kind="lock"} \([0-9]*\)$/\1/p')
+released=$(printf '%s\n' "$body" | sed -n 's/^redislock_events_total{event="released",kind="lock"} \([0-9]*\)$/\1/p')
+held=$(printf '%s\n' "$body" | sed -n 's/^redislock_hold_seconds_total{kind="lock"} \([0-9.e+-]*\)$/\1/p')
+echo "metrics:   GET /metrics -> $code: locks acquired $acquired, busy $busy, released $released, held ${held:-?} s in all"
+check "metrics: answers 200" "$code" 200
+check "metrics: counts the guard's locks and more" "$([ "${acquired:-0}" -ge 8 ] && echo yes || echo "${acquired:-none}")" yes
+check "metrics: counts the 409s" "$([ "${busy:-0}" -ge 3 ] && echo yes || echo "${busy:-none}")" yes
+check "metrics: counts releases" "$([ "${released:-0}" -ge 4 ] && echo yes || echo "${released:-none}")" yes
 
 # Nothing went wrong on nginx's side either.
 if grep -E '\[(error|crit|alert|emerg)\]' "$prefix/logs/error.log" > "$out/errors"; then

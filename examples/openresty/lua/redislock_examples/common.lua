@@ -17,8 +17,10 @@ local _M = {}
 -- nginx.conf says `env REDIS_URL;` in its main context. Without that line
 -- os.getenv returns nil here and the client uses 127.0.0.1:6379. A URL that
 -- names a host (not an IP address) also needs a `resolver` in nginx.conf.
+-- Its observer counts lock events for GET /metrics (example (d), metrics.lua).
 local url = os.getenv("REDIS_URL")
-_M.client = redislock.new{ url = url ~= "" and url or nil, pool_size = 64, keepalive_timeout = 60 }
+_M.client = redislock.new{ url = url ~= "" and url or nil, pool_size = 64, keepalive_timeout = 60,
+                           observer = require("redislock_examples.metrics").observe }
 
 ------------------------------------------------------------------------------
 -- JSON: lua-cjson when nginx has it (OpenResty does; Debian's lua module does
