@@ -919,12 +919,30 @@ static int reader_close(lua_State *L) {
   return 0;
 }
 
-/* core.token() -> 32 hex digits (128 bits) from the OS random source. */
+/* core.token([suffix]) -> 32 hex digits (128 bits) from the OS random
+   source, then suffix (who holds it: one string made in one step). */
 static int core_token(lua_State *L) {
   char tok[RL_TOKEN_HEX + 1];
+  size_t slen = 0;
+  const char *suffix = luaL_optlstring(L, 1, "", &slen);
+  luaL_Buffer b;
   if (rl_token(tok) != 0)
     return luaL_error(L, "redislock: cannot read the OS random source (%s)", strerror(errno));
-  lua_pushlstring(L, tok, RL_TOKEN_HEX);
+  if (slen == 0) {
+    lua_pushlstring(L, tok, RL_TOKEN_HEX);
+    return 1;
+  }
+  luaL_buffinit(L, &b);
+  luaL_addlstring(&b, tok, RL_TOKEN_HEX);
+  luaL_addlstring(&b, suffix, slen);
+  luaL_pushresult(&b);
+  return 1;
+}
+
+/* core.fork_gen() -> a number that changes in a child after every fork()
+   (cheaper than asking the pid on every call). */
+static int core_fork_gen(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)rl_fork_gen());
   return 1;
 }
 
@@ -1257,6 +1275,7 @@ static const luaL_Reg core_functions[] = {
   { "encode_wait", core_encode_wait },
   { "reader", core_reader },
   { "token", core_token },
+  { "fork_gen", core_fork_gen },
   { "ms", core_ms },
   { "key_problem", core_key_problem },
   { "prefix_problem", core_prefix_problem },

@@ -35,9 +35,10 @@ describe("the redislock command", function()
                                      .. COMMAND .. " " .. words)
     return out, code, core.now() - t0
   end
-  -- Starts it in the background; returns the handle (helpers.spawn's).
-  local function redislock_bg(words)
-    return { wait = select(2, pcall(io.popen, "REDIS_URL=" .. helpers.sh_quote(srv.url) .. " " .. helpers.lua .. " "
+  -- Starts it in the background (against url, or the spec's server);
+  -- finish(handle) waits for it and returns its output and exit status.
+  local function redislock_bg(words, url)
+    return { wait = assert(io.popen("REDIS_URL=" .. helpers.sh_quote(url or srv.url) .. " " .. helpers.lua .. " "
                                     .. COMMAND .. " " .. words .. " 2>&1; echo __EXIT:$?")) }
   end
   local function finish(p)
@@ -116,6 +117,22 @@ describe("the redislock command", function()
     out, code = finish(p)
     assert.are.equal(75, code, out)
     assert.matches("got%-term", out)
+  end)
+
+  it("ends the command and exits 75 when Redis goes away and the TTL runs out", function()
+    local gone = helpers.start_redis()
+    local p = redislock_bg("run --ttl 0.6 --grace 0.3 job " .. SH .. " -c " .. helpers.sh_quote(
+      "trap 'echo got-term; exit 3' TERM; while :; do sleep 0.05; done"), gone.url)
+    local raw2 = gone:raw()
+    assert.is_truthy(helpers.eventually(5, function() return raw2:command("EXISTS", "lock:{job}") == 1 end))
+    raw2:close()
+    local t0 = core.now()
+    gone:stop()
+    local out, code = finish(p)
+    assert.are.equal(75, code, out)
+    assert.matches("could not renew it before its TTL ran out", out)
+    assert.matches("got%-term", out)
+    assert.is_true(core.now() - t0 < 3, "it took " .. (core.now() - t0))
   end)
 
   it("passes TERM, INT, HUP and QUIT on to the command, and releases the lock after it ends", function()

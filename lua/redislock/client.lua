@@ -16,7 +16,7 @@ local wait = require "redislock.wait"
 local error, ipairs, pairs, select, setmetatable, tostring, type = error, ipairs, pairs, select, setmetatable,
       tostring, type
 local string_format = string.format
-local token, now, getpid = core.token, core.now, core.getpid
+local token, now, getpid, fork_gen = core.token, core.now, core.getpid, core.fork_gen
 local os_time = os.time
 local observe = lock_mod.observe
 local take, note_taken = wait.take, scope.note_taken
@@ -262,10 +262,17 @@ _M.adopt = adopt
 
 --- A new token for a hold by client self: 32 random hex digits, then who
 -- holds it (unless holder = false): /<host>/<pid>/<since, unix seconds>[/<label>].
+-- The part after the digits is made again only when the second or the
+-- process (a fork) changed: it costs the cycle next to nothing.
 local function new_token(self)
   local holder = self._holder
   if not holder then return token() end
-  return token() .. holder .. getpid() .. "/" .. os_time() .. self._label
+  local gen, t = fork_gen(), os_time()
+  if gen ~= self._gen or t ~= self._second then
+    self._gen, self._second = gen, t
+    self._suffix = holder .. getpid() .. "/" .. t .. self._label
+  end
+  return token(self._suffix)
 end
 _M.new_token = new_token
 
