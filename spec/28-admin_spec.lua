@@ -88,6 +88,13 @@ describe("inspect, force_release, observer", function()
     assert.matches("^busy:", events[2].why)
     assert.is_true(events[3].held >= 0.01)
     assert.matches("expired or was deleted", events[5].why)
+    -- A multi-key lock: each key, as single locks.
+    events = {}
+    local multi = assert(c:acquire({ "b", "a" }, 5))
+    assert(multi:release())
+    seen = {}
+    for _, e in ipairs(events) do seen[#seen + 1] = e.event .. " " .. e.kind .. " " .. e.key end
+    assert.are.same({ "acquired lock a", "acquired lock b", "released lock a", "released lock b" }, seen)
     assert.has_error(function() redislock.new({ observer = 1 }) end,
                      "bad argument #1 to 'new' (option 'observer' must be a function, got number)")
     assert.has_error(function() redislock.new({ label = ("x"):rep(65) }) end)

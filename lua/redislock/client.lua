@@ -2,7 +2,10 @@
 --- redislock.client: the client. `new` checks the connection options and
 -- connects (lazily) through redislock.transport. A client takes locks
 -- (acquire, with_lock), makes lock objects from tokens, and runs plain
--- commands.
+-- commands. It is past 400 lines because every public method of a client
+-- is here, each a checked entry to the module that does the work (the
+-- other primitives, redislock/admin.lua's operator calls): one place for a
+-- user to read what a client offers.
 
 local args = require "redislock.args"
 local core = require "redislock.core"
