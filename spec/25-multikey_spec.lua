@@ -111,7 +111,8 @@ describe("multi-key lock", function()
                      "bad argument #1 to 'acquire' (keys[2]: key must not be empty)")
     assert.has_error(function() client:acquire({ "a", x = "b" }, 5) end)
     assert.has_error(function() client:acquire({ "a", "b" }, 5, { fair = true }) end,
-                     "bad argument #3 to 'acquire' (option 'fair' is not available for a multi-key lock)")
+                     "bad argument #3 to 'acquire' (option 'fair' is not available for a multi-key lock"
+                       .. " (a fair queue belongs to one key))")
     assert.has_error(function() client:acquire({ "a", "b" }, 5, { replicas = 1 }) end)
     assert.has_error(function() client:with_lock({ "a" }, 5) end)
     local many = {}

@@ -7,11 +7,12 @@
 -- 32 random hex digits, then /<host>/<pid>/<since>[/<label>].
 
 local args = require "redislock.args"
+local client_mod = require "redislock.client"
 local core = require "redislock.core"
 local transport = require "redislock.transport"
 
 local tonumber = tonumber
-local run_script = transport.run_script
+local run_script, name = transport.run_script, client_mod.lock_name
 
 local _M = { _VERSION = core._VERSION }
 
@@ -26,10 +27,6 @@ function _M.holder_of(tok)
   return { host = host, pid = tonumber(pid), since = tonumber(since), label = rest:match("^/(.+)$") }
 end
 
--- The name of the lock on key (as rl_cmd_init makes it; the others add a suffix).
-local function name(client, key)
-  return client.prefix .. "{" .. key .. "}"
-end
 
 --- inspect(client, key) -> { held, ttl, fence, token, holder } | nil, err:
 -- held (boolean); ttl (seconds left, nil when free or without expiry);

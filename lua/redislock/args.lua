@@ -254,6 +254,21 @@ _M.CSTRING_OPTS = { "host", "path", "username", "password" }
 -- the default of `renew`), checked: returns how to take and hold the lock.
 _M.lock_opts = check_acquire_opts
 
+-- The acquire options a topology or a primitive may refuse.
+local REFUSABLE = { "fair", "replicas" }
+
+--- Raises a bad argument n to fname for an acquire option set in how that
+-- no (option name -> why not, or nil) refuses: "option 'fair' is not
+-- available <where> (<why>)".
+function _M.refuse(n, fname, how, no, where)
+  if not no then return end
+  for _, name in ipairs(REFUSABLE) do
+    if how[name] and no[name] then
+      argerror(n, fname, string_format("option '%s' is not available %s (%s)", name, where, no[name]))
+    end
+  end
+end
+
 --- Raises unless fn can be called.
 function _M.check_fn(n, fname, fn)
   if not is_callable(fn) then

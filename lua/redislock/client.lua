@@ -16,8 +16,7 @@ local topology = require "redislock.topology"
 local url = require "redislock.url"
 local wait = require "redislock.wait"
 
-local error, ipairs, pairs, select, setmetatable, tostring, type = error, ipairs, pairs, select, setmetatable,
-      tostring, type
+local error, pairs, select, setmetatable, tostring, type = error, pairs, select, setmetatable, tostring, type
 local string_format = string.format
 local token, now, getpid, fork_gen = core.token, core.now, core.getpid, core.fork_gen
 local os_time = os.time
@@ -229,18 +228,10 @@ end
 ------------------------------------------------------------------------------
 -- Locks
 
--- acquire after its arguments were checked. scoped: with_lock's lock, which
--- must not outlive the running thread (see redislock/ngx_lease.lua).
 -- Raises a bad argument n to fname for an acquire option the client's
 -- topology cannot honour (Redlock: fair, replicas).
 local function refused(self, n, fname, how)
-  local no = self._transport.refuses
-  if not no then return end
-  for _, name in ipairs({ "fair", "replicas" }) do
-    if how[name] and no[name] then
-      argerror(n, fname, string_format("option '%s' is not available with 'redlock' (%s)", name, no[name]))
-    end
-  end
+  args.refuse(n, fname, how, self._transport.refuses, "with 'redlock'")
 end
 
 -- Makes the lock object for a hold just taken (fence: its fence; sent:
@@ -279,6 +270,9 @@ local function new_token(self)
 end
 _M.new_token = new_token
 
+-- acquire after its arguments were checked. scoped: with_lock's lock, which
+-- must not outlive the running thread (see redislock/ngx_lease.lua); kind:
+-- how to take it (wait.take's; nil for a lock).
 local function acquire(self, key, ms, how, scoped, kind)
   local tok, t = new_token(self), self._transport
   local began = self._link.observer and now()
@@ -309,6 +303,24 @@ end
 -- redislock/lock.lua's), waiting, renewing and noting it as a lock; for
 -- the primitives (redislock/semaphore.lua, redislock/rwlock.lua).
 _M.hold = acquire
+
+--- The arguments of a primitive's acquire or with_ on client (fname; ttl is
+-- argument 1, opts argument nopts), checked, the client too: returns the
+-- ttl in ms and how to take the hold. no (option -> why not) and where
+-- ("for a semaphore") name the acquire options the primitive refuses.
+function _M.hold_args(client, fname, ttl, opts, nopts, scoped, no, where)
+  check_open(client, fname)
+  local ms = check_seconds(1, fname, "ttl", ttl)
+  local how = lock_opts(nopts, fname, opts, scoped)
+  args.refuse(nopts, fname, how, no, where)
+  return ms, how
+end
+
+--- The name of the lock on key, as the C core makes it ("<prefix>{<key>}");
+-- the names of its other keys add a suffix (":fence" ...).
+function _M.lock_name(client, key)
+  return client.prefix .. "{" .. key .. "}"
+end
 
 --- Raises a bad argument n to fname when the client's topology cannot run
 -- the primitive called what ("a semaphore" ...).

@@ -32,7 +32,7 @@ local math_huge, math_min = math.huge, math.min
 local key_problem = core.key_problem
 local argerror, quote, check_self, check_nargs, check_seconds = args.argerror, args.quote, args.check_self,
       args.check_nargs, args.check_seconds
-local adopt, new_token = client_mod.adopt, client_mod.new_token
+local adopt, new_token, lock_name = client_mod.adopt, client_mod.new_token, client_mod.lock_name
 local observe, now, run_script = lock_mod.observe, core.now, transport.run_script
 
 local _M = { _VERSION = core._VERSION }
@@ -74,25 +74,25 @@ function _M.check_keys(n, fname, keys)
   return copy, sorted
 end
 
---- The options of a multi-key acquire (as a lock's, but fair and replicas
--- are refused: they belong to one key on one server).
+-- The acquire options a multi-key lock refuses, and why.
+local REFUSES = { fair = "a fair queue belongs to one key",
+                  replicas = "WAIT counts the writes of one connection; the keys may be on several servers" }
+
+--- The options of a multi-key acquire, as a lock's but fair and replicas,
+-- which it refuses.
 function _M.check_how(n, fname, how)
-  for _, name in ipairs({ "fair", "replicas" }) do
-    if how[name] then
-      argerror(n, fname, string_format("option '%s' is not available for a multi-key lock", name))
-    end
-  end
+  args.refuse(n, fname, how, REFUSES, "for a multi-key lock")
 end
 
 -- One try on one server: the multi_acquire script over every key. Answers
 -- as a lock's eval: 1 and the fences (in sorted order), or -1, the busy
 -- key's PTTL and that key; or nil and an error.
 local function try_atomic(state, t, tok, ms)
-  local sorted, prefix = state.sorted, state.prefix
+  local sorted, client = state.sorted, state.client
   local n = #sorted
   local argv = { 3 * n } -- numkeys, the locks, their fences, their waiters marks, token, ttl
   for i, key in ipairs(sorted) do
-    local lock = prefix .. "{" .. key .. "}"
+    local lock = lock_name(client, key)
     argv[1 + i], argv[1 + n + i], argv[1 + 2 * n + i] = lock, lock .. ":fence", lock .. ":waiters"
   end
   argv[#argv + 1], argv[#argv + 2] = tok, ms
@@ -126,7 +126,7 @@ end
 -- keys and sorted as check_keys made them; how as args.lock_opts.
 function _M.acquire(client, keys, sorted, ms, how, scoped)
   local t = client._transport
-  local state = { sorted = sorted, prefix = client.prefix, busy = sorted[1] }
+  local state = { sorted = sorted, client = client, busy = sorted[1] }
   local try = t.spread and try_one_by_one or try_atomic
   -- How wait.take tries: the lock's busy message, naming the key that was busy.
   local kind = {

@@ -25,10 +25,9 @@ local scope = require "redislock.scope"
 
 local error, setmetatable = error, setmetatable
 local string_format = string.format
-local argerror, check_key, check_seconds, check_self, check_nargs, quote, lock_opts, check_fn =
-      args.argerror, args.check_key, args.check_seconds, args.check_self, args.check_nargs, args.quote,
-      args.lock_opts, args.check_fn
-local hold, check_open, check_primitive = client_mod.hold, client_mod.check_open, client_mod.check_primitive
+local check_key, check_self, check_nargs, quote, check_fn =
+      args.check_key, args.check_self, args.check_nargs, args.quote, args.check_fn
+local hold, hold_args, check_primitive = client_mod.hold, client_mod.hold_args, client_mod.check_primitive
 
 local _M = { _VERSION = core._VERSION }
 
@@ -74,17 +73,13 @@ function _M.new(client, client_mt, name, ...)
   return setmetatable({ name = name, _client = client }, rwlock_mt)
 end
 
+-- The acquire options a read-write lock refuses, and why.
+local REFUSES = { fair = "writers come first; readers are not queued" }
+
 -- The ttl (in ms) and options of fname (nopts: the options' argument
 -- number), checked; refuses a closed client.
 local function take_args(self, fname, ttl, opts, scoped, nopts)
-  check_open(self._client, fname)
-  local ms = check_seconds(1, fname, "ttl", ttl)
-  local how = lock_opts(nopts, fname, opts, scoped)
-  if how.fair then
-    argerror(nopts, fname, "option 'fair' is not available for a read-write lock (writers come first;"
-                           .. " readers are not queued)")
-  end
-  return ms, how
+  return hold_args(self._client, fname, ttl, opts, nopts, scoped, REFUSES, "for a read-write lock")
 end
 
 --- Takes a read hold for ttl seconds: shared with other readers, while no

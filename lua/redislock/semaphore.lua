@@ -18,10 +18,10 @@ local scope = require "redislock.scope"
 
 local error, setmetatable, tostring = error, setmetatable, tostring
 local string_format = string.format
-local argerror, check_key, check_seconds, check_self, check_nargs, is_whole, quote, lock_opts, check_fn =
-      args.argerror, args.check_key, args.check_seconds, args.check_self, args.check_nargs, args.is_whole,
-      args.quote, args.lock_opts, args.check_fn
-local hold, check_open, check_primitive = client_mod.hold, client_mod.check_open, client_mod.check_primitive
+local argerror, check_key, check_self, check_nargs, is_whole, quote, check_fn =
+      args.argerror, args.check_key, args.check_self, args.check_nargs, args.is_whole, args.quote, args.check_fn
+local hold, hold_args, check_open, check_primitive = client_mod.hold, client_mod.hold_args, client_mod.check_open,
+      client_mod.check_primitive
 
 local _M = { _VERSION = core._VERSION }
 
@@ -65,15 +65,8 @@ function _M.new(client, client_mt, name, limit, ...)
   return setmetatable({ name = name, limit = limit, _client = client, _kind = kind }, semaphore_mt)
 end
 
--- The options of acquire and with_permit (n: their argument number), checked.
-local function permit_opts(n, fname, opts, scoped)
-  local how = lock_opts(n, fname, opts, scoped)
-  if how.fair then
-    argerror(n, fname, "option 'fair' is not available for a semaphore (a release wakes one waiter;"
-                       .. " waiters are not queued)")
-  end
-  return how
-end
+-- The acquire options a semaphore refuses, and why.
+local REFUSES = { fair = "a release wakes one waiter; waiters are not queued" }
 
 --- Takes a permit for ttl seconds.
 -- @param ttl seconds (fractions allowed): the permit expires by itself after it
@@ -84,9 +77,7 @@ end
 --   "busy: ...", "connection: ..." or "redis: ..."
 function Semaphore:acquire(ttl, opts, ...)
   check_self(self, semaphore_mt, "acquire", "redislock semaphore")
-  check_open(self._client, "acquire")
-  local ms = check_seconds(1, "acquire", "ttl", ttl)
-  local how = permit_opts(2, "acquire", opts, false)
+  local ms, how = hold_args(self._client, "acquire", ttl, opts, 2, false, REFUSES, "for a semaphore")
   check_nargs("acquire", 2, ...)
   return hold(self._client, self.name, ms, how, false, self._kind)
 end
@@ -98,10 +89,8 @@ end
 -- ours at release. Renewed while fn runs, as with_lock's lock.
 function Semaphore:with_permit(ttl, fn, opts, ...)
   check_self(self, semaphore_mt, "with_permit", "redislock semaphore")
-  check_open(self._client, "with_permit")
-  local ms = check_seconds(1, "with_permit", "ttl", ttl)
+  local ms, how = hold_args(self._client, "with_permit", ttl, opts, 3, true, REFUSES, "for a semaphore")
   check_fn(2, "with_permit", fn)
-  local how = permit_opts(3, "with_permit", opts, true)
   check_nargs("with_permit", 3, ...)
   local permit, err = hold(self._client, self.name, ms, how, true, self._kind)
   if not permit then error(err, 0) end
