@@ -67,10 +67,14 @@ end
 
 
 -- The port of the node the client sends key's lock to: the master behind
--- Sentinel, or the owner of its slot in a cluster.
+-- Sentinel, or the owner of its slot in a cluster (0 while the slot table
+-- names none: see spec/workers/loop.lua).
 local function node_port(c, key)
   local t = c._transport
-  if t._slots then return t._slots[core.lock_slot(key)].port end
+  if t._slots then
+    local owner = t._slots[core.lock_slot(key)]
+    return owner and owner.port or 0
+  end
   return t._port
 end
 

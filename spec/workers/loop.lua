@@ -3,7 +3,7 @@
 -- `seconds` pass, each section a few milliseconds long. Prints one line per
 -- section that returned ok, "ok <enter> <exit> <port> <fence>" (core.now()
 -- times; port: the node the client sent it to, the master behind Sentinel
--- or the owner of the key's slot in a cluster), one per error, "err
+-- or the owner of the key's slot in a cluster, 0 if unknown), one per error, "err
 -- <message>", and "done" at the end.
 -- usage: loop.lua <where (spec/workers/connect.lua)> <key> <seconds> <start_at (core.now seconds)>
 local redislock = require "redislock"
@@ -15,9 +15,14 @@ local key, seconds, start_at = arg[2], tonumber(arg[3]), tonumber(arg[4])
 local client = redislock.new(connect(arg[1], { timeout = 2 }))
 local t = client._transport
 
--- The node a section ran on.
+-- The node a section ran on; 0 when the client's slot table names none
+-- right now (a refresh during a failover may find the slot without an
+-- owner: CLUSTER SLOTS leaves it out until a replica takes over).
 local function port()
-  if t._slots then return t._slots[core.lock_slot(key)].port end
+  if t._slots then
+    local owner = t._slots[core.lock_slot(key)]
+    return owner and owner.port or 0
+  end
   return t._port
 end
 
