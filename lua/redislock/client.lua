@@ -39,19 +39,31 @@ function _M.closed(client)
   return client._link.closed
 end
 
--- Refuses a client that was closed, and I/O where nginx forbids it.
-local function check_open(client, fname)
+-- Refuses a client that was closed.
+local function check_not_closed(client, fname)
   if client._link.closed then
     raise_at_caller(string_format("bad self to '%s' (client is closed)", fname))
   end
+end
+
+-- Refuses a client that was closed, and I/O where nginx forbids it.
+local function check_open(client, fname)
+  check_not_closed(client, fname)
   check_phase(client._transport, fname)
 end
 _M.check_open = check_open
 
+-- check_self for clients, refusing closed ones, for calls that do no I/O
+-- (allowed in any nginx phase; what they make checks its own).
+local function check_live(self, fname)
+  check_self(self, client_mt, fname, "redislock client")
+  check_not_closed(self, fname)
+end
+
 -- check_self for clients, refusing closed ones too.
 local function check_client(self, fname)
-  check_self(self, client_mt, fname, "redislock client")
-  check_open(self, fname)
+  check_live(self, fname)
+  check_phase(self._transport, fname)
 end
 
 local CSTRING_OPTS = args.CSTRING_OPTS
@@ -273,19 +285,23 @@ _M.new_token = new_token
 -- acquire after its arguments were checked. scoped: with_lock's lock, which
 -- must not outlive the running thread (see redislock/ngx_lease.lua); kind:
 -- how to take it (wait.take's; nil for a lock).
+--- Tells the client's observer how a take that began at began (core.now())
+-- ended: "acquired" (fence, and sent: when the successful try was sent) or
+-- "busy" (sent: the message); other failures are not its business.
+local function observe_take(self, began, key, kind, fence, sent)
+  if fence then
+    observe(self._link, "acquired", { key = key, kind = kind, fence = fence, wait = sent - began })
+  elseif sent:find("^busy:") then
+    observe(self._link, "busy", { key = key, kind = kind, waited = now() - began, why = sent })
+  end
+end
+_M.observe_take = observe_take
+
 local function acquire(self, key, ms, how, scoped, kind)
   local tok, t = new_token(self), self._transport
   local began = self._link.observer and now()
   local fence, sent, acked, werr = take(t, self._sleep, self._held, self._hot, key, tok, ms, how, kind)
-  if began then
-    if fence then
-      observe(self._link, "acquired", { key = key, kind = kind and kind.ops.kind or "lock", fence = fence,
-                                        wait = sent - began })
-    elseif sent:find("^busy:") then
-      observe(self._link, "busy", { key = key, kind = kind and kind.ops.kind or "lock", waited = now() - began,
-                                    why = sent })
-    end
-  end
+  if began then observe_take(self, began, key, kind and kind.ops.kind or "lock", fence, sent) end
   if not fence then return nil, sent end
   if how.replicas and (not acked or acked < how.replicas) then
     lock_mod.new(t, self._link, key, tok, nil, nil, kind and kind.ops):release() -- give it back
@@ -303,6 +319,15 @@ end
 -- redislock/lock.lua's), waiting, renewing and noting it as a lock; for
 -- the primitives (redislock/semaphore.lua, redislock/rwlock.lua).
 _M.hold = acquire
+
+--- with_hold(client, key, ms, how, kind, fn): with_lock for any hold:
+-- takes it (kind nil: a lock), or raises why not; then fn(hold) under
+-- scope.hold (released on every way out, fn's results or error passed on).
+function _M.with_hold(self, key, ms, how, kind, fn)
+  local h, err = acquire(self, key, ms, how, true, kind)
+  if not h then error(err, 0) end
+  return scope.hold(h, fn)
+end
 
 --- The arguments of a primitive's acquire or with_ on client (fname; ttl is
 -- argument 1, opts argument nopts), checked, the client too: returns the
@@ -322,9 +347,9 @@ function _M.lock_name(client, key)
   return client.prefix .. "{" .. key .. "}"
 end
 
---- Raises a bad argument n to fname when the client's topology cannot run
+-- Raises a bad argument n to fname when the client's topology cannot run
 -- the primitive called what ("a semaphore" ...).
-function _M.check_primitive(self, n, fname, what)
+local function check_primitive(self, n, fname, what)
   local no = self._transport.refuses
   if no and no.primitives then
     argerror(n, fname, string_format("%s is not available with 'redlock' (%s)", what, no.primitives))
@@ -371,11 +396,7 @@ end
 -- @param tok the lock's token: 32 hex digits, as lock.token
 -- @return lock
 function Client:from_token(key, tok, ...)
-  -- No I/O here: allowed in any nginx phase (the lock's methods check theirs).
-  check_self(self, client_mt, "from_token", "redislock client")
-  if self._link.closed then
-    raise_at_caller("bad self to 'from_token' (client is closed)")
-  end
+  check_live(self, "from_token")
   check_key(1, "from_token", key)
   if type(tok) ~= "string" then
     argerror(2, "from_token", "token must be a string, got " .. type(tok))
@@ -408,12 +429,8 @@ end
 --- with_lock after its arguments were checked (sorted: a multi-key lock's
 -- keys, sorted; key then the list).
 function _M.with_lock(self, key, ms, fn, how, sorted)
-  local lock, err
-  if sorted then
-    lock, err = require("redislock.multilock").acquire(self, key, sorted, ms, how, true)
-  else
-    lock, err = acquire(self, key, ms, how, true)
-  end
+  if not sorted then return _M.with_hold(self, key, ms, how, nil, fn) end
+  local lock, err = require("redislock.multilock").acquire(self, key, sorted, ms, how, true)
   if not lock then error(err, 0) end
   return scope.hold(lock, fn)
 end
@@ -434,16 +451,26 @@ end
 ------------------------------------------------------------------------------
 -- The other primitives: each a module of its own, loaded on first use.
 
+-- The checks every primitive's maker starts with: a live client that can
+-- run it (not Redlock), and its name (argument 1 of fname, as a key).
+local function check_maker(self, fname, name, what)
+  check_live(self, fname)
+  check_key(1, fname, name)
+  check_primitive(self, 1, fname, what)
+end
+
 --- A counting semaphore named name: at most limit permits held at once
 -- (redislock/semaphore.lua). No I/O.
-function Client:semaphore(...)
-  return require("redislock.semaphore").new(self, client_mt, ...)
+function Client:semaphore(name, ...)
+  check_maker(self, "semaphore", name, "a semaphore")
+  return require("redislock.semaphore").new(self, name, ...)
 end
 
 --- A read-write lock named name: many readers or one writer
 -- (redislock/rwlock.lua). No I/O.
-function Client:rwlock(...)
-  return require("redislock.rwlock").new(self, client_mt, ...)
+function Client:rwlock(name, ...)
+  check_maker(self, "rwlock", name, "a read-write lock")
+  return require("redislock.rwlock").new(self, name, ...)
 end
 
 

@@ -21,7 +21,6 @@
 local args = require "redislock.args"
 local client_mod = require "redislock.client"
 local core = require "redislock.core"
-local lock_mod = require "redislock.lock"
 local transport = require "redislock.transport"
 local wait = require "redislock.wait"
 
@@ -33,7 +32,7 @@ local key_problem = core.key_problem
 local argerror, quote, check_self, check_nargs, check_seconds = args.argerror, args.quote, args.check_self,
       args.check_nargs, args.check_seconds
 local adopt, new_token, lock_name = client_mod.adopt, client_mod.new_token, client_mod.lock_name
-local observe, now, run_script = lock_mod.observe, core.now, transport.run_script
+local observe_take, now, run_script = client_mod.observe_take, core.now, transport.run_script
 
 local _M = { _VERSION = core._VERSION }
 
@@ -142,11 +141,9 @@ function _M.acquire(client, keys, sorted, ms, how, scoped)
   local fences, sent = wait.take(t, client._sleep, client._held, client._hot, sorted[1], tok, ms, how, kind)
   if began then -- the observer hears of each key, as of single locks (their releases come one by one)
     if fences then
-      for i, key in ipairs(sorted) do
-        observe(client._link, "acquired", { key = key, kind = "lock", fence = fences[i], wait = sent - began })
-      end
-    elseif sent:find("^busy:") then
-      observe(client._link, "busy", { key = state.busy, kind = "lock", waited = now() - began, why = sent })
+      for i, key in ipairs(sorted) do observe_take(client, began, key, "lock", fences[i], sent) end
+    else
+      observe_take(client, began, state.busy, "lock", nil, sent)
     end
   end
   if not fences then return nil, sent end

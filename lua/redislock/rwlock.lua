@@ -21,13 +21,11 @@
 local args = require "redislock.args"
 local client_mod = require "redislock.client"
 local core = require "redislock.core"
-local scope = require "redislock.scope"
 
-local error, setmetatable = error, setmetatable
+local setmetatable = setmetatable
 local string_format = string.format
-local check_key, check_self, check_nargs, quote, check_fn =
-      args.check_key, args.check_self, args.check_nargs, args.quote, args.check_fn
-local hold, hold_args, check_primitive = client_mod.hold, client_mod.hold_args, client_mod.check_primitive
+local check_self, check_nargs, quote, check_fn = args.check_self, args.check_nargs, args.quote, args.check_fn
+local hold, hold_args, with_hold = client_mod.hold, client_mod.hold_args, client_mod.with_hold
 
 local _M = { _VERSION = core._VERSION }
 
@@ -63,13 +61,10 @@ local READER = { take = "read_acquire", acquire = "read_acquire", wait = "read_a
 local WRITER = { take = "write_acquire", acquire = "write_acquire", wait = "write_acquire", ops = WRITE,
                  stays = true, leave = "write_leave", busy = busy_of("write") }
 
---- rwlock(client, client_mt, name): client:rwlock(name). No I/O.
-function _M.new(client, client_mt, name, ...)
-  check_self(client, client_mt, "rwlock", "redislock client")
-  if client_mod.closed(client) then args.raise_at_caller("bad self to 'rwlock' (client is closed)") end
-  check_key(1, "rwlock", name)
+--- new(client, name): client:rwlock(name), after the client and name were
+-- checked (client.lua). No I/O.
+function _M.new(client, name, ...)
   check_nargs("rwlock", 1, ...)
-  check_primitive(client, 1, "rwlock", "a read-write lock")
   return setmetatable({ name = name, _client = client }, rwlock_mt)
 end
 
@@ -110,9 +105,7 @@ local function with(self, kind, fname, ttl, fn, opts, ...)
   local ms, how = take_args(self, fname, ttl, opts, true, 3)
   check_fn(2, fname, fn)
   check_nargs(fname, 3, ...)
-  local h, err = hold(self._client, self.name, ms, how, true, kind)
-  if not h then error(err, 0) end
-  return scope.hold(h, fn)
+  return with_hold(self._client, self.name, ms, how, kind, fn)
 end
 
 --- Calls fn(hold) under a read hold, then releases it; as with_lock: returns

@@ -14,14 +14,13 @@
 local args = require "redislock.args"
 local client_mod = require "redislock.client"
 local core = require "redislock.core"
-local scope = require "redislock.scope"
 
-local error, setmetatable, tostring = error, setmetatable, tostring
+local setmetatable, tostring = setmetatable, tostring
 local string_format = string.format
-local argerror, check_key, check_self, check_nargs, is_whole, quote, check_fn =
-      args.argerror, args.check_key, args.check_self, args.check_nargs, args.is_whole, args.quote, args.check_fn
-local hold, hold_args, check_open, check_primitive = client_mod.hold, client_mod.hold_args, client_mod.check_open,
-      client_mod.check_primitive
+local argerror, check_self, check_nargs, is_whole, quote, check_fn =
+      args.argerror, args.check_self, args.check_nargs, args.is_whole, args.quote, args.check_fn
+local hold, hold_args, with_hold, check_open = client_mod.hold, client_mod.hold_args, client_mod.with_hold,
+      client_mod.check_open
 
 local _M = { _VERSION = core._VERSION }
 
@@ -37,17 +36,13 @@ local PERMIT = { release = "sem_release", extend = "sem_extend", pttl = "sem_ptt
 -- The largest limit: Redis counts a sorted set's members in 32 bits here.
 local MAX_LIMIT = 2 ^ 31 - 1
 
---- semaphore(client, client_mt, name, limit): client:semaphore(name, limit).
--- No I/O. name: as a lock's key; limit: a whole number >= 1.
-function _M.new(client, client_mt, name, limit, ...)
-  check_self(client, client_mt, "semaphore", "redislock client")
-  if client_mod.closed(client) then args.raise_at_caller("bad self to 'semaphore' (client is closed)") end
-  check_key(1, "semaphore", name)
+--- new(client, name, limit): client:semaphore(name, limit), after the
+-- client and name were checked (client.lua). No I/O. limit: a whole number >= 1.
+function _M.new(client, name, limit, ...)
   if not is_whole(limit, 1, MAX_LIMIT) then
     argerror(2, "semaphore", "limit must be a whole number >= 1, got " .. args.show(limit))
   end
   check_nargs("semaphore", 2, ...)
-  check_primitive(client, 1, "semaphore", "a semaphore")
   local label = quote(name)
   -- How wait.take takes a permit: there is no cheaper first try than the
   -- script; a release wakes one waiter, on the semaphore's own list.
@@ -92,9 +87,7 @@ function Semaphore:with_permit(ttl, fn, opts, ...)
   local ms, how = hold_args(self._client, "with_permit", ttl, opts, 3, true, REFUSES, "for a semaphore")
   check_fn(2, "with_permit", fn)
   check_nargs("with_permit", 3, ...)
-  local permit, err = hold(self._client, self.name, ms, how, true, self._kind)
-  if not permit then error(err, 0) end
-  return scope.hold(permit, fn)
+  return with_hold(self._client, self.name, ms, how, self._kind, fn)
 end
 
 --- How many permits are held now (expired ones not counted).
