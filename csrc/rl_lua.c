@@ -1231,6 +1231,18 @@ static void push_scripts(lua_State *L) {
   }
 }
 
+/* Pushes { release = true, ... }: the ops never sent twice (rl_op_resendable),
+   for the cosocket transport, which resends as the C one does. */
+static void push_once_only(lua_State *L) {
+  int op;
+  lua_newtable(L);
+  for (op = 0; op < RL_OP_COUNT; op++) {
+    if (rl_op_resendable((rl_op)op)) continue;
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, rl_op_name((rl_op)op));
+  }
+}
+
 static const luaL_Reg client_methods[] = {
   { "eval", client_eval },
   { "command", client_command },
@@ -1364,5 +1376,7 @@ RL_EXPORT int luaopen_redislock_core(lua_State *L) {
   lua_setfield(L, -2, "MAX_MS");
   push_scripts(L);
   lua_setfield(L, -2, "scripts");
+  push_once_only(L);
+  lua_setfield(L, -2, "once_only");
   return 1;
 }

@@ -472,27 +472,24 @@ static struct {
   { "inspect", inspect, "" },
   { "force_release", force_release, "" },
 };
-static pthread_once_t extra_once = PTHREAD_ONCE_INIT;
+#define NEXTRA (sizeof extra / sizeof extra[0])
 
-static void compute_extra_shas(void) {
-  size_t i;
-  for (i = 0; i < sizeof extra / sizeof extra[0]; i++) rl_sha1_hex(extra[i].text, strlen(extra[i].text), extra[i].sha);
-}
-
-const char *rl_extra_script(int i, const char **name, const char **sha) {
-  pthread_once(&extra_once, compute_extra_shas);
-  if (i < 0 || (size_t)i >= sizeof extra / sizeof extra[0]) return NULL;
-  *name = extra[i].name;
-  *sha = extra[i].sha;
-  return extra[i].text;
-}
-
-/* Names every script, once per process (Lua states in several threads may
-   load the module at the same time). */
+/* Names every script, the ops' and the extra ones, once per process (Lua
+   states in several threads may load the module at the same time). */
 static void compute_script_shas(void) {
+  size_t i;
   int op;
   for (op = 0; op < RL_OP_COUNT; op++)
     if (script_text[op] != NULL) rl_sha1_hex(script_text[op], strlen(script_text[op]), script_sha[op]);
+  for (i = 0; i < NEXTRA; i++) rl_sha1_hex(extra[i].text, strlen(extra[i].text), extra[i].sha);
+}
+
+const char *rl_extra_script(int i, const char **name, const char **sha) {
+  pthread_once(&script_sha_once, compute_script_shas);
+  if (i < 0 || (size_t)i >= NEXTRA) return NULL;
+  *name = extra[i].name;
+  *sha = extra[i].sha;
+  return extra[i].text;
 }
 
 const char *rl_script_sha(rl_op op) {

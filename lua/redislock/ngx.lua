@@ -168,8 +168,9 @@ local function read_reply(self, sock, reader, method)
   end
 end
 
--- The ops never sent twice: a second release would find the hold gone.
-local RELEASES = { release = true, release_one = true, sem_release = true, read_release = true, write_release = true }
+-- The ops never sent twice: a second release would find the hold gone (the
+-- C core's list, which its own transport follows).
+local ONCE_ONLY = core.once_only
 
 local ASKING = encode("ASKING")
 
@@ -377,7 +378,7 @@ function Transport:eval(op, key, token, ms, replicas, replica_ms, n)
     give_back(self, sock, failed)
     if not failed then return status, value end
     err = value
-    if reused == 0 or timed_out or RELEASES[op] then break end
+    if reused == 0 or timed_out or ONCE_ONLY[op] then break end
   end
   return nil, err
 end
