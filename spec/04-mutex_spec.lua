@@ -23,12 +23,7 @@ describe("mutual exclusion across processes", function()
     for i = 1, WORKERS do
       procs[i] = helpers.spawn(helpers.spec_dir .. "workers/counter.lua", srv.port, mode, ROUNDS, start_at)
     end
-    local overlaps = 0
-    for i = 1, WORKERS do
-      local out, ok = procs[i].wait()
-      assert.is_true(ok, "worker " .. i .. ": " .. out)
-      overlaps = overlaps + assert(tonumber(out:match("overlaps (%d+)")), out)
-    end
+    local overlaps = helpers.overlaps(procs)
     return tonumber(raw:command("GET", "counter")), overlaps
   end
 

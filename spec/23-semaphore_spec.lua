@@ -28,13 +28,7 @@ describe("semaphore", function()
     for i, a in ipairs(list) do
       procs[i] = helpers.spawn(WORKER, srv.port, a[1], start_at, table.unpack(a, 2))
     end
-    local overlaps = 0
-    for i = 1, #procs do
-      local out, ok = procs[i].wait()
-      assert.is_true(ok, "worker " .. i .. ": " .. out)
-      overlaps = overlaps + assert(tonumber(out:match("overlaps (%d+)")), out)
-    end
-    return overlaps
+    return helpers.overlaps(procs)
   end
 
   it("lets at most `limit` of eight processes in at once, and does reach the limit", function()

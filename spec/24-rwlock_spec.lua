@@ -31,21 +31,12 @@ describe("read-write lock", function()
     end
     return procs
   end
-  local function overlaps_of(procs)
-    local overlaps = 0
-    for i = 1, #procs do
-      local out, ok = procs[i].wait()
-      assert.is_true(ok, "worker " .. i .. ": " .. out)
-      overlaps = overlaps + assert(tonumber(out:match("overlaps (%d+)")), out)
-    end
-    return overlaps
-  end
 
   it("lets readers overlap and writers overlap nothing (4 reader and 2 writer processes)", function()
     local list = {}
     for i = 1, 4 do list[i] = { "read", 15, 0.01 } end
     list[5], list[6] = { "write", 10, 0.005 }, { "write", 10, 0.005 }
-    assert.are.equal(0, overlaps_of(spawn_all(list)))
+    assert.are.equal(0, helpers.overlaps(spawn_all(list)))
     local most = 0
     for _, n in ipairs(raw:command("LRANGE", "readers_seen", 0, -1)) do most = math.max(most, tonumber(n)) end
     assert.is_true(most >= 2, "readers never overlapped (at most " .. most .. ")")
@@ -73,7 +64,7 @@ describe("read-write lock", function()
     assert.are.equal(0, raw:command("ZCOUNT", "lock:{doc}:rw:readers", "(" .. raw:command("TIME")[1] * 1000, "+inf"))
     core.sleep(0.3)
     assert.is_true(w:release())
-    overlaps_of(procs)
+    helpers.overlaps(procs)
   end)
 
   it("keeps new readers out once a writer waits, and lets them in when it gives up", function()

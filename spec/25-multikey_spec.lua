@@ -26,13 +26,7 @@ describe("multi-key lock", function()
     for _ = 1, 3 do procs[#procs + 1] = helpers.spawn(WORKER, srv.port, "multi", start_at, "c,b,a", 15) end
     procs[#procs + 1] = helpers.spawn(WORKER, srv.port, "multi", start_at, "b", 15)
     procs[#procs + 1] = helpers.spawn(WORKER, srv.port, "multi", start_at, "c,a", 15)
-    local overlaps = 0
-    for i, p in ipairs(procs) do
-      local out, ok = p.wait()
-      assert.is_true(ok, "worker " .. i .. ": " .. out)
-      overlaps = overlaps + assert(tonumber(out:match("overlaps (%d+)")), out)
-    end
-    assert.are.equal(0, overlaps)
+    assert.are.equal(0, helpers.overlaps(procs))
     assert.are.equal(0, raw:command("EXISTS", "lock:{a}", "lock:{b}", "lock:{c}"))
   end)
 

@@ -879,6 +879,20 @@ function helpers.spawn(script, ...)
   return { wait = function() return finish(p) end }
 end
 
+--- Waits for worker processes (handles from helpers.spawn) whose output
+-- ends with "overlaps N" (spec/workers/counter.lua, primitive.lua); raises
+-- naming a worker that failed or said no count; returns the sum of N.
+function helpers.overlaps(procs)
+  local sum = 0
+  for i, p in ipairs(procs) do
+    local out, ok = p.wait()
+    local n = tonumber(out:match("overlaps (%d+)"))
+    if not ok or not n then error("worker " .. i .. " failed: " .. out, 2) end
+    sum = sum + n
+  end
+  return sum
+end
+
 --- Calls fn until it returns a true value or `seconds` pass; returns its last value.
 function helpers.eventually(seconds, fn)
   local deadline = core.now() + seconds * helpers.slow
