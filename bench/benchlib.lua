@@ -170,7 +170,8 @@ end
 
 --- The raw floor (build/bench/floor, bench/floor.c) for client's lock cycle:
 -- the exact bytes the library sends for an uncontended acquire (a take:
--- MULTI, SET NX PX, INCR, EXEC) and release of key (ttl in seconds), with a
+-- MULTI, SET NX PX, INCR, GET of the era record, CLIENT GETNAME, EXEC) and
+-- release of key (ttl in seconds), with a
 -- token of the library's length. Returns an object with :rate(n) (cycles per
 -- second over n cycles), :close() and the fields acquire and release (the
 -- bytes).
@@ -182,7 +183,7 @@ function M.floor(client, key, ttl)
   }
   local files = { M.temp_file(f.acquire), M.temp_file(f.release) }
   function f.rate(_, n)
-    local out, ok = M.run(table.concat({ M.root .. "/build/bench/floor", M.port, n, files[1], files[2], 4 }, " "))
+    local out, ok = M.run(table.concat({ M.root .. "/build/bench/floor", M.port, n, files[1], files[2], 6 }, " "))
     local rate = ok and tonumber(out:match("cycles_per_s=([%d.]+)"))
     return (assert(rate, "bench/floor failed: " .. out))
   end

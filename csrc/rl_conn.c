@@ -258,7 +258,8 @@ static int write_all(rl_conn *conn, const char *buf, size_t len) {
 }
 
 /*
- * Sends len bytes of buf and reads want replies (1, 4 for a take, one more after ASKING) into
+ * Sends len bytes of buf and reads want replies (1, RL_TAKE_REPLIES for a take, one more
+ * after ASKING or CLIENT SETNAME) into
  * reply[0 .. want-1], all within timeout_ms. One write, then reads until the
  * reader has them all. With fast (a lock script's or a take's replies
  * expected), a first read that is exactly those replies in their common form
@@ -287,7 +288,7 @@ static int roundtrip(rl_conn *conn, const char *buf, size_t len, long long timeo
       free_replies(reply, got);
       return timeout ? RT_TIMEOUT : RT_FAILED;
     }
-    if (fast != NULL && first && rl_decode_bytes(in, (size_t)n, want == 4, fast)) {
+    if (fast != NULL && first && rl_decode_bytes(in, (size_t)n, want == RL_TAKE_REPLIES, fast)) {
       conn->answered = 1;
       return RT_OK;
     }
@@ -411,13 +412,19 @@ enum { CALL_OK, CALL_FAILED, CALL_LOST_REUSED };
  * resend, they have been sent once more on a fresh connection already (and
  * the result is that of the resend).
  */
-static int call_asking(rl_conn *conn, const char *buf, size_t len, int want, int resend,
-                       redisReply **r, char err[RL_ERRLEN]);
+static int call_after(rl_conn *conn, const char *pre, size_t plen, const char *what, const char *buf, size_t len,
+                      int want, int resend, redisReply **r, char err[RL_ERRLEN]);
 
 static int call(rl_conn *conn, const char *buf, size_t len, int want, int resend,
                 redisReply **r, rl_result *fast, char err[RL_ERRLEN]) {
   int reused, rc;
-  if (conn->asking) return call_asking(conn, buf, len, want, resend, r, err);
+  if (conn->asking) {
+    static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
+    conn->asking = 0;
+    rc = call_after(conn, asking, sizeof asking - 1, "ASKING", buf, len, want, resend, r, err);
+    conn->asking = 1;
+    return rc;
+  }
   /* After fork() the socket is shared with the parent: replies would mix. */
   if (conn->fd >= 0 && (conn->gen != rl_fork_gen() || went_away(conn))) rl_conn_close(conn);
   reused = conn->fd >= 0;
@@ -435,27 +442,25 @@ static int call(rl_conn *conn, const char *buf, size_t len, int want, int resend
   return rc == RT_OK ? CALL_OK : CALL_FAILED;
 }
 
-/* call() with ASKING before the command, in the same write: its +OK is read
-   and dropped (an error in its place is the call's). */
-static int call_asking(rl_conn *conn, const char *buf, size_t len, int want, int resend,
-                       redisReply **r, char err[RL_ERRLEN]) {
-  static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
-  char stack[1024], *both = sizeof asking - 1 + len <= sizeof stack ? stack : (char *)malloc(sizeof asking - 1 + len);
-  redisReply *all[5]; /* want is at most 4 (a take) */
+/* call() with the plen bytes at pre (ASKING, or CLIENT SETNAME) before the
+   command, in the same write: their +OK is read and dropped (an error in its
+   place is the call's, "redis: <what>: ..."). */
+static int call_after(rl_conn *conn, const char *pre, size_t plen, const char *what, const char *buf, size_t len,
+                      int want, int resend, redisReply **r, char err[RL_ERRLEN]) {
+  char stack[1024], *both = plen + len <= sizeof stack ? stack : (char *)malloc(plen + len);
+  redisReply *all[RL_TAKE_REPLIES + 1]; /* want is at most a take's */
   int rc;
   if (both == NULL) {
     format_failed(err);
     return CALL_FAILED;
   }
-  memcpy(both, asking, sizeof asking - 1);
-  memcpy(both + sizeof asking - 1, buf, len);
-  conn->asking = 0;
-  rc = call(conn, both, sizeof asking - 1 + len, want + 1, resend, all, NULL, err);
-  conn->asking = 1;
+  memcpy(both, pre, plen);
+  memcpy(both + plen, buf, len);
+  rc = call(conn, both, plen + len, want + 1, resend, all, NULL, err);
   if (both != stack) free(both);
   if (rc != CALL_OK) return rc;
   if (all[0]->type == REDIS_REPLY_ERROR) {
-    snprintf(err, RL_ERRLEN, "redis: ASKING: %.*s", (int)all[0]->len, all[0]->str);
+    snprintf(err, RL_ERRLEN, "redis: %s: %.*s", what, (int)all[0]->len, all[0]->str);
     free_replies(all, want + 1);
     return CALL_FAILED;
   }
@@ -615,18 +620,18 @@ void rl_conn_set_timeout(rl_conn *conn, long long ms) {
  */
 static int take(rl_conn *conn, const rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]) {
   char stack[1024], *buf, msg[RL_ERRLEN - 8];
-  redisReply *r[4];
+  redisReply *r[RL_TAKE_REPLIES];
   long long n = rl_cmd_bytes(cmd, stack, sizeof stack, &buf);
   int rc;
   rl_decoded d;
   if (n < 0) return format_failed(err);
-  rc = call(conn, buf, (size_t)n, 4, 0, r, out, err);
+  rc = call(conn, buf, (size_t)n, RL_TAKE_REPLIES, 0, r, out, err);
   if (buf != stack) free(buf);
   if (rc == CALL_LOST_REUSED) return 1;
   if (rc != CALL_OK) return -1;
   if (r[0] == NULL) return 0; /* the common replies, read without a reader */
   d = rl_decode_take(r, out, msg, sizeof msg);
-  free_replies(r, 4);
+  free_replies(r, RL_TAKE_REPLIES);
   if (d == RL_DECODED) return 0;
   snprintf(err, RL_ERRLEN, "redis: %s", msg);
   return -1;
@@ -760,13 +765,45 @@ void rl_conn_eval_many(rl_conn *const *conns, rl_cmd *const *cmds, int n, long l
   }
 }
 
+/*
+ * After an acquire that named the connection (rl_cmd_claim) and did not say
+ * the name was right: the name goes (CLIENT SETNAME ""), and an answer of
+ * RL_UNVERIFIED is the lock held with its fence. 0, or -1 with err and the
+ * connection closed (a name left in place could pass a stale era record).
+ */
+static int unname(rl_conn *conn, rl_result *out, char err[RL_ERRLEN]) {
+  static const char clear[] = "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$0\r\n\r\n";
+  redisReply *r = NULL;
+  if (call(conn, clear, sizeof clear - 1, 1, 0, &r, NULL, err) != CALL_OK) {
+    rl_conn_close(conn);
+    return -1;
+  }
+  if (r->type == REDIS_REPLY_ERROR) {
+    snprintf(err, RL_ERRLEN, "redis: CLIENT SETNAME: %.*s", (int)r->len, r->str);
+    freeReplyObject(r);
+    rl_conn_close(conn);
+    return -1;
+  }
+  freeReplyObject(r);
+  if (out->status == RL_UNVERIFIED) out->status = RL_HELD;
+  return 0;
+}
+
 int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]) {
-  char msg[RL_ERRLEN - 8], stack[1024], *buf;
+  char msg[RL_ERRLEN - 8], stack[1024], *buf, setname[RL_SETNAME_BYTES];
+  size_t named = 0;
   int attempt;
   if (cmd->op == RL_OP_TAKE) {
     int rc = take(conn, cmd, out, err);
     if (rc < 0 || (rc == 0 && out->status == RL_HELD)) return rc;
-    rl_cmd_use_acquire(cmd); /* held (tell its TTL, mark a waiter), or lost on a reused connection */
+    /* Taken, but the fence's era is for the acquire script to check (it
+       answers for our token): this connection then takes the name of the
+       master the record names, in the same write (rl_proto.c, "Fences
+       across failovers"). Or held (tell its TTL, mark a waiter), or lost
+       on a reused connection. */
+    rl_cmd_use_acquire(cmd);
+    if (rc == 0 && out->status == RL_UNVERIFIED && out->era[0] != '\0' && rl_cmd_claim(cmd, out->era) == 0)
+      named = rl_setname_bytes(out->era, setname);
   }
   for (attempt = 0; attempt < 2; attempt++) {
     rl_decoded d;
@@ -777,12 +814,21 @@ int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]
     /* Every script but the releases may be sent twice: the acquires treat
        their own token as success, extend, pttl and leave repeat harmlessly.
        A repeated release would find the hold gone and report it lost. */
-    rc = call(conn, buf, (size_t)n, 1, rl_op_resendable(cmd->op), &r, out, err);
+    if (named > 0 && attempt == 0)
+      rc = call_after(conn, setname, named, "CLIENT SETNAME", buf, (size_t)n, 1, 1, &r, err);
+    else
+      rc = call(conn, buf, (size_t)n, 1, rl_op_resendable(cmd->op), &r, out, err);
     if (buf != stack) free(buf);
-    if (rc != CALL_OK) return -1;
-    if (r == NULL) return 0; /* the common reply, read without a reader */
-    d = rl_decode(r, out, msg, sizeof msg);
-    freeReplyObject(r);
+    if (rc != CALL_OK) {
+      if (named > 0) rl_conn_close(conn); /* the name was not confirmed: it goes with the connection */
+      return -1;
+    }
+    if (r == NULL) d = RL_DECODED; /* the common reply, read without a reader */
+    else {
+      d = rl_decode(r, out, msg, sizeof msg);
+      freeReplyObject(r);
+    }
+    if (d == RL_DECODED && named > 0 && out->status != RL_HELD) return unname(conn, out, err);
     if (d == RL_DECODED) return 0;
     if (d == RL_NOSCRIPT && attempt == 0) {
       rl_cmd_use_eval(cmd); /* EVAL also caches the script for the next EVALSHA */
@@ -792,5 +838,6 @@ int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]
     break;
   }
   snprintf(err, RL_ERRLEN, "redis: %s", msg);
+  if (named > 0) rl_conn_close(conn); /* the name was not confirmed: it goes with the connection */
   return -1;
 }

@@ -689,12 +689,14 @@ static int push_formatted(lua_State *L, int argc, const char **argv, const size_
 }
 
 /*
- * core.encode_script(op, key, token, ms, prefix[, eval]) -> bytes
+ * core.encode_script(op, key, token, ms, prefix[, eval[, n[, claim]]]) -> bytes
  * The bytes of one lock script command, as client:eval would send it:
  * EVALSHA, or EVAL with the script text when eval is true (after NOSCRIPT).
- * ms is ignored (may be nil) for release and pttl. A take is MULTI, SET,
- * INCR, EXEC (read its replies with reader:take_reply); with eval, the
- * acquire script it falls back on.
+ * ms is ignored (may be nil) for release and pttl; n is sem_acquire's
+ * limit. A take is MULTI, SET, INCR, GET of the era record, CLIENT GETNAME,
+ * EXEC (read its replies with reader:take_reply); with eval, the acquire
+ * script it falls back on. claim: an acquire's master ID after a take that
+ * answered 2 (rl_cmd_claim).
  */
 static int core_encode_script(lua_State *L) {
   const char *key, *token, *prefix, *why;
@@ -708,6 +710,10 @@ static int core_encode_script(lua_State *L) {
   if (why != NULL) luaL_argerror(L, 5, lua_pushfstring(L, "prefix %s", why));
   if (rl_cmd_init(&cmd, op, prefix, plen, key, klen, token, tlen, ms, n) != 0)
     return luaL_error(L, "redislock: out of memory");
+  if (!lua_isnoneornil(L, 8) && rl_cmd_claim(&cmd, luaL_checkstring(L, 8)) != 0) {
+    rl_cmd_free(&cmd);
+    return luaL_argerror(L, 8, "a claim is a master ID (40 hex digits), for an acquire");
+  }
   if (lua_toboolean(L, 6)) rl_cmd_use_eval(&cmd);
   status = push_formatted(L, 0, NULL, NULL, &cmd);
   rl_cmd_free(&cmd);
@@ -745,7 +751,7 @@ static int core_encode(lua_State *L) {
 
 typedef struct {
   redisReader *reader; /* NULL once freed */
-  redisReply *take[4]; /* the replies to a take read so far (take_reply) */
+  redisReply *take[RL_TAKE_REPLIES]; /* the replies to a take read so far (take_reply) */
   int took;
 } rl_reader;
 
@@ -865,18 +871,21 @@ static int reader_script_reply(lua_State *L) {
 
 /*
  * reader:take_reply() -> status, value | nil, err[, true] | nil
- * The four replies to a take (core.encode_script("take", ...)): 1 and the
- * fence, or -1 and -3 when the lock is held (its TTL unknown: the acquire
- * script follows); nil and "redis: ..." for an error reply; nil alone when
- * more bytes are needed (the replies read so far are kept for the next
- * call); a third value, true, when the bytes cannot be read.
+ * The replies to a take (core.encode_script("take", ...)): 1 and the
+ * fence; 2 and the master ID the era record names ("" for none) when the
+ * lock was taken but the fence's era is for the acquire script to check
+ * (rl_proto.h, RL_UNVERIFIED); -1 and -3 when the lock is held (its TTL
+ * unknown: the acquire script follows); nil and "redis: ..." for an error
+ * reply; nil alone when more bytes are needed (the replies read so far are
+ * kept for the next call); a third value, true, when the bytes cannot be
+ * read.
  */
 static int reader_take_reply(lua_State *L) {
   rl_reader *rd = check_reader(L);
   char err[RL_ERRLEN], msg[RL_ERRLEN - 8];
   rl_result res;
   rl_decoded d;
-  while (rd->took < 4) {
+  while (rd->took < RL_TAKE_REPLIES) {
     redisReply *r;
     if (reader_next(rd, &r, err) != 0) {
       reader_drop_take(rd);
@@ -899,7 +908,8 @@ static int reader_take_reply(lua_State *L) {
     return 2;
   }
   lua_pushinteger(L, res.status);
-  lua_pushinteger(L, (lua_Integer)res.value);
+  if (res.status == RL_UNVERIFIED) lua_pushstring(L, res.era);
+  else lua_pushinteger(L, (lua_Integer)res.value);
   return 2;
 }
 
@@ -1062,6 +1072,27 @@ static int core_lock_slot(lua_State *L) {
   const char *why = rl_check_key(key, len);
   if (why != NULL) return luaL_argerror(L, 1, why);
   lua_pushinteger(L, rl_lock_slot(key, len));
+  return 1;
+}
+
+/* core.era_tag(slot) -> the tag of the slot's era record (rl_era_tag):
+   the record is "<prefix>{<tag>}:era". */
+static int core_era_tag(lua_State *L) {
+  lua_Integer slot = luaL_checkinteger(L, 1);
+  luaL_argcheck(L, slot >= 0 && slot < RL_SLOTS, 1, "slot must be in 0..16383");
+  lua_pushstring(L, rl_era_tag((int)slot));
+  return 1;
+}
+
+/* core.setname(era) -> the bytes of CLIENT SETNAME naming a connection
+   after the master ID era (a take's, status 2): sent before the acquire
+   script that checks it (rl_proto.c, "Fences across failovers"). */
+static int core_setname(lua_State *L) {
+  size_t len;
+  const char *era = luaL_checklstring(L, 1, &len);
+  char buf[RL_SETNAME_BYTES];
+  luaL_argcheck(L, len == RL_REPLID_LEN, 1, "a master ID is 40 hex digits");
+  lua_pushlstring(L, buf, rl_setname_bytes(era, buf));
   return 1;
 }
 
@@ -1294,6 +1325,8 @@ static const luaL_Reg core_functions[] = {
   { "eval_many", core_eval_many },
   { "slot", core_slot },
   { "lock_slot", core_lock_slot },
+  { "era_tag", core_era_tag },
+  { "setname", core_setname },
   { "redirect", core_redirect },
   { "now", core_now },
   { "sleep", core_sleep },

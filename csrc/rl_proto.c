@@ -65,6 +65,31 @@
  * it was told (wait.lua), and one that tries again and fails sets the mark
  * again. The signal key of a fair waiter is built in the script (from
  * KEYS[2] and the queue's token); it has the same hash tag.
+ *
+ * Fences across failovers. Replication is asynchronous: a promoted replica
+ * may lack the last INCRs of the master it replaces, and that master may
+ * go on granting locks until it is demoted. So a fence is the counter plus
+ * the offset of the master's era, kept per hash slot (Cluster runs a
+ * script on one slot) in a record that never expires:
+ *   <prefix>{<tag>}:era      "<master_replid> <offset>"; tag: rl_era_tag
+ * A master's replication ID is new whenever it becomes a master (promoted,
+ * or restarted), so a record that names another ID than INFO replication's
+ * was written under an earlier master: the offset then grows by
+ * RL_ERA_JUMP, and every fence of the new master is above every fence of
+ * the old one for as long as the old one granted fewer than RL_ERA_JUMP
+ * locks on one key that the new one never saw. A record missing on a
+ * server that was never a replica (master_replid2 all zeros) starts at 0,
+ * so a plain server's fences are the counter, as before; missing anywhere
+ * else it starts at RL_ERA_JUMP. INFO costs about 2.5 us, so the scripts
+ * read it only when they grant, and the take does not run it at all: it
+ * reads the record and the connection's name (CLIENT GETNAME) in its
+ * transaction, and trusts the record when the name is RL_ERA_NAME and the
+ * record's ID, which a connection only gets right after the acquire script
+ * checked that ID against INFO on that very connection. Connections are
+ * closed when a server restarts, and Sentinel closes them when it promotes
+ * or demotes; a connection that stays open while its server is demoted and
+ * promoted again keeps a name that may match a record no new master wrote
+ * (README: limits).
  */
 
 #define RL_STR_(x) #x
@@ -101,6 +126,27 @@
 /* A whole number as Redis wants it (Lua 5.1 would write 1e+15). */
 #define FMT "string.format('%.0f', "
 
+/* Defines era(rec): the fence offset of this master's era in the slot whose
+   era record is rec (see "Fences across failovers"), starting a new era
+   there when the record names another master; it leaves era_id, this
+   master's ID. INFO is read once a script. */
+#define ERA_FN                                                             \
+  "local era_info, era_id\n"                                               \
+  "local function era(rec)\n"                                              \
+  "  era_info = era_info or redis.call('INFO', 'replication')\n"           \
+  "  local id = string.match(era_info, 'master_replid:(%x+)')\n"           \
+  "  if not id then error('redislock: INFO replication names no master_replid') end\n" \
+  "  era_id = id\n"                                                        \
+  "  local r = redis.call('GET', rec)\n"                                   \
+  "  local off = r and tonumber(string.match(r, ' (%d+)$')) or 0\n"        \
+  "  if r and string.sub(r, 1, #id + 1) == id .. ' ' then return off end\n" \
+  "  if r or not string.find(era_info, 'master_replid2:' .. string.rep('0', 40), 1, true) then\n" \
+  "    off = off + " RL_STR(RL_ERA_JUMP) "\n"                                 \
+  "  end\n"                                                                \
+  "  redis.call('SET', rec, id .. ' ' .. " FMT "off))\n"                   \
+  "  return off\n"                                                         \
+  "end\n"
+
 /* A sorted set of holders by expiry lasts as long as its last holder. */
 #define ZSET_EXPIRE(z)                                                     \
   "local last = redis.call('ZRANGE', " z ", -1, -1, 'WITHSCORES')[2]\n"    \
@@ -126,14 +172,15 @@
   "local wlast = tonumber(redis.call('ZRANGE', " waiters ", -1, -1, 'WITHSCORES')[2])\n" \
   "redis.call('PEXPIRE', " waiters ", " FMT "math.max(wlast - now, 1)))\n"
 
-/* A holder of a sorted set by expiry (semaphore permits, readers): the fence
-   of a resend that found its token, else the next one. */
-#define FENCE_OF(fence, resent)                                            \
+/* A holder of a sorted set by expiry (semaphore permits, readers), or a
+   writer: the fence of a resend that found its token, else the next one,
+   in this master's era (ERA_FN). */
+#define FENCE_OF(fence, rec, resent)                                       \
   "if " resent " then\n"                                                   \
   "  local fence = tonumber(redis.call('GET', " fence "))\n"               \
-  "  if fence and fence >= 1 then return fence end\n"                      \
+  "  if fence and fence >= 1 then return fence + era(" rec ") end\n"       \
   "end\n"                                                                  \
-  "return redis.call('INCR', " fence ")\n"
+  "return redis.call('INCR', " fence ") + era(" rec ")\n"
 
 /* Extend and PTTL of a holder of a sorted set by expiry: KEYS[1] the set;
    ARGV[1] token (, ARGV[2] ttl). An entry past its expiry is gone. */
@@ -171,16 +218,25 @@
   "return {0, 0}\n"
 
 static const char *const script_text[RL_OP_COUNT] = {
-  /* RL_OP_ACQUIRE: KEYS lock, fence, waiters; ARGV[1] token, ARGV[2] ttl (ms).
-     Replies one integer: the fence, or -2 - the holder's PTTL. */
+  /* RL_OP_ACQUIRE: KEYS lock, fence, waiters, era; ARGV[1] token, ARGV[2]
+     ttl (ms), and after a take that could not tell the fence, ARGV[3] the
+     master ID the connection was just named after (rl_cmd_claim). Replies
+     one integer: the fence, or -2 - the holder's PTTL; or {2, the fence}
+     when the lock is ours but this master's ID is not ARGV[3] (the name
+     must go: it came from a record an earlier master wrote). */
+  ERA_FN
+  "local function ours(fence)\n"
+  "  if ARGV[3] and ARGV[3] ~= era_id then return {2, fence} end\n"
+  "  return fence\n"
+  "end\n"
   "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
-  "  return redis.call('INCR', KEYS[2])\n"
+  "  return ours(redis.call('INCR', KEYS[2]) + era(KEYS[4]))\n"
   "end\n"
   "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
   "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
   "  local fence = tonumber(redis.call('GET', KEYS[2]))\n"
-  "  if fence and fence >= 1 then return fence end\n"
-  "  return redis.call('INCR', KEYS[2])\n"
+  "  if fence and fence >= 1 then return ours(fence + era(KEYS[4])) end\n"
+  "  return ours(redis.call('INCR', KEYS[2]) + era(KEYS[4]))\n"
   "end\n"
   "local left = redis.call('PTTL', KEYS[1])\n"
   "redis.call('SET', KEYS[3], 1, 'PX', math.max(left, 0) + " RL_STR(RL_WAITERS_SLACK_MS) ")\n"
@@ -206,18 +262,19 @@ static const char *const script_text[RL_OP_COUNT] = {
   KEY_EXTEND,
   /* RL_OP_PTTL: KEYS lock; ARGV[1] token */
   KEY_PTTL,
-  /* RL_OP_ACQUIRE_FAIR: KEYS lock, fence, queue, alive, waiters; ARGV[1] token,
+  /* RL_OP_ACQUIRE_FAIR: KEYS lock, fence, queue, alive, waiters, era; ARGV[1] token,
      ARGV[2] ttl (ms), ARGV[3] how long a waiter stays queued without coming
      back (ms). Takes the lock only when it is free and no live waiter came
      first; else queues the token (keeping its first arrival) and answers
      {-1, PTTL of the holder, or -2 when the lock is free}. */
+  ERA_FN
   PRUNE_QUEUE("KEYS[3]", "KEYS[4]")
   "local v = redis.call('GET', KEYS[1])\n"
   "if v == ARGV[1] then\n"
   "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
   "  local fence = redis.call('GET', KEYS[2])\n"
-  "  if fence then return {1, tonumber(fence)} end\n"
-  "  return {1, redis.call('INCR', KEYS[2])}\n"
+  "  if fence then return {1, tonumber(fence) + era(KEYS[6])} end\n"
+  "  return {1, redis.call('INCR', KEYS[2]) + era(KEYS[6])}\n"
   "end\n"
   "if not v then\n"
   "  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]\n"
@@ -225,7 +282,7 @@ static const char *const script_text[RL_OP_COUNT] = {
   "    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
   "    redis.call('ZREM', KEYS[3], ARGV[1])\n"
   "    redis.call('ZREM', KEYS[4], ARGV[1])\n"
-  "    return {1, redis.call('INCR', KEYS[2])}\n"
+  "    return {1, redis.call('INCR', KEYS[2]) + era(KEYS[6])}\n"
   "  end\n"
   "end\n"
   "if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then\n"
@@ -261,31 +318,35 @@ static const char *const script_text[RL_OP_COUNT] = {
   "end\n"
   "if v then return -2 - redis.call('PTTL', KEYS[1]) end\n"
   "return 0\n",
-  /* RL_OP_FENCE_UP: KEYS lock, fence; ARGV[1] token, ARGV[2] a fence. Only
-     while the lock holds our token (a holder whose lock expired must not
-     push a stale fence past a newer holder's), the counter is raised to at
-     least ARGV[2]. Replies as release: 1 (ours, done), 0, or -2 - PTTL. */
+  /* RL_OP_FENCE_UP: KEYS lock, fence, era; ARGV[1] token, ARGV[2] a fence.
+     Only while the lock holds our token (a holder whose lock expired must
+     not push a stale fence past a newer holder's), the counter is raised
+     so that this server's fence (counter + its era's offset) is at least
+     ARGV[2]. Replies as release: 1 (ours, done), 0, or -2 - PTTL. */
+  ERA_FN
   "local v = redis.call('GET', KEYS[1])\n"
   "if v == ARGV[1] then\n"
-  "  if (tonumber(redis.call('GET', KEYS[2])) or 0) < tonumber(ARGV[2]) then\n"
-  "    redis.call('SET', KEYS[2], ARGV[2])\n"
+  "  local want = tonumber(ARGV[2]) - era(KEYS[3])\n"
+  "  if (tonumber(redis.call('GET', KEYS[2])) or 0) < want then\n"
+  "    redis.call('SET', KEYS[2], " FMT "want))\n"
   "  end\n"
   "  return 1\n"
   "end\n"
   "if v then return -2 - redis.call('PTTL', KEYS[1]) end\n"
   "return 0\n",
-  /* RL_OP_SEM_ACQUIRE: KEYS permits, fence, waiters; ARGV[1] token, ARGV[2]
+  /* RL_OP_SEM_ACQUIRE: KEYS permits, fence, waiters, era; ARGV[1] token, ARGV[2]
      ttl (ms), ARGV[3] the limit. Expired permits are dropped first (by the
      server's clock); a token already holding a permit (a resend) keeps it.
      Replies as acquire: the fence, or -2 - the ms until the first permit
      expires (and sets the waiters mark). */
+  ERA_FN
   NOW
   "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
   "local resent = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
   "if resent or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then\n"
   "  redis.call('ZADD', KEYS[1], " FMT "now + tonumber(ARGV[2])), ARGV[1])\n"
   ZSET_EXPIRE("KEYS[1]")
-  FENCE_OF("KEYS[2]", "resent")
+  FENCE_OF("KEYS[2]", "KEYS[4]", "resent")
   "end\n"
   "local left = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]) - now\n"
   "redis.call('SET', KEYS[3], 1, 'PX', " FMT "math.max(left, 0) + " RL_STR(RL_WAITERS_SLACK_MS) "))\n"
@@ -311,12 +372,13 @@ static const char *const script_text[RL_OP_COUNT] = {
   /* RL_OP_SEM_COUNT: KEYS permits. Replies {1, permits held now}. */
   NOW
   "return {1, redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')}\n",
-  /* RL_OP_READ_ACQUIRE: KEYS readers, writer, fence, writers, waiters;
+  /* RL_OP_READ_ACQUIRE: KEYS readers, writer, fence, writers, waiters, era;
      ARGV[1] token, ARGV[2] ttl (ms), ARGV[3] how long a waiting writer
      stays queued (ms). A reader gets in when no writer holds the lock and
      none waits (writers first: a stream of readers cannot starve one).
      Replies as acquire: the fence, or -2 - ms until it may change (the
      writer's PTTL, or the last waiting writer's stay). */
+  ERA_FN
   NOW
   "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
   "redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)\n"
@@ -326,7 +388,7 @@ static const char *const script_text[RL_OP_COUNT] = {
   "  redis.call('ZADD', KEYS[1], " FMT "now + tonumber(ARGV[2])), ARGV[1])\n"
   ZSET_EXPIRE("KEYS[1]")
   "  redis.call('ZREM', KEYS[5], ARGV[1])\n"
-  FENCE_OF("KEYS[3]", "resent")
+  FENCE_OF("KEYS[3]", "KEYS[6]", "resent")
   "end\n"
   "local left = wleft\n"
   "if left < 0 then\n"
@@ -352,12 +414,13 @@ static const char *const script_text[RL_OP_COUNT] = {
   ZSET_EXTEND,
   /* RL_OP_READ_PTTL: KEYS readers; ARGV[1] token */
   ZSET_PTTL,
-  /* RL_OP_WRITE_ACQUIRE: KEYS readers, writer, fence, writers, waiters;
+  /* RL_OP_WRITE_ACQUIRE: KEYS readers, writer, fence, writers, waiters, era;
      ARGV[1] token, ARGV[2] ttl (ms), ARGV[3] stay (ms). Takes the writer
      key when no writer holds it and no reader does; else queues the token
      among the waiting writers for the stay (which keeps new readers out).
      Replies as acquire: the fence, or -2 - ms until it may change (the
      writer's PTTL, or the last reader's expiry). */
+  ERA_FN
   NOW
   "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
   "redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)\n"
@@ -366,7 +429,7 @@ static const char *const script_text[RL_OP_COUNT] = {
   "  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])\n"
   "  redis.call('ZREM', KEYS[4], ARGV[1])\n"
   "  redis.call('ZREM', KEYS[5], ARGV[1])\n"
-  FENCE_OF("KEYS[3]", "v")
+  FENCE_OF("KEYS[3]", "KEYS[6]", "v")
   "end\n"
   "redis.call('ZADD', KEYS[4], " FMT "now + tonumber(ARGV[3])), ARGV[1])\n"
   "redis.call('PEXPIRE', KEYS[4], ARGV[3])\n"
@@ -419,14 +482,16 @@ const char *rl_script_text(rl_op op) { return script_text[op == RL_OP_TAKE ? RL_
 const char *rl_op_name(rl_op op) { return op_name[op]; }
 
 /* The multi-key acquire: KEYS the n locks, then their n fence counters, then
-   their n waiters marks (3n keys); ARGV[1] token, ARGV[2] ttl (ms). All n
+   their n waiters marks, then their n era records (4n keys); ARGV[1] token,
+   ARGV[2] ttl (ms). All n
    locks are taken, or none: when one holds another owner's token, it marks
    that lock's waiters and replies {-1, its PTTL, its index}; else
    {1, {fence, ...}}. Resend-safe as acquire: a lock that holds our token
    already keeps its fence. The keys are sent in Lua's order (sorted), which
    only matters for which busy lock is named. */
 static const char multi_acquire[] =
-  "local n = #KEYS / 3\n"
+  ERA_FN
+  "local n = #KEYS / 4\n"
   "local mine = {}\n"
   "for i = 1, n do\n"
   "  local v = redis.call('GET', KEYS[i])\n"
@@ -442,15 +507,20 @@ static const char multi_acquire[] =
   "  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])\n"
   "  local fence = mine[i] and tonumber(redis.call('GET', KEYS[n + i]))\n"
   "  if not fence or fence < 1 then fence = redis.call('INCR', KEYS[n + i]) end\n"
-  "  fences[i] = fence\n"
+  "  fences[i] = fence + era(KEYS[3 * n + i])\n"
   "end\n"
   "return {1, fences}\n";
 
-/* inspect: KEYS lock, fence. What an operator asks about a lock, in one
-   step: {value or false, PTTL, fence or false}. */
+/* inspect: KEYS lock, fence, era. What an operator asks about a lock, in
+   one step: {value or false, PTTL, the last fence or false}; the fence with
+   the offset the era record holds (not checked against INFO: it writes
+   nothing). */
 static const char inspect[] =
   "local v = redis.call('GET', KEYS[1])\n"
-  "return {v, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}\n";
+  "local fence = tonumber(redis.call('GET', KEYS[2]))\n"
+  "local r = redis.call('GET', KEYS[3])\n"
+  "local off = r and tonumber(string.match(r, ' (%d+)$')) or 0\n"
+  "return {v, redis.call('PTTL', KEYS[1]), fence and " FMT "fence + off) or false}\n";
 
 /* force_release: KEYS lock, signal, queue, alive, waiters. Deletes the lock
    whoever holds it, and wakes one waiter as a release does; the fence counter
@@ -502,32 +572,34 @@ const char *rl_script_sha(rl_op op) {
    own: a semaphore and a lock of the same name do not meet. */
 enum { K_LOCK, K_FENCE, K_SIGNAL, K_QUEUE, K_ALIVE, K_WAITERS,
        K_PERMITS, K_PFENCE, K_PSIGNAL, K_PWAITERS,
-       K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWSIGNAL, K_RWWAITERS };
+       K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWSIGNAL, K_RWWAITERS,
+       K_ERA /* the slot's era record: "<prefix>{<era tag>}:era", not the key's */ };
 static const char *const suffix[RL_NAMES] = {
   "", ":fence", ":signal", ":queue", ":alive", ":waiters",
   ":permits", ":permits:fence", ":permits:signal", ":permits:waiters",
-  ":rw:readers", ":rw:writer", ":rw:fence", ":rw:writers", ":rw:signal", ":rw:waiters"
+  ":rw:readers", ":rw:writer", ":rw:fence", ":rw:writers", ":rw:signal", ":rw:waiters",
+  ":era"
 };
 static const int op_keys[RL_OP_COUNT][RL_MAX_KEYS + 1] = { /* ends with -1 */
-  [RL_OP_ACQUIRE] = { K_LOCK, K_FENCE, K_WAITERS, -1 },
+  [RL_OP_ACQUIRE] = { K_LOCK, K_FENCE, K_WAITERS, K_ERA, -1 },
   [RL_OP_RELEASE] = { K_LOCK, K_SIGNAL, K_QUEUE, K_ALIVE, K_WAITERS, -1 },
   [RL_OP_EXTEND] = { K_LOCK, -1 },
   [RL_OP_PTTL] = { K_LOCK, -1 },
-  [RL_OP_ACQUIRE_FAIR] = { K_LOCK, K_FENCE, K_QUEUE, K_ALIVE, K_WAITERS, -1 },
+  [RL_OP_ACQUIRE_FAIR] = { K_LOCK, K_FENCE, K_QUEUE, K_ALIVE, K_WAITERS, K_ERA, -1 },
   [RL_OP_LEAVE] = { K_LOCK, K_SIGNAL, K_QUEUE, K_ALIVE, -1 },
-  [RL_OP_TAKE] = { K_LOCK, K_FENCE, K_WAITERS, -1 }, /* acquire's, for the fallback */
+  [RL_OP_TAKE] = { K_LOCK, K_FENCE, K_WAITERS, K_ERA, -1 }, /* acquire's, for the fallback */
   [RL_OP_RELEASE_ONE] = { K_LOCK, -1 },
-  [RL_OP_FENCE_UP] = { K_LOCK, K_FENCE, -1 },
-  [RL_OP_SEM_ACQUIRE] = { K_PERMITS, K_PFENCE, K_PWAITERS, -1 },
+  [RL_OP_FENCE_UP] = { K_LOCK, K_FENCE, K_ERA, -1 },
+  [RL_OP_SEM_ACQUIRE] = { K_PERMITS, K_PFENCE, K_PWAITERS, K_ERA, -1 },
   [RL_OP_SEM_RELEASE] = { K_PERMITS, K_PSIGNAL, K_PWAITERS, -1 },
   [RL_OP_SEM_EXTEND] = { K_PERMITS, -1 },
   [RL_OP_SEM_PTTL] = { K_PERMITS, -1 },
   [RL_OP_SEM_COUNT] = { K_PERMITS, -1 },
-  [RL_OP_READ_ACQUIRE] = { K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWWAITERS, -1 },
+  [RL_OP_READ_ACQUIRE] = { K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWWAITERS, K_ERA, -1 },
   [RL_OP_READ_RELEASE] = { K_READERS, K_RWSIGNAL, K_RWWAITERS, -1 },
   [RL_OP_READ_EXTEND] = { K_READERS, -1 },
   [RL_OP_READ_PTTL] = { K_READERS, -1 },
-  [RL_OP_WRITE_ACQUIRE] = { K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWWAITERS, -1 },
+  [RL_OP_WRITE_ACQUIRE] = { K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWWAITERS, K_ERA, -1 },
   [RL_OP_WRITE_RELEASE] = { K_WRITER, K_RWSIGNAL, K_RWWAITERS, -1 },
   [RL_OP_WRITE_EXTEND] = { K_WRITER, -1 },
   [RL_OP_WRITE_PTTL] = { K_WRITER, -1 },
@@ -557,6 +629,7 @@ static int signal_of(rl_op op) {
   int i;
   for (i = 0; op_keys[op][i] >= 0; i++) {
     int k = op_keys[op][i];
+    if (k == K_ERA) continue;
     if (k >= K_READERS) return K_RWSIGNAL;
     if (k >= K_PERMITS) return K_PSIGNAL;
   }
@@ -583,24 +656,34 @@ int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
                 const char *key, size_t klen, const char *token, size_t tlen,
                 long long ms, long long n) {
   size_t base = plen + klen + 2, total = 0;
+  const char *tag = NULL;
   char *p;
   int i, k;
   memset(cmd, 0, offsetof(rl_cmd, inline_keys));
   cmd->op = op;
-  for (i = 0; (k = op_keys[op][i]) >= 0; i++) total += base + strlen(suffix[k]);
+  for (i = 0; (k = op_keys[op][i]) >= 0; i++) {
+    if (k == K_ERA) {
+      tag = rl_era_tag(rl_lock_slot(key, klen));
+      total += plen + strlen(tag) + 2 + strlen(suffix[k]);
+    } else {
+      total += base + strlen(suffix[k]);
+    }
+  }
   cmd->keys = p = total <= sizeof cmd->inline_keys ? cmd->inline_keys : (char *)malloc(total);
   if (p == NULL) return -1;
-  /* "<prefix>{<key>}" then each name the op uses with its suffix, one after another */
+  /* "<prefix>{<key>}" then each name the op uses with its suffix, one after
+     another; the era record's hash tag is its slot's tag, not the key */
   for (i = 0; (k = op_keys[op][i]) >= 0; i++) {
-    size_t slen = strlen(suffix[k]);
+    const char *tagged = k == K_ERA ? tag : key;
+    size_t tlen_k = k == K_ERA ? strlen(tag) : klen, slen = strlen(suffix[k]);
     cmd->key[k] = p;
-    cmd->klen[k] = base + slen;
+    cmd->klen[k] = plen + tlen_k + 2 + slen;
     memcpy(p, prefix, plen);
     p[plen] = '{';
-    memcpy(p + plen + 1, key, klen);
-    p[plen + 1 + klen] = '}';
-    memcpy(p + base, suffix[k], slen);
-    p += base + slen;
+    memcpy(p + plen + 1, tagged, tlen_k);
+    p[plen + 1 + tlen_k] = '}';
+    memcpy(p + plen + 2 + tlen_k, suffix[k], slen);
+    p += cmd->klen[k];
   }
 
   cmd->argv[0] = "EVALSHA";
@@ -707,19 +790,21 @@ static char *put_bulk(char *p, const char *bytes, size_t len) {
   return p;
 }
 
-/* A take's bytes: the four commands, in one buffer (the caller frees *out
-   when it is not buf). The argv of a take is acquire's EVALSHA sha 3 lock
-   fence waiters token ms. */
+/* A take's bytes: the six commands, in one buffer (the caller frees *out
+   when it is not buf). The argv of a take is acquire's EVALSHA sha 4 lock
+   fence waiters era token ms. */
 static long long take_bytes(const rl_cmd *cmd, char *buf, size_t cap, char **out) {
   static const char multi[] = "*1\r\n$5\r\nMULTI\r\n", set_head[] = "*6\r\n$3\r\nSET\r\n";
   static const char set_tail[] = "$2\r\nNX\r\n$2\r\nPX\r\n", incr[] = "*2\r\n$4\r\nINCR\r\n";
-  static const char exec[] = "*1\r\n$4\r\nEXEC\r\n";
-  const char *token = cmd->argv[6], *ms = cmd->argv[7];
-  size_t tlen = cmd->len[6], mlen = cmd->len[7];
-  size_t lock = cmd->klen[K_LOCK], fence = cmd->klen[K_FENCE];
+  static const char get[] = "*2\r\n$3\r\nGET\r\n";
+  static const char getname[] = "*2\r\n$6\r\nCLIENT\r\n$7\r\nGETNAME\r\n", exec[] = "*1\r\n$4\r\nEXEC\r\n";
+  const char *token = cmd->argv[7], *ms = cmd->argv[8];
+  size_t tlen = cmd->len[7], mlen = cmd->len[8];
+  size_t lock = cmd->klen[K_LOCK], fence = cmd->klen[K_FENCE], era = cmd->klen[K_ERA];
   size_t total = sizeof multi - 1 + sizeof set_head - 1 + 1 + digits(lock) + 2 + lock + 2 +
                  1 + digits(tlen) + 2 + tlen + 2 + sizeof set_tail - 1 + 1 + digits(mlen) + 2 + mlen + 2 +
-                 sizeof incr - 1 + 1 + digits(fence) + 2 + fence + 2 + sizeof exec - 1;
+                 sizeof incr - 1 + 1 + digits(fence) + 2 + fence + 2 +
+                 sizeof get - 1 + 1 + digits(era) + 2 + era + 2 + sizeof getname - 1 + sizeof exec - 1;
   char *p = total <= cap ? buf : (char *)malloc(total);
   if (p == NULL) return -1;
   *out = p;
@@ -731,6 +816,9 @@ static long long take_bytes(const rl_cmd *cmd, char *buf, size_t cap, char **out
   p = put_bulk(p, ms, mlen);
   memcpy(p, incr, sizeof incr - 1), p += sizeof incr - 1;
   p = put_bulk(p, cmd->key[K_FENCE], fence);
+  memcpy(p, get, sizeof get - 1), p += sizeof get - 1;
+  p = put_bulk(p, cmd->key[K_ERA], era);
+  memcpy(p, getname, sizeof getname - 1), p += sizeof getname - 1;
   memcpy(p, exec, sizeof exec - 1);
   return (long long)total;
 }
@@ -740,10 +828,67 @@ long long rl_cmd_bytes(const rl_cmd *cmd, char *buf, size_t cap, char **out) {
   return rl_format(buf, cap, out, cmd->argc, cmd->argv, cmd->len);
 }
 
-int rl_cmd_replies(const rl_cmd *cmd) { return cmd->op == RL_OP_TAKE ? 4 : 1; }
+int rl_cmd_replies(const rl_cmd *cmd) { return cmd->op == RL_OP_TAKE ? RL_TAKE_REPLIES : 1; }
+
+size_t rl_setname_bytes(const char *era, char *buf) {
+  static const char head[] = "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n";
+  char name[sizeof RL_ERA_NAME + RL_REPLID_LEN];
+  size_t n = strlen(era);
+  char *p = buf;
+  if (n > RL_REPLID_LEN) n = RL_REPLID_LEN;
+  memcpy(name, RL_ERA_NAME, sizeof RL_ERA_NAME - 1);
+  memcpy(name + sizeof RL_ERA_NAME - 1, era, n);
+  memcpy(p, head, sizeof head - 1), p += sizeof head - 1;
+  p = put_bulk(p, name, sizeof RL_ERA_NAME - 1 + n);
+  return (size_t)(p - buf);
+}
+
+/*
+ * The era tags: for each hash slot, the first string in the sequence "0",
+ * "1", ..., "z", "00", "01", ... (digits and lower-case letters, shortest
+ * first) whose slot it is. Every slot has one of at most four characters.
+ * Computed once per process; never change them (the records would move).
+ */
+static char era_tags[RL_SLOTS][5];
+static pthread_once_t era_once = PTHREAD_ONCE_INIT;
+
+static unsigned crc16(const char *buf, size_t len);
+
+static void compute_era_tags(void) {
+  static const char alphabet[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+  int left = RL_SLOTS;
+  for (size_t len = 1; len <= 4 && left > 0; len++) {
+    size_t count = 1;
+    for (size_t i = 0; i < len; i++) count *= 36;
+    for (size_t n = 0; n < count && left > 0; n++) {
+      char s[5];
+      size_t v = n;
+      int slot;
+      for (size_t i = len; i-- > 0; v /= 36) s[i] = alphabet[v % 36];
+      slot = (int)(crc16(s, len) & (RL_SLOTS - 1));
+      if (era_tags[slot][0] != '\0') continue;
+      memcpy(era_tags[slot], s, len);
+      left--;
+    }
+  }
+}
+
+const char *rl_era_tag(int slot) {
+  pthread_once(&era_once, compute_era_tags);
+  return era_tags[slot & (RL_SLOTS - 1)];
+}
 
 void rl_cmd_use_acquire(rl_cmd *cmd) {
   if (cmd->op == RL_OP_TAKE) cmd->op = RL_OP_ACQUIRE; /* argv is acquire's already */
+}
+
+int rl_cmd_claim(rl_cmd *cmd, const char *era) {
+  size_t n = strlen(era);
+  if (cmd->op != RL_OP_ACQUIRE || n != RL_REPLID_LEN || cmd->argc >= RL_CMD_MAXARGS) return -1;
+  memcpy(cmd->era, era, n + 1);
+  cmd->argv[cmd->argc] = cmd->era;
+  cmd->len[cmd->argc++] = n;
+  return 0;
 }
 
 void rl_cmd_use_eval(rl_cmd *cmd) {
@@ -799,11 +944,70 @@ static void from_integer(long long n, rl_result *out) {
   out->value = n >= 1 ? n : n == 0 ? 0 : -n - 2;
 }
 
+/*
+ * A take's result from what its transaction answered: held (SET took the
+ * lock), n (INCR's), the era record (rlen bytes at rec, NULL when none) and
+ * the connection's name (nlen bytes at name, NULL when none). See "Fences
+ * across failovers": the fence is n plus the record's offset when the name
+ * is RL_ERA_NAME and the record's master ID.
+ */
+static void take_result(int held, long long n, const char *rec, size_t rlen, const char *name, size_t nlen,
+                        rl_result *out) {
+  static const char hex[] = "0123456789abcdef";
+  size_t i, pre = sizeof RL_ERA_NAME - 1;
+  long long off = 0;
+  int id_ok = rec != NULL && rlen > RL_REPLID_LEN + 1 && rec[RL_REPLID_LEN] == ' ';
+  out->era[0] = '\0';
+  if (!held) {
+    out->status = RL_OTHER;
+    out->value = RL_PTTL_UNKNOWN;
+    return;
+  }
+  for (i = 0; id_ok && i < RL_REPLID_LEN; i++) id_ok = memchr(hex, rec[i], 16) != NULL;
+  for (i = RL_REPLID_LEN + 1; id_ok && i < rlen; i++) {
+    id_ok = rec[i] >= '0' && rec[i] <= '9' && i < RL_REPLID_LEN + 17; /* 16 digits at most */
+    off = off * 10 + (rec[i] - '0');
+  }
+  out->value = n;
+  if (id_ok && name != NULL && nlen == pre + RL_REPLID_LEN && memcmp(name, RL_ERA_NAME, pre) == 0 &&
+      memcmp(name + pre, rec, RL_REPLID_LEN) == 0) {
+    out->status = RL_HELD;
+    out->value = n + off;
+    return;
+  }
+  out->status = RL_UNVERIFIED;
+  if (id_ok) {
+    memcpy(out->era, rec, RL_REPLID_LEN);
+    out->era[RL_REPLID_LEN] = '\0';
+  }
+}
+
+/* Reads "$<len>\r\n<bytes>\r\n" or "$-1\r\n" at *p (before end): *s and
+   *slen (*s NULL for the nil), moving *p past it; 0 or -1. */
+static int read_bulk(const char **p, const char *end, const char **s, size_t *slen) {
+  const char *q = *p;
+  size_t n = 0;
+  int nd = 0;
+  if (end - q >= 5 && memcmp(q, "$-1\r\n", 5) == 0) {
+    *s = NULL, *slen = 0, *p = q + 5;
+    return 0;
+  }
+  if (q >= end || *q++ != '$') return -1;
+  while (q < end && *q >= '0' && *q <= '9' && nd < 6) n = n * 10 + (size_t)(*q++ - '0'), nd++;
+  if (nd == 0 || end - q < 2 || q[0] != '\r' || q[1] != '\n') return -1;
+  q += 2;
+  if ((size_t)(end - q) < n + 2 || q[n] != '\r' || q[n + 1] != '\n') return -1;
+  *s = q, *slen = n, *p = q + n + 2;
+  return 0;
+}
+
 int rl_decode_bytes(const char *buf, size_t len, int take, rl_result *out) {
-  static const char queued[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n";
+  static const char queued[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*4\r\n";
   const char *p = buf, *end = buf + len;
   long long status, value;
   if (take) {
+    const char *rec, *name;
+    size_t rlen, nlen;
     int held;
     if (len < sizeof queued - 1 + 5 || memcmp(p, queued, sizeof queued - 1) != 0) return 0;
     p += sizeof queued - 1;
@@ -811,9 +1015,10 @@ int rl_decode_bytes(const char *buf, size_t len, int take, rl_result *out) {
     else if (memcmp(p, "$-1\r\n", 5) == 0) held = 0;
     else return 0;
     p += 5;
-    if (read_int_line(&p, end, &value) != 0 || p != end) return 0;
-    out->status = held ? RL_HELD : RL_OTHER;
-    out->value = held ? value : RL_PTTL_UNKNOWN;
+    if (read_int_line(&p, end, &value) != 0 || read_bulk(&p, end, &rec, &rlen) != 0 ||
+        read_bulk(&p, end, &name, &nlen) != 0 || p != end)
+      return 0;
+    take_result(held, value, rec, rlen, name, nlen, out);
     return 1;
   }
   if (len > 0 && buf[0] == ':') {
@@ -824,7 +1029,7 @@ int rl_decode_bytes(const char *buf, size_t len, int take, rl_result *out) {
   if (len < 4 || memcmp(buf, "*2\r\n", 4) != 0) return 0;
   p += 4;
   if (read_int_line(&p, end, &status) != 0 || read_int_line(&p, end, &value) != 0 || p != end) return 0;
-  if (status < RL_OTHER || status > RL_HELD) return 0;
+  if (status < RL_OTHER || status > RL_UNVERIFIED) return 0;
   out->status = (int)status;
   out->value = value;
   return 1;
@@ -843,27 +1048,30 @@ rl_decoded rl_decode(const redisReply *r, rl_result *out, char *err, size_t errl
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
       r->element[0]->type != REDIS_REPLY_INTEGER ||
       r->element[1]->type != REDIS_REPLY_INTEGER ||
-      r->element[0]->integer < RL_OTHER || r->element[0]->integer > RL_HELD)
+      r->element[0]->integer < RL_OTHER || r->element[0]->integer > RL_UNVERIFIED)
     return fail(err, errlen, bad, sizeof bad - 1);
   out->status = (int)r->element[0]->integer;
   out->value = r->element[1]->integer;
   return RL_DECODED;
 }
 
-rl_decoded rl_decode_take(redisReply *const r[4], rl_result *out, char *err, size_t errlen) {
+rl_decoded rl_decode_take(redisReply *const r[RL_TAKE_REPLIES], rl_result *out, char *err, size_t errlen) {
   static const char bad[] = "unexpected reply to MULTI/EXEC of a take";
-  const redisReply *exec = r[3], *set, *incr;
-  for (int i = 0; i < 4; i++)
+  const redisReply *exec = r[RL_TAKE_REPLIES - 1], *set, *incr, *rec, *name;
+  for (int i = 0; i < RL_TAKE_REPLIES; i++)
     if (r[i]->type == REDIS_REPLY_ERROR) return fail(err, errlen, r[i]->str, r[i]->len);
-  if (exec->type != REDIS_REPLY_ARRAY || exec->elements != 2) return fail(err, errlen, bad, sizeof bad - 1);
-  set = exec->element[0];
-  incr = exec->element[1];
-  if (set->type == REDIS_REPLY_ERROR) return fail(err, errlen, set->str, set->len);
-  if (incr->type == REDIS_REPLY_ERROR) return fail(err, errlen, incr->str, incr->len);
-  if (incr->type != REDIS_REPLY_INTEGER || (set->type != REDIS_REPLY_STATUS && set->type != REDIS_REPLY_NIL))
+  if (exec->type != REDIS_REPLY_ARRAY || exec->elements != 4) return fail(err, errlen, bad, sizeof bad - 1);
+  set = exec->element[0], incr = exec->element[1], rec = exec->element[2], name = exec->element[3];
+  for (int i = 0; i < 4; i++)
+    if (exec->element[i]->type == REDIS_REPLY_ERROR) return fail(err, errlen, exec->element[i]->str, exec->element[i]->len);
+  if (incr->type != REDIS_REPLY_INTEGER || (set->type != REDIS_REPLY_STATUS && set->type != REDIS_REPLY_NIL) ||
+      (rec->type != REDIS_REPLY_STRING && rec->type != REDIS_REPLY_NIL) ||
+      (name->type != REDIS_REPLY_STRING && name->type != REDIS_REPLY_NIL))
     return fail(err, errlen, bad, sizeof bad - 1);
-  out->status = set->type == REDIS_REPLY_STATUS ? RL_HELD : RL_OTHER;
-  out->value = out->status == RL_HELD ? incr->integer : RL_PTTL_UNKNOWN;
+  take_result(set->type == REDIS_REPLY_STATUS, incr->integer,
+              rec->type == REDIS_REPLY_STRING ? rec->str : NULL, rec->type == REDIS_REPLY_STRING ? rec->len : 0,
+              name->type == REDIS_REPLY_STRING ? name->str : NULL, name->type == REDIS_REPLY_STRING ? name->len : 0,
+              out);
   return RL_DECODED;
 }
 

@@ -53,16 +53,28 @@ typedef enum {
 enum {
   RL_HELD = 1,     /* ours (acquired, released, extended, or still held) */
   RL_FREE = 0,     /* the key does not exist: expired or released */
-  RL_OTHER = -1    /* the key holds another owner's token */
+  RL_OTHER = -1,   /* the key holds another owner's token */
+  /* A take: SET took the lock, but this connection has not been named
+     after the master that keeps the slot's era record (a new connection, or
+     a new master): the acquire script follows, which checks the era itself
+     (rl_proto.c, "Fences across failovers"). The acquire script after it
+     (rl_cmd_claim): ours, but the name the connection was just given is
+     not this master's and must be cleared. */
+  RL_UNVERIFIED = 2
 };
 
 /* The value of a take that found the lock held: its PTTL is not known (the
    acquire script that follows the take tells it). */
 #define RL_PTTL_UNKNOWN (-3)
 
+/* The length of a master's replication ID (INFO replication's master_replid). */
+#define RL_REPLID_LEN 40
+
 typedef struct {
-  int status;      /* RL_HELD, RL_FREE or RL_OTHER */
+  int status;      /* RL_HELD, RL_FREE or RL_OTHER (RL_UNVERIFIED: a take's) */
   long long value; /* acquire: fence when held, PTTL (ms) when not; pttl: ms */
+  char era[RL_REPLID_LEN + 1]; /* RL_UNVERIFIED: the master ID the slot's era
+                                  record names, "" when it names none */
 } rl_result;
 
 /* How rl_decode classified a reply. */
@@ -79,11 +91,13 @@ typedef enum {
    PEXPIRE to LLONG_MAX less the clock), and script numbers are doubles. */
 #define RL_MAX_MS 9007199254740992LL
 #define RL_MAX_KEYS 6                    /* the most keys one script uses */
-#define RL_NAMES 16                     /* the names of all scripts' keys (rl_proto.c) */
+#define RL_NAMES 17                     /* the names of all scripts' keys (rl_proto.c) */
 #define RL_CMD_MAXARGS (3 + RL_MAX_KEYS + 4)
 #define RL_SIGNAL_MS 1000               /* a wake-up signal waits this long for a taker */
 #define RL_WAITERS_SLACK_MS 1000        /* the waiters mark outlives the lock's TTL by this */
 #define RL_FAIR_STAY_MS 3000            /* a fair waiter not back by then leaves the queue */
+#define RL_ERA_JUMP 1000000000          /* a new master's fences start this far above the old one's */
+#define RL_ERA_NAME "redislock:"        /* a connection's name: this and the master ID it checked */
 
 /*
  * One command ready to send: EVALSHA sha numkeys keys... token [ms [stay]], or
@@ -103,6 +117,7 @@ typedef struct {
   char numkeys[2];
   char ms[24];
   char n[24];
+  char era[RL_REPLID_LEN + 1]; /* rl_cmd_claim's */
   char inline_keys[384]; /* keys, when they fit */
 } rl_cmd;
 
@@ -156,16 +171,39 @@ long long rl_format(char *buf, size_t cap, char **out, int argc, const char *con
 
 /*
  * The bytes of cmd (see rl_format): one command; for a take, MULTI, SET key
- * token NX PX ms, INCR of the fence counter and EXEC, which answer four
- * replies. Returns their length, or -1 when out of memory.
+ * token NX PX ms, INCR of the fence counter, GET of the slot's era record,
+ * CLIENT GETNAME and EXEC, which answer RL_TAKE_REPLIES replies. Returns
+ * their length, or -1 when out of memory.
  */
 long long rl_cmd_bytes(const rl_cmd *cmd, char *buf, size_t cap, char **out);
 
-/* How many replies the bytes of cmd are answered with: 4 for a take, else 1. */
+#define RL_TAKE_REPLIES 6
+
+/* How many replies the bytes of cmd are answered with: RL_TAKE_REPLIES for
+   a take, else 1. */
 int rl_cmd_replies(const rl_cmd *cmd);
+
+/*
+ * The bytes of CLIENT SETNAME naming a connection after the master ID era
+ * (RL_REPLID_LEN hex digits, an RL_UNVERIFIED take's), written at buf (at
+ * least RL_SETNAME_BYTES long). Returns their length.
+ */
+#define RL_SETNAME_BYTES 128
+size_t rl_setname_bytes(const char *era, char *buf);
+
+/* A short string (letters and digits) whose hash slot is slot (0 ..
+   RL_SLOTS - 1): the era record of the locks in that slot is
+   "<prefix>{<tag>}:era". The same tags in every process and version. */
+const char *rl_era_tag(int slot);
 
 /* Turns a take into the acquire script with the same key, token and ttl. */
 void rl_cmd_use_acquire(rl_cmd *cmd);
+
+/* Adds to an acquire (after a take that answered RL_UNVERIFIED) the master
+   ID era (RL_REPLID_LEN hex digits) the connection is named after in the
+   same write: the script answers RL_UNVERIFIED when this master's ID is
+   another. 0, or -1 when cmd is not an acquire or era not an ID. */
+int rl_cmd_claim(rl_cmd *cmd, const char *era);
 
 /* Switches cmd from EVALSHA to EVAL (after a NOSCRIPT reply); a take becomes
    the acquire script. */
@@ -179,19 +217,22 @@ void rl_cmd_free(rl_cmd *cmd);
 rl_decoded rl_decode(const redisReply *r, rl_result *out, char *err, size_t errlen);
 
 /*
- * Classifies the four replies to a take (MULTI, SET, INCR, EXEC): RL_HELD and
- * the fence when SET took the lock, RL_OTHER and RL_PTTL_UNKNOWN when the
- * lock was held; RL_ERROR with the first error reply (LOADING, READONLY,
- * MOVED ... come back at MULTI already) or a description of an unexpected one.
+ * Classifies the replies to a take (MULTI, then QUEUED for SET, INCR, GET,
+ * CLIENT GETNAME, then EXEC): RL_HELD and the fence when SET took the lock
+ * and the connection's name matches the era record; RL_UNVERIFIED when SET
+ * took it but the name does not match (out->era: the record's master ID);
+ * RL_OTHER and RL_PTTL_UNKNOWN when the lock was held; RL_ERROR with the
+ * first error reply (LOADING, READONLY, MOVED ... come back at MULTI
+ * already) or a description of an unexpected one.
  */
-rl_decoded rl_decode_take(redisReply *const r[4], rl_result *out, char *err, size_t errlen);
+rl_decoded rl_decode_take(redisReply *const r[RL_TAKE_REPLIES], rl_result *out, char *err, size_t errlen);
 
 /*
  * The common case of rl_decode without a reader: 1 when the len bytes at buf
  * are exactly one script reply that rl_decode would take (":<n>\r\n" or
  * "*2\r\n:<status>\r\n:<value>\r\n"), filling out; else 0 (read them
- * with a reader). With take set, the same for the four replies of a take
- * that succeeded or found the lock held.
+ * with a reader). With take set, the same for the replies of a take that
+ * succeeded or found the lock held (see rl_decode_take).
  */
 int rl_decode_bytes(const char *buf, size_t len, int take, rl_result *out);
 

@@ -54,21 +54,42 @@ describe("wire functions", function()
     assert.are.equal(0, script("pttl", "k", tok)[1]) -- 0: no such lock
   end)
 
-  it("encodes a take (MULTI, SET NX PX, INCR, EXEC) and decodes its four replies, fed byte by byte", function()
+  it("encodes a take (MULTI, SET NX PX, INCR, GET era, CLIENT GETNAME, EXEC) and decodes its replies byte by byte", function()
     local tok = core.token()
+    local era = "lock:{" .. core.era_tag(core.lock_slot("k")) .. "}:era"
     local bytes = core.encode_script("take", "k", tok, 5000, "lock:")
     assert.are.equal(core.encode("MULTI") .. core.encode("SET", "lock:{k}", tok, "NX", "PX", 5000)
-                     .. core.encode("INCR", "lock:{k}:fence") .. core.encode("EXEC"), bytes)
-    assert.are.same({ 1, 1 }, { round_trip(bytes, "take_reply") })
+                     .. core.encode("INCR", "lock:{k}:fence") .. core.encode("GET", era)
+                     .. core.encode("CLIENT", "GETNAME") .. core.encode("EXEC"), bytes)
+    -- No era record yet: taken, but the fence is the acquire script's to
+    -- tell (2, and the master the record names: none). The script writes
+    -- the record: this server was never a replica, so its offset is 0.
+    assert.are.same({ 2, "" }, { round_trip(bytes, "take_reply") })
     assert.are.equal(tok, raw:command("GET", "lock:{k}"))
     local pttl = raw:command("PTTL", "lock:{k}")
     assert.is_true(pttl > 4000 and pttl <= 5000, tostring(pttl))
+    assert.are.same({ 1, 1 }, script("acquire", "k", tok, 5000))
+    local id = raw:command("INFO", "replication"):match("master_replid:(%x+)")
+    assert.are.equal(id .. " 0", raw:command("GET", era))
+    -- Still unnamed: 2 and that master; named after it, the take tells the fence.
+    assert.are.equal(1, script("release", "k", tok)[1])
+    assert.are.same({ 2, id }, { round_trip(core.encode_script("take", "k", tok, 5000, "lock:"), "take_reply") })
+    assert.are.equal(1, script("release", "k", tok)[1])
+    assert.are.equal("OK", round_trip(core.setname(id), "reply"))
+    assert.are.same({ 1, 3 }, { round_trip(bytes, "take_reply") })
     -- Held: -1 and -3 (its TTL unknown; the acquire script tells it), and the
     -- counter counted the try: fences only grow, by more than one at times.
     assert.are.same({ -1, -3 }, { round_trip(core.encode_script("take", "k", core.token(), 1000, "lock:"),
                                               "take_reply") })
     assert.are.equal(tok, raw:command("GET", "lock:{k}"))
-    assert.are.equal("2", raw:command("GET", "lock:{k}:fence"))
+    assert.are.equal("4", raw:command("GET", "lock:{k}:fence"))
+    -- The record's offset is added (a record another master wrote: 2 again).
+    assert.are.equal(1, script("release", "k", tok)[1])
+    assert.are.equal("OK", raw:command("SET", era, id .. " 7000000000"))
+    assert.are.same({ 1, 7000000005 }, { round_trip(bytes, "take_reply") })
+    assert.are.equal(1, script("release", "k", tok)[1])
+    assert.are.equal("OK", raw:command("SET", era, ("f"):rep(40) .. " 7000000000"))
+    assert.are.same({ 2, ("f"):rep(40) }, { round_trip(bytes, "take_reply") })
     -- An error reply (here a fence counter that is not a number) is the error.
     assert.are.equal("OK", raw:command("SET", "lock:{w}:fence", "x"))
     local none, err = round_trip(core.encode_script("take", "w", tok, 1000, "lock:"), "take_reply")

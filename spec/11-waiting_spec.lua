@@ -95,6 +95,11 @@ describe("waiting", function()
         end
         return t
       end
+      -- The first lock in a slot writes its era record, the next one names
+      -- the connection after this master (rl_proto.c, "Fences across
+      -- failovers"), each by the acquire script: not part of the count.
+      for _ = 1, 2 do assert(assert(holder:acquire("quiet", 5)):release()) end
+      assert.are.equal("OK", raw:command("CONFIG", "RESETSTAT"))
       for _ = 1, 20 do assert(assert(holder:acquire("quiet", 5)):release()) end
       local quiet = calls()
       -- No wake-up work: no signal pushed, no queue looked at, no clock read.

@@ -12,7 +12,7 @@ local core = require "redislock.core"
 local transport = require "redislock.transport"
 
 local tonumber = tonumber
-local run_script, name = transport.run_script, client_mod.lock_name
+local run_script, name, era_name = transport.run_script, client_mod.lock_name, client_mod.era_name
 
 local _M = { _VERSION = core._VERSION }
 
@@ -34,7 +34,7 @@ end
 -- (see holder_of) when held.
 function _M.inspect(client, key)
   local lock = name(client, key)
-  local reply, err = run_script(client._transport, "inspect", 2, lock, lock .. ":fence")
+  local reply, err = run_script(client._transport, "inspect", 3, lock, lock .. ":fence", era_name(client, key))
   if reply == nil then return nil, err end
   local value, pttl, last = reply[1], reply[2], reply[3]
   local info = { held = value ~= false, fence = last and tonumber(last) or nil }

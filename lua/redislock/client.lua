@@ -347,6 +347,12 @@ function _M.lock_name(client, key)
   return client.prefix .. "{" .. key .. "}"
 end
 
+--- The name of the era record of the slot of the lock on key, as the C core
+-- makes it ("<prefix>{<tag>}:era": rl_proto.c, "Fences across failovers").
+function _M.era_name(client, key)
+  return client.prefix .. "{" .. core.era_tag(core.lock_slot(key)) .. "}:era"
+end
+
 -- Raises a bad argument n to fname when the client's topology cannot run
 -- the primitive called what ("a semaphore" ...).
 local function check_primitive(self, n, fname, what)

@@ -31,7 +31,8 @@ local math_huge, math_min = math.huge, math.min
 local key_problem = core.key_problem
 local argerror, quote, check_self, check_nargs, check_seconds = args.argerror, args.quote, args.check_self,
       args.check_nargs, args.check_seconds
-local adopt, new_token, lock_name = client_mod.adopt, client_mod.new_token, client_mod.lock_name
+local adopt, new_token, lock_name, era_name = client_mod.adopt, client_mod.new_token, client_mod.lock_name,
+  client_mod.era_name
 local observe_take, now, run_script = client_mod.observe_take, core.now, transport.run_script
 
 local _M = { _VERSION = core._VERSION }
@@ -89,10 +90,11 @@ end
 local function try_atomic(state, t, tok, ms)
   local sorted, client = state.sorted, state.client
   local n = #sorted
-  local argv = { 3 * n } -- numkeys, the locks, their fences, their waiters marks, token, ttl
+  local argv = { 4 * n } -- numkeys, the locks, their fences, their waiters marks, their era records, token, ttl
   for i, key in ipairs(sorted) do
     local lock = lock_name(client, key)
     argv[1 + i], argv[1 + n + i], argv[1 + 2 * n + i] = lock, lock .. ":fence", lock .. ":waiters"
+    argv[1 + 3 * n + i] = era_name(client, key)
   end
   argv[#argv + 1], argv[#argv + 2] = tok, ms
   local reply, err = run_script(t, "multi_acquire", unpack(argv))

@@ -30,6 +30,7 @@ local io_open, ipairs, setmetatable, tostring, type = io.open, ipairs, setmetata
 local string_format, table_concat = string.format, table.concat
 local tcp, get_phase, md5 = ngx.socket.tcp, ngx.get_phase, ngx.md5
 local encode, encode_script, encode_wait, new_reader = core.encode, core.encode_script, core.encode_wait, core.reader
+local setname = core.setname
 
 local _M = { _VERSION = core._VERSION }
 
@@ -176,14 +177,16 @@ local ASKING = encode("ASKING")
 
 -- Sends bytes and reads one reply with reader[method] (see read_reply). With
 -- asking, ASKING goes first in the same write (a cluster's ASK redirect),
--- its +OK read and dropped.
-local function round_trip(self, sock, bytes, method, asking)
-  local ok, err = sock:send(asking and { ASKING, bytes } or bytes)
+-- its +OK read and dropped; likewise the bytes pre (a command named what),
+-- when given instead.
+local function round_trip(self, sock, bytes, method, asking, pre, what)
+  if asking then pre, what = ASKING, "ASKING" end
+  local ok, err = sock:send(pre and { pre, bytes } or bytes)
   if not ok then return nil, io_message(self, err), true, err == "timeout" end
   local reader = new_reader()
-  if asking then
+  if pre then
     local v, msg, failed, timed_out = read_reply(self, sock, reader, "reply")
-    if v == nil then return nil, failed and msg or "redis: ASKING: " .. msg:sub(8), failed, timed_out end
+    if v == nil then return nil, failed and msg or "redis: " .. what .. ": " .. msg:sub(8), failed, timed_out end
   end
   return read_reply(self, sock, reader, method)
 end
@@ -332,6 +335,39 @@ local function confirmed(self, sock, status, value, replicas, replica_ms)
   return status, value, acked
 end
 
+local UNNAME = encode("CLIENT", "SETNAME", "")
+
+-- After a take that took the lock on sock but whose fence's era is for the
+-- acquire script to check (status 2; era: the master ID the era record
+-- names, or ""): that script, on the same connection, after CLIENT SETNAME
+-- naming the connection after that master; the script says whether that
+-- is this master's ID, and when it does not say so the name goes (as in
+-- rl_conn.c: rl_proto.c, "Fences across failovers"). Returns eval's values.
+local function check_era(self, sock, key, token, ms, era, replicas, replica_ms)
+  local claim = era ~= "" and era or nil
+  local pre = claim and setname(claim)
+  local status, value, failed = round_trip(self, sock, encode_script("acquire", key, token, ms, self.prefix,
+                                                                     false, nil, claim),
+                                           "script_reply", false, pre, "CLIENT SETNAME")
+  if status == false then -- NOSCRIPT: EVAL also caches the script
+    status, value, failed = round_trip(self, sock, encode_script("acquire", key, token, ms, self.prefix, true, nil,
+                                                                 claim), "script_reply")
+    if status == false then status, value = nil, "redis: NOSCRIPT after EVAL" end
+  end
+  if claim and not failed and status ~= 1 then
+    local ok, err, unname_failed = round_trip(self, sock, UNNAME, "reply")
+    if not ok then -- a name left in place could pass a stale era record: the connection goes
+      sock:close()
+      if status == 2 or status == nil then return nil, unname_failed and err or value end
+      return status, value
+    end
+    if status == 2 then status = 1 end
+  end
+  if not failed and status == 1 then return confirmed(self, sock, status, value, replicas, replica_ms) end
+  give_back(self, sock, failed)
+  return status, value
+end
+
 -- A take (see rl_proto.c): eval's values when it took the lock or failed;
 -- "again" when the acquire script must follow: the lock is held (the script
 -- tells its TTL and marks a waiter), or the answer was lost on a pooled
@@ -343,6 +379,7 @@ local function take(self, key, token, ms, replicas, replica_ms)
   if not sock then return nil, reused end
   local status, value, failed, timed_out = round_trip(self, sock, bytes, "take_reply")
   if status == 1 then return confirmed(self, sock, status, value, replicas, replica_ms) end
+  if status == 2 then return check_era(self, sock, key, token, ms, value, replicas, replica_ms) end
   give_back(self, sock, failed)
   if status == -1 or (failed and reused ~= 0 and not timed_out) then return "again" end
   return nil, value

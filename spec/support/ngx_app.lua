@@ -255,6 +255,33 @@ function app.primitive()
   return reply(200, fence)
 end
 
+--- GET /fences?key=k&fresh=f[&multi=0]: takes and releases a lock on k and
+-- on f, a permit of semaphore "<k>:pool" (limit 2), the writer of
+-- read-write lock "<k>:doc" and (unless multi=0) a multi-key lock on
+-- "<k>:a" and "<k>:b" -> 200 "lock=N fresh=N permit=N write=N multi_a=N
+-- multi_b=N" (their fences) | the first error's status and message.
+function app.fences()
+  local c, key = client(), ngx.var.arg_key
+  local out = {}
+  local function take(name, h, err)
+    if not h then return reply(status_for(err), err) end
+    local fence = h.fence
+    if type(fence) == "table" then
+      out[#out + 1] = string.format("%s_a=%d %s_b=%d", name, fence[1], name, fence[2])
+    else
+      out[#out + 1] = string.format("%s=%d", name, fence)
+    end
+    local ok, rerr = h:release()
+    if not ok then return reply(status_for(rerr), rerr) end
+  end
+  take("lock", c:acquire(key, 5))
+  take("fresh", c:acquire(ngx.var.arg_fresh, 5))
+  take("permit", c:semaphore(key .. ":pool", 2):acquire(5))
+  take("write", c:rwlock(key .. ":doc"):write(5))
+  if ngx.var.arg_multi ~= "0" then take("multi", c:acquire({ key .. ":a", key .. ":b" }, 5)) end
+  return reply(200, table.concat(out, " "))
+end
+
 --- GET /leave?key=k&ttl=s&how=exit|exec|redirect|kill|access: fn ends its
 -- request thread without unwinding: ngx.exit (after a line of output),
 -- ngx.exec or ngx.redirect to /ping, or (kill) fn runs in a light thread
