@@ -29,11 +29,12 @@ local transport = require "redislock.transport"
 local url = require "redislock.url"
 
 local ipairs, pairs, setmetatable, tonumber, tostring, type = ipairs, pairs, setmetatable, tonumber, tostring, type
+local math_floor, math_min = math.floor, math.min
 local unpack = table.unpack or unpack -- luacheck: ignore (LuaJIT's global)
 local string_format, table_concat, table_insert, table_remove = string.format, table.concat, table.insert,
       table.remove
 
-local where = url.where
+local where, now = url.where, core.now
 
 local _M = { _VERSION = core._VERSION }
 
@@ -46,6 +47,10 @@ local ROLE_PAUSE = 0.1
 
 -- Replies after which the node may no longer be the master.
 local STALE = { READONLY = true, MASTERDOWN = true, UNBLOCKED = true }
+
+-- A wait blocks this long at most before it looks for a switch (see
+-- Sentinel:wait; Redis ends a timed-out BLPOP at its next tick, 0.1 s later).
+local WAIT_BLOCK_MS = 500
 
 -- How redislock/ngx.lua's NOT_MASTER ends: nothing was sent.
 local NOT_SENT = "(nothing was sent)"
@@ -230,8 +235,24 @@ function Sentinel:eval(...)
   return call(self, "eval", ...)
 end
 
-function Sentinel:wait(...)
-  return call(self, "wait", ...)
+--- sentinel:wait(key, token, ms[, op]): the node transport's wait, in
+-- blocks of at most WAIT_BLOCK_MS. A waiter blocked on a master that was
+-- just replaced would hear nothing (the release pushes its signal on the
+-- new master, and the old one unblocks it only when it is reconfigured,
+-- seconds later): after each block it looks at the watch, and a switch
+-- heard since it resolved ends the wait as a wake-up, so that its next try
+-- goes to the new master.
+function Sentinel:wait(key, token, ms, op)
+  local deadline = now() + ms / 1000
+  while true do
+    local block = math_min(ms, WAIT_BLOCK_MS)
+    local woken, err = call(self, "wait", key, token, block, op)
+    if woken ~= false then return woken, err end
+    local w = self._watch
+    if w and w:count() ~= self._seen then return true end
+    ms = math_floor((deadline - now()) * 1000)
+    if ms < 1 then return false end
+  end
 end
 
 function Sentinel:command(...)

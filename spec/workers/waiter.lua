@@ -2,7 +2,8 @@
 -- Worker for the waiting specs: announces its PID (RPUSH pids), waits for a
 -- lock, records its tag when it gets it (RPUSH order), holds it, releases it.
 -- usage: waiter.lua <port | tls:port:folder> <key> <wait> <notify|poll> <fair|plain> <hold> <tag>
--- Prints "got <tag> <fence>" or "failed <tag> <error>".
+-- Prints "got <tag> <fence> <when>" (when: core.now() as it got the lock)
+-- or "failed <tag> <error>".
 local redislock = require "redislock"
 local core = require "redislock.core"
 
@@ -15,6 +16,7 @@ local stat = assert(io.open("/proc/self/stat")):read("*l")
 assert(client:command("RPUSH", "pids", stat:match("^%d+")))
 
 local lock, err = client:acquire(key, 30, { wait = wait, wait_mode = mode, fair = kind == "fair" })
+local got = core.now()
 if not lock then
   print("failed " .. tag .. " " .. err)
   return
@@ -22,4 +24,4 @@ end
 assert(client:command("RPUSH", "order", tag))
 core.sleep(hold)
 assert(lock:release())
-print("got " .. tag .. " " .. lock.fence)
+print(string.format("got %s %d %.3f", tag, lock.fence, got))
