@@ -265,7 +265,9 @@ static void renew(rl_lease *l) {
     if (rc == 0 && res.status == RL_HELD) l->due = rl_now_ms();
   } else if (rc == 0 && res.status == RL_HELD) {
     l->confirmed = sent;
-    l->due = sent + step_of(ttl);
+    /* Moved to a new master (rl_watchdog_move) while this renewal was on
+       its way to the old one: once more, on the new one, at once. */
+    l->due = l->wc != wc ? rl_now_ms() : sent + step_of(ttl);
   } else if (rc == 0) {
     mark_lost(l, res.status == RL_OTHER ? "another owner holds it now; found by the watchdog"
                                         : "it expired or was deleted; found by the watchdog");

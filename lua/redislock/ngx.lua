@@ -459,6 +459,7 @@ function Transport:retarget(host, port)
   self.where = string_format("%s:%d", addr, port)
   if self.tls and not self.tls_name_fixed then self.tls_name = host end -- SNI for the new host
   self.pool_opts = { pool = "redislock/" .. self.where .. "/" .. self.pool_rest, pool_size = self.pool_opts.pool_size }
+  ngx_lease.moved(self) -- its leases renew on the new node at once
   return true
 end
 

@@ -68,6 +68,7 @@ end
 -- drops out, and is no longer renewed.
 local leases = setmetatable({}, { __mode = "k" })
 local timer_due -- when the pending timer fires (core.now seconds), or nil
+local timer_gen = 0 -- the pending timer's number: an earlier one, replaced, does nothing
 local ticking = false -- a tick is running: it schedules the next one itself
 
 local Lease = {}
@@ -79,6 +80,7 @@ local schedule
 local function renew(lease, now)
   local t = lease.transport
   local ttl = lease.ttl_ms
+  local sent = core.now()
   local status, value = t:eval(lease.extend, lease.key, lease.token, ttl)
   if leases[lease] == nil then return end -- stopped meanwhile
   if lease.ttl_ms ~= ttl then
@@ -89,6 +91,9 @@ local function renew(lease, now)
   end
   if status == 1 then
     lease.confirmed, lease.due = now, now + math_max(ttl / 3000, 0.001)
+    -- Moved to a new master while this renewal was on its way to the old
+    -- one (see moved): once more, on the new one, at once.
+    if lease.moved and lease.moved >= sent then lease.due = now end
     return
   end
   local why
@@ -111,7 +116,8 @@ local function renew(lease, now)
 end
 
 -- The timer: renews what is due, then schedules the next run.
-local function tick(premature)
+local function tick(premature, gen)
+  if not premature and gen ~= timer_gen then return end -- replaced by an earlier one (schedule)
   timer_due = nil
   if premature then
     -- The worker is exiting (reload, stop): no timer runs any more, so the
@@ -160,9 +166,9 @@ schedule = function()
   end
   if not first or (timer_due and timer_due <= first) then return end
   local delay = math_max(first - core.now(), 0.001)
-  local ok, err = timer_at(delay, tick)
+  local ok, err = timer_at(delay, tick, timer_gen + 1)
   if ok then
-    timer_due = first
+    timer_gen, timer_due = timer_gen + 1, first
   else
     ngx_log(ERR, "redislock: cannot start the renewal timer: ", err)
   end
@@ -197,6 +203,21 @@ function _M.start(t, key, token, ttl_ms, max_hold_ms, sent_ms, scoped, notify, o
   leases[lease] = true
   schedule()
   return lease
+end
+
+--- moved(t): transport t now points at another node (a Sentinel switch:
+-- redislock/ngx.lua's retarget). The leases it renews are renewed there at
+-- once: renewals sent to the old master after the promotion and before the
+-- switch was heard never reached the new one, where the lock keeps only
+-- the TTL of the last renewal that was replicated before the promotion.
+function _M.moved(t)
+  local now, any = core.now(), false
+  for lease in pairs(leases) do
+    if lease.transport == t then
+      lease.due, lease.moved, any = now, now, true
+    end
+  end
+  if any then schedule() end
 end
 
 --- "held" | "ended" | "lost", why
