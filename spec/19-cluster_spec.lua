@@ -224,6 +224,26 @@ describe("Redis Cluster", function()
     c:close()
   end)
 
+  it("answers busy for a lock held on the source while its slot moves (not TRYAGAIN)", function()
+    local c, other = client(), client()
+    local key = "moving:held"
+    local slot = core.lock_slot(key)
+    local lock = assert(c:acquire(key, 5))
+    local from = cl:owner(slot)
+    local to = cl:other_master(from)
+    cl:begin_move(slot, from, to)
+    -- The acquire script's waiters mark is missing on the source: its
+    -- keys are in part there, in part nowhere, and Redis says TRYAGAIN.
+    local none, err = other:acquire(key, 5)
+    assert.is_nil(none)
+    assert.matches('^busy: "moving:held" is held by another owner %(%d', err)
+    cl:move_keys(slot, from, to)
+    cl:end_move(slot, from, to)
+    assert.is_true(lock:release())
+    c:close()
+    other:close()
+  end)
+
   -- Four processes looping with_lock on one key through the cluster for
   -- seconds (6) across event(slot, owner), 2 s in; returns the sections
   -- (helpers.loops_across).

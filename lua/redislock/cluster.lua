@@ -19,7 +19,9 @@
 --          script (a transaction after ASKING would be refused whole);
 --   TRYAGAIN, CLUSTERDOWN
 --          a multi-key script met a slot half moved (some of its keys on
---          one node, some on the other), or the cluster lost a master: an
+--          one node, some on the other), or the cluster lost a master: a
+--          lock's acquire asks the lock's key alone (pttl: one key is never
+--          TRYAGAIN) and answers busy when another owner holds it; else an
 --          acquire gives the error back to its wait loop, which retries
 --          within the caller's wait (redislock/wait.lua TRANSIENT); a
 --          release goes again at once as release_one, the compare-and-delete
@@ -230,6 +232,14 @@ local function route(self, slot, retry_here, method, first, ...)
       n, asking = to, what == "ask"
     elseif what == "retry" and method == "eval" and first == "release" and b:find("^redis: TRYAGAIN") then
       first = "release_one" -- on the same node, after ASKING again if it was asked
+    elseif what == "retry" and method == "eval" and (first == "take" or first == "acquire")
+           and b:find("^redis: TRYAGAIN") then
+      -- Held by another owner, the lock answers busy with its PTTL, as the
+      -- acquire script would; else the TRYAGAIN goes to the wait loop.
+      local key, token = ...
+      local status, left = route(self, slot, false, "eval", "pttl", key, token)
+      if status == -1 then return -1, left end
+      return a, b, c, d
     elseif what == "retry" and retry_here then
       deadline = deadline or now() + self._timeout
       if now() + pause > deadline then return nil, b end
