@@ -415,6 +415,10 @@ enum { CALL_OK, CALL_FAILED, CALL_LOST_REUSED };
 static int call_after(rl_conn *conn, const char *pre, size_t plen, const char *what, const char *buf, size_t len,
                       int want, int resend, redisReply **r, char err[RL_ERRLEN]);
 
+/* call_after's what for CLIENT SETNAME: a refusal (an ACL without CLIENT)
+   leaves the connection unnamed, and the call goes on. */
+static const char setname_what[] = "CLIENT SETNAME";
+
 static int call(rl_conn *conn, const char *buf, size_t len, int want, int resend,
                 redisReply **r, rl_result *fast, char err[RL_ERRLEN]) {
   int reused, rc;
@@ -443,8 +447,9 @@ static int call(rl_conn *conn, const char *buf, size_t len, int want, int resend
 }
 
 /* call() with the plen bytes at pre (ASKING, or CLIENT SETNAME) before the
-   command, in the same write: their +OK is read and dropped (an error in its
-   place is the call's, "redis: <what>: ..."). */
+   command, in the same write: their +OK is read and dropped. An error in its
+   place is the call's ("redis: <what>: ..."), except CLIENT SETNAME's
+   (setname_what): the command's replies count then, the connection unnamed. */
 static int call_after(rl_conn *conn, const char *pre, size_t plen, const char *what, const char *buf, size_t len,
                       int want, int resend, redisReply **r, char err[RL_ERRLEN]) {
   char stack[1024], *both = plen + len <= sizeof stack ? stack : (char *)malloc(plen + len);
@@ -459,7 +464,7 @@ static int call_after(rl_conn *conn, const char *pre, size_t plen, const char *w
   rc = call(conn, both, plen + len, want + 1, resend, all, NULL, err);
   if (both != stack) free(both);
   if (rc != CALL_OK) return rc;
-  if (all[0]->type == REDIS_REPLY_ERROR) {
+  if (all[0]->type == REDIS_REPLY_ERROR && what != setname_what) {
     snprintf(err, RL_ERRLEN, "redis: %s: %.*s", what, (int)all[0]->len, all[0]->str);
     free_replies(all, want + 1);
     return CALL_FAILED;
@@ -613,10 +618,12 @@ void rl_conn_set_timeout(rl_conn *conn, long long ms) {
 }
 
 /*
- * A take: 0 with out (RL_HELD and the fence, or RL_OTHER when the lock is
- * held); 1 when the acquire script must follow (the answer was lost on a
- * reused connection: the take may have landed, and only the script
- * reconciles); -1 with err.
+ * A take: 0 with out (RL_HELD and the fence; RL_OTHER when the lock is
+ * held; RL_UNVERIFIED, with the era record's master ID in out->era, when it
+ * took the lock but the connection's name did not vouch for that record);
+ * 1 when the acquire script must follow (the answer was lost on a reused
+ * connection: the take may have landed, and only the script reconciles);
+ * -1 with err.
  */
 static int take(rl_conn *conn, const rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]) {
   char stack[1024], *buf, msg[RL_ERRLEN - 8];
@@ -767,26 +774,21 @@ void rl_conn_eval_many(rl_conn *const *conns, rl_cmd *const *cmds, int n, long l
 
 /*
  * After an acquire that named the connection (rl_cmd_claim) and did not say
- * the name was right: the name goes (CLIENT SETNAME ""), and an answer of
- * RL_UNVERIFIED is the lock held with its fence. 0, or -1 with err and the
- * connection closed (a name left in place could pass a stale era record).
+ * the name was right: the name goes (CLIENT SETNAME ""), or, when that
+ * fails, the connection does (a name left in place could pass a stale era
+ * record). An answer of RL_UNVERIFIED is the lock held with its fence.
  */
-static int unname(rl_conn *conn, rl_result *out, char err[RL_ERRLEN]) {
+static void unname(rl_conn *conn, rl_result *out) {
   static const char clear[] = "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$0\r\n\r\n";
+  char err[RL_ERRLEN];
   redisReply *r = NULL;
   if (call(conn, clear, sizeof clear - 1, 1, 0, &r, NULL, err) != CALL_OK) {
     rl_conn_close(conn);
-    return -1;
-  }
-  if (r->type == REDIS_REPLY_ERROR) {
-    snprintf(err, RL_ERRLEN, "redis: CLIENT SETNAME: %.*s", (int)r->len, r->str);
+  } else {
+    if (r->type == REDIS_REPLY_ERROR) rl_conn_close(conn);
     freeReplyObject(r);
-    rl_conn_close(conn);
-    return -1;
   }
-  freeReplyObject(r);
   if (out->status == RL_UNVERIFIED) out->status = RL_HELD;
-  return 0;
 }
 
 int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]) {
@@ -815,7 +817,7 @@ int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]
        their own token as success, extend, pttl and leave repeat harmlessly.
        A repeated release would find the hold gone and report it lost. */
     if (named > 0 && attempt == 0)
-      rc = call_after(conn, setname, named, "CLIENT SETNAME", buf, (size_t)n, 1, 1, &r, err);
+      rc = call_after(conn, setname, named, setname_what, buf, (size_t)n, 1, 1, &r, err);
     else
       rc = call(conn, buf, (size_t)n, 1, rl_op_resendable(cmd->op), &r, out, err);
     if (buf != stack) free(buf);
@@ -828,13 +830,19 @@ int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]
       d = rl_decode(r, out, msg, sizeof msg);
       freeReplyObject(r);
     }
-    if (d == RL_DECODED && named > 0 && out->status != RL_HELD) return unname(conn, out, err);
-    if (d == RL_DECODED) return 0;
+    if (d == RL_DECODED && named > 0 && out->status != RL_HELD) {
+      unname(conn, out);
+      return 0;
+    }
+    if (d == RL_DECODED && out->status != RL_UNVERIFIED) return 0;
     if (d == RL_NOSCRIPT && attempt == 0) {
       rl_cmd_use_eval(cmd); /* EVAL also caches the script for the next EVALSHA */
       continue;
     }
-    if (d == RL_NOSCRIPT) snprintf(msg, sizeof msg, "NOSCRIPT after EVAL");
+    if (d == RL_DECODED) /* status 2 answers a claim only */
+      snprintf(msg, sizeof msg, "unexpected reply to a redislock script (status 2)");
+    else if (d == RL_NOSCRIPT)
+      snprintf(msg, sizeof msg, "NOSCRIPT after EVAL");
     break;
   }
   snprintf(err, RL_ERRLEN, "redis: %s", msg);

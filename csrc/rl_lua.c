@@ -699,7 +699,7 @@ static int push_formatted(lua_State *L, int argc, const char **argv, const size_
  * answered 2 (rl_cmd_claim).
  */
 static int core_encode_script(lua_State *L) {
-  const char *key, *token, *prefix, *why;
+  const char *key, *token, *prefix, *why, *claim;
   size_t klen, tlen, plen;
   long long ms, n;
   rl_op op = check_script(L, 1, 7, &key, &klen, &token, &tlen, &ms, &n);
@@ -708,9 +708,10 @@ static int core_encode_script(lua_State *L) {
   prefix = luaL_checklstring(L, 5, &plen);
   why = rl_check_prefix(prefix, plen);
   if (why != NULL) luaL_argerror(L, 5, lua_pushfstring(L, "prefix %s", why));
+  claim = luaL_optstring(L, 8, NULL); /* before rl_cmd_init: nothing to free when it raises */
   if (rl_cmd_init(&cmd, op, prefix, plen, key, klen, token, tlen, ms, n) != 0)
     return luaL_error(L, "redislock: out of memory");
-  if (!lua_isnoneornil(L, 8) && rl_cmd_claim(&cmd, luaL_checkstring(L, 8)) != 0) {
+  if (claim != NULL && rl_cmd_claim(&cmd, claim) != 0) {
     rl_cmd_free(&cmd);
     return luaL_argerror(L, 8, "a claim is a master ID (40 hex digits), for an acquire");
   }

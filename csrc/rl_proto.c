@@ -38,9 +38,10 @@
  *                            fair waiter: as long as it stays queued)
  *
  * The first try of an acquire is a take, no script: MULTI, SET key token NX
- * PX ms, INCR fence, EXEC, one atomic step that costs Redis about two
- * microseconds less than the acquire script (no script call, no reply
- * conversion). Its INCR runs also when the lock is held, so fences grow by
+ * PX ms, INCR fence, GET of the slot's era record, CLIENT GETNAME, EXEC, one
+ * atomic step that costs Redis less than the acquire script (no script
+ * call, no reply conversion, no INFO: see "Fences across failovers"). Its
+ * INCR runs also when the lock is held, so fences grow by
  * more than one now and then; they still only grow. A take that finds the
  * lock held is followed by the acquire script, which tells the holder's TTL
  * and sets the waiters mark; so is a take whose answer was lost (never a take
@@ -48,7 +49,8 @@
  *
  * acquire is resend-safe: if the key already holds our token (an earlier send
  * that timed out did land), it refreshes the TTL and answers the counter's
- * value, which is the fence that acquisition took or larger (a take that
+ * value (plus the era's offset), which is the fence that acquisition took or
+ * larger (a take that
  * failed since bumped it): larger than every earlier holder's, and smaller
  * than any later holder's, which INCR after our release. Should the counter
  * have vanished meanwhile (FLUSHDB, eviction), it takes a new value rather
@@ -675,14 +677,14 @@ int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
      another; the era record's hash tag is its slot's tag, not the key */
   for (i = 0; (k = op_keys[op][i]) >= 0; i++) {
     const char *tagged = k == K_ERA ? tag : key;
-    size_t tlen_k = k == K_ERA ? strlen(tag) : klen, slen = strlen(suffix[k]);
+    size_t taglen = k == K_ERA ? strlen(tag) : klen, slen = strlen(suffix[k]);
     cmd->key[k] = p;
-    cmd->klen[k] = plen + tlen_k + 2 + slen;
+    cmd->klen[k] = plen + taglen + 2 + slen;
     memcpy(p, prefix, plen);
     p[plen] = '{';
-    memcpy(p + plen + 1, tagged, tlen_k);
-    p[plen + 1 + tlen_k] = '}';
-    memcpy(p + plen + 2 + tlen_k, suffix[k], slen);
+    memcpy(p + plen + 1, tagged, taglen);
+    p[plen + 1 + taglen] = '}';
+    memcpy(p + plen + 2 + taglen, suffix[k], slen);
     p += cmd->klen[k];
   }
 
@@ -1060,10 +1062,13 @@ rl_decoded rl_decode_take(redisReply *const r[RL_TAKE_REPLIES], rl_result *out, 
   const redisReply *exec = r[RL_TAKE_REPLIES - 1], *set, *incr, *rec, *name;
   for (int i = 0; i < RL_TAKE_REPLIES; i++)
     if (r[i]->type == REDIS_REPLY_ERROR) return fail(err, errlen, r[i]->str, r[i]->len);
-  if (exec->type != REDIS_REPLY_ARRAY || exec->elements != 4) return fail(err, errlen, bad, sizeof bad - 1);
+  if (exec->type != REDIS_REPLY_ARRAY || exec->elements != RL_TAKE_REPLIES - 2) /* all but MULTI's and EXEC's */
+    return fail(err, errlen, bad, sizeof bad - 1);
   set = exec->element[0], incr = exec->element[1], rec = exec->element[2], name = exec->element[3];
-  for (int i = 0; i < 4; i++)
-    if (exec->element[i]->type == REDIS_REPLY_ERROR) return fail(err, errlen, exec->element[i]->str, exec->element[i]->len);
+  for (size_t i = 0; i < exec->elements; i++) {
+    const redisReply *e = exec->element[i];
+    if (e->type == REDIS_REPLY_ERROR) return fail(err, errlen, e->str, e->len);
+  }
   if (incr->type != REDIS_REPLY_INTEGER || (set->type != REDIS_REPLY_STATUS && set->type != REDIS_REPLY_NIL) ||
       (rec->type != REDIS_REPLY_STRING && rec->type != REDIS_REPLY_NIL) ||
       (name->type != REDIS_REPLY_STRING && name->type != REDIS_REPLY_NIL))

@@ -34,6 +34,7 @@ struct rl_lease {
   long long until;          /* no renewals from then on (0: no limit) */
   rl_lease_state state;
   int busy;                 /* the thread is renewing it, without the mutex */
+  unsigned moves;           /* rl_watchdog_move moved it (counted) */
   int stopped;              /* its owner let go: freed once not busy */
   int orphan;               /* made before a fork(), seen from the child */
   char why[512];            /* when lost; last, so that a new lease clears only what is before it */
@@ -232,6 +233,7 @@ static rl_wconn *redirected(rl_lease *l, rl_wconn *wc, const char *err, rl_redir
  */
 static void renew(rl_lease *l) {
   long long ttl = l->ttl_ms, sent = rl_now_ms();
+  unsigned moves = l->moves;
   char err[RL_ERRLEN], why[sizeof ((rl_lease *)0)->why];
   rl_result res;
   rl_redirect_kind kind = RL_NO_REDIRECT;
@@ -267,7 +269,7 @@ static void renew(rl_lease *l) {
     l->confirmed = sent;
     /* Moved to a new master (rl_watchdog_move) while this renewal was on
        its way to the old one: once more, on the new one, at once. */
-    l->due = l->wc != wc ? rl_now_ms() : sent + step_of(ttl);
+    l->due = l->moves != moves ? rl_now_ms() : sent + step_of(ttl);
   } else if (rc == 0) {
     mark_lost(l, res.status == RL_OTHER ? "another owner holds it now; found by the watchdog"
                                         : "it expired or was deleted; found by the watchdog");
@@ -452,6 +454,7 @@ int rl_watchdog_move(const char *from_host, int from_port, const char *to_host, 
     from->users--;
     to->users++;
     l->wc = to;
+    l->moves++;
     if (l->state == RL_LEASE_HELD && !l->busy) l->due = now;
     moved++;
   }

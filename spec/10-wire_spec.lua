@@ -54,7 +54,7 @@ describe("wire functions", function()
     assert.are.equal(0, script("pttl", "k", tok)[1]) -- 0: no such lock
   end)
 
-  it("encodes a take (MULTI, SET NX PX, INCR, GET era, CLIENT GETNAME, EXEC) and decodes its replies byte by byte", function()
+  it("encodes a take (MULTI, SET, INCR, GET era, CLIENT GETNAME, EXEC), decodes it fed byte by byte", function()
     local tok = core.token()
     local era = "lock:{" .. core.era_tag(core.lock_slot("k")) .. "}:era"
     local bytes = core.encode_script("take", "k", tok, 5000, "lock:")
@@ -98,6 +98,15 @@ describe("wire functions", function()
     -- With eval: the acquire script, which a take falls back on.
     assert.are.equal(core.encode_script("acquire", "k", tok, 5000, "lock:", true),
                      core.encode_script("take", "k", tok, 5000, "lock:", true))
+  end)
+
+  it("has an era tag for every hash slot, of that slot, in four characters at most", function()
+    for slot = 0, 16383 do
+      local tag = core.era_tag(slot)
+      assert(#tag >= 1 and #tag <= 4 and not tag:find("[{}]"), tag)
+      assert(core.slot("{" .. tag .. "}:era") == slot, tag)
+    end
+    assert.are.equal("0", core.era_tag(core.slot("0")))
   end)
 
   it("says NOSCRIPT as false, and EVAL then works", function()

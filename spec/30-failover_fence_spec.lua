@@ -47,6 +47,26 @@ local function take_all(client, rounds, keys)
   return top
 end
 
+-- Two rounds the replica gets (seen: the fresh key's stand-in), then the
+-- replica cut off and eight rounds it never gets: their highest fences.
+local function lost_rounds(client, master, replica, keys, seen)
+  take_all(client, 2, { lock = keys.lock, fresh = seen })
+  synced(master, replica)
+  cut_off(master, replica)
+  return take_all(client, 8, keys)
+end
+
+-- One round, tried again for up to 15 s while a failover settles.
+local function first_round(client, keys)
+  local first
+  assert(helpers.eventually(15, function()
+    local ok, top = pcall(take_all, client, 1, keys)
+    first = ok and top
+    return first
+  end), "no lock from the new master")
+  return first
+end
+
 describe("a promoted replica behind the client's one address (REPLICAOF NO ONE)", function()
   local master, replica, dir
 
@@ -119,21 +139,19 @@ describe("a failover behind Sentinel", function()
     local replica = old_master == g.nodes[1] and g.nodes[2] or g.nodes[1]
     local client = redislock.new({ sentinels = g.addrs, master = g.name, timeout = 1 })
     local keys = { lock = "orders:42", fresh = "fresh" }
-    take_all(client, 2, { lock = keys.lock, fresh = "seen" })
-    synced(old_master, replica)
-    cut_off(old_master, replica)
-    local old = take_all(client, 8, keys)
+    local old = lost_rounds(client, old_master, replica, keys, "seen")
 
-    -- The master stops answering; the replica, back, is promoted by the sentinels.
+    -- The master stops answering; the replica, back, is promoted by the
+    -- sentinels. Nothing is sent until the client heard of it: a lock sent
+    -- to the stopped master would wait in its socket and be taken when it
+    -- resumes.
     signal(old_master, "STOP")
     signal(replica, "CONT")
     assert(helpers.eventually(30, function() return g:master() == replica end), "the sentinels never switched")
-    local first
-    assert(helpers.eventually(15, function()
-      local ok, top = pcall(take_all, client, 1, keys)
-      first = ok and top
-      return first
-    end), "no lock from the new master")
+    assert(helpers.eventually(10, function()
+      return client._transport._watch:count() ~= client._transport._seen
+    end), "the client never heard of the switch")
+    local first = first_round(client, keys)
     above(first, old, "the new master's first locks")
 
     -- The old master comes back and still grants until the sentinels demote
@@ -167,10 +185,7 @@ describe("a failover in a Redis Cluster", function()
     local slot = core.lock_slot("{orders}:42")
     local old_master = cl:owner(slot)
     local replica = cl:replica_of(old_master)
-    take_all(client, 2, { lock = keys.lock, fresh = "{orders}:seen" })
-    synced(old_master, replica)
-    cut_off(old_master, replica)
-    local old = take_all(client, 8, keys)
+    local old = lost_rounds(client, old_master, replica, keys, "{orders}:seen")
 
     -- The old master pauses; its replica takes over without it.
     signal(old_master, "STOP")
@@ -179,13 +194,7 @@ describe("a failover in a Redis Cluster", function()
       return replica:cli("CLUSTER", "FAILOVER", "TAKEOVER") == "OK"
     end), "CLUSTER FAILOVER TAKEOVER refused")
     assert(helpers.eventually(15, function() return replica:cli("ROLE"):match("^master") end), "no takeover")
-    local first
-    assert(helpers.eventually(15, function()
-      local ok, top = pcall(take_all, client, 1, keys)
-      first = ok and top
-      return first
-    end), "no lock from the new master")
-    above(first, old, "the new master's first locks")
+    above(first_round(client, keys), old, "the new master's first locks")
     signal(old_master, "CONT")
     client:close()
   end)

@@ -5,7 +5,10 @@
 -- request on it, so `redislock.new` picks this transport when `ngx` is present.
 -- It sends the bytes the C core makes (`core.encode_script`, `core.encode`)
 -- over `ngx.socket.tcp` cosockets and feeds what it reads into the core's
--- reply reader: the lock protocol itself stays in one place, the C core.
+-- reply reader: the scripts, commands and replies stay in one place, the C
+-- core. The steps around a call (the take's fall-back, NOSCRIPT, the one
+-- resend, ASKING, naming the connection after its master, WAIT) are, for
+-- now, written here and in rl_conn.c alike.
 --
 -- Each call takes a connection from the nginx connection pool (or opens one,
 -- then sends AUTH and SELECT), runs its command, and puts the connection back
@@ -177,16 +180,19 @@ local ASKING = encode("ASKING")
 
 -- Sends bytes and reads one reply with reader[method] (see read_reply). With
 -- asking, ASKING goes first in the same write (a cluster's ASK redirect),
--- its +OK read and dropped; likewise the bytes pre (a command named what),
--- when given instead.
-local function round_trip(self, sock, bytes, method, asking, pre, what)
-  if asking then pre, what = ASKING, "ASKING" end
+-- its +OK read and dropped (an error in its place is the call's, and the
+-- connection, out of step, is not pooled); with naming (the bytes of a
+-- CLIENT SETNAME), that goes first, and a refusal leaves the connection
+-- unnamed, which only costs the next take a round trip.
+local function round_trip(self, sock, bytes, method, asking, naming)
+  local pre = asking and ASKING or naming
   local ok, err = sock:send(pre and { pre, bytes } or bytes)
   if not ok then return nil, io_message(self, err), true, err == "timeout" end
   local reader = new_reader()
   if pre then
     local v, msg, failed, timed_out = read_reply(self, sock, reader, "reply")
-    if v == nil then return nil, failed and msg or "redis: " .. what .. ": " .. msg:sub(8), failed, timed_out end
+    if failed then return nil, msg, true, timed_out end
+    if v == nil and asking then return nil, "redis: ASKING: " .. msg:sub(8), true end
   end
   return read_reply(self, sock, reader, method)
 end
@@ -345,26 +351,23 @@ local UNNAME = encode("CLIENT", "SETNAME", "")
 -- rl_conn.c: rl_proto.c, "Fences across failovers"). Returns eval's values.
 local function check_era(self, sock, key, token, ms, era, replicas, replica_ms)
   local claim = era ~= "" and era or nil
-  local pre = claim and setname(claim)
   local status, value, failed = round_trip(self, sock, encode_script("acquire", key, token, ms, self.prefix,
                                                                      false, nil, claim),
-                                           "script_reply", false, pre, "CLIENT SETNAME")
+                                           "script_reply", false, claim and setname(claim))
   if status == false then -- NOSCRIPT: EVAL also caches the script
     status, value, failed = round_trip(self, sock, encode_script("acquire", key, token, ms, self.prefix, true, nil,
                                                                  claim), "script_reply")
     if status == false then status, value = nil, "redis: NOSCRIPT after EVAL" end
   end
   if claim and not failed and status ~= 1 then
-    local ok, err, unname_failed = round_trip(self, sock, UNNAME, "reply")
-    if not ok then -- a name left in place could pass a stale era record: the connection goes
-      sock:close()
-      if status == 2 or status == nil then return nil, unname_failed and err or value end
-      return status, value
-    end
+    -- Not confirmed: the name goes; if it cannot, the connection does
+    -- (a name left in place could pass a stale era record).
+    if not round_trip(self, sock, UNNAME, "reply") then failed = true end
     if status == 2 then status = 1 end
   end
   if not failed and status == 1 then return confirmed(self, sock, status, value, replicas, replica_ms) end
   give_back(self, sock, failed)
+  if status == 1 and replicas then return status, value, nil, "connection: closed before WAIT " .. self.where end
   return status, value
 end
 
