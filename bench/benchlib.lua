@@ -171,12 +171,11 @@ end
 --- The raw floor (build/bench/floor, bench/floor.c) for client's lock cycle:
 -- the exact bytes the library sends for an uncontended acquire (a take:
 -- MULTI, SET NX PX, INCR, GET of the era record, CLIENT GETNAME, EXEC) and
--- release of key (ttl in seconds), with a
--- token of the library's length. Returns an object with :rate(n) (cycles per
--- second over n cycles), :close() and the fields acquire and release (the
--- bytes).
+-- release of key (ttl in seconds), with a token as the library makes it.
+-- Returns an object with :rate(n) (cycles per second over n cycles),
+-- :close() and the fields acquire and release (the bytes).
 function M.floor(client, key, ttl)
-  local tok = core.token()
+  local tok = require("redislock.client").new_token(client) -- the holder's part too, as the library's
   local f = {
     acquire = core.encode_script("take", key, tok, ttl * 1000, client.prefix),
     release = core.encode_script("release", key, tok, nil, client.prefix),

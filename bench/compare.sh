@@ -4,7 +4,9 @@
 # run, on one server. bench/cycle.lua runs for each side in turn (Lua 5.4 and
 # LuaJIT, the client on another core, then on the server's), ROUNDS times, so
 # that both sides meet the same machine; each prints its acquire+release
-# ratio to the raw floor of its own bytes, taken in the same slices.
+# ratio to the raw floor of its own bytes, taken in the same slices, and the
+# server's CPU time per cycle (INFO cpu). At the end: the medians over the
+# rounds, this checkout's as a ratio of the other revision's.
 #   sh bench/compare.sh REV [ROUNDS]      e.g. sh bench/compare.sh HEAD~3 2
 # The revision is built in a temporary git worktree, removed at the end.
 # BENCH_SLICES (default 9 here) and the other knobs of bench/cycle.lua apply.
@@ -25,13 +27,18 @@ export BENCH_SLICES="${BENCH_SLICES:-9}"
 taskset -apc 0 "$(cat "$REDIS_DIR/redis.pid")" >/dev/null
 last=$(($(nproc) - 1))
 
-# side NAME TREE LUA BUILD PLACEMENT CPU: one cycle.lua run; prints its ratio.
+# side NAME TREE LUA BUILD PLACEMENT CPU: one cycle.lua run; prints its
+# cycle rate and ratio, and the server's CPU time per cycle.
 side() {
   path="$2/bench/?.lua;$2/lua/?.lua;;" cpath="$2/build/$4/?.so;;"
   LUA_PATH=$path LUA_PATH_5_4=$path LUA_CPATH=$cpath LUA_CPATH_5_4=$cpath BENCH_ROOT=$2 \
     taskset -c "$6" "$3" "$2/bench/cycle.lua" "$5" 2>/dev/null |
-    sed -n "s/^bench name=cycle\/\([^ ]*\) value=\([0-9]*\) .* ratio=\([0-9.]*\) .*/$1 \1 \2 cycles\/s, ratio to its floor \3/p"
+    sed -n -e "s/^bench name=cycle\/\([^ ]*\) value=\([0-9]*\) .* ratio=\([0-9.]*\) .*/$1 \1 \2 cycles\/s, ratio to its floor \3/p" \
+           -e "s/^bench name=server_cpu\/\([^ ]*\) value=\([0-9.]*\) .*/$1 \1 server CPU \2 us\/cycle/p" |
+    tee -a "$results"
 }
+results=$(mktemp)
+trap 'git -C "$here" worktree remove --force "$other" >/dev/null 2>&1; rm -rf "$other" "$results"' EXIT
 
 echo "bench compare: this checkout ($(git rev-parse --short HEAD)) vs $rev ($(git -C "$other" rev-parse --short HEAD)), $rounds rounds"
 for _ in $(seq "$rounds"); do
@@ -44,3 +51,22 @@ for _ in $(seq "$rounds"); do
     done
   done
 done
+
+# The medians over the rounds, and this checkout's as a ratio of the other's.
+awk -v rev="$rev" '
+  function median(list,   n, a, i, j, t) {
+    n = split(list, a, " ")
+    for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+  }
+  $3 == "server" { cpu[$1 " " $2] = cpu[$1 " " $2] " " $5; next }
+  { rate[$1 " " $2] = rate[$1 " " $2] " " $3; seen[$2] = 1 }
+  END {
+    for (id in seen) {
+      r = median(rate["this " id]) / median(rate[rev " " id])
+      c = median(cpu["this " id]) / median(cpu[rev " " id])
+      printf "median %s: cycles/s this %d, %s %d (this/%s %.3f); server CPU us/cycle this %.2f, %s %.2f (this/%s %.3f)\n",
+             id, median(rate["this " id]), rev, median(rate[rev " " id]), rev, r,
+             median(cpu["this " id]), rev, median(cpu[rev " " id]), rev, c
+    }
+  }' "$results" | sort
