@@ -93,10 +93,10 @@ describe("OpenResty across a failover", function()
 
   -- Two requests' rounds the replica gets, then the replica cut off and
   -- eight it never gets (on the server named host): their highest fences.
-  local function lost_rounds(host, key, fresh, seen, master, replica)
+  local function lost_rounds(host, key, fresh, seen, from, to)
     assert(fences(host, key, seen, 2))
-    synced(master, replica)
-    cut_off(master, replica)
+    synced(from, to)
+    cut_off(from, to)
     return assert(fences(host, key, fresh, 8))
   end
 
