@@ -178,6 +178,7 @@ function _M.new(opts, ...)
                  _holder = opts.holder ~= false and "/" .. core.hostname():gsub(HOLDER_CHARS, "_") .. "/" or nil,
                  _label = opts.label and "/" .. opts.label or "" }
   self._transport, self._sleep = topology.transport(opts, c)
+  self._link.sleep, self._link.timeout = self._sleep, (c.timeout_ms or 1000) / 1000 -- the transports' default
   return setmetatable(self, client_mt)
 end
 

@@ -8,9 +8,9 @@
 local args = require "redislock.args"
 local core = require "redislock.core"
 
-local error, pcall, setmetatable, tostring = error, pcall, setmetatable, tostring
+local error, pcall, setmetatable, tonumber, tostring, type = error, pcall, setmetatable, tonumber, tostring, type
 local string_format = string.format
-local math_floor, math_huge = math.floor, math.huge
+local math_floor, math_huge, math_min = math.floor, math.huge, math.min
 local now = core.now
 local quote, check_self, check_nargs, check_seconds, check_phase, argerror =
       args.quote, args.check_self, args.check_nargs, args.check_seconds, args.check_phase, args.argerror
@@ -22,6 +22,40 @@ args.own(debug.getinfo(1, "S").source)
 local Lock = {}
 local lock_mt = { __index = Lock }
 
+-- The pause between tries: jittered, doubling, capped. Waiting's
+-- (redislock/wait.lua), and again's below.
+_M.FIRST_STEP, _M.MAX_STEP = 0.002, 0.128
+function _M.jitter()
+  return 0.5 + tonumber(core.token():sub(1, 6), 16) / 0x2000000
+end
+local jitter = _M.jitter
+
+-- Server replies that say the command did not run, for a state that
+-- passes: a restart loading its data, a busy script, a master demoted or
+-- down, a cluster slot moving or a cluster without a master. Unlike a reply
+-- lost on a broken connection (the command may have run: a release sent
+-- again could then say "lost"), such a refusal may be followed by the same
+-- command.
+local PASSING = { LOADING = true, BUSY = true, READONLY = true, MASTERDOWN = true, TRYAGAIN = true,
+                  CLUSTERDOWN = true }
+
+--- again(sleep, deadline, call) -> what call() returned: calls call(); while
+-- its first value is nil and its second a refusal of PASSING, calls it again
+-- after waiting's pause, as long as that pause ends before deadline
+-- (core.now() seconds); sleep is the transport's.
+function _M.again(sleep, deadline, call)
+  local step = _M.FIRST_STEP
+  while true do
+    local a, b = call()
+    if a ~= nil or type(b) ~= "string" or not PASSING[b:match("^redis: (%u+)") or ""] then return a, b end
+    local pause = step * jitter()
+    if now() + pause >= deadline then return a, b end
+    sleep(pause)
+    step = math_min(step * 2, _M.MAX_STEP)
+  end
+end
+local again = _M.again
+
 --- The scripts of a lock, and how messages name it. Other primitives' holds
 -- (a semaphore's permit, a read-write lock's read or write hold) are lock
 -- objects with scripts of their own: release, extend, pttl (each checks the
@@ -30,8 +64,9 @@ local lock_mt = { __index = Lock }
 _M.LOCK = { release = "release", extend = "extend", pttl = "pttl", label = "%s", kind = "lock" }
 
 --- A lock object, held as far as we know. t: the transport it was taken on;
--- link: the client's { closed = boolean }, which the client sets when it is
--- closed (cheaper to read on every call than asking the transport); fence
+-- link: the client's { closed = boolean, sleep = the transport's sleep,
+-- timeout = seconds }, closed set when the client is closed (cheaper to read
+-- on every call than asking the transport); fence
 -- and expires (core.now() seconds before which the lock cannot have expired)
 -- may be nil when unknown; ops: its scripts (default _M.LOCK).
 function _M.new(t, link, key, token, fence, expires, ops)
@@ -139,7 +174,18 @@ local function lock_eval(self, fname, what, ms)
   if what == "release" then stop_lease(self) end
   if gone then return nil, gone end
   local sent = now()
-  local status, value = self._t:eval(op, self.key, self.token, ms)
+  local status, value
+  if what == "pttl" then
+    status, value = self._t:eval(op, self.key, self.token, ms)
+  else
+    -- A release or extend refused by a passing state is sent again while
+    -- the lock may still be ours: until it expires by its last known TTL
+    -- (or, unknown, for the client's timeout).
+    local link = self._link
+    status, value = again(link.sleep, expires_of(self) or sent + link.timeout, function()
+      return self._t:eval(op, self.key, self.token, ms)
+    end)
+  end
   if status == nil then
     -- A release that went out but whose answer did not come back may have
     -- run on the server (not so when the connection could not even be made).

@@ -17,6 +17,7 @@
 -- sentinel when it ends normally.
 
 local core = require "redislock.core"
+local lock_mod = require "redislock.lock"
 
 local ngx = ngx
 local ipairs, pairs, pcall, setmetatable, tostring = ipairs, pairs, pcall, setmetatable, tostring
@@ -115,6 +116,19 @@ local function renew(lease, now)
   end
 end
 
+-- A timer's: releases the lock of a lease whose request ended inside
+-- with_lock; a refusal that passes (LOADING ...) is tried again while the
+-- lock lasts (redislock/lock.lua's again), once when the worker exits.
+local function release_gone(premature, lease)
+  local status, err = lock_mod.again(ngx.sleep, premature and 0 or lease:expires(), function()
+    return lease.transport:eval(lease.release, lease.key, lease.token)
+  end)
+  if status == nil then
+    ngx_log(ERR, "redislock: cannot release a lock whose request ended inside with_lock (it runs out by its TTL): ",
+            err)
+  end
+end
+
 -- The timer: renews what is due, then schedules the next run.
 local function tick(premature, gen)
   if not premature and gen ~= timer_gen then return end -- replaced by an earlier one (schedule)
@@ -144,14 +158,12 @@ local function tick(premature, gen)
     if abandoned(lease) then gone[#gone + 1] = lease else renew(lease, now) end
   end
   for _, lease in ipairs(gone) do
-    -- Its request's thread ended without unwinding: give the lock back.
+    -- Its request's thread ended without unwinding: give the lock back, in
+    -- a timer of its own (a refusal that passes is tried again meanwhile).
     leases[lease] = nil
     lease.status = "ended"
-    local status, err = lease.transport:eval(lease.release, lease.key, lease.token)
-    if status == nil then
-      ngx_log(ERR, "redislock: cannot release a lock whose request ended inside with_lock (it runs out by its TTL): ",
-              err)
-    end
+    local ok, err = timer_at(0, release_gone, lease)
+    if not ok then ngx_log(ERR, "redislock: cannot start a timer to release a lock (it runs out by its TTL): ", err) end
   end
   ticking = false
   schedule()

@@ -10,10 +10,9 @@ local args = require "redislock.args"
 local core = require "redislock.core"
 local lock_mod = require "redislock.lock"
 
-local tonumber = tonumber
 local string_format = string.format
 local math_max, math_min, math_floor = math.max, math.min, math.floor
-local now, token = core.now, core.token
+local now = core.now
 local quote = args.quote
 local ours_by_clock = lock_mod.ours_by_clock
 
@@ -21,13 +20,10 @@ local _M = { _VERSION = core._VERSION }
 
 args.own(debug.getinfo(1, "S").source)
 
--- Backoff while waiting for a busy lock: jittered, doubling, capped, and never
--- past the caller's deadline nor (much) past the holder's expiry.
-local FIRST_STEP, MAX_STEP = 0.002, 0.128
-
-local function jitter()
-  return 0.5 + tonumber(token():sub(1, 6), 16) / 0x2000000
-end
+-- Backoff while waiting for a busy lock: jittered, doubling, capped
+-- (redislock/lock.lua's, which a refused release shares), and never past the
+-- caller's deadline nor (much) past the holder's expiry.
+local FIRST_STEP, MAX_STEP, jitter = lock_mod.FIRST_STEP, lock_mod.MAX_STEP, lock_mod.jitter
 
 local function seconds_text(ms)
   if ms < 0 then return "no expiry set" end
