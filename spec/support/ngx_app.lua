@@ -291,8 +291,15 @@ function app.leave()
   local c, how = client(), ngx.var.arg_how
   local key, ttl = ngx.var.arg_key, arg_number("ttl", 1)
   if how == "kill" then
-    local t = ngx.thread.spawn(c.with_lock, c, key, ttl, function() ngx.sleep(30) end)
-    while c:command("EXISTS", "lock:{" .. key .. "}") ~= 1 do ngx.sleep(0.01) end
+    -- Killed once fn runs (its lease started): a kill while with_lock still
+    -- acquires (the key set, the answer not back) would leave the lock to
+    -- its TTL, as a lost reply does.
+    local running = false
+    local t = ngx.thread.spawn(c.with_lock, c, key, ttl, function()
+      running = true
+      ngx.sleep(30)
+    end)
+    while not running do ngx.sleep(0.01) end
     assert(ngx.thread.kill(t))
     return reply(200, "killed")
   end
