@@ -7,6 +7,7 @@
 -- made by real commands.
 local core = require "redislock.core"
 local helpers = require "spec.helpers"
+local http = require "spec.support.http"
 
 -- A script that keeps the server busy for about seconds (it answers BUSY to
 -- others after busy-reply-threshold, 100 ms here), run by redis-cli in the
@@ -80,6 +81,47 @@ describe("a release refused by a passing server state", function()
     assert.is_true(lock:release())
     assert.are.equal(0, raw:command("EXISTS", "lock:{refused:loading}"))
     assert.are.equal("OK", srv:cli("FLUSHALL"))
+  end)
+end)
+
+describe("OpenResty: with_lock's release refused by a busy script", function()
+  if not jit then
+    pending("runs in the LuaJIT pass of make test (nginx loads the LuaJIT build)")
+    return
+  end
+
+  local srv, raw, nginx
+
+  lazy_setup(function()
+    srv = helpers.start_redis({ "--busy-reply-threshold", "100" })
+    raw = srv:raw()
+    nginx = helpers.start_nginx({
+      workers = 1,
+      http = table.concat({
+        "server {",
+        "  listen 127.0.0.1:{{port}};",
+        '  set $redis_url "redis://127.0.0.1:' .. srv.port .. '";',
+        '  set $redis_timeout "5";',
+        "  location = /with_lock { content_by_lua_block { require('spec.support.ngx_app').with_lock() } }",
+        "}",
+      }, "\n"),
+    })
+  end)
+  lazy_teardown(function()
+    if nginx then nginx:stop() end
+    if raw then raw:close() end
+    if srv then srv:stop() end
+  end)
+
+  it("is sent again over cosockets, and lands when the script ends", function()
+    -- fn holds the lock 0.5 s; the script keeps the server busy past that.
+    local request = http.start(nginx.port, "GET", "/with_lock?key=refused:ngx&ttl=10&hold=0.5", { timeout = 30 })
+    assert(helpers.eventually(5, function() return raw:command("EXISTS", "lock:{refused:ngx}") == 1 end),
+           "the request never took the lock") -- else the script could refuse the acquire itself
+    busy(srv, raw, 1.5)
+    local status, body = request:finish()
+    assert.are.equal(200, status, body .. nginx:error_log())
+    assert.are.equal(0, raw:command("EXISTS", "lock:{refused:ngx}"))
   end)
 end)
 
