@@ -39,14 +39,15 @@ local jitter = _M.jitter
 local PASSING = { LOADING = true, BUSY = true, READONLY = true, MASTERDOWN = true, TRYAGAIN = true,
                   CLUSTERDOWN = true }
 
---- again(sleep, deadline, call) -> what call() returned: calls call(); while
--- its first value is nil and its second a refusal of PASSING, calls it again
--- after waiting's pause, as long as that pause ends before deadline
--- (core.now() seconds); sleep is the transport's.
-function _M.again(sleep, deadline, call)
+--- again(sleep, deadline, t, op, key, token[, ms]) -> what t:eval returned:
+-- runs t:eval(op, key, token, ms); while its first value is nil and its
+-- second a refusal of PASSING, runs it again after waiting's pause, as long
+-- as that pause ends before deadline (core.now() seconds); sleep is the
+-- transport's. (No closure: a release runs it on every call.)
+function _M.again(sleep, deadline, t, op, key, token, ms)
   local step = _M.FIRST_STEP
   while true do
-    local a, b = call()
+    local a, b = t:eval(op, key, token, ms)
     if a ~= nil or type(b) ~= "string" or not PASSING[b:match("^redis: (%u+)") or ""] then return a, b end
     local pause = step * jitter()
     if now() + pause >= deadline then return a, b end
@@ -182,9 +183,7 @@ local function lock_eval(self, fname, what, ms)
     -- the lock may still be ours: until it expires by its last known TTL
     -- (or, unknown, for the client's timeout).
     local link = self._link
-    status, value = again(link.sleep, expires_of(self) or sent + link.timeout, function()
-      return self._t:eval(op, self.key, self.token, ms)
-    end)
+    status, value = again(link.sleep, expires_of(self) or sent + link.timeout, self._t, op, self.key, self.token, ms)
   end
   if status == nil then
     -- A release that went out but whose answer did not come back may have

@@ -120,9 +120,8 @@ end
 -- with_lock; a refusal that passes (LOADING ...) is tried again while the
 -- lock lasts (redislock/lock.lua's again), once when the worker exits.
 local function release_gone(premature, lease)
-  local status, err = lock_mod.again(ngx.sleep, premature and 0 or lease:expires(), function()
-    return lease.transport:eval(lease.release, lease.key, lease.token)
-  end)
+  local status, err = lock_mod.again(ngx.sleep, premature and 0 or lease:expires(), lease.transport, lease.release,
+                                     lease.key, lease.token)
   if status == nil then
     ngx_log(ERR, "redislock: cannot release a lock whose request ended inside with_lock (it runs out by its TTL): ",
             err)
