@@ -9,24 +9,29 @@ local core = require "redislock.core"
 local helpers = require "spec.helpers"
 local http = require "spec.support.http"
 
--- A script that keeps the server busy for about seconds (it answers BUSY to
--- others after busy-reply-threshold, 100 ms here), run by redis-cli in the
--- background. Returns once the server says BUSY.
-local function busy(srv, raw, seconds)
+-- A script that keeps the server (a Server) busy for about seconds, run by
+-- redis-cli in the background; other clients get BUSY after 100 ms
+-- (busy-reply-threshold, set here). Returns once the server says BUSY.
+local function busy(srv, seconds)
+  assert.are.equal("OK", srv:cli("CONFIG", "SET", "busy-reply-threshold", "100"))
   local script = "local function t() local x = redis.call('TIME') return x[1] + x[2] / 1e6 end "
                  .. "local s = t() while t() - s < " .. seconds .. " do end return 1"
-  os.execute("redis-cli -p " .. srv.port .. " EVAL " .. helpers.sh_quote(script) .. " 0 >/dev/null 2>&1 &")
-  assert(helpers.eventually(5, function()
-    local _, err = raw:command("PING")
-    return err and err:find("BUSY", 1, true)
-  end), "the server never said BUSY")
+  local cli = srv.password and "redis-cli --no-auth-warning -a " .. helpers.sh_quote(srv.password) or "redis-cli"
+  os.execute(cli .. " -p " .. srv.port .. " EVAL " .. helpers.sh_quote(script) .. " 0 >/dev/null 2>&1 &")
+  assert(helpers.eventually(5, function() return srv:cli("PING"):find("BUSY", 1, true) end),
+         "the server never said BUSY")
+end
+
+-- Waits until the server (a Server) answers again.
+local function idle(srv)
+  assert(helpers.eventually(5, function() return srv:cli("PING") == "PONG" end), "the server stayed busy")
 end
 
 describe("a release refused by a passing server state", function()
   local srv, raw, client
 
   lazy_setup(function()
-    srv = helpers.start_redis({ "--busy-reply-threshold", "100" })
+    srv = helpers.start_redis()
     raw = srv:raw()
     client = srv:client({ timeout = 5 })
   end)
@@ -39,12 +44,12 @@ describe("a release refused by a passing server state", function()
   it("is sent again while a script keeps the server busy, and lands when it ends", function()
     local lock = assert(client:acquire("refused:busy", 10))
     local extended = assert(client:acquire("refused:extend", 10))
-    busy(srv, raw, 1)
+    busy(srv, 1)
     local t0 = core.now()
     assert.is_true(lock:release())
     assert.is_true(core.now() - t0 > 0.3, "released at once: was it refused at all?")
     assert.are.equal(0, raw:command("EXISTS", "lock:{refused:busy}"))
-    busy(srv, raw, 1)
+    busy(srv, 1)
     assert.is_true(extended:extend(20))
     assert.is_true(raw:command("PTTL", "lock:{refused:extend}") > 10000)
     assert.is_true(extended:release())
@@ -52,20 +57,20 @@ describe("a release refused by a passing server state", function()
 
   it("ends with the redis error when the refusals outlast the lock, and with_lock raises it", function()
     local lock = assert(client:acquire("refused:long", 0.5))
-    busy(srv, raw, 2)
+    busy(srv, 2)
     local t0 = core.now()
     local ok, err = lock:release()
     local took = core.now() - t0
     assert.is_nil(ok)
     assert.matches("^redis: BUSY", err)
     assert.is_true(took < 1.5 * helpers.slow, "took " .. took .. " s") -- the lock's 0.5 s, not the script's 2 s
-    assert(helpers.eventually(5, function() return raw:command("PING") == "PONG" end))
+    idle(srv)
     -- Inside with_lock: fn's work succeeded, the release is retried, then raised.
     local raised = select(2, pcall(client.with_lock, client, "refused:scoped", 0.5, function()
-      busy(srv, raw, 2)
+      busy(srv, 2)
     end, { renew = false }))
     assert.matches("^redis: BUSY", tostring(raised))
-    assert(helpers.eventually(5, function() return raw:command("PING") == "PONG" end))
+    idle(srv)
   end)
 
   it("is sent again while a restart loads the data set, and lands once it is loaded", function()
@@ -90,11 +95,13 @@ describe("OpenResty: with_lock's release refused by a busy script", function()
     return
   end
 
-  local srv, raw, nginx
+  local srv, raw, nginx, servers
 
   lazy_setup(function()
-    srv = helpers.start_redis({ "--busy-reply-threshold", "100" })
+    srv = helpers.start_redis()
     raw = srv:raw()
+    local urls
+    servers, urls = helpers.start_redlock(3)
     nginx = helpers.start_nginx({
       workers = 1,
       http = table.concat({
@@ -103,12 +110,18 @@ describe("OpenResty: with_lock's release refused by a busy script", function()
         '  set $redis_url "redis://127.0.0.1:' .. srv.port .. '";',
         '  set $redis_timeout "5";',
         "  location = /with_lock { content_by_lua_block { require('spec.support.ngx_app').with_lock() } }",
+        "  location = /leave { content_by_lua_block { require('spec.support.ngx_app').leave() } }",
+        "  location = /redlock {",
+        '    set $redis_redlock "' .. urls .. '";',
+        "    content_by_lua_block { require('spec.support.ngx_app').with_lock() }",
+        "  }",
         "}",
       }, "\n"),
     })
   end)
   lazy_teardown(function()
     if nginx then nginx:stop() end
+    for _, s in ipairs(servers or {}) do s:stop() end
     if raw then raw:close() end
     if srv then srv:stop() end
   end)
@@ -118,10 +131,125 @@ describe("OpenResty: with_lock's release refused by a busy script", function()
     local request = http.start(nginx.port, "GET", "/with_lock?key=refused:ngx&ttl=10&hold=0.5", { timeout = 30 })
     assert(helpers.eventually(5, function() return raw:command("EXISTS", "lock:{refused:ngx}") == 1 end),
            "the request never took the lock") -- else the script could refuse the acquire itself
-    busy(srv, raw, 1.5)
+    busy(srv, 1.5)
     local status, body = request:finish()
     assert.are.equal(200, status, body .. nginx:error_log())
     assert.are.equal(0, raw:command("EXISTS", "lock:{refused:ngx}"))
+  end)
+
+  it("is sent again by the renewal timer for a request that ended inside with_lock, before the TTL", function()
+    -- The timer finds the request gone at the next renewal, a third of the
+    -- TTL (1 s) in, while the script keeps the server busy (to about 2 s);
+    -- refused then and not sent again, the lock would last its 3 s.
+    local started = core.now()
+    local status, body = http.request(nginx.port, "GET", "/leave?key=refused:left&ttl=3&how=exit")
+    assert.are.equal(200, status, body)
+    busy(srv, 2)
+    assert.is_true(core.now() - started < 0.9, "the script started too late to meet the timer's release")
+    idle(srv)
+    local gone = helpers.eventually(3, function() return raw:command("EXISTS", "lock:{refused:left}") == 0 end)
+    local took = core.now() - started
+    assert.is_truthy(gone, "the lock was never released")
+    assert.is_true(took < 2.8, string.format("gone only after %.2f s: it ran out by its TTL", took))
+    assert.is_nil(nginx:error_log():find("cannot release", 1, true), nginx:error_log())
+  end)
+
+  it("is asked again of the Redlock servers that refused it, over cosockets", function()
+    local request = http.start(nginx.port, "GET", "/redlock?key=refused:ngx:redlock&ttl=10&hold=0.5", { timeout = 30 })
+    assert(helpers.eventually(5, function()
+      return servers[3]:cli("EXISTS", "lock:{refused:ngx:redlock}") == "1"
+    end), "the request never took the lock")
+    busy(servers[1], 1.5)
+    busy(servers[2], 1.5)
+    local status, body = request:finish()
+    assert.are.equal(200, status, body .. nginx:error_log())
+    idle(servers[1])
+    idle(servers[2])
+    local left = 0
+    for _, s in ipairs(servers) do left = left + tonumber(s:cli("EXISTS", "lock:{refused:ngx:redlock}")) end
+    assert.is_true(left <= 1, "still held on " .. left .. " servers")
+  end)
+end)
+
+describe("a Redlock release refused by a majority's passing state", function()
+  local servers, list
+
+  lazy_setup(function()
+    local urls
+    servers, urls = helpers.start_redlock(3)
+    list = {}
+    for u in urls:gmatch("[^,]+") do list[#list + 1] = u end
+  end)
+  lazy_teardown(function()
+    for _, s in ipairs(servers or {}) do s:stop() end
+  end)
+
+  local function on_all(key)
+    local n = 0
+    for _, s in ipairs(servers) do n = n + tonumber(s:cli("EXISTS", "lock:{" .. key .. "}")) end
+    return n
+  end
+
+  it("asks those servers again, and lands when they answer", function()
+    local client = require("redislock").new({ redlock = list })
+    local lock = assert(client:acquire("refused:redlock", 10))
+    local extended = assert(client:acquire("refused:redlock:extend", 10))
+    busy(servers[1], 1)
+    busy(servers[2], 1)
+    local t0 = core.now()
+    assert.is_true(lock:release())
+    assert.is_true(core.now() - t0 > 0.3, "released at once: was it refused at all?")
+    -- Released on a majority (one server may still be busy, and keep it to
+    -- its TTL): free for another holder.
+    idle(servers[2])
+    assert.is_true(on_all("refused:redlock") <= 1)
+    assert(client:acquire("refused:redlock", 1)):release()
+    busy(servers[2], 1)
+    busy(servers[3], 1)
+    assert.is_true(extended:extend(20))
+    idle(servers[3])
+    local longer = 0
+    for _, s in ipairs(servers) do
+      if tonumber(s:cli("PTTL", "lock:{refused:redlock:extend}")) > 10000 then longer = longer + 1 end
+    end
+    assert.is_true(longer >= 2, "extended on " .. longer .. " servers")
+    assert.is_true(extended:release())
+    client:close()
+  end)
+
+  it("ends with the error naming the refusals when they outlast the lock", function()
+    local client = require("redislock").new({ redlock = list })
+    local lock = assert(client:acquire("refused:redlock:long", 0.5))
+    busy(servers[1], 2)
+    busy(servers[3], 2)
+    local t0 = core.now()
+    local ok, err = lock:release()
+    local took = core.now() - t0
+    assert.is_nil(ok)
+    assert.matches("^connection: reached 1 of 3 Redlock servers.*BUSY", err)
+    assert.is_true(took < 1.5 * helpers.slow, "took " .. took .. " s")
+    idle(servers[1])
+    idle(servers[3])
+    client:close()
+  end)
+end)
+
+describe("a cluster release refused by its node's passing state", function()
+  local cl
+
+  lazy_setup(function() cl = helpers.start_cluster({ masters = 3, replicas = 0 }) end)
+  lazy_teardown(function() if cl then cl:stop() end end)
+
+  it("is sent again, and lands when the node answers", function()
+    local client = require("redislock").new({ cluster = cl.seeds })
+    local lock = assert(client:acquire("refused:cluster", 10))
+    local owner = cl:owner(core.lock_slot("refused:cluster"))
+    busy(owner, 1)
+    local t0 = core.now()
+    assert.is_true(lock:release())
+    assert.is_true(core.now() - t0 > 0.3, "released at once: was it refused at all?")
+    assert.are.equal("0", owner:cli("EXISTS", "lock:{refused:cluster}"))
+    client:close()
   end)
 end)
 

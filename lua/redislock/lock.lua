@@ -39,16 +39,24 @@ local jitter = _M.jitter
 local PASSING = { LOADING = true, BUSY = true, READONLY = true, MASTERDOWN = true, TRYAGAIN = true,
                   CLUSTERDOWN = true }
 
+--- Whether err (an error message) is a refusal for a passing state.
+function _M.passing(err)
+  return type(err) == "string" and PASSING[err:match("^redis: (%u+)") or ""] == true
+end
+local passing = _M.passing
+
 --- again(sleep, deadline, t, op, key, token[, ms]) -> what t:eval returned:
 -- runs t:eval(op, key, token, ms); while its first value is nil and its
 -- second a refusal of PASSING, runs it again after waiting's pause, as long
 -- as that pause ends before deadline (core.now() seconds); sleep is the
--- transport's. (No closure: a release runs it on every call.)
+-- transport's. (No closure: a release runs it on every call.) A transport
+-- over several servers does this per server: its t:eval_until.
 function _M.again(sleep, deadline, t, op, key, token, ms)
+  if t.eval_until then return t:eval_until(deadline, op, key, token, ms) end
   local step = _M.FIRST_STEP
   while true do
     local a, b = t:eval(op, key, token, ms)
-    if a ~= nil or type(b) ~= "string" or not PASSING[b:match("^redis: (%u+)") or ""] then return a, b end
+    if a ~= nil or not passing(b) then return a, b end
     local pause = step * jitter()
     if now() + pause >= deadline then return a, b end
     sleep(pause)

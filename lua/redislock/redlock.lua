@@ -28,6 +28,7 @@
 
 local args = require "redislock.args"
 local core = require "redislock.core"
+local lock_mod = require "redislock.lock"
 local transport = require "redislock.transport"
 local url = require "redislock.url"
 
@@ -84,16 +85,16 @@ function _M.new(servers, timeout_ms)
   return self, sleep
 end
 
--- Runs op on every server at once, each bounded by timeout_ms. Returns
--- statuses and values: per server, the status (1, 0, -1) and value, or
--- false and an error message.
-local function all(self, timeout_ms, op, key, tok, ms)
+-- Runs op on each of nodes (node transports) at once, each bounded by
+-- timeout_ms. Returns statuses and values: per node, the status (1, 0, -1)
+-- and value, or false and an error message.
+local function each(self, nodes, timeout_ms, op, key, tok, ms)
   if self.reports_loss ~= true then
-    return eval_many(timeout_ms, op, key, tok, ms, unpack(self.nodes))
+    return eval_many(timeout_ms, op, key, tok, ms, unpack(nodes))
   end
   local spawn, wait = ngx.thread.spawn, ngx.thread.wait -- luacheck: ignore (ngx)
   local threads, statuses, values = {}, {}, {}
-  for i, t in ipairs(self.nodes) do
+  for i, t in ipairs(nodes) do
     t.timeout_ms = timeout_ms -- read before the thread first yields (redislock/ngx.lua's open)
     threads[i] = spawn(t.eval, t, op, key, tok, ms)
   end
@@ -106,6 +107,11 @@ local function all(self, timeout_ms, op, key, tok, ms)
     end
   end
   return statuses, values
+end
+
+-- each on every server.
+local function all(self, timeout_ms, op, key, tok, ms)
+  return each(self, self.nodes, timeout_ms, op, key, tok, ms)
 end
 
 -- The errors among values (statuses false), as one text naming the servers.
@@ -222,13 +228,45 @@ local function acquire(self, key, tok, ms)
   return -1, need >= 1 and left[need] or 0
 end
 
-function Redlock:eval(op, key, tok, ms)
+-- A release or extend whose outcome a majority has not settled yet, while
+-- servers refused it for a passing state (LOADING, BUSY ...: the command did
+-- not run, redislock/lock.lua's passing) that could settle it: asks those
+-- servers again, after waiting's pause, until deadline (core.now()).
+-- Updates statuses and values in place.
+local function settle(self, deadline, statuses, values, bound, op, key, tok, ms)
+  local step = lock_mod.FIRST_STEP
+  while true do
+    local have, retry, nodes = 0, {}, {}
+    for i = 1, self.n do
+      local s = statuses[i]
+      if s == 1 or (s ~= false and op == "release") then
+        have = have + 1 -- released (or found not ours), or extended
+      elseif s == false and lock_mod.passing(values[i]) then
+        retry[#retry + 1], nodes[#nodes + 1] = i, self.nodes[i]
+      end
+    end
+    if have >= self.quorum or have + #retry < self.quorum then return end
+    local pause = step * lock_mod.jitter()
+    if now() + pause >= deadline then return end
+    self._sleep(pause)
+    step = math_min(step * 2, lock_mod.MAX_STEP)
+    local s, v = each(self, nodes, bound, op, key, tok, ms)
+    for j, i in ipairs(retry) do statuses[i], values[i] = s[j], v[j] end
+  end
+end
+
+-- eval, where a release or extend is settled (above) until deadline, if
+-- given.
+local function run(self, deadline, op, key, tok, ms)
   if op == "take" or op == "acquire" then return acquire(self, key, tok, ms) end
   if op == "acquire_fair" or op == "leave" then
     return nil, "redis: Redlock has no fair queue" -- refused at acquire already
   end
-  local start = now()
-  local statuses, values = all(self, per_server(self, ms), op, key, tok, ms)
+  local start, bound = now(), per_server(self, ms)
+  local statuses, values = all(self, bound, op, key, tok, ms)
+  if deadline and (op == "release" or op == "extend") then
+    settle(self, deadline, statuses, values, bound, op, key, tok, ms)
+  end
   local held, free, other, failed = count(statuses, self.n)
   if op == "release" then
     take_grants(self, tok)
@@ -259,6 +297,19 @@ function Redlock:eval(op, key, tok, ms)
     return other > free and -1 or 0, 0
   end
   return nil, "redis: Redlock cannot run " .. tostring(op)
+end
+
+function Redlock:eval(op, key, tok, ms)
+  return run(self, nil, op, key, tok, ms)
+end
+
+--- eval, where servers that refused a release or extend for a passing
+-- state are asked again until deadline (core.now()) while no majority has
+-- settled it (redislock/lock.lua's again calls this in place of its own
+-- loop, which would send it again to every server: one that released
+-- already would then answer "not ours").
+function Redlock:eval_until(deadline, op, key, tok, ms)
+  return run(self, deadline, op, key, tok, ms)
 end
 
 --- A waiter's pause: a release on a majority wakes nobody, so a waiter

@@ -23,6 +23,9 @@
 --   t.spread                     true when keys live on several servers (a
 --                                cluster, Redlock): no script sees them all
 --   t:retarget(host, port)       point it at another TCP node (Sentinel's new master)
+--   t:eval_until(deadline, op, key, token[, ms])  optional (Redlock): a release or
+--        extend that asks servers refusing it for a passing state (LOADING ...)
+--        again until deadline; redislock/lock.lua's again uses it when present
 --
 -- and, for redislock/sentinel.lua, one of each: the C core's t:usable()
 -- (false: the next call reconnects) with core.sentinel_watch, or the
