@@ -169,7 +169,12 @@ end)
 describe("a failover in a Redis Cluster", function()
   local cl
 
-  lazy_setup(function() cl = helpers.start_cluster() end)
+  -- In the suite's own network namespace each node has an address of its
+  -- own, so that the old master can be cut off the cluster while clients
+  -- still reach it; a long node timeout keeps it serving meanwhile.
+  lazy_setup(function()
+    cl = helpers.start_cluster({ own_addresses = helpers.netns, node_timeout = helpers.netns and 30000 or nil })
+  end)
   lazy_teardown(function()
     if cl then
       for _, n in ipairs(cl.nodes) do if n.pid then signal(n, "CONT") end end
@@ -187,15 +192,33 @@ describe("a failover in a Redis Cluster", function()
     local replica = cl:replica_of(old_master)
     local old = lost_rounds(client, old_master, replica, keys, "{orders}:seen")
 
-    -- The old master pauses; its replica takes over without it.
+    -- The old master pauses, cut off the other nodes (when it can be); its
+    -- replica takes over without it.
     signal(old_master, "STOP")
+    if helpers.netns then cl:isolate(old_master) end
     signal(replica, "CONT")
     assert(helpers.eventually(10, function()
       return replica:cli("CLUSTER", "FAILOVER", "TAKEOVER") == "OK"
     end), "CLUSTER FAILOVER TAKEOVER refused")
     assert(helpers.eventually(15, function() return replica:cli("ROLE"):match("^master") end), "no takeover")
-    above(first_round(client, keys), old, "the new master's first locks")
+    local first = first_round(client, keys)
+    above(first, old, "the new master's first locks")
     signal(old_master, "CONT")
+    if helpers.netns then
+      -- Back, and still the slot's master by all it heard: it grants to a
+      -- client that talks to it directly, below the new master's fences.
+      assert.matches("^master", old_master:cli("ROLE"))
+      local direct = redislock.new({ host = old_master.host, port = old_master.port, timeout = 1 })
+      local late = take_all(direct, 1, keys)
+      above(late, old, "the old master's later locks")
+      above(first, late, "the new master's first locks against the old master's later ones")
+      above(take_all(client, 1, keys), late, "the new master's next locks")
+      direct:close()
+    end
     client:close()
   end)
+
+  if not helpers.netns then
+    pending("the old master's later locks: they need the suite's own network namespace (make test as root)")
+  end
 end)

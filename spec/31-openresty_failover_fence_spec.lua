@@ -29,7 +29,10 @@ describe("OpenResty across a failover", function()
     os.remove(dir)
     assert(os.execute("mkdir " .. dir .. " && ln -s " .. master.sock .. " " .. dir .. "/redis.sock"))
     g = helpers.start_sentinels()
-    cl = helpers.start_cluster()
+    -- Nodes on addresses of their own in the suite's network namespace, so
+    -- that the old master can be cut off the cluster (see spec/30).
+    cl = helpers.start_cluster({ own_addresses = helpers.netns, node_timeout = helpers.netns and 30000 or nil })
+    local owner = cl:owner(core.lock_slot("{orders}:42"))
     local function server(name, vars)
       local lines = { "server {", "  listen 127.0.0.1:{{port}};", "  server_name " .. name .. ";" }
       for k, v in pairs(vars) do lines[#lines + 1] = string.format('  set $%s "%s";', k, v) end
@@ -48,6 +51,7 @@ describe("OpenResty across a failover", function()
         server("sentinel", { redis_sentinels = table.concat(g.addrs, ","), redis_master = g.name }),
         server("sentinel-old", { redis_url = "redis://127.0.0.1:" .. g:master().port, redis_timeout = "1" }),
         server("cluster", { redis_cluster = seeds }),
+        server("cluster-old", { redis_url = "redis://" .. owner.host .. ":" .. owner.port, redis_timeout = "1" }),
       }, "\n"),
     })
   end)
@@ -149,12 +153,13 @@ describe("OpenResty across a failover", function()
     end
   end)
 
-  it("in a Redis Cluster: the promoted replica's fences are above its master's", function()
+  it("in a Redis Cluster: the promoted replica's fences are above its master's, also its later ones", function()
     local slot = core.lock_slot("{orders}:42")
     local old_master = cl:owner(slot)
     local other = cl:replica_of(old_master)
     local old = lost_rounds("cluster", "{orders}:42", "{orders}:fresh", "{orders}:seen", old_master, other)
     signal(old_master, "STOP")
+    if helpers.netns then cl:isolate(old_master) end
     signal(other, "CONT")
     assert(helpers.eventually(10, function() return other:cli("CLUSTER", "FAILOVER", "TAKEOVER") == "OK" end),
            "CLUSTER FAILOVER TAKEOVER refused")
@@ -162,5 +167,22 @@ describe("OpenResty across a failover", function()
     local first = eventually_fences("cluster", "{orders}:42", "{orders}:fresh")
     above(first, old, "the new master's first locks")
     signal(old_master, "CONT")
+    if not helpers.netns then return end
+    -- Back, cut off the cluster, and still the slot's master by all it
+    -- heard: it grants to a client that talks to it directly, below the
+    -- new master's fences.
+    -- (A lock a worker sent it while it was paused may be held there until
+    -- its TTL: tried again meanwhile.)
+    assert.matches("^master", old_master:cli("ROLE"))
+    local late = eventually_fences("cluster-old", "{orders}:42", "{orders}:fresh")
+    above(late, old, "the old master's later locks")
+    above(first, late, "the new master's first locks against the old master's later ones")
+    for _ = 1, 4 do
+      above(assert(fences("cluster", "{orders}:42", "{orders}:fresh")), late, "the new master's next locks")
+    end
   end)
+
+  if not helpers.netns then
+    pending("the cluster's old master's later locks: they need the suite's own network namespace (make test as root)")
+  end
 end)

@@ -10,6 +10,11 @@ local helpers = {}
 -- Valgrind or sanitizers slow everything down: timing bounds are widened.
 helpers.slow = os.getenv("REDISLOCK_SLOW") ~= nil and 10 or 1
 
+-- The suite runs in a network namespace of its own (spec/run.sh, as root):
+-- servers may listen on other 127.0.0.x addresses, and iptables may cut
+-- them apart (the rules die with the namespace).
+helpers.netns = os.getenv("REDISLOCK_NETNS") == "1"
+
 local function sh_quote(s)
   return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
 end
@@ -142,13 +147,16 @@ end
 function helpers.start_redis(extra, opts)
   local max_port = opts and opts.cluster and 55535 or 65535
   local tls = opts and opts.tls
+  local host = opts and opts.host or "127.0.0.1"
+  assert(host == "127.0.0.1" or helpers.netns, "another loopback address than 127.0.0.1 needs the suite's own network "
+         .. "namespace (helpers.netns)")
   local last_log = ""
   for _ = 1, 5 do
     local port = helpers.free_port()
     while port > max_port do port = helpers.free_port() end
     local dir = tmpdir()
     local args = {
-      "redis-server", "--bind", "127.0.0.1", "--port", tls and 0 or port, "--save", "''", "--appendonly", "no",
+      "redis-server", "--bind", host, "--port", tls and 0 or port, "--save", "''", "--appendonly", "no",
       "--daemonize", "yes", "--pidfile", sh_quote(dir .. "/redis.pid"),
       "--logfile", sh_quote(dir .. "/redis.log"), "--dir", sh_quote(dir),
       "--unixsocket", sh_quote(dir .. "/redis.sock"), "--unixsocketperm", "700",
@@ -162,6 +170,9 @@ function helpers.start_redis(extra, opts)
         args[#args + 1] = sh_quote(a)
       end
     end
+    -- Its own connections (replication, a cluster's bus) come from its own
+    -- address; protected mode would take that for a remote one.
+    if host ~= "127.0.0.1" then args[#args + 1] = "--bind-source-addr " .. host .. " --protected-mode no" end
     for _, a in ipairs(extra or {}) do args[#args + 1] = sh_quote(a) end
     -- A cluster node's bus is on port + 10000 (which Redis derives from
     -- --port, 0 when it listens on TLS only).
@@ -173,9 +184,9 @@ function helpers.start_redis(extra, opts)
       local log = read_file(dir .. "/redis.log") or ""
       local pid = tonumber(read_file(dir .. "/redis.pid") or "")
       if pid and log:find("Ready to accept connections", 1, true) then
-        return setmetatable({ port = port, dir = dir, pid = pid, sock = dir .. "/redis.sock",
+        return setmetatable({ host = host, port = port, dir = dir, pid = pid, sock = dir .. "/redis.sock",
                               password = nil, tls = tls and true, cmd = cmd,
-                              url = (tls and "rediss://localhost:" or "redis://127.0.0.1:") .. port,
+                              url = (tls and "rediss://localhost:" or "redis://" .. host .. ":") .. port,
                               where = tls and ("tls:" .. port .. ":" .. helpers.tls_certs()) or tostring(port) },
                             Server)
       end
@@ -237,7 +248,7 @@ function Server:restart(wipe)
     if not self.pid then return false end
     local c = socket.tcp()
     c:settimeout(1)
-    local ok = c:connect("127.0.0.1", self.port)
+    local ok = c:connect(self.host, self.port)
     c:close()
     return ok
   end)
@@ -246,7 +257,7 @@ end
 
 --- Runs redis-cli against the server; returns its output without the last newline.
 function Server:cli(...)
-  local args = self.tls and { "redis-cli", "-s", sh_quote(self.sock) } or { "redis-cli", "-p", self.port }
+  local args = self.tls and { "redis-cli", "-s", sh_quote(self.sock) } or { "redis-cli", "-h", self.host, "-p", self.port }
   if self.password then
     args[#args + 1] = "--no-auth-warning -a " .. sh_quote(self.password)
   end
@@ -256,7 +267,7 @@ end
 
 --- A redislock client for this server; opts are merged over { port = ... }.
 function Server:client(opts)
-  local o = self.tls and helpers.tls_opts(self.port) or { port = self.port }
+  local o = self.tls and helpers.tls_opts(self.port) or { host = self.host, port = self.port }
   for k, v in pairs(opts or {}) do o[k] = v end
   return require("redislock").new(o)
 end
@@ -264,7 +275,7 @@ end
 --- A bare core client, for raw commands in checks (its own connection).
 function Server:raw()
   if self.tls then return core.new({ path = self.sock, password = self.password }) end
-  return core.new({ port = self.port, password = self.password })
+  return core.new({ host = self.host, port = self.port, password = self.password })
 end
 
 local Group = {}
@@ -305,7 +316,7 @@ local function start_sentinel(master_port, more)
     if pid then os.execute("kill " .. pid .. " 2>/dev/null") end
     error("cannot start redis-server --sentinel; its log says:\n" .. log)
   end
-  return setmetatable({ port = port, dir = dir, pid = up }, Server)
+  return setmetatable({ host = "127.0.0.1", port = port, dir = dir, pid = up }, Server)
 end
 
 function helpers.start_sentinels()
@@ -466,14 +477,16 @@ Cluster.__index = Cluster
 -- option). opts.masters (3) and opts.replicas (1 per master); opts.tls and
 -- opts.password: the nodes take clients and talk to each other over TLS
 -- only (helpers.tls_certs), and want that password (nodes keep a plaintext
--- unix socket for the checks, where CLUSTER SLOTS gives port 0). Raises
--- when it cannot start.
+-- unix socket for the checks, where CLUSTER SLOTS gives port 0).
+-- opts.node_timeout: cluster-node-timeout (ms). opts.own_addresses: node i
+-- listens on 127.0.0.(10 + i), so that cluster:isolate can cut it off the
+-- others (needs helpers.netns). Raises when it cannot start.
 function helpers.start_cluster(opts)
   opts = opts or {}
   local masters, replicas = opts.masters or 3, opts.replicas or 1
   local c = setmetatable({ nodes = {}, seeds = {} }, Cluster)
   local ok, err = pcall(function()
-    local extra = { "--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+    local extra = { "--cluster-enabled", "yes", "--cluster-node-timeout", tostring(opts.node_timeout or 2000),
                     "--cluster-require-full-coverage", "yes" }
     local cli = "redis-cli"
     if opts.tls then
@@ -492,9 +505,10 @@ function helpers.start_cluster(opts)
       cli = cli .. " --no-auth-warning -a " .. sh_quote(opts.password)
     end
     for i = 1, masters * (1 + replicas) do
-      c.nodes[i] = helpers.start_redis(extra, { cluster = true, tls = opts.tls and "yes" or nil })
+      c.nodes[i] = helpers.start_redis(extra, { cluster = true, tls = opts.tls and "yes" or nil,
+                                                host = opts.own_addresses and "127.0.0." .. (10 + i) or nil })
       c.nodes[i].password = opts.password
-      c.seeds[i] = "127.0.0.1:" .. c.nodes[i].port
+      c.seeds[i] = c.nodes[i].host .. ":" .. c.nodes[i].port
     end
     local out, created = run("timeout 60 " .. cli .. " --cluster create " .. table.concat(c.seeds, " ")
                              .. " --cluster-replicas " .. replicas .. " --cluster-yes 2>&1")
@@ -649,8 +663,40 @@ function Cluster.id(_, n)
   return n.node_id
 end
 
---- Stops every node, by PID.
+-- Adds (how "-A") or deletes ("-D") the iptables rules that drop every
+-- packet between node n and the other nodes (own_addresses); clients on
+-- 127.0.0.1 still reach it.
+local function cut(self, how, n)
+  for _, m in ipairs(self.nodes) do
+    if m ~= n then
+      for _, dir in ipairs({ { n.host, m.host }, { m.host, n.host } }) do
+        assert(os.execute("iptables " .. how .. " INPUT -s " .. dir[1] .. " -d " .. dir[2] .. " -j DROP"),
+               "iptables " .. how .. " failed")
+      end
+    end
+  end
+end
+
+--- Cuts node n (a Server) off the other nodes: no bus message, no
+-- replication either way, until cluster:heal(n). Its clients still reach
+-- it. Needs opts.own_addresses (and so helpers.netns).
+function Cluster:isolate(n)
+  assert(n.host ~= "127.0.0.1", "isolate needs a cluster started with own_addresses")
+  cut(self, "-A", n)
+  self.isolated = self.isolated or {}
+  self.isolated[n] = true
+end
+
+--- Undoes isolate(n).
+function Cluster:heal(n)
+  if not (self.isolated and self.isolated[n]) then return end
+  cut(self, "-D", n)
+  self.isolated[n] = nil
+end
+
+--- Stops every node, by PID (healing what was isolated first).
 function Cluster:stop()
+  for n in pairs(self.isolated or {}) do self:heal(n) end
   for _, n in ipairs(self.nodes) do n:stop() end
 end
 
