@@ -257,7 +257,8 @@ end
 
 --- Runs redis-cli against the server; returns its output without the last newline.
 function Server:cli(...)
-  local args = self.tls and { "redis-cli", "-s", sh_quote(self.sock) } or { "redis-cli", "-h", self.host, "-p", self.port }
+  local args = self.tls and { "redis-cli", "-s", sh_quote(self.sock) }
+    or { "redis-cli", "-h", self.host, "-p", self.port }
   if self.password then
     args[#args + 1] = "--no-auth-warning -a " .. sh_quote(self.password)
   end
