@@ -37,12 +37,18 @@ describe("argument checks", function()
     it("checks each option's type and range", function()
       local cases = {
         { { host = 1 }, "option 'host' must be a string, got number" },
-        { { port = 0 }, "option 'port' must be a whole number in 1..65535" },
-        { { port = 65536 }, "option 'port' must be a whole number in 1..65535" },
-        { { port = 6379.5 }, "option 'port' must be a whole number in 1..65535" },
-        { { port = "6379" }, "option 'port' must be a whole number in 1..65535" },
-        { { db = -1 }, "option 'db' must be a whole number >= 0" },
-        { { db = 0.5 }, "option 'db' must be a whole number >= 0" },
+        { { port = 0 }, "option 'port' must be a whole number in 1..65535, got 0)" },
+        { { port = 65536 }, "option 'port' must be a whole number in 1..65535, got 65536)" },
+        { { port = 6379.5 }, "option 'port' must be a whole number in 1..65535, got 6379.5)" },
+        { { port = "6379" }, "option 'port' must be a whole number in 1..65535, got \"6379\")" },
+        { { db = -1 }, "option 'db' must be a whole number in 0..1000000, got -1)" },
+        { { db = 0.5 }, "option 'db' must be a whole number in 0..1000000, got 0.5)" },
+        { { db = 2000000 }, "option 'db' must be a whole number in 0..1000000, got 2000000)" },
+        { { url = "redis://h:6379/2000000" }, "the URL's database must be a whole number in 0..1000000, got 2000000)" },
+        { { url = "redis://h", path = "/p" },
+          "option 'path' cannot replace the address of a redis:// URL in option 'url'" },
+        { { url = "unix:///p", host = "h" },
+          "option 'host' cannot replace the address of a unix:// URL in option 'url'" },
         { { timeout = 0 }, "option 'timeout' must be > 0" },
         { { timeout = 0 / 0 }, "option 'timeout' must be a number, not NaN" },
         { { connect_timeout = math.huge }, "option 'connect_timeout' must be finite" },
@@ -57,8 +63,9 @@ describe("argument checks", function()
         { { timeout = 86401 }, "option 'timeout' must be at most 86400 (one day)" },
         { { prefix = "x{}" }, "option 'prefix' must not contain '{' or '}'" },
         { { prefix = "{app}:" }, "option 'prefix' must not contain '{' or '}'" },
-        { { pool_size = 0 }, "option 'pool_size' must be a whole number >= 1" },
-        { { pool_size = 2.5 }, "option 'pool_size' must be a whole number >= 1" },
+        { { pool_size = 0 }, "option 'pool_size' must be a whole number in 1..1000000, got 0)" },
+        { { pool_size = 2.5 }, "option 'pool_size' must be a whole number in 1..1000000, got 2.5)" },
+        { { pool_size = 2000000 }, "option 'pool_size' must be a whole number in 1..1000000, got 2000000)" },
         { { keepalive_timeout = -1 }, "option 'keepalive_timeout' must be > 0" },
         { { keepalive_timeout = 86401 }, "option 'keepalive_timeout' must be at most 86400 (one day)" },
       }
@@ -84,9 +91,10 @@ describe("argument checks", function()
       assert.is_truthy(tostring(redislock.new("redis://[::1]:7000/2")):find("[::1]:7000", 1, true))
       assert.is_truthy(tostring(redislock.new("redis://h")):find("h:6379", 1, true))
       assert.is_truthy(tostring(redislock.new("unix:///x.sock")):find("unix:/x.sock", 1, true))
-      -- Explicit fields win over the URL's.
+      -- Explicit fields win over the URL's (an address of the same kind: see above).
       assert.is_truthy(tostring(redislock.new({ url = "redis://h:1", port = 2 })):find("h:2", 1, true))
-      assert.is_truthy(tostring(redislock.new({ url = "redis://h:1", path = "/s" })):find("unix:/s", 1, true))
+      assert.is_truthy(tostring(redislock.new({ url = "redis://h:1", host = "k" })):find("k:1", 1, true))
+      assert.is_truthy(tostring(redislock.new({ url = "unix:///x.sock", path = "/s" })):find("unix:/s", 1, true))
     end)
   end)
 
@@ -126,6 +134,8 @@ describe("argument checks", function()
              client.acquire, client, "k", 5, { wait_mode = "spin" })
       raises("bad argument #3 to 'acquire' (option 'wait_mode' must be \"notify\" or \"poll\", got 1)",
              client.acquire, client, "k", 5, { wait_mode = 1 })
+      raises("bad argument #3 to 'acquire' (option 'replicas' must be a whole number in 1..1000000, got 2000000)",
+             client.acquire, client, "k", 5, { replicas = 2000000 })
       raises("bad argument #3 to 'acquire' (option 'fair' must be a boolean, got string)",
              client.acquire, client, "k", 5, { fair = "yes" })
       raises("bad argument #4 to 'with_lock' (option 'fair' must be a boolean, got number)",
@@ -256,6 +266,35 @@ describe("argument checks", function()
       none, err = c:acquire("rec", 5)
       assert.is_nil(none)
       assert.is_truthy(err:match('^busy: "rec" is held by another owner'), err)
+      other:close()
+      c:close()
+    end)
+
+    it("say when this caller's own hold keeps its read-write lock out", function()
+      local c, other = srv:client(), srv:client()
+      local rw = c:rwlock("doc")
+      local r = assert(rw:read(5))
+      local none, err = rw:write(5)
+      assert.is_nil(none)
+      local _
+      assert.is_truthy(err:match('^busy: read%-write lock "doc" is held by a writer or readers %(write; this caller '
+                                 .. 'holds a read lock on it, which does not turn into the write lock: release it '
+                                 .. 'first; [%d.]+ s left%)$'), err)
+      _, err = other:rwlock("doc"):write(5) -- another client: no hint
+      assert.is_truthy(err:match('^busy: read%-write lock "doc" is held by a writer or readers '
+                                 .. '%(write; [%d.]+ s left%)$'), err)
+      assert(r:release())
+      local w = assert(c:rwlock("doc"):write(5))
+      for _, take in ipairs({ "read", "write" }) do
+        _, err = rw[take](rw, 5)
+        assert.is_truthy(err:find("(" .. take .. "; this caller holds its write lock: locks are not reentrant; ", 1,
+                                  true), err)
+      end
+      assert(w:release())
+      local theirs = assert(other:rwlock("doc"):write(5))
+      _, err = rw:read(5) -- released: no hint
+      assert.is_truthy(err:match('%(read; [%d.]+ s left%)$'), err)
+      assert(theirs:release())
       other:close()
       c:close()
     end)

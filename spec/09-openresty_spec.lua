@@ -25,6 +25,7 @@ local function server_conf(url, dead_url, unix_url, auth_url, badauth_url)
     '  set $redis_timeout "";',
     handler("/counter", "counter"),
     handler("/acquire", "acquire"),
+    handler("/reenter", "reenter"),
     handler("/release", "release"),
     handler("/ping", "ping"),
     handler("/with_lock", "with_lock"),
@@ -145,6 +146,24 @@ describe("OpenResty", function()
         wstatus, wbody = waiting:finish()
         assert.are.equal(200, wstatus, wbody)
         holder:close()
+      end) end
+
+      -- One worker: its requests share its client.
+      if workers == 1 then it("tells a lock another request of the worker holds from one this request holds", function()
+        local holding = http.start(ngx.port, "GET", "/with_lock?key=shared&hold=1")
+        assert.is_truthy(helpers.eventually(2, function() return raw:command("EXISTS", "lock:{shared}") == 1 end))
+        local status, body = http.request(ngx.port, "GET", "/acquire?key=shared")
+        assert.are.equal(409, status)
+        assert.is_truthy(body:match('^busy: "shared" is held by another request of this nginx worker '
+                                    .. '%([%d.]+ s left%)'), body)
+        assert.are.equal(200, (holding:finish()))
+        status, body = http.request(ngx.port, "GET", "/reenter?key=again")
+        assert.are.equal(200, status)
+        assert.is_truthy(body:match('^busy: "again" is held by this request %(locks are not reentrant; '), body)
+        status, body = http.request(ngx.port, "GET", "/reenter?key=doc&rw=1")
+        assert.are.equal(200, status)
+        assert.is_truthy(body:find("this caller holds a read lock on it, which does not turn into the write lock: "
+                                   .. "release it first", 1, true), body)
       end) end
 
       it("uses nginx's connection pool instead of a connection per call", function()

@@ -167,7 +167,11 @@ describe("semaphore", function()
       assert.has_error(function() client:semaphore("pool", limit) end)
     end
     assert.has_error(function() client:semaphore("pool") end,
-                     "bad argument #2 to 'semaphore' (limit must be a whole number >= 1, got nil)")
+                     "bad argument #2 to 'semaphore' (limit must be a whole number in 1..2147483647, got nil)")
+    -- The bound in the message, and whole numbers shown whole (Lua 5.4's 2^31 is a float).
+    assert.has_error(function() client:semaphore("pool", 2 ^ 31) end,
+                     "bad argument #2 to 'semaphore' (limit must be a whole number in 1..2147483647, got 2147483648)")
+    assert.are.equal('redislock semaphore "pool" (limit 2147483647)', tostring(client:semaphore("pool", 2 ^ 31 - 1)))
     assert.has_error(function() client:semaphore("", 1) end, "bad argument #1 to 'semaphore' (key must not be empty)")
     assert.has_error(function() client:semaphore(7, 1) end,
                      "bad argument #1 to 'semaphore' (key must be a string, got number)")

@@ -101,9 +101,14 @@ local function quote(s)
   return shown
 end
 
--- A value as it appears in messages: strings quoted, anything else as tostring.
+-- A value as it appears in messages: strings quoted, whole numbers without
+-- a fraction (Lua 5.4 would write 2^31 as 2147483648.0), anything else as
+-- tostring.
 local function show(v)
   if type(v) == "string" then return quote(v) end
+  if type(v) == "number" and v == math_floor(v) and v > -2 ^ 63 and v < 2 ^ 63 then
+    return string_format("%.0f", v)
+  end
   return tostring(v)
 end
 _M.quote, _M.show = quote, show
@@ -173,6 +178,14 @@ local function is_whole(v, lo, hi)
   return type(v) == "number" and v == math_floor(v) and v >= lo and v <= hi
 end
 
+-- Raises (argument n of fname) unless v is a whole number in lo..hi; what
+-- names it ("option 'db'", "limit" ...).
+local function check_whole(n, fname, what, v, lo, hi)
+  if not is_whole(v, lo, hi) then
+    argerror(n, fname, string_format("%s must be a whole number in %s..%s, got %s", what, show(lo), show(hi), show(v)))
+  end
+end
+
 local function is_callable(f)
   local mt = getmetatable(f)
   return type(f) == "function" or (type(mt) == "table" and mt.__call ~= nil)
@@ -220,9 +233,7 @@ local function check_acquire_opts(n, fname, opts, renew)
                                      max_hold ~= nil and "max_hold" or "on_lost"))
   end
   if replicas ~= nil then
-    if not is_whole(replicas, 1, 1000000) then
-      argerror(n, fname, "option 'replicas' must be a whole number >= 1")
-    end
+    check_whole(n, fname, "option 'replicas'", replicas, 1, 1000000)
     how.replicas = replicas
     how.replica_ms = opts.replica_timeout == nil and 1000
       or check_seconds(n, fname, "option 'replica_timeout'", opts.replica_timeout)
@@ -245,7 +256,7 @@ local function check_acquire_opts(n, fname, opts, renew)
   end
   return how
 end
-_M.check_opts, _M.is_whole, _M.is_callable = check_opts, is_whole, is_callable
+_M.check_opts, _M.is_whole, _M.check_whole, _M.is_callable = check_opts, is_whole, check_whole, is_callable
 
 --- The connection options that reach the C core as C strings (no NUL bytes).
 _M.CSTRING_OPTS = { "host", "path", "username", "password" }

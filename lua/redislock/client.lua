@@ -13,6 +13,7 @@ local lock_mod = require "redislock.lock"
 local scope = require "redislock.scope"
 local tls = require "redislock.tls"
 local topology = require "redislock.topology"
+local transport = require "redislock.transport"
 local url = require "redislock.url"
 local wait = require "redislock.wait"
 
@@ -23,8 +24,8 @@ local os_time = os.time
 local observe = lock_mod.observe
 local take, note_taken = wait.take, scope.note_taken
 local argerror, raise_at_caller, quote, pack = args.argerror, args.raise_at_caller, args.quote, args.pack
-local check_key, check_seconds, check_self, check_nargs, check_opts, is_whole, check_phase, lock_opts =
-      args.check_key, args.check_seconds, args.check_self, args.check_nargs, args.check_opts, args.is_whole,
+local check_key, check_seconds, check_self, check_nargs, check_opts, check_whole, check_phase, lock_opts =
+      args.check_key, args.check_seconds, args.check_self, args.check_nargs, args.check_opts, args.check_whole,
       args.check_phase, args.lock_opts
 
 local _M = { _VERSION = core._VERSION }
@@ -112,6 +113,12 @@ function _M.new(opts, ...)
   if opts.url then
     local t, why = url.parse(opts.url)
     if not t then argerror(1, "new", "option 'url' " .. why) end
+    -- A URL names a TCP address or a socket path; host or path may replace
+    -- its own kind of address, not the other one.
+    if opts.path and t.host or opts.host and t.path then
+      argerror(1, "new", string_format("option '%s' cannot replace the address of a %s URL in option 'url'",
+                                       opts.path and "path" or "host", t.path and "unix://" or "redis://"))
+    end
     c = t
   end
   for _, name in pairs({ "host", "port", "path", "username", "password", "db" }) do
@@ -119,16 +126,15 @@ function _M.new(opts, ...)
   end
   if opts.host and opts.path then
     argerror(1, "new", "options 'host' and 'path' exclude each other")
+
   elseif opts.host then
     c.path = nil
   elseif opts.path then
     c.host, c.port = nil, nil
   end
-  if c.port ~= nil and not is_whole(c.port, 1, 65535) then
-    argerror(1, "new", "option 'port' must be a whole number in 1..65535")
-  end
-  if c.db ~= nil and not is_whole(c.db, 0, 1000000) then
-    argerror(1, "new", "option 'db' must be a whole number >= 0")
+  if c.port ~= nil then check_whole(1, "new", "option 'port'", c.port, 1, 65535) end
+  if c.db ~= nil then
+    check_whole(1, "new", opts.db ~= nil and "option 'db'" or "the URL's database", c.db, 0, 1000000)
   end
   if c.username and not c.password then
     argerror(1, "new", "option 'username' needs a 'password'")
@@ -141,9 +147,7 @@ function _M.new(opts, ...)
       argerror(1, "new", string_format("option '%s' must not contain NUL bytes", name))
     end
   end
-  if opts.pool_size ~= nil and not is_whole(opts.pool_size, 1, 1000000) then
-    argerror(1, "new", "option 'pool_size' must be a whole number >= 1")
-  end
+  if opts.pool_size ~= nil then check_whole(1, "new", "option 'pool_size'", opts.pool_size, 1, 1000000) end
   c.pool_size = opts.pool_size
   for _, name in pairs({ "connect_timeout", "timeout", "keepalive_timeout" }) do
     if opts[name] ~= nil then
@@ -261,7 +265,12 @@ local function adopt(self, key, tok, fence, sent, ms, how, scoped, kind)
     lock_mod.lease(lock, how, ms, sent, scoped)
     self._renewed[lock] = true
   end
-  if not kind then self._held[key] = lock end
+  if not kind then
+    self._held[key] = lock
+    lock._context = transport.context()
+  elseif kind.note then
+    kind.note(self, key, lock)
+  end
   if scope.watching > 0 then note_taken(lock) end
   return lock
 end

@@ -133,9 +133,9 @@ function _M.acquire(client, keys, sorted, ms, how, scoped)
   local kind = {
     take = "acquire", acquire = "acquire",
     eval = function(c, _, _, tok, attempt_ms) return try(state, c, tok, attempt_ms) end,
-    busy = function(_, value, waited, _)
+    busy = function(_, value, waited)
       local mine = client._held[state.busy]
-      return wait.busy_message(state.busy, value, waited, mine ~= nil and mine._state == "held")
+      return wait.busy_message(state.busy, value, waited, mine ~= nil and mine._state == "held" and mine or nil)
     end,
   }
   local tok = new_token(client)

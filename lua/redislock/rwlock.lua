@@ -21,8 +21,10 @@
 local args = require "redislock.args"
 local client_mod = require "redislock.client"
 local core = require "redislock.core"
+local lock_mod = require "redislock.lock"
+local transport = require "redislock.transport"
 
-local setmetatable = setmetatable
+local pairs, setmetatable = pairs, setmetatable
 local string_format = string.format
 local check_self, check_nargs, quote, check_fn = args.check_self, args.check_nargs, args.quote, args.check_fn
 local hold, hold_args, with_hold = client_mod.hold, client_mod.hold_args, client_mod.with_hold
@@ -41,25 +43,71 @@ local WRITE = { release = "write_release", extend = "write_extend", pttl = "writ
                 label = "the write lock on %s", kind = "write lock" }
 
 -- The busy message of a read or a write (value: ms until it may change:
--- the writer's TTL, the last reader's, or the waiting writers' stay).
-local function busy_of(mode)
+-- the writer's TTL, the last reader's, or the waiting writers' stay); hint:
+-- why, when this caller's own hold is in the way.
+local function busy_of(mode, hint)
   local state = mode == "read" and "held or awaited by a writer" or "held by a writer or readers"
+  local detail = hint and mode .. "; " .. hint or mode
   return function(name, value, waited)
     if waited > 0 then
       return string_format("busy: read-write lock %s is still %s after waiting %.3g s (%s; %.3g s left)",
-                           quote(name), state, waited, mode, value / 1000)
+                           quote(name), state, waited, detail, value / 1000)
     end
-    return string_format("busy: read-write lock %s is %s (%s; %.3g s left)", quote(name), state, mode, value / 1000)
+    return string_format("busy: read-write lock %s is %s (%s; %.3g s left)", quote(name), state, detail, value / 1000)
+  end
+end
+
+-- The holds each client took, by mode and name, for those hints (weakly:
+-- client -> { read = { name -> hold }, write = { name -> hold } }).
+local holding = setmetatable({}, { __mode = "k" })
+
+local function noter(mode)
+  return function(client, name, h)
+    local mine = holding[client]
+    if not mine then
+      mine = { read = setmetatable({}, { __mode = "v" }), write = setmetatable({}, { __mode = "v" }) }
+      holding[client] = mine
+    end
+    h._context = transport.context()
+    mine[mode][name] = h
   end
 end
 
 -- How wait.take takes each: no cheaper first try than the script; a writer
 -- stays queued while it waits (which keeps new readers out) and leaves the
--- queue when it gives up.
+-- queue when it gives up. note: adopt records the hold.
 local READER = { take = "read_acquire", acquire = "read_acquire", wait = "read_acquire", ops = READ,
-                 busy = busy_of("read") }
+                 busy = busy_of("read"), note = noter("read") }
 local WRITER = { take = "write_acquire", acquire = "write_acquire", wait = "write_acquire", ops = WRITE,
-                 stays = true, leave = "write_leave", busy = busy_of("write") }
+                 stays = true, leave = "write_leave", busy = busy_of("write"), note = noter("write") }
+
+-- The same, but with a hint in the busy message.
+local function hinted(kind, mode, hint)
+  local k = {}
+  for name, v in pairs(kind) do k[name] = v end
+  k.busy = busy_of(mode, hint)
+  return k
+end
+local NOT_REENTRANT = "locks are not reentrant"
+local HINTED = {
+  [READER] = { write = hinted(READER, "read", "this caller holds its write lock: " .. NOT_REENTRANT) },
+  [WRITER] = { write = hinted(WRITER, "write", "this caller holds its write lock: " .. NOT_REENTRANT),
+               read = hinted(WRITER, "write", "this caller holds a read lock on it, which does not turn into "
+                                              .. "the write lock: release it first") },
+}
+
+-- kind, or its hinted variant when this caller (this client; under
+-- OpenResty, this request) holds a hold of name that is in the way.
+local function kind_for(client, name, kind)
+  local mine = holding[client]
+  if not mine then return kind end
+  local context = transport.context()
+  for mode, variant in pairs(HINTED[kind]) do
+    local h = mine[mode][name]
+    if h and h._context == context and lock_mod.ours_by_clock(h) then return variant end
+  end
+  return kind
+end
 
 --- new(client, name): client:rwlock(name), after the client and name were
 -- checked (client.lua). No I/O.
@@ -86,7 +134,7 @@ function RWLock:read(ttl, opts, ...)
   check_self(self, rwlock_mt, "read", "redislock rwlock")
   local ms, how = take_args(self, "read", ttl, opts, false, 2)
   check_nargs("read", 2, ...)
-  return hold(self._client, self.name, ms, how, false, READER)
+  return hold(self._client, self.name, ms, how, false, kind_for(self._client, self.name, READER))
 end
 
 --- Takes the write hold for ttl seconds: no other writer, no reader.
@@ -96,7 +144,7 @@ function RWLock:write(ttl, opts, ...)
   check_self(self, rwlock_mt, "write", "redislock rwlock")
   local ms, how = take_args(self, "write", ttl, opts, false, 2)
   check_nargs("write", 2, ...)
-  return hold(self._client, self.name, ms, how, false, WRITER)
+  return hold(self._client, self.name, ms, how, false, kind_for(self._client, self.name, WRITER))
 end
 
 -- with_read and with_write: fn(hold) under a hold, with with_lock's
@@ -105,7 +153,7 @@ local function with(self, kind, fname, ttl, fn, opts, ...)
   local ms, how = take_args(self, fname, ttl, opts, true, 3)
   check_fn(2, fname, fn)
   check_nargs(fname, 3, ...)
-  return with_hold(self._client, self.name, ms, how, kind, fn)
+  return with_hold(self._client, self.name, ms, how, kind_for(self._client, self.name, kind), fn)
 end
 
 --- Calls fn(hold) under a read hold, then releases it; as with_lock: returns

@@ -15,10 +15,10 @@ local args = require "redislock.args"
 local client_mod = require "redislock.client"
 local core = require "redislock.core"
 
-local setmetatable, tostring = setmetatable, tostring
+local setmetatable = setmetatable
 local string_format = string.format
-local argerror, check_self, check_nargs, is_whole, quote, check_fn =
-      args.argerror, args.check_self, args.check_nargs, args.is_whole, args.quote, args.check_fn
+local check_self, check_nargs, check_whole, quote, check_fn =
+      args.check_self, args.check_nargs, args.check_whole, args.quote, args.check_fn
 local hold, hold_args, with_hold, check_open = client_mod.hold, client_mod.hold_args, client_mod.with_hold,
       client_mod.check_open
 
@@ -39,9 +39,7 @@ local MAX_LIMIT = 2 ^ 31 - 1
 --- new(client, name, limit): client:semaphore(name, limit), after the
 -- client and name were checked (client.lua). No I/O. limit: a whole number >= 1.
 function _M.new(client, name, limit, ...)
-  if not is_whole(limit, 1, MAX_LIMIT) then
-    argerror(2, "semaphore", "limit must be a whole number >= 1, got " .. args.show(limit))
-  end
+  check_whole(2, "semaphore", "limit", limit, 1, MAX_LIMIT)
   check_nargs("semaphore", 2, ...)
   local label = quote(name)
   -- How wait.take takes a permit: there is no cheaper first try than the
@@ -102,7 +100,7 @@ function Semaphore:count(...)
 end
 
 semaphore_mt.__tostring = function(self)
-  return string_format("redislock semaphore %s (limit %s)", quote(self.name), tostring(self.limit))
+  return string_format("redislock semaphore %s (limit %s)", quote(self.name), args.show(self.limit))
 end
 
 return _M

@@ -88,12 +88,9 @@ local function redlock_servers(opts, common)
     for _, name in ipairs({ "username", "password", "db" }) do
       if f[name] == nil then f[name] = common[name] end
     end
-    if f.port ~= nil and not is_whole(f.port, 1, 65535) then
-      argerror(1, "new", string_format("option 'redlock' item %d: port must be a whole number in 1..65535", i))
-    end
-    if f.db ~= nil and not is_whole(f.db, 0, 1000000) then
-      argerror(1, "new", string_format("option 'redlock' item %d: db must be a whole number >= 0", i))
-    end
+    local which = string_format("option 'redlock' item %d: ", i)
+    if f.port ~= nil then args.check_whole(1, "new", which .. "port", f.port, 1, 65535) end
+    if f.db ~= nil then args.check_whole(1, "new", which .. "db", f.db, 0, 1000000) end
     for _, name in ipairs(CSTRING_OPTS) do
       if type(f[name]) == "string" and f[name]:find("\0", 1, true) then
         argerror(1, "new", string_format("option 'redlock' item %d: %s must not contain NUL bytes", i, name))

@@ -49,6 +49,10 @@ local ngx_transport = type(ngx) == "table" and type(ngx.socket) == "table" and n
 --- true under OpenResty (redislock/ngx.lua's transport).
 _M.cosockets = ngx_transport and true or false
 
+--- The caller's context, for messages: under OpenResty its request (or
+-- timer), which locks of one worker's client tell apart; nil in plain Lua.
+_M.context = ngx_transport and require("resty.core.base").get_request or function() return nil end
+
 --- A transport for one node, and the sleep that goes with it (ngx.sleep or
 -- core.sleep). No I/O. fields: host, port, path, username, password, db,
 -- connect_timeout_ms, timeout_ms, prefix, tls (redislock/tls.lua's

@@ -9,6 +9,7 @@
 local args = require "redislock.args"
 local core = require "redislock.core"
 local lock_mod = require "redislock.lock"
+local transport = require "redislock.transport"
 
 local string_format = string.format
 local math_max, math_min, math_floor = math.max, math.min, math.floor
@@ -45,13 +46,18 @@ end
 
 -- The busy message after an attempt that answered value (the holder's PTTL,
 -- or -2 when a fair lock is free but promised to earlier waiters); mine: the
--- holder is this very client.
+-- lock this very client holds there, if any. Under OpenResty a worker's
+-- requests share its client: one request waiting for another's lock is
+-- plain contention, told apart by the request (transport.context).
 local function busy_message(key, value, waited, mine)
   local state, detail = "held by another owner", seconds_text(value)
+  local context = mine and mine._context
   if value == -2 then
     state, detail = "promised to earlier waiters", "fair queue"
+  elseif context and context ~= transport.context() then
+    state = "held by another request of this nginx worker"
   elseif mine then
-    state, detail = "held by this client", "locks are not reentrant; " .. detail
+    state, detail = context and "held by this request" or "held by this client", "locks are not reentrant; " .. detail
   end
   if waited > 0 then
     return string_format("busy: %s is still %s after waiting %.3g s (%s)", quote(key), state, waited, detail)
@@ -143,7 +149,9 @@ local function take(c, sleep, held, hot, key, tok, ms, how, kind)
     if left <= 0 or (status == nil and not retryable(value)) then
       if stays then c:eval(kind.leave, key, tok) end -- best effort: else it drops out in 3 s
       if status == nil then return nil, value end
-      return nil, (kind.busy or busy_message)(key, value, wait, ours_by_clock(held[key]))
+      if kind.busy then return nil, kind.busy(key, value, wait) end
+      local mine = held[key]
+      return nil, busy_message(key, value, wait, ours_by_clock(mine) and mine or nil)
     end
     -- How long the lock can stay as it is: until the holder's TTL runs out.
     local block = left
@@ -181,7 +189,8 @@ end
 _M.take = take
 
 --- busy_message(key, value, waited, mine): the "busy: ..." message of a
--- lock after an attempt that answered value (see above).
+-- lock after an attempt that answered value; mine: the lock this client
+-- holds there, or nil (see above).
 _M.busy_message = busy_message
 
 --- The server replies worth waiting out (code word -> true); topologies add

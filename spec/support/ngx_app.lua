@@ -136,6 +136,20 @@ function app.acquire()
   return reply(200, lock.fence .. " " .. lock.token)
 end
 
+--- GET /reenter?key=k[&rw=1]: inside with_lock on k (with_read on the
+-- read-write lock k, with rw), takes k again (its write lock) -> 200 and
+-- the busy message that second take answered.
+function app.reenter()
+  local c, key = client(), ngx.var.arg_key
+  local err
+  if ngx.var.arg_rw == "1" then
+    err = c:rwlock(key):with_read(5, function() return select(2, c:rwlock(key):write(5)) end)
+  else
+    err = c:with_lock(key, 5, function() return select(2, c:acquire(key, 5)) end)
+  end
+  return reply(200, tostring(err))
+end
+
 --- GET /new: makes a client as client() would, reporting an error raised
 -- (500 and the message) instead of a lock.
 function app.new()
