@@ -192,6 +192,26 @@ describe("the redislock command", function()
       assert.are.equal(64, code, words .. ": " .. out)
       assert.matches("^redislock: [^\n]+\nTry 'redislock %-%-help'%.\n$", out)
     end
+    -- What each says: in the command's words, not the library's.
+    for words, said in pairs({
+      ["run -- echo hi"] = "'--' goes after KEY (run [options] KEY -- COMMAND ...)",
+      ["run '' -- true"] = "KEY must not be empty",
+      ["break ''"] = "KEY must not be empty",
+      ["run --ttl 1e300 job true"] = "--ttl must be a number of seconds above 0, at most 9007199254740, got '1e300'",
+      ["run --timeout 100000 job true"] =
+        "--timeout must be a number of seconds above 0, at most 86400, got '100000'",
+      ["--bogus"] =
+        "unknown option '--bogus' (options go after the subcommand: redislock run|status|break [options] KEY)",
+      ["run --ttl 5 --ttl 6 job true"] = "option '--ttl' is given twice",
+      ["run -w 1 --wait 2 job true"] = "option '--wait' is given twice",
+      ["status --url redis://127.0.0.1/2000000 job"] =
+        "the URL's database must be a whole number in 0..1000000, got 2000000",
+    }) do
+      local out, code = redislock_cmd(words)
+      assert.are.equal(64, code, words .. ": " .. out)
+      assert.are.equal("redislock: " .. said .. "\nTry 'redislock --help'.\n", out)
+    end
+    assert.are.equal(0, raw:command("EXISTS", "lock:{echo}")) -- "run -- echo hi" took no lock named "echo"
     local out, code = redislock_cmd("--help")
     assert.are.equal(0, code)
     assert.matches("usage: redislock run", out)
