@@ -14,6 +14,23 @@
 --     local client = redislock.new{ url = "redis://127.0.0.1:6379/0" }
 --     client:with_lock("orders:42", 5, function(lock) ... end)
 
+-- The C core first: one built for another Lua (Lua 5.4's, found through a
+-- LUA_CPATH that LuaJIT reads too, or the other way round) fails to load
+-- with an undefined symbol of the Lua API. Say so.
+do
+  local ok, err = pcall(require, "redislock.core")
+  local symbol = not ok and tostring(err):match("undefined symbol: (luaL?_[%w_]+)")
+  if symbol then
+    error(string.format("redislock: the C core %s was built for another Lua than this one (%s: no %s). It is "
+                        .. "found through package.cpath (LUA_CPATH, which Lua 5.4 and LuaJIT both read): give Lua "
+                        .. "5.4 its paths in LUA_PATH_5_4 and LUA_CPATH_5_4, or install each Lua's build in a tree "
+                        .. "of its own", tostring(err):match("from file '([^']+)'") or "",
+                        rawget(_G, "jit") and jit.version or _VERSION, symbol), 0) -- luacheck: ignore (jit)
+  elseif not ok then
+    error(err, 0)
+  end
+end
+
 local args = require "redislock.args"
 local client_mod = require "redislock.client"
 local core = require "redislock.core"

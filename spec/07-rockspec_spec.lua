@@ -43,4 +43,53 @@ describe("the rockspec", function()
     local v = require("redislock")._VERSION
     assert.are.equal(v .. "\t" .. v .. "\t32\n", loaded)
   end)
+
+  -- The README's way to keep both builds: its LuaJIT config line, a tree
+  -- per Lua, Lua 5.4's paths in LUA_PATH_5_4/LUA_CPATH_5_4. Once (LuaJIT pass).
+  it("installs the LuaJIT build beside the Lua 5.4 one as the README says, each command and module its own", function()
+    if not jit then return end
+    local root = helpers.spec_dir .. ".."
+    local q = helpers.sh_quote
+    local readme = assert(io.open(root .. "/README.md")):read("a")
+    local config_line = assert(readme:match("\n(printf 'lua_interpreter = \"luajit\"[^\n]+)\n"),
+                               "the README's LuaJIT config line")
+    local dir = (helpers.run("mktemp -d"):gsub("%s+$", ""))
+    local function sh(...)
+      local out, ok = helpers.run("cd " .. q(dir) .. " && " .. table.concat({ ... }, " && ") .. " 2>&1")
+      return out, ok
+    end
+    local out, ok = sh("cp -R " .. q(root) .. "/bin " .. q(root) .. "/csrc " .. q(root) .. "/lua " .. q(root)
+                       .. "/rockspec .", config_line,
+                       "luarocks --lua-version=5.4 --tree=t54 make rockspec/redislock-scm-1.rockspec >/dev/null",
+                       "LUAROCKS_CONFIG=luajit.lua luarocks --lua-version=5.1 --tree=tjit make "
+                         .. "rockspec/redislock-scm-1.rockspec >/dev/null")
+    assert.is_true(ok, out)
+    local v = require("redislock")._VERSION
+    -- Each tree's command runs under its own Lua (LuaJIT's used to name lua5.1).
+    local env = "env -u LUA_PATH -u LUA_CPATH -u LUA_PATH_5_4 -u LUA_CPATH_5_4 LD_PRELOAD= "
+    for _, tree in ipairs({ "t54", "tjit" }) do
+      out, ok = sh(env .. "sh -c " .. q('eval "$(luarocks --lua-version=' .. (tree == "t54" and "5.4" or "5.1")
+                                         .. " --tree=" .. tree .. ' path)" && ' .. tree .. "/bin/redislock --version"))
+      assert.is_true(ok, out)
+      assert.are.equal("redislock " .. v .. "\n", out)
+    end
+    -- Both Lua paths set as the README says: each interpreter finds its own build.
+    local paths = table.concat({
+      'export LUA_PATH_5_4="$(luarocks --lua-version=5.4 --tree=t54 path --lr-path);;"',
+      'export LUA_CPATH_5_4="$(luarocks --lua-version=5.4 --tree=t54 path --lr-cpath);;"',
+      'eval "$(luarocks --lua-version=5.1 --tree=tjit path)"' }, " && ")
+    local which = "local p = package.searchpath('redislock.core', package.cpath) "
+                  .. "print(p:match('/(t54)/') or p:match('/(tjit)/') or p)"
+    out, ok = sh(env .. "sh -c " .. q(paths .. " && lua5.4 -e " .. q("require 'redislock' " .. which)
+                                       .. " && luajit -e " .. q("require 'redislock' " .. which)))
+    assert.is_true(ok, out)
+    assert.are.equal("t54\ntjit\n", out)
+    -- Lua 5.4's paths in LUA_CPATH, read by LuaJIT too: a message, not an undefined symbol alone.
+    out, ok = sh(env .. "sh -c " .. q('eval "$(luarocks --lua-version=5.4 --tree=t54 path)" && luajit -e '
+                                       .. q("require 'redislock'")))
+    assert.is_false(ok, out)
+    assert.is_truthy(out:find("redislock: the C core [^\n]*/t54/[^\n]*core.so was built for another Lua than this one "
+                              .. "%(LuaJIT [^:]+: no lua_"), out)
+    os.execute("rm -rf " .. q(dir))
+  end)
 end)

@@ -190,6 +190,8 @@ describe("OpenResty", function()
       local status, body = http.request(ngx.port, "GET", "/dead/acquire?key=k")
       assert.are.equal(503, status)
       assert.is_truthy(body:match("^connection: cannot connect to 127%.0%.0%.1:%d+ %(connection refused%)"), body)
+      -- lua_socket_log_errors off: nothing in nginx's log either.
+      assert.is_nil(ngx:error_log():find("connect() failed", 1, true), ngx:error_log())
     end)
 
     it("answers connection when Redis does not answer within the timeout", function()
