@@ -18,6 +18,7 @@
 #include "rl_proc.h"
 #include "rl_proto.h"
 #include "rl_sentinel.h"
+#include "rl_sha1.h"
 #include "rl_version.h"
 #include "rl_watchdog.h"
 
@@ -1066,6 +1067,29 @@ static int core_slot(lua_State *L) {
   return 1;
 }
 
+/*
+ * core.guard_script(owned, text) -> script, sha: the user's script text run
+ * under a guard (owned: the hold's owner check, else the fence check; see
+ * rl_guard_parts), and its SHA-1 for EVALSHA.
+ */
+static int core_guard_script(lua_State *L) {
+  int owned = lua_toboolean(L, 1);
+  size_t len;
+  const char *text = luaL_checklstring(L, 2, &len), *head, *tail;
+  char sha[41];
+  luaL_Buffer b;
+  rl_guard_parts(owned, &head, &tail);
+  luaL_buffinit(L, &b);
+  luaL_addstring(&b, head);
+  luaL_addlstring(&b, text, len);
+  luaL_addstring(&b, tail);
+  luaL_pushresult(&b);
+  text = lua_tolstring(L, -1, &len);
+  rl_sha1_hex(text, len, sha);
+  lua_pushstring(L, sha);
+  return 2;
+}
+
 /* core.lock_slot(key) -> the hash slot of the lock on key (of all its names). */
 static int core_lock_slot(lua_State *L) {
   size_t len;
@@ -1326,6 +1350,7 @@ static const luaL_Reg core_functions[] = {
   { "eval_many", core_eval_many },
   { "slot", core_slot },
   { "lock_slot", core_lock_slot },
+  { "guard_script", core_guard_script },
   { "era_tag", core_era_tag },
   { "setname", core_setname },
   { "redirect", core_redirect },

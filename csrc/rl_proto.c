@@ -535,6 +535,94 @@ static const char force_release[] =
   "end) end\n"
   "return 1\n";
 
+/* Guarded writes (redislock/guard.lua). Defines write(k, a): the write
+   ARGV[a] ("set", "hset", "incrby", "del", "rpush") on KEYS[k] (del: KEYS[k]
+   and after) with ARGV[a + 1] and after as its arguments (set: the value,
+   then the TTL in ms or nothing); returns the write's reply (set: 1). */
+#define WRITE_FN                                                           \
+  "local function write(k, a)\n"                                           \
+  "  local w = ARGV[a]\n"                                                  \
+  "  if w == 'set' then\n"                                                 \
+  "    if ARGV[a + 2] then redis.call('SET', KEYS[k], ARGV[a + 1], 'PX', ARGV[a + 2])\n" \
+  "    else redis.call('SET', KEYS[k], ARGV[a + 1]) end\n"                 \
+  "    return 1\n"                                                         \
+  "  elseif w == 'hset' then return redis.call('HSET', KEYS[k], unpack(ARGV, a + 1))\n" \
+  "  elseif w == 'incrby' then return redis.call('INCRBY', KEYS[k], ARGV[a + 1])\n" \
+  "  elseif w == 'del' then return redis.call('DEL', unpack(KEYS, k))\n"   \
+  "  elseif w == 'rpush' then return redis.call('RPUSH', KEYS[k], unpack(ARGV, a + 1))\n" \
+  "  end\n"                                                                \
+  "  error('redislock: no write ' .. tostring(w))\n"                       \
+  "end\n"
+
+/* fenced_write: KEYS the resource's fence record, then the resource's keys;
+   ARGV[1] the hold's fence, then the write (see WRITE_FN). The write is
+   applied only when the fence is at least the highest the record accepted
+   (which it then becomes): {1, the write's reply}; else {0, that highest
+   fence}. The record is written after the write, so that a write the server
+   refuses (WRONGTYPE ...) leaves it as it was. It never expires. */
+static const char fenced_write[] =
+  WRITE_FN
+  "local top = redis.call('GET', KEYS[1])\n"
+  "if top and tonumber(top) > tonumber(ARGV[1]) then return {0, top} end\n"
+  "local r = write(2, 2)\n"
+  "if top ~= ARGV[1] then redis.call('SET', KEYS[1], ARGV[1]) end\n"
+  "return {1, r}\n";
+
+/* The owner check of owned_write, on KEYS[1] with ARGV[1] the token and
+   ARGV[2] how the hold is kept: "string" (a lock, a write lock: the key
+   holds the token) or "zset" (a semaphore's permits: the token is a member
+   whose score, its expiry on the server's clock, is still ahead). */
+#define OWNER_CHECK                                                        \
+  "local held\n"                                                           \
+  "if ARGV[2] == 'zset' then\n"                                            \
+  NOW                                                                      \
+  "  local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"                   \
+  "  held = s and tonumber(s) > now\n"                                     \
+  "else\n"                                                                 \
+  "  held = redis.call('GET', KEYS[1]) == ARGV[1]\n"                       \
+  "end\n"                                                                  \
+  "if not held then return {0} end\n"
+
+/* owned_write: KEYS the hold's key (see OWNER_CHECK), then the resource's
+   keys; ARGV[1] the token, ARGV[2] how the hold is kept, then the write.
+   Applied only while the hold is ours: {1, the write's reply}; else {0}. */
+static const char owned_write[] =
+  WRITE_FN
+  OWNER_CHECK
+  "return {1, write(2, 3)}\n";
+
+/* A user's script run under a guard (redislock/guard.lua's eval): the
+   head and tail around its text, fenced (the check and record of
+   fenced_write) or owned (owned_write's owner check). The user's script
+   runs as a function of its own KEYS and ARGV (those after the guard's);
+   its reply comes back as the second element. */
+static const char user_fenced_head[] =
+  "local top = redis.call('GET', KEYS[1])\n"
+  "if top and tonumber(top) > tonumber(ARGV[1]) then return {0, top} end\n"
+  "local function user(KEYS, ARGV)\n";
+static const char user_fenced_tail[] =
+  "\nend\n"
+  "local keys, argv = {}, {}\n"
+  "for i = 2, #KEYS do keys[i - 1] = KEYS[i] end\n"
+  "for i = 2, #ARGV do argv[i - 1] = ARGV[i] end\n"
+  "local r = user(keys, argv)\n"
+  "if top ~= ARGV[1] then redis.call('SET', KEYS[1], ARGV[1]) end\n"
+  "return {1, r}\n";
+static const char user_owned_head[] =
+  OWNER_CHECK
+  "local function user(KEYS, ARGV)\n";
+static const char user_owned_tail[] =
+  "\nend\n"
+  "local keys, argv = {}, {}\n"
+  "for i = 2, #KEYS do keys[i - 1] = KEYS[i] end\n"
+  "for i = 3, #ARGV do argv[i - 2] = ARGV[i] end\n"
+  "return {1, user(keys, argv)}\n";
+
+void rl_guard_parts(int owned, const char **head, const char **tail) {
+  *head = owned ? user_owned_head : user_fenced_head;
+  *tail = owned ? user_owned_tail : user_fenced_tail;
+}
+
 /* The scripts not sent through rl_cmd, by name, with their SHA-1s. */
 static struct {
   const char *name, *text;
@@ -543,6 +631,8 @@ static struct {
   { "multi_acquire", multi_acquire, "" },
   { "inspect", inspect, "" },
   { "force_release", force_release, "" },
+  { "fenced_write", fenced_write, "" },
+  { "owned_write", owned_write, "" },
 };
 #define NEXTRA (sizeof extra / sizeof extra[0])
 

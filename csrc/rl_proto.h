@@ -132,6 +132,9 @@ const char *rl_op_name(rl_op op);
    one server; its keys are many), inspect and force_release (see
    rl_proto.c). The i-th (from 0) with its name and SHA-1; NULL past the last. */
 const char *rl_extra_script(int i, const char **name, const char **sha);
+/* The head and tail of a user's script run under a guard (owned: the owner
+   check; else the fence check): see rl_proto.c. */
+void rl_guard_parts(int owned, const char **head, const char **tail);
 
 /* Whether op takes a time (ms >= 1: a ttl, or fence_up's fence) and a count
    (n >= 1: sem_acquire's limit); whether it may be sent twice (every op but

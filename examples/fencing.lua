@@ -2,32 +2,26 @@
 -- A fenced write. A lock holder can pause (GC, swap, SIGSTOP, a slow call)
 -- past its TTL; meanwhile another process takes the lock and writes. When the
 -- first one wakes up, only the resource itself can stop its stale write: it
--- keeps the highest fence it has seen and refuses a write carrying a lower
--- one. Here the resource is a Redis hash, guarded by a server-side script;
--- a database would do the same with `UPDATE ... WHERE fence <= ?`.
+-- keeps the highest fence it has accepted and refuses a write carrying a
+-- lower one. lock:fenced() does that for a Redis resource (the check, the
+-- write and the record in one script); a database would do the same with
+-- `UPDATE ... WHERE fence <= ?`.
 --
 -- Run by hand (needs a redis-server; REDIS_URL, else 127.0.0.1:6379):
 --  REDIS_URL=redis://127.0.0.1:6379 LUA_PATH="lua/?.lua;;" LUA_CPATH="build/lua5.4/?.so;;" lua5.4 examples/fencing.lua
--- It uses the keys "fencing:row" and the lock "fencing".
+-- It uses the keys "fencing:row" (and its fence record, "{fencing:row}:fence")
+-- and the lock "fencing".
 
 local redislock = require "redislock"
 local core = require "redislock.core"  -- only for core.sleep, to play the pause
 
--- Writes value into the row unless the row has seen a newer fence. 1 or 0.
-local FENCED_WRITE = [[
-local seen = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
-if tonumber(ARGV[1]) < seen then return 0 end
-redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
-return 1
-]]
-
 local url = os.getenv("REDIS_URL")
 local client = redislock.new{ url = (url and url ~= "") and url or "redis://127.0.0.1:6379" }
-assert(client:command("DEL", "fencing:row"))
+assert(client:command("DEL", "fencing:row", "{fencing:row}:fence"))
 
-local function write(who, fence)
-  local ok = assert(client:command("EVAL", FENCED_WRITE, 1, "fencing:row", fence, who))
-  print(string.format("%s writes with fence %d: %s", who, fence, ok == 1 and "accepted" or "refused (stale fence)"))
+local function write(who, lock)
+  local ok, err = lock:fenced():hset("fencing:row", "value", who)
+  print(string.format("%s writes with fence %d: %s", who, lock.fence, ok and "accepted" or "refused (" .. err .. ")"))
 end
 
 -- A takes the lock, without renewal, and then pauses past its TTL.
@@ -38,10 +32,10 @@ core.sleep(0.4)
 -- Meanwhile the lock expired; B takes it and writes.
 local b = assert(client:acquire("fencing", 5))
 print(string.format("B holds the lock with fence %d", b.fence))
-write("B", b.fence)
+write("B", b)
 
 -- A wakes up and, not knowing, writes: the row refuses the older fence.
-write("A", a.fence)
+write("A", a)
 print("A's lock:", a:check())
 assert(b:release())
 print("the row says: " .. assert(client:command("HGET", "fencing:row", "value")))

@@ -47,6 +47,7 @@ build = {
     ["redislock.args"] = "lua/redislock/args.lua",
     ["redislock.client"] = "lua/redislock/client.lua",
     ["redislock.lock"] = "lua/redislock/lock.lua",
+    ["redislock.guard"] = "lua/redislock/guard.lua",
     ["redislock.multilock"] = "lua/redislock/multilock.lua",
     ["redislock.ngx"] = "lua/redislock/ngx.lua",
     ["redislock.ngx_lease"] = "lua/redislock/ngx_lease.lua",

@@ -35,6 +35,11 @@ args.own(debug.getinfo(1, "S").source)
 local Client = {}
 local client_mt = { __index = Client }
 
+--- Whether x is a client (of redislock.new).
+function _M.is_client(x)
+  return getmetatable(x) == client_mt
+end
+
 --- Whether the client was closed.
 function _M.closed(client)
   return client._link.closed
@@ -178,7 +183,7 @@ function _M.new(opts, ...)
   -- _holder: "/<host>/" for the tokens (nil: holder = false), _label: "/<label>" or "".
   local self = { prefix = c.prefix, _renewed = setmetatable({}, { __mode = "k" }),
                  _held = setmetatable({}, { __mode = "v" }), _hot = { keys = {}, n = 0 },
-                 _link = { closed = false, observer = opts.observer },
+                 _link = { closed = false, observer = opts.observer, prefix = c.prefix },
                  _holder = opts.holder ~= false and "/" .. core.hostname():gsub(HOLDER_CHARS, "_") .. "/" or nil,
                  _label = opts.label and "/" .. opts.label or "" }
   self._transport, self._sleep = topology.transport(opts, c)

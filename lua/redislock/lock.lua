@@ -354,4 +354,27 @@ end
 --- Whether the lease found the lock lost and nobody was told yet.
 _M.lost_news = lost_news
 
+--- unusable(lock): why the lock cannot be used (no longer ours by our own
+-- account, or its client closed), or nil. set_lost(lock, why): records that
+-- it is no longer ours, and returns the "lost" message.
+_M.unusable, _M.set_lost = unusable, set_lost
+
+--- Writes guarded by this hold's fence, to client (a redislock client;
+-- default: the hold's own): see redislock/guard.lua.
+-- @return guard (set, hset, incr, del, rpush, eval)
+function Lock:fenced(client, ...)
+  check_self(self, lock_mt, "fenced", "redislock lock")
+  check_nargs("fenced", 1, ...)
+  return require("redislock.guard").fenced(self, client)
+end
+
+--- Writes applied only while this hold is still ours, on its own server:
+-- see redislock/guard.lua.
+-- @return guard (set, hset, incr, del, rpush, eval)
+function Lock:owned(...)
+  check_self(self, lock_mt, "owned", "redislock lock")
+  check_nargs("owned", 0, ...)
+  return require("redislock.guard").owned(self)
+end
+
 return _M

@@ -1,0 +1,258 @@
+-- SPDX-License-Identifier: MIT
+--- redislock.guard: writes guarded by a hold (a lock, a semaphore's permit,
+-- a read-write lock's write hold, a Redlock lock), so that a holder that was
+-- paused past its TTL cannot overwrite its successor's work.
+--
+--   hold:fenced([client])  writes applied only when the hold's fence is at
+--        least the highest fence the resource accepted (which it becomes):
+--        to any server (client: a redislock client of any topology; default
+--        the hold's own). Each resource key's highest fence is kept beside
+--        it, in its hash slot (fence_key below), and never expires.
+--   hold:owned()           writes applied only while the hold is still ours
+--        (etcd's IsOwner), on the hold's own server, atomically.
+--
+-- Both give a guard with set, hset, incr, del, rpush and eval (a script of
+-- the user's, run under the guard). Each returns true and the write's reply;
+-- or false and "stale: ..." (fenced: a later holder's write came first) or
+-- "lost: ..." (owned; the hold then reports itself lost); or nil and a
+-- "connection: ..." / "redis: ..." error. The checks and writes are the C
+-- core's scripts (rl_proto.c, "Guarded writes").
+
+local args = require "redislock.args"
+local client_mod = require "redislock.client"
+local core = require "redislock.core"
+local lock_mod = require "redislock.lock"
+
+local ipairs, select, setmetatable, tonumber, tostring, type = ipairs, select, setmetatable, tonumber, tostring, type
+local string_format = string.format
+local unpack = table.unpack or unpack -- luacheck: ignore (LuaJIT's global)
+local argerror, quote, show = args.argerror, args.quote, args.show
+
+-- Raises "bad self to 'fname' (msg)" at the caller.
+local function bad_self(fname, msg)
+  args.raise_at_caller(string_format("bad self to '%s' (%s)", fname, msg))
+end
+
+local _M = { _VERSION = core._VERSION }
+
+args.own(debug.getinfo(1, "S").source)
+
+local Guard = {}
+local guard_mt = { __index = Guard }
+
+--- The key of the highest fence a resource key accepted, in the key's own
+-- hash slot: after a key with a hash tag, "<key>:fence" (same tag); else
+-- "{<key>}:fence" (the whole key as the tag). nil for a key that has a '}'
+-- but no tag, whose slot no such name shares.
+function _M.fence_key(key)
+  local open = key:find("{", 1, true)
+  local close = open and key:find("}", open + 1, true)
+  if close and close > open + 1 then return key .. ":fence" end
+  if key:find("}", 1, true) then return nil end
+  return "{" .. key .. "}:fence"
+end
+local fence_key = _M.fence_key
+
+-- How an owned write finds the hold on the server: its key's suffix after
+-- "<prefix>{<key>}", and how the token is kept there.
+local OWNER = {
+  lock = { "", "string" },
+  ["write lock"] = { ":rw:writer", "string" },
+  permit = { ":permits", "zset" },
+}
+
+--- hold:fenced([client]) (see above); hold is a lock object (redislock/lock.lua).
+function _M.fenced(hold, client)
+  if type(hold.fence) ~= "number" then
+    bad_self("fenced", "a hold with one fence expected")
+  end
+  local t
+  if client == nil then
+    t = hold._t
+    if t.quorum then
+      argerror(1, "fenced", "a Redlock lock guards writes to a client of the resource's server: hold:fenced(client)")
+    end
+  elseif client_mod.is_client(client) then
+    t = client._transport
+    if t.quorum then
+      argerror(1, "fenced", "the resource's client must reach one server, Sentinel's master or a cluster, "
+                            .. "not Redlock's")
+    end
+  else
+    argerror(1, "fenced", "client must be a redislock client, got " .. type(client))
+  end
+  return setmetatable({ hold = hold, t = t, owned = false }, guard_mt)
+end
+
+--- hold:owned() (see above).
+function _M.owned(hold)
+  local owner = OWNER[hold._ops.kind]
+  if not owner then
+    bad_self("owned", "a " .. hold._ops.kind .. " does not own writes; owner-checked writes go with a lock, a "
+                      .. "write lock or a permit")
+  end
+  if hold._t.quorum then
+    bad_self("owned", "a Redlock lock lives on several servers; guard its writes with hold:fenced(client)")
+  end
+  local owner_key = hold._link.prefix .. "{" .. hold.key .. "}" .. owner[1]
+  return setmetatable({ hold = hold, t = hold._t, owned = true, owner_key = owner_key, how = owner[2] }, guard_mt)
+end
+
+-- Raises unless key is a key name (argument n of fname).
+local function check_key(n, fname, key)
+  if type(key) ~= "string" or key == "" then
+    argerror(n, fname, "key must be a non-empty string, got " .. (type(key) == "string" and '""' or type(key)))
+  end
+end
+
+-- A value to write: a string, or a number (as Redis would write it).
+local function value_of(n, fname, v)
+  if type(v) == "string" then return v end
+  if type(v) == "number" and v == v and v ~= 1 / 0 and v ~= -1 / 0 then return show(v) end
+  argerror(n, fname, "value must be a string or a finite number, got " .. show(v))
+end
+
+-- EVALSHA, then EVAL after NOSCRIPT, of a script (sha, text) with keys
+-- and argv (lists) over transport t.
+local function run(t, sha, text, keys, argv)
+  local words = { #keys }
+  for i = 1, #keys do words[#words + 1] = keys[i] end
+  for i = 1, #argv do words[#words + 1] = argv[i] end
+  local reply, err = t:command("EVALSHA", sha, unpack(words))
+  if reply == nil and err:find("^redis: NOSCRIPT") then reply, err = t:command("EVAL", text, unpack(words)) end
+  return reply, err
+end
+
+-- Sends the write (keys: the resource keys, argument nk of fname; argv:
+-- the write and its arguments; script: a user's script text, for eval)
+-- under the guard.
+local function guarded(self, fname, nk, keys, argv, script)
+  local hold, t = self.hold, self.t
+  args.check_phase(t, fname)
+  local gone = lock_mod.unusable(hold)
+  if gone then return false, gone end
+  local first, head
+  if self.owned then
+    first, head = self.owner_key, { hold.token, self.how }
+  else
+    first = fence_key(keys[1])
+    if not first then
+      argerror(nk, fname, quote(keys[1]) .. " has a '}' but no hash tag: its fence record cannot share its slot; "
+                         .. "give it a hash tag ({...})")
+    end
+    head = { show(hold.fence) }
+  end
+  -- In a cluster every key must be in the slot of the first (the owner's
+  -- key, or the fence record): one node runs the script.
+  if t.spread then
+    local slot = core.slot(first)
+    for _, k in ipairs(keys) do
+      if core.slot(k) ~= slot then
+        argerror(nk, fname, string_format("%s is in hash slot %d, not %d (%s): give it the same hash tag",
+                                         quote(k), core.slot(k), slot,
+                                         self.owned and "the lock's" or "the first key's"))
+      end
+    end
+  end
+  local all_keys, all_argv = { first }, head
+  for i = 1, #keys do all_keys[i + 1] = keys[i] end
+  for i = 1, #argv do all_argv[#all_argv + 1] = argv[i] end
+  local sha, text
+  if script then
+    text, sha = core.guard_script(self.owned, script)
+  else
+    local s = core.scripts[self.owned and "owned_write" or "fenced_write"]
+    sha, text = s.sha, s.text
+  end
+  local reply, err = run(t, sha, text, all_keys, all_argv)
+  if reply == nil then return nil, err end
+  if reply[1] == 1 then return true, reply[2] end
+  if self.owned then return false, lock_mod.set_lost(hold, "found by an owner-checked write") end
+  return false, string_format("stale: %s accepted fence %s already; this %s's is %s", quote(keys[1]),
+                              tostring(tonumber(reply[2]) and show(tonumber(reply[2])) or reply[2]), hold._ops.kind,
+                              show(hold.fence))
+end
+
+local function check_guard(self, fname)
+  args.check_self(self, guard_mt, fname, "redislock guard")
+end
+
+--- guard:set(key, value[, ttl]): SET key value (PX ttl, in seconds).
+function Guard:set(key, value, ttl, ...)
+  check_guard(self, "set")
+  check_key(1, "set", key)
+  local argv = { "set", value_of(2, "set", value) }
+  if ttl ~= nil then argv[3] = show(args.check_seconds(3, "set", "ttl", ttl)) end
+  args.check_nargs("set", 3, ...)
+  return guarded(self, "set", 1, { key }, argv)
+end
+
+--- guard:hset(key, field, value[, field, value ...]): HSET; the reply is
+-- how many fields were new.
+function Guard:hset(key, ...)
+  check_guard(self, "hset")
+  check_key(1, "hset", key)
+  local n = select("#", ...)
+  if n == 0 or n % 2 == 1 then argerror(2, "hset", "fields and values expected in pairs, got " .. n .. " values") end
+  local argv = { "hset" }
+  for i = 1, n do argv[i + 1] = value_of(i + 1, "hset", (select(i, ...))) end
+  return guarded(self, "hset", 1, { key }, argv)
+end
+
+--- guard:incr(key[, by]): INCRBY key by (1); the reply is the new value.
+function Guard:incr(key, by, ...)
+  check_guard(self, "incr")
+  check_key(1, "incr", key)
+  if by == nil then by = 1 end
+  if not args.is_whole(by, -2 ^ 53, 2 ^ 53) then
+    argerror(2, "incr", "by must be a whole number, got " .. show(by))
+  end
+  args.check_nargs("incr", 2, ...)
+  return guarded(self, "incr", 1, { key }, { "incrby", show(by) })
+end
+
+--- guard:del(key[, key ...]): DEL; the reply is how many keys were deleted.
+-- The fence is the first key's.
+function Guard:del(...)
+  check_guard(self, "del")
+  local keys = { ... }
+  if #keys == 0 then argerror(1, "del", "a key expected") end
+  for i = 1, select("#", ...) do check_key(i, "del", keys[i]) end
+  return guarded(self, "del", 1, keys, { "del" })
+end
+
+--- guard:rpush(key, value[, value ...]): RPUSH; the reply is the list's length.
+function Guard:rpush(key, ...)
+  check_guard(self, "rpush")
+  check_key(1, "rpush", key)
+  local n = select("#", ...)
+  if n == 0 then argerror(2, "rpush", "a value expected") end
+  local argv = { "rpush" }
+  for i = 1, n do argv[i + 1] = value_of(i + 1, "rpush", (select(i, ...))) end
+  return guarded(self, "rpush", 1, { key }, argv)
+end
+
+--- guard:eval(script, keys[, args]): runs script (Lua, as for EVAL: it sees
+-- its own KEYS and ARGV) under the guard; the fence is the first key's.
+-- The reply is the script's.
+function Guard:eval(script, keys, argv, ...)
+  check_guard(self, "eval")
+  if type(script) ~= "string" or script == "" then
+    argerror(1, "eval", "script must be a non-empty string, got " .. show(script))
+  end
+  if type(keys) ~= "table" or #keys == 0 then argerror(2, "eval", "keys must be a list of at least one key") end
+  for _, k in ipairs(keys) do check_key(2, "eval", k) end
+  local list = {}
+  if argv ~= nil then
+    if type(argv) ~= "table" then argerror(3, "eval", "args must be a list, got " .. type(argv)) end
+    for i = 1, #argv do list[i] = value_of(3, "eval", argv[i]) end
+  end
+  args.check_nargs("eval", 3, ...)
+  return guarded(self, "eval", 2, keys, list, script)
+end
+
+guard_mt.__tostring = function(self)
+  return string_format("redislock guard (%s) of %s", self.owned and "owned" or "fenced", tostring(self.hold))
+end
+
+return _M

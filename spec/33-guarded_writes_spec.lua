@@ -1,0 +1,335 @@
+-- SPDX-License-Identifier: MIT
+-- Guarded writes (redislock/guard.lua): hold:fenced([client]) applies a
+-- write only when the hold's fence is at least the highest the resource
+-- accepted; hold:owned() only while the hold is still ours. A holder that
+-- is paused past its TTL (a real process, SIGSTOP) and writes after its
+-- successor is refused, for each form: the lock's server, another server,
+-- a cluster, owner-checked. Then each write, the holds that guard, and bad
+-- input. Real servers on loopback, each topology started once.
+local redislock = require "redislock"
+local core = require "redislock.core"
+local helpers = require "spec.helpers"
+local http = require "spec.support.http"
+
+local WORKER = helpers.spec_dir .. "workers/guarded_writer.lua"
+
+-- A fresh folder for a worker's files.
+local function folder()
+  return (helpers.run("mktemp -d"):gsub("%s+$", ""))
+end
+
+-- A worker takes key on where (spec/workers/connect.lua) for ttl seconds,
+-- is stopped once it holds it, and stays stopped past the TTL while
+-- successor() (which takes the lock and writes "new") runs; then it resumes
+-- and writes "old" to rkey through the guard of form. Returns its output.
+local function paused_holder(where, key, form, resource_where, rkey, successor)
+  local dir = folder()
+  local worker = helpers.spawn(WORKER, where, key, "0.5", form, resource_where or "", rkey, dir)
+  local pid
+  assert(helpers.eventually(10, function()
+    local f = io.open(dir .. "/pid")
+    pid = f and f:read("a")
+    if f then f:close() end
+    return pid
+  end), "the worker never held the lock")
+  assert(os.execute("kill -STOP " .. pid))
+  core.sleep(0.7) -- past its TTL
+  local ok, err = pcall(successor)
+  assert(os.execute("kill -CONT " .. pid))
+  assert(io.open(dir .. "/go", "w")):close()
+  local out = worker.wait()
+  os.execute("rm -rf " .. helpers.sh_quote(dir))
+  assert(ok, err)
+  return out
+end
+
+describe("guarded writes on one server", function()
+  local srv, other, raw, client, data
+
+  lazy_setup(function()
+    srv = helpers.start_redis()
+    other = helpers.start_redis()
+    raw = srv:raw()
+    client = srv:client()
+    data = other:client()
+  end)
+  lazy_teardown(function()
+    if client then client:close() end
+    if data then data:close() end
+    if raw then raw:close() end
+    if srv then srv:stop() end
+    if other then other:stop() end
+  end)
+
+  it("refuse a paused holder's write after its successor's, on the lock's server (fenced)", function()
+    local out = paused_holder(tostring(srv.port), "g:same", "fenced", nil, "doc:same", function()
+      local lock = assert(client:acquire("g:same", 5))
+      assert.are.same({ true, 1 }, { lock:fenced():set("doc:same", "new") })
+      assert(lock:release())
+    end)
+    assert.matches('refused stale: "doc:same" accepted fence %d+ already; this lock\'s is %d+', out)
+    assert.are.equal("new", raw:command("GET", "doc:same"))
+  end)
+
+  it("refuse a paused holder's write after its successor's, on another server (fenced)", function()
+    local out = paused_holder(tostring(srv.port), "g:other", "fenced-other", tostring(other.port), "doc:other",
+                              function()
+      local lock = assert(client:acquire("g:other", 5))
+      assert.is_true((lock:fenced(data):set("doc:other", "new")))
+      assert(lock:release())
+    end)
+    assert.matches("refused stale: ", out)
+    assert.are.equal("new", other:cli("GET", "doc:other"))
+  end)
+
+  it("refuse a paused holder's write once its lock is another's (owned), and it reports lost", function()
+    local out = paused_holder(tostring(srv.port), "g:owned", "owned", nil, "{g:owned}:doc", function()
+      local lock = assert(client:acquire("g:owned", 5))
+      assert.is_true((lock:owned():set("{g:owned}:doc", "new")))
+      -- The successor still holds it when the old holder writes.
+    end)
+    assert.matches('refused lost: "g:owned" is no longer ours %(found by an owner%-checked write%)', out)
+    assert.are.equal("new", raw:command("GET", "{g:owned}:doc"))
+    assert.are.equal(1, raw:command("DEL", "lock:{g:owned}"))
+    -- Owned, in this process: a lock found lost reports it.
+    local lock = assert(client:acquire("g:owned", 5))
+    assert.are.equal(1, raw:command("DEL", "lock:{g:owned}"))
+    local ok, err = lock:owned():incr("{g:owned}:n")
+    assert.is_false(ok)
+    assert.matches("^lost: ", err)
+    assert.are.equal(0, raw:command("EXISTS", "{g:owned}:n"))
+    local held, why = lock:check()
+    assert.is_nil(held)
+    assert.are.equal(err, why)
+  end)
+
+  it("refuse an older fence than the resource's highest when nobody holds a lock any more", function()
+    local old = assert(client:acquire("g:late", 0.2, { renew = false }))
+    core.sleep(0.3) -- expired, not released: by its own account still held
+    local new = assert(client:acquire("g:late", 5))
+    assert.is_true(new.fence > old.fence)
+    assert.is_true((new:fenced():set("doc:late", "new")))
+    assert(new:release())
+    assert.are.equal("", srv:cli("GET", "lock:{g:late}"))
+    local ok, err = old:fenced():set("doc:late", "old")
+    assert.is_false(ok)
+    assert.are.equal(string.format('stale: "doc:late" accepted fence %d already; this lock\'s is %d',
+                                   new.fence, old.fence), err)
+    assert.are.equal("new", raw:command("GET", "doc:late"))
+    assert.are.equal(tostring(new.fence), raw:command("GET", "{doc:late}:fence"))
+  end)
+
+  it("apply each write and answer its reply; equal fences write again", function()
+    local lock = assert(client:acquire("g:writes", 5))
+    local g = lock:fenced()
+    assert.are.same({ true, 1 }, { g:set("w:s", "v", 10) })
+    local ttl = raw:command("PTTL", "w:s")
+    assert.is_true(ttl > 9000 and ttl <= 10000, tostring(ttl))
+    assert.are.same({ true, 2 }, { g:hset("w:h", "a", "1", "b", 2) })
+    assert.are.same({ "1", "2" }, raw:command("HMGET", "w:h", "a", "b"))
+    assert.are.same({ true, 1 }, { g:incr("w:n") })
+    assert.are.same({ true, 11 }, { g:incr("w:n", 10) })
+    assert.are.same({ true, 2 }, { g:rpush("w:l", "x", "y") })
+    assert.are.same({ true, 1 }, { g:del("w:s") })
+    assert.are.same({ true, "v:x" },
+                    { g:eval("return ARGV[1] .. ':' .. redis.call('LPOP', KEYS[1])", { "w:l" }, { "v" }) })
+    assert.are.same({ true, nil }, { g:eval("redis.call('SET', KEYS[1], ARGV[1])", { "w:e" }, { 5 }) })
+    assert.are.equal("5", raw:command("GET", "w:e"))
+    -- A write the server refuses leaves the fence record as it was.
+    assert.are.equal("OK", raw:command("SET", "w:t", "text"))
+    local _, err = g:rpush("w:t", "x")
+    assert.matches("^redis: .*WRONGTYPE", err)
+    assert.are.equal(0, raw:command("EXISTS", "{w:t}:fence"))
+    -- Owned: the same writes while the lock is ours.
+    local o = lock:owned()
+    assert.are.same({ true, 12 }, { o:incr("w:n") })
+    assert.are.same({ true, "12" }, { o:eval("return redis.call('GET', KEYS[1])", { "w:n" }) })
+    assert(lock:release())
+  end)
+
+  it("guard with a semaphore's permit and a write lock; a read lock is not an owner", function()
+    local permit = assert(client:semaphore("g:pool", 2):acquire(5))
+    assert.is_true((permit:fenced():set("p:doc", "1")))
+    assert.is_true((permit:owned():set("{g:pool}:doc", "1")))
+    assert(permit:release())
+    local ok, err = permit:owned():set("{g:pool}:doc", "2")
+    assert.is_false(ok)
+    assert.matches("^lost: a permit of semaphore \"g:pool\" was already released", err)
+    local writer = assert(client:rwlock("g:doc"):write(5))
+    assert.is_true((writer:fenced():set("rw:doc", "1")))
+    assert.is_true((writer:owned():set("{g:doc}:x", "1")))
+    assert(writer:release())
+    local reader = assert(client:rwlock("g:doc"):read(5))
+    assert.has_error(function() reader:owned() end,
+                     "bad self to 'owned' (a read lock does not own writes; owner-checked writes go with a lock, a "
+                     .. "write lock or a permit)")
+    assert(reader:release())
+  end)
+
+  it("refuse bad input with a clear error, and never write unguarded", function()
+    local lock = assert(client:acquire("g:bad", 5))
+    local g = lock:fenced()
+    assert.has_error(function() lock.fenced(nil) end,
+                     "bad self to 'fenced' (redislock lock expected, got nil; call it with ':', as x:fenced(...))")
+    assert.has_error(function() lock:fenced({}) end,
+                     "bad argument #1 to 'fenced' (client must be a redislock client, got table)")
+    assert.has_error(function() g:set("", "v") end,
+                     "bad argument #1 to 'set' (key must be a non-empty string, got \"\")")
+    assert.has_error(function() g:set("k", {}) end)
+    assert.has_error(function() g:set("k", "v", 0) end)
+    assert.has_error(function() g:hset("k", "f") end)
+    assert.has_error(function() g:incr("k", 1.5) end)
+    assert.has_error(function() g:eval("return 1", {}) end)
+    assert.has_error(function() g:set("a}b", "v") end,
+                     "bad argument #1 to 'set' (\"a}b\" has a '}' but no hash tag: its fence record cannot share its "
+                     .. "slot; give it a hash tag ({...}))")
+    assert.has_error(function() g.set(lock, "k", "v") end)
+    assert(lock:release())
+    local ok, err = g:set("k:bad", "v")
+    assert.is_false(ok)
+    assert.are.equal('lost: "g:bad" was already released', err)
+    assert.are.equal(0, raw:command("EXISTS", "k:bad"))
+  end)
+
+  it("keep each fence record in its key's hash slot", function()
+    local guard = require "redislock.guard"
+    for _, k in ipairs({ "doc", "user:{42}:doc", "a{b", "a{b}c{d}", "{x}" }) do
+      local f = guard.fence_key(k)
+      assert.are.equal(core.slot(k), core.slot(f), k .. " -> " .. f)
+    end
+    for _, k in ipairs({ "a}b", "{}x", "x{}" }) do assert.is_nil(guard.fence_key(k), k) end
+  end)
+end)
+
+describe("guarded writes in a Redis Cluster", function()
+  local cl, client
+
+  lazy_setup(function()
+    cl = helpers.start_cluster({ masters = 3, replicas = 0 })
+    client = redislock.new({ cluster = cl.seeds })
+  end)
+  lazy_teardown(function()
+    if client then client:close() end
+    if cl then cl:stop() end
+  end)
+
+  it("refuse a paused holder's write after its successor's (fenced and owned)", function()
+    local where = "cluster:" .. table.concat(cl.seeds, ",")
+    local out = paused_holder(where, "g:c", "fenced", nil, "c:doc", function()
+      local lock = assert(client:acquire("g:c", 5))
+      assert.is_true((lock:fenced():set("c:doc", "new")))
+      assert(lock:release())
+    end)
+    assert.matches("refused stale: ", out)
+    assert.are.equal("new", cl:owner(core.slot("c:doc")):cli("GET", "c:doc"))
+    out = paused_holder(where, "g:co", "owned", nil, "{g:co}:doc", function()
+      local lock = assert(client:acquire("g:co", 5))
+      assert.is_true((lock:owned():set("{g:co}:doc", "new")))
+    end)
+    assert.matches("refused lost: ", out)
+  end)
+
+  it("refuse keys that the script's node does not hold", function()
+    local lock = assert(client:acquire("g:slots", 5))
+    assert.has_error(function() lock:owned():set("elsewhere", "v") end)
+    local ok, err = pcall(lock.owned(lock).set, lock:owned(), "elsewhere", "v")
+    assert.is_false(ok)
+    assert.matches("\"elsewhere\" is in hash slot %d+, not %d+ %(the lock's%): give it the same hash tag", err)
+    assert.has_error(function() lock:fenced():del("a", "b") end)
+    assert.is_true((lock:fenced():del("{t}a", "{t}b")))
+    assert(lock:release())
+  end)
+end)
+
+describe("guarded writes with a Redlock lock", function()
+  local servers, data, client, store
+
+  lazy_setup(function()
+    local urls
+    servers, urls = helpers.start_redlock(3)
+    local list = {}
+    for u in urls:gmatch("[^,]+") do list[#list + 1] = u end
+    client = redislock.new({ redlock = list })
+    data = helpers.start_redis()
+    store = data:client()
+  end)
+  lazy_teardown(function()
+    if client then client:close() end
+    if store then store:close() end
+    if data then data:stop() end
+    for _, s in ipairs(servers or {}) do s:stop() end
+  end)
+
+  it("fence writes to the resource's own server, and say why not to Redlock's", function()
+    local old = assert(client:acquire("g:rl", 0.2, { renew = false }))
+    core.sleep(0.3)
+    local new = assert(client:acquire("g:rl", 5))
+    assert.is_true((new:fenced(store):set("rl:doc", "new")))
+    local ok, err = old:fenced(store):set("rl:doc", "old")
+    assert.is_false(ok)
+    assert.matches("^stale: ", err)
+    assert.are.equal("new", data:cli("GET", "rl:doc"))
+    assert.has_error(function() new:fenced() end)
+    assert.has_error(function() new:owned() end)
+    assert.has_error(function() new:fenced(client) end)
+    assert(new:release())
+  end)
+end)
+
+describe("guarded writes under OpenResty", function()
+  if not jit then
+    pending("runs in the LuaJIT pass of make test (nginx loads the LuaJIT build)")
+    return
+  end
+
+  local srv, raw, client, nginx
+
+  lazy_setup(function()
+    srv = helpers.start_redis()
+    raw = srv:raw()
+    client = srv:client()
+    nginx = helpers.start_nginx({
+      workers = 1,
+      http = table.concat({
+        "server {",
+        "  listen 127.0.0.1:{{port}};",
+        '  set $redis_url "redis://127.0.0.1:' .. srv.port .. '";',
+        "  location = /guarded { content_by_lua_block { require('spec.support.ngx_app').guarded() } }",
+        "}",
+      }, "\n"),
+    })
+  end)
+  lazy_teardown(function()
+    if nginx then nginx:stop() end
+    if client then client:close() end
+    if raw then raw:close() end
+    if srv then srv:stop() end
+  end)
+
+  for _, form in ipairs({ "fenced", "owned" }) do
+    it("refuse a paused worker's write after its successor's (" .. form .. ")", function()
+      local key, rkey = "g:ngx:" .. form, "{g:ngx:" .. form .. "}:doc"
+      local request = http.start(nginx.port, "GET", "/guarded?key=" .. key .. "&ttl=0.5&form=" .. form .. "&rkey="
+                                 .. rkey, { timeout = 30 })
+      local pid
+      assert(helpers.eventually(5, function()
+        pid = raw:command("GET", rkey .. ":pid")
+        return pid
+      end), "the request never held the lock")
+      assert(os.execute("kill -STOP " .. pid))
+      local ok, err = pcall(function()
+        core.sleep(0.7) -- past its TTL
+        local lock = assert(client:acquire(key, 5))
+        local guard = form == "owned" and lock:owned() or lock:fenced()
+        assert.is_true((guard:set(rkey, "new")))
+      end)
+      assert(os.execute("kill -CONT " .. pid))
+      assert(ok, err)
+      assert.are.equal("OK", raw:command("SET", rkey .. ":go", "1"))
+      local status, body = request:finish()
+      assert.are.equal(200, status, body)
+      assert.matches(form == "owned" and "^refused lost: " or "^refused stale: ", body)
+      assert.are.equal("new", raw:command("GET", rkey))
+    end)
+  end
+end)
