@@ -11,6 +11,8 @@
 #                      single-server client, on a one-node cluster of its own
 #   bench/primitives.lua  a semaphore permit's, a read/write hold's and a
 #                      2-key lock's cycle vs the lock's, same run
+#   bench/guard.lua    a SET through lock:fenced() and lock:owned() vs the
+#                      plain SET, and in round trips (PINGs) beyond it
 #   bench/redlock.lua  Redlock over five servers of its own vs one of them,
 #                      and vs node-redlock (npm, into a temporary folder)
 #   bench/handoff.lua  release-to-next-holder latency per waiting mode vs a PING
@@ -81,6 +83,11 @@ for placement in "different-cores:$last" "same-core:0"; do
   where=${placement%%:*} cpu=${placement##*:}
   step primitives "semaphore, rwlock, multi-key vs the lock, Lua 5.4, $where" taskset -c "$cpu" lua5.4 bench/primitives.lua "$where"
   step primitives "semaphore, rwlock, multi-key vs the lock, LuaJIT, $where" env LUA_CPATH="$JIT_CPATH" taskset -c "$cpu" luajit bench/primitives.lua "$where"
+done
+for placement in "different-cores:$last" "same-core:0"; do
+  where=${placement%%:*} cpu=${placement##*:}
+  step guard "guarded writes vs the plain write, Lua 5.4, $where" taskset -c "$cpu" lua5.4 bench/guard.lua "$where"
+  step guard "guarded writes vs the plain write, LuaJIT, $where" env LUA_CPATH="$JIT_CPATH" taskset -c "$cpu" luajit bench/guard.lua "$where"
 done
 # Redlock: five servers of its own and the client, wherever the scheduler puts them.
 step redlock "Redlock over 5 servers (and node-redlock), Lua 5.4" lua5.4 bench/redlock.lua

@@ -48,6 +48,7 @@ build = {
     ["redislock.client"] = "lua/redislock/client.lua",
     ["redislock.lock"] = "lua/redislock/lock.lua",
     ["redislock.guard"] = "lua/redislock/guard.lua",
+    ["redislock.sql"] = "lua/redislock/sql.lua",
     ["redislock.multilock"] = "lua/redislock/multilock.lua",
     ["redislock.ngx"] = "lua/redislock/ngx.lua",
     ["redislock.ngx_lease"] = "lua/redislock/ngx_lease.lua",

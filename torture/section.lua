@@ -8,23 +8,14 @@
 --                                        refused the fence: a newer holder wrote)
 --   L <now> <key> <code> <message>      with_lock raised after fn ran
 --   F <now> <key> <code> <waited> <wait> <message>   it failed before fn ran
--- Inside, a read-modify-write of the key's counter and a fenced write, both
--- on the register (never faulted); entry and exit also go to the register's
+-- Inside, a read-modify-write of the key's counter and a fenced write
+-- (lock:fenced(register), redislock/guard.lua), both on the register (never
+-- faulted); entry and exit also go to the register's
 -- list history:<key> ("in|out <id> <fence> <lifetime>"), its own order, for
 -- a check that needs no clock.
 local core = require "redislock.core"
 
 local _M = {}
-
--- Accepts fence ARGV[1] for KEYS[1] (a key and a lifetime of the lock
--- server: a restart without data starts the fences again; the injector
--- counts lifetimes in the register's "lifetime" key) only when it is higher
--- than every fence accepted before.
-local FENCED = [[
-if tonumber(ARGV[1]) <= tonumber(redis.call('GET', KEYS[1]) or '0') then return 0 end
-redis.call('SET', KEYS[1], ARGV[1])
-return 1
-]]
 
 local MODES = { "notify", "poll", "fair" }
 
@@ -41,7 +32,8 @@ end
 
 --- Runs section s ({ key, mode, hold, wait }) as worker id: with_lock(client,
 -- key, ttl, fn, opts) takes the lock (client:with_lock, or a stand-in),
--- register is a client of the register, sleep sleeps, log(line) appends.
+-- register is a redislock client of the register, sleep sleeps, log(line)
+-- appends.
 function _M.run(s, id, ttl, with_lock, client, register, sleep, log)
   local key, started, entered = s.key, core.now(), false
   local ok, err = pcall(with_lock, client, key, ttl, function(lock)
@@ -53,9 +45,12 @@ function _M.run(s, id, ttl, with_lock, client, register, sleep, log)
     local n = tonumber(register:command("GET", "count:" .. key)) or 0
     sleep(s.hold)
     register:command("SET", "count:" .. key, n + 1)
-    local accepted = register:command("EVAL", FENCED, 1, "fence:" .. key .. ":" .. life, lock.fence)
+    -- The resource: one per key and lifetime of the lock server (a restart
+    -- without data starts the fences again; the injector counts lifetimes
+    -- in the register's "lifetime" key).
+    local accepted = lock:fenced(register):set("resource:" .. key .. ":" .. life, event)
     register:command("RPUSH", "history:" .. key, "out " .. event)
-    log(string.format("X %.6f %s %d %s\n", core.now(), key, lock.fence, accepted == 1 and "ok" or "stale"))
+    log(string.format("X %.6f %s %d %s\n", core.now(), key, lock.fence, accepted and "ok" or "stale"))
   end, { wait = s.wait, wait_mode = s.mode == "fair" and "notify" or s.mode, fair = s.mode == "fair" })
   if ok then return end
   local msg = tostring(err):gsub("\n", " ")

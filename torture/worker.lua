@@ -18,17 +18,20 @@ math.randomseed(seed)
 local tls_ca = os.getenv("TORTURE_TLS_CA")
 local client = redislock.new{ host = tls_ca and "localhost" or nil, port = lock_port, timeout = 0.5,
                               connect_timeout = 0.5, tls = tls_ca and { ca = tls_ca } or nil }
--- The register: a plain core client (its own connection, never faulted).
-local register = core.new{ port = reg_port, timeout = 5 }
+-- The register: a client of its own (never faulted).
+local register = redislock.new{ port = reg_port, timeout = 5 }
 local log = assert(io.open(logfile, "w"))
 log:setvbuf("line")
 local function write(line) log:write(line) end
 
--- The control run's stand-in for with_lock: no lock, a fence all the same.
+-- The control run's stand-in for with_lock: no lock (a lock object for a
+-- token nobody set), a fence all the same.
 local with_lock = client.with_lock
 if os.getenv("TORTURE_BREAK") == "1" then
   with_lock = function(_, key, _, fn)
-    return fn({ fence = assert(register:command("INCR", "nolock:" .. key)) })
+    local lock = client:from_token(key, string.rep("0", 32))
+    lock.fence = assert(register:command("INCR", "nolock:" .. key))
+    return fn(lock)
   end
 end
 

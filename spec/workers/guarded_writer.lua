@@ -4,8 +4,11 @@
 -- stops it past the lock's TTL meanwhile, lets a successor write, resumes
 -- it), then writes "old" to the resource key through a guard of the lock:
 -- fenced to the lock's own client, fenced to the resource's client, or
--- owned. Prints "fence <n>", then "written" or "refused <message>".
--- usage: guarded_writer.lua <where> <key> <ttl> <fenced|fenced-other|owned> <resource where> <resource key> <dir>
+-- owned; or (sql) UPDATEs the row of id <resource key> in the table
+-- "reports" of the PostgreSQL server on port <resource where>, fenced
+-- (redislock.sql, over LuaSQL). Prints "fence <n>", then "written" or
+-- "refused <message>".
+-- usage: guarded_writer.lua <where> <key> <ttl> <fenced|fenced-other|owned|sql> <resource where> <resource key> <dir>
 local redislock = require "redislock"
 local core = require "redislock.core"
 
@@ -22,6 +25,17 @@ f:write(stat:match("^%d+"))
 f:close()
 assert(os.rename(dir .. "/pid.tmp", dir .. "/pid"))
 while not io.open(dir .. "/go") do core.sleep(0.01) end
+if form == "sql" then
+  local sql = require "redislock.sql"
+  local env = require("luasql.postgres").postgres()
+  local conn = assert(env:connect("postgres", "nobody", nil, "127.0.0.1", tonumber(arg[5])))
+  local text, params = sql.update(lock, "reports", { body = "old" }, { id = tonumber(rkey) })
+  local n = assert(conn:execute(sql.inline(text, params, function(v) return conn:escape(v) end)))
+  print(n >= 1 and "written" or "refused (no row changed)")
+  conn:close()
+  env:close()
+  os.exit(0)
+end
 local guard
 if form == "owned" then
   guard = lock:owned()

@@ -1,0 +1,144 @@
+-- SPDX-License-Identifier: MIT
+--- redislock.sql: the fence guard for a row of a SQL table (PostgreSQL's
+-- dialect; the statements are plain SQL, any driver sends them). A row keeps
+-- the highest fence that wrote it in a column of its own; a write carries
+-- the hold's fence and is applied only when that is at least the row's:
+--
+--   local sql = require "redislock.sql"
+--   local text, params = sql.update(lock, "reports", { body = report }, { id = 42 })
+--   --> UPDATE "reports" SET "body" = $1, "fence" = $2 WHERE "id" = $3 AND "fence" <= $2
+--   local text, params = sql.upsert(lock, "reports", { id = 42, body = report }, { "id" })
+--   --> INSERT INTO "reports" ("body", "id", "fence") VALUES ($1, $2, $3) ON CONFLICT ("id")
+--       DO UPDATE SET "body" = EXCLUDED."body", "fence" = EXCLUDED."fence"
+--       WHERE "reports"."fence" <= EXCLUDED."fence"
+--
+-- A statement that changed no row was refused (a later holder wrote; for
+-- update, or no such row). opts: fence (the column, "fence"), placeholder
+-- ("$": $1, $2 ...; "?": one ? per value, params repeated to match).
+-- sql.inline(text, params, escape) puts the values into the text, for a
+-- driver without parameters (LuaSQL: escape = function(s) return
+-- conn:escape(s) end).
+
+local args = require "redislock.args"
+local core = require "redislock.core"
+
+local ipairs, pairs, tonumber, type = ipairs, pairs, tonumber, type
+local string_format, table_concat, table_sort = string.format, table.concat, table.sort
+local argerror, show = args.argerror, args.show
+
+local _M = { _VERSION = core._VERSION }
+
+args.own(debug.getinfo(1, "S").source)
+
+-- A quoted SQL identifier ("name", with " doubled), or a bad argument.
+local function ident(n, fname, name)
+  if type(name) ~= "string" or name == "" or name:find("\0", 1, true) then
+    argerror(n, fname, "a column or table name must be a non-empty string without NUL, got " .. show(name))
+  end
+  return '"' .. name:gsub('"', '""') .. '"'
+end
+
+-- The table's names, sorted (a stable statement), checked.
+local function columns(n, fname, t, what)
+  if type(t) ~= "table" then argerror(n, fname, what .. " must be a table, got " .. type(t)) end
+  local names = {}
+  for k in pairs(t) do
+    if type(k) ~= "string" then argerror(n, fname, what .. " must map column names to values") end
+    names[#names + 1] = k
+  end
+  if #names == 0 then argerror(n, fname, what .. " must name at least one column") end
+  table_sort(names)
+  return names
+end
+
+-- The fence of a hold, and the options: fence column, placeholder style.
+local function setup(fname, hold, opts, nopts)
+  if type(hold) ~= "table" or type(hold.fence) ~= "number" then
+    argerror(1, fname, "a hold with a fence expected (a lock, a permit, a read or write lock)")
+  end
+  opts = opts or {}
+  if type(opts) ~= "table" then argerror(nopts, fname, "options must be a table, got " .. type(opts)) end
+  local style = opts.placeholder or "$"
+  if style ~= "$" and style ~= "?" then
+    argerror(nopts, fname, "option 'placeholder' must be \"$\" or \"?\", got " .. show(style))
+  end
+  return hold.fence, ident(nopts, fname, opts.fence or "fence"), style
+end
+
+-- Collects params and writes placeholders: p(value[, name]) -> "$n" or "?";
+-- a value given a name is one parameter however often it is used ("$").
+local function params_of(style)
+  local params, seen = {}, {}
+  return params, function(value, name)
+    if style == "$" and name and seen[name] then return seen[name] end
+    params[#params + 1] = value
+    local mark = style == "$" and "$" .. #params or "?"
+    if name then seen[name] = mark end
+    return mark
+  end
+end
+
+--- sql.update(hold, tbl, values, where[, opts]) -> text, params: UPDATE the
+-- rows of tbl that match where (column -> value, all equal) and whose fence
+-- is at most the hold's, setting values and the fence.
+function _M.update(hold, tbl, values, where, opts)
+  local fence, fcol, style = setup("update", hold, opts, 5)
+  local t = ident(2, "update", tbl)
+  local params, p = params_of(style)
+  local sets, conds = {}, {}
+  for _, c in ipairs(columns(3, "update", values, "values")) do
+    sets[#sets + 1] = ident(3, "update", c) .. " = " .. p(values[c])
+  end
+  sets[#sets + 1] = fcol .. " = " .. p(fence, "fence")
+  for _, c in ipairs(columns(4, "update", where, "where")) do
+    conds[#conds + 1] = ident(4, "update", c) .. " = " .. p(where[c])
+  end
+  conds[#conds + 1] = fcol .. " <= " .. p(fence, "fence")
+  return string_format("UPDATE %s SET %s WHERE %s", t, table_concat(sets, ", "), table_concat(conds, " AND ")),
+         params
+end
+
+--- sql.upsert(hold, tbl, row, keys[, opts]) -> text, params: INSERT row
+-- (column -> value, the key columns included) with the hold's fence; when
+-- a row with the same keys (a list of columns with a unique constraint)
+-- exists, update it only if its fence is at most the hold's.
+function _M.upsert(hold, tbl, row, keys, opts)
+  local fence, fcol, style = setup("upsert", hold, opts, 5)
+  local t = ident(2, "upsert", tbl)
+  local params, p = params_of(style)
+  local names, marks, updates = {}, {}, {}
+  if type(keys) ~= "table" or #keys == 0 then argerror(4, "upsert", "keys must be a list of column names") end
+  local is_key, key_names = {}, {}
+  for i, k in ipairs(keys) do
+    key_names[i] = ident(4, "upsert", k)
+    is_key[k] = true
+    if row[k] == nil then argerror(4, "upsert", "the row has no value for key column " .. show(k)) end
+  end
+  for _, c in ipairs(columns(3, "upsert", row, "row")) do
+    local q = ident(3, "upsert", c)
+    names[#names + 1], marks[#marks + 1] = q, p(row[c])
+    if not is_key[c] then updates[#updates + 1] = q .. " = EXCLUDED." .. q end
+  end
+  names[#names + 1], marks[#marks + 1] = fcol, p(fence)
+  updates[#updates + 1] = fcol .. " = EXCLUDED." .. fcol
+  return string_format("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (%s) DO UPDATE SET %s WHERE %s.%s <= EXCLUDED.%s",
+                       t, table_concat(names, ", "), table_concat(marks, ", "), table_concat(key_names, ", "),
+                       table_concat(updates, ", "), t, fcol, fcol), params
+end
+
+--- sql.inline(text, params, escape) -> text with each $n replaced by
+-- params[n] as a SQL literal: numbers as they are, strings quoted with
+-- escape(s) (the driver's: it knows the connection's encoding), booleans as
+-- TRUE/FALSE. For "$" placeholders.
+function _M.inline(text, params, escape)
+  if type(escape) ~= "function" then argerror(3, "inline", "escape must be a function, got " .. type(escape)) end
+  return (text:gsub("%$(%d+)", function(i)
+    local v = params[tonumber(i)]
+    if type(v) == "number" then return show(v) end
+    if type(v) == "boolean" then return v and "TRUE" or "FALSE" end
+    if type(v) == "string" then return "'" .. escape(v) .. "'" end
+    argerror(2, "inline", "parameter $" .. i .. " must be a number, a string or a boolean, got " .. type(v))
+  end))
+end
+
+return _M
