@@ -40,6 +40,24 @@ describe("examples", function()
     assert.is_truthy(out:find("it ran once", 1, true), out)
   end)
 
+  it("fenced_job.sh: a shell job's fenced write under the command; a stale one is refused", function()
+    local out, ok = helpers.run("cd " .. helpers.sh_quote(helpers.spec_dir .. "..") .. " && REDIS_URL="
+                                .. helpers.sh_quote(srv.url) .. " REDISLOCK_LUA=" .. (jit and "luajit" or "lua5.4") -- luacheck: ignore (jit)
+                                .. " sh examples/fenced_job.sh")
+    assert.is_true(ok, out)
+    assert.are.equal("run 1: written with fence 2\nrun 2: written with fence 3\n"
+                     .. "a stale job with fence 1: refused: report:latest accepted fence 3\n"
+                     .. "report:latest says: run 2\n", out)
+    -- The same record as lock:fenced()'s: the next holder writes from Lua.
+    local client = require("redislock").new({ port = srv.port })
+    local lock = assert(client:acquire("report", 5))
+    assert.are.equal(4, lock.fence)
+    assert.is_true((lock:fenced():set("report:latest", "lua")))
+    assert.are.equal("4", srv:cli("GET", "{report:latest}:fence"))
+    assert(lock:release())
+    client:close()
+  end)
+
   it("cron.sh: the redislock command runs the nightly job on exactly one of 5 machines", function()
     local out, ok = helpers.run("cd " .. helpers.sh_quote(helpers.spec_dir .. "..") .. " && REDIS_URL="
                                 .. helpers.sh_quote(srv.url) .. " REDISLOCK_LUA=" .. (jit and "luajit" or "lua5.4") -- luacheck: ignore (jit)
