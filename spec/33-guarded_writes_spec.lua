@@ -282,54 +282,73 @@ describe("guarded writes under OpenResty", function()
     return
   end
 
-  local srv, raw, client, nginx
+  local srv, other, cl, client, data, cluster, nginx
 
   lazy_setup(function()
-    srv = helpers.start_redis()
-    raw = srv:raw()
-    client = srv:client()
+    srv, other = helpers.start_redis(), helpers.start_redis()
+    cl = helpers.start_cluster({ masters = 3, replicas = 0 })
+    client, data = srv:client(), other:client()
+    cluster = redislock.new({ cluster = cl.seeds })
+    local handler = "content_by_lua_block { require('spec.support.ngx_app').guarded() }"
     nginx = helpers.start_nginx({
       workers = 1,
       http = table.concat({
         "server {",
         "  listen 127.0.0.1:{{port}};",
         '  set $redis_url "redis://127.0.0.1:' .. srv.port .. '";',
-        "  location = /guarded { content_by_lua_block { require('spec.support.ngx_app').guarded() } }",
+        "  location = /guarded { " .. handler .. " }",
+        '  location = /cluster/guarded { set $redis_cluster "' .. table.concat(cl.seeds, ",") .. '"; ' .. handler
+          .. " }",
         "}",
       }, "\n"),
     })
   end)
   lazy_teardown(function()
     if nginx then nginx:stop() end
-    if client then client:close() end
-    if raw then raw:close() end
+    for _, c in ipairs({ client, data, cluster }) do c:close() end
+    if cl then cl:stop() end
     if srv then srv:stop() end
+    if other then other:stop() end
   end)
 
-  for _, form in ipairs({ "fenced", "owned" }) do
-    it("refuse a paused worker's write after its successor's (" .. form .. ")", function()
-      local key, rkey = "g:ngx:" .. form, "{g:ngx:" .. form .. "}:doc"
-      local request = http.start(nginx.port, "GET", "/guarded?key=" .. key .. "&ttl=0.5&form=" .. form .. "&rkey="
-                                 .. rkey, { timeout = 30 })
+  -- name, the path, the form, the resource's port (fenced to another
+  -- server), the client of the lock (and of the worker's marks) and of the
+  -- resource.
+  local cases = {
+    { "fenced, the lock's server", "/guarded", "fenced", nil, function() return client, client end },
+    { "owned", "/guarded", "owned", nil, function() return client, client end },
+    { "fenced, another server", "/guarded", "fenced", function() return other.port end,
+      function() return client, data end },
+    { "fenced, a cluster", "/cluster/guarded", "fenced", nil, function() return cluster, cluster end },
+    { "owned, a cluster", "/cluster/guarded", "owned", nil, function() return cluster, cluster end },
+  }
+  for i, case in ipairs(cases) do
+    local name, path, form, rport, clients = case[1], case[2], case[3], case[4], case[5]
+    it("refuse a paused worker's write after its successor's (" .. name .. ")", function()
+      local locks, store = clients()
+      local key = "g:ngx:" .. i
+      local rkey = "{" .. key .. "}:doc"
+      local request = http.start(nginx.port, "GET", path .. "?key=" .. key .. "&ttl=0.5&form=" .. form .. "&rkey="
+                                 .. rkey .. (rport and "&rport=" .. rport() or ""), { timeout = 30 })
       local pid
       assert(helpers.eventually(5, function()
-        pid = raw:command("GET", rkey .. ":pid")
+        pid = locks:command("GET", rkey .. ":pid")
         return pid
       end), "the request never held the lock")
       assert(os.execute("kill -STOP " .. pid))
       local ok, err = pcall(function()
         core.sleep(0.7) -- past its TTL
-        local lock = assert(client:acquire(key, 5))
-        local guard = form == "owned" and lock:owned() or lock:fenced()
+        local lock = assert(locks:acquire(key, 5))
+        local guard = form == "owned" and lock:owned() or lock:fenced(store)
         assert.is_true((guard:set(rkey, "new")))
       end)
       assert(os.execute("kill -CONT " .. pid))
       assert(ok, err)
-      assert.are.equal("OK", raw:command("SET", rkey .. ":go", "1"))
+      assert.are.equal("OK", locks:command("SET", rkey .. ":go", "1"))
       local status, body = request:finish()
       assert.are.equal(200, status, body)
       assert.matches(form == "owned" and "^refused lost: " or "^refused stale: ", body)
-      assert.are.equal("new", raw:command("GET", rkey))
+      assert.are.equal("new", store:command("GET", rkey))
     end)
   end
 end)

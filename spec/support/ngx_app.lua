@@ -150,17 +150,20 @@ function app.reenter()
   return reply(200, tostring(err))
 end
 
---- GET /guarded?key=k&ttl=s&form=fenced|owned&rkey=r: takes k (no
--- renewal), sets "<r>:pid" to the worker's PID (for the spec's SIGSTOP),
--- waits until "<r>:go" exists, then writes "old" to r through the lock's
--- guard -> 200 "written" | "refused <message>".
+--- GET /guarded?key=k&ttl=s&form=fenced|owned&rkey=r[&rport=p]: takes k
+-- (no renewal), sets "<r>:pid" to the worker's PID (for the spec's
+-- SIGSTOP), waits until "<r>:go" exists, then writes "old" to r through the
+-- lock's guard (fenced to the server on port p, if given) -> 200 "written"
+-- | "refused <message>".
 function app.guarded()
   local c, rkey = client(), ngx.var.arg_rkey
   local lock, err = c:acquire(ngx.var.arg_key, arg_number("ttl", 0.5), { renew = false })
   if not lock then return reply(status_for(err), err) end
   assert(c:command("SET", rkey .. ":pid", ngx.worker.pid()))
   while c:command("EXISTS", rkey .. ":go") == 0 do ngx.sleep(0.01) end
-  local guard = ngx.var.arg_form == "owned" and lock:owned() or lock:fenced()
+  local rport = tonumber(ngx.var.arg_rport or "")
+  if rport and not clients[rport] then clients[rport] = redislock.new{ port = rport } end
+  local guard = ngx.var.arg_form == "owned" and lock:owned() or lock:fenced(rport and clients[rport])
   local ok, werr = guard:set(rkey, "old")
   return reply(200, ok and "written" or "refused " .. tostring(werr))
 end
