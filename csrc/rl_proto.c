@@ -558,8 +558,9 @@ static const char force_release[] =
    ARGV[1] the hold's fence, then the write (see WRITE_FN). The write is
    applied only when the fence is at least the highest the record accepted
    (which it then becomes): {1, the write's reply}; else {0, that highest
-   fence}. The record is written after the write, so that a write the server
-   refuses (WRONGTYPE ...) leaves it as it was. It never expires. */
+   fence}. The write is one command, done or refused whole; the record is
+   written after it, so that a write the server refuses (WRONGTYPE ...)
+   leaves the record as it was. It never expires. */
 static const char fenced_write[] =
   WRITE_FN
   "local top = redis.call('GET', KEYS[1])\n"
@@ -595,19 +596,20 @@ static const char owned_write[] =
    head and tail around its text, fenced (the check and record of
    fenced_write) or owned (owned_write's owner check). The user's script
    runs as a function of its own KEYS and ARGV (those after the guard's);
-   its reply comes back as the second element. */
+   its reply comes back as the second element. Fenced, the record is
+   written before the script runs: Redis keeps what a script wrote before
+   it failed, and that must stay guarded by this fence. */
 static const char user_fenced_head[] =
   "local top = redis.call('GET', KEYS[1])\n"
   "if top and tonumber(top) > tonumber(ARGV[1]) then return {0, top} end\n"
+  "if top ~= ARGV[1] then redis.call('SET', KEYS[1], ARGV[1]) end\n"
   "local function user(KEYS, ARGV)\n";
 static const char user_fenced_tail[] =
   "\nend\n"
   "local keys, argv = {}, {}\n"
   "for i = 2, #KEYS do keys[i - 1] = KEYS[i] end\n"
   "for i = 2, #ARGV do argv[i - 1] = ARGV[i] end\n"
-  "local r = user(keys, argv)\n"
-  "if top ~= ARGV[1] then redis.call('SET', KEYS[1], ARGV[1]) end\n"
-  "return {1, r}\n";
+  "return {1, user(keys, argv)}\n";
 static const char user_owned_head[] =
   OWNER_CHECK
   "local function user(KEYS, ARGV)\n";

@@ -129,8 +129,8 @@ const char *rl_op_name(rl_op op);
 
 /* The scripts the Lua layer sends as plain commands (EVALSHA, then EVAL
    after NOSCRIPT), not through rl_cmd: multi_acquire (all locks or none, on
-   one server; its keys are many), inspect and force_release (see
-   rl_proto.c). The i-th (from 0) with its name and SHA-1; NULL past the last. */
+   one server; its keys are many), inspect, force_release, and the guarded
+   writes fenced_write and owned_write (see rl_proto.c). The i-th (from 0) with its name and SHA-1; NULL past the last. */
 const char *rl_extra_script(int i, const char **name, const char **sha);
 /* The head and tail of a user's script run under a guard (owned: the owner
    check; else the fence check): see rl_proto.c. */

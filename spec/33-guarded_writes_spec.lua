@@ -140,6 +140,15 @@ describe("guarded writes on one server", function()
     local _, err = g:rpush("w:t", "x")
     assert.matches("^redis: .*WRONGTYPE", err)
     assert.are.equal(0, raw:command("EXISTS", "{w:t}:fence"))
+    -- A script that fails part-way: what it wrote stays guarded by its fence.
+    _, err = g:eval("redis.call('SET', KEYS[1], 'half') error('boom')", { "w:half" })
+    assert.matches("boom", err)
+    assert.are.equal("half", raw:command("GET", "w:half"))
+    assert.are.equal(tostring(lock.fence), raw:command("GET", "{w:half}:fence"))
+    local older = client:from_token("g:writes", lock.token)
+    older.fence = lock.fence - 1
+    assert.is_false((older:fenced():set("w:half", "stale")))
+    assert.are.equal("half", raw:command("GET", "w:half"))
     -- Owned: the same writes while the lock is ours.
     local o = lock:owned()
     assert.are.same({ true, 12 }, { o:incr("w:n") })

@@ -91,7 +91,7 @@ function _M.run(o)
   for _, s in ipairs(sections) do
     by_key[s.key] = by_key[s.key] or {}
     table.insert(by_key[s.key], s)
-    if s.outcome == "stale" then
+    if s.outcome and s.outcome ~= "ok" then
       stale = stale + 1
       if not (s.ended == "lost" or s.ended == "connection") then silent_stale = silent_stale + 1 end
     end

@@ -4,8 +4,11 @@
 -- picked, and the log lines it leaves (on the monotonic clock every process
 -- shares):
 --   E <now> <key> <fence> <mode> <lifetime of the lock server>
---   X <now> <key> <fence> <outcome>     outcome: ok | stale (the register
---                                        refused the fence: a newer holder wrote)
+--   X <now> <key> <fence> <outcome>     outcome: ok, or the code of why the
+--                                        guarded write was not done: stale (the
+--                                        register refused the fence: a newer
+--                                        holder wrote), lost (known lost here:
+--                                        not sent), connection ...
 --   L <now> <key> <code> <message>      with_lock raised after fn ran
 --   F <now> <key> <code> <waited> <wait> <message>   it failed before fn ran
 -- Inside, a read-modify-write of the key's counter and a fenced write
@@ -48,9 +51,10 @@ function _M.run(s, id, ttl, with_lock, client, register, sleep, log)
     -- The resource: one per key and lifetime of the lock server (a restart
     -- without data starts the fences again; the injector counts lifetimes
     -- in the register's "lifetime" key).
-    local accepted = lock:fenced(register):set("resource:" .. key .. ":" .. life, event)
+    local accepted, why = lock:fenced(register):set("resource:" .. key .. ":" .. life, event)
     register:command("RPUSH", "history:" .. key, "out " .. event)
-    log(string.format("X %.6f %s %d %s\n", core.now(), key, lock.fence, accepted and "ok" or "stale"))
+    local outcome = accepted and "ok" or (tostring(why):match("^(%a+):") or "error")
+    log(string.format("X %.6f %s %d %s\n", core.now(), key, lock.fence, outcome))
   end, { wait = s.wait, wait_mode = s.mode == "fair" and "notify" or s.mode, fair = s.mode == "fair" })
   if ok then return end
   local msg = tostring(err):gsub("\n", " ")

@@ -113,6 +113,13 @@ local function show(v)
 end
 _M.quote, _M.show = quote, show
 
+--- A number as text for a server (Redis, SQL), not for messages: whole
+-- ones without a fraction, others with every digit a double has.
+function _M.number_text(v)
+  if v == math_floor(v) and v > -2 ^ 63 and v < 2 ^ 63 then return string_format("%.0f", v) end
+  return string_format("%.17g", v)
+end
+
 local function check_key(n, fname, key)
   if type(key) ~= "string" then
     argerror(n, fname, "key must be a string, got " .. type(key))

@@ -5,28 +5,31 @@
 --
 --   hold:fenced([client])  writes applied only when the hold's fence is at
 --        least the highest fence the resource accepted (which it becomes):
---        to any server (client: a redislock client of any topology; default
---        the hold's own). Each resource key's highest fence is kept beside
---        it, in its hash slot (fence_key below), and never expires.
+--        to any server (client: a redislock client of one server,
+--        Sentinel or a cluster; default the hold's own, unless Redlock's).
+--        Each resource key's highest fence is kept beside it, in its hash
+--        slot (fence_key below), and never expires.
 --   hold:owned()           writes applied only while the hold is still ours
 --        (etcd's IsOwner), on the hold's own server, atomically.
 --
 -- Both give a guard with set, hset, incr, del, rpush and eval (a script of
 -- the user's, run under the guard). Each returns true and the write's reply;
 -- or false and "stale: ..." (fenced: a later holder's write came first) or
--- "lost: ..." (owned; the hold then reports itself lost); or nil and a
--- "connection: ..." / "redis: ..." error. The checks and writes are the C
--- core's scripts (rl_proto.c, "Guarded writes").
+-- "lost: ..." (owned: the hold is no longer ours, and reports itself lost;
+-- either: the hold was released here, or found lost, and nothing was sent);
+-- or nil and a "connection: ..." / "redis: ..." error. The checks and
+-- writes are the C core's scripts (rl_proto.c, "Guarded writes").
 
 local args = require "redislock.args"
 local client_mod = require "redislock.client"
 local core = require "redislock.core"
 local lock_mod = require "redislock.lock"
+local transport = require "redislock.transport"
 
-local ipairs, select, setmetatable, tonumber, tostring, type = ipairs, select, setmetatable, tonumber, tostring, type
+local ipairs, pairs, select, setmetatable, tostring, type = ipairs, pairs, select, setmetatable, tostring, type
 local string_format = string.format
 local unpack = table.unpack or unpack -- luacheck: ignore (LuaJIT's global)
-local argerror, quote, show = args.argerror, args.quote, args.show
+local argerror, quote, show, number_text = args.argerror, args.quote, args.show, args.number_text
 
 -- Raises "bad self to 'fname' (msg)" at the caller.
 local function bad_self(fname, msg)
@@ -105,22 +108,12 @@ local function check_key(n, fname, key)
   end
 end
 
--- A value to write: a string, or a number (as Redis would write it).
+
+-- A value to write: a string, or a finite number.
 local function value_of(n, fname, v)
   if type(v) == "string" then return v end
-  if type(v) == "number" and v == v and v ~= 1 / 0 and v ~= -1 / 0 then return show(v) end
+  if type(v) == "number" and v == v and v ~= 1 / 0 and v ~= -1 / 0 then return number_text(v) end
   argerror(n, fname, "value must be a string or a finite number, got " .. show(v))
-end
-
--- EVALSHA, then EVAL after NOSCRIPT, of a script (sha, text) with keys
--- and argv (lists) over transport t.
-local function run(t, sha, text, keys, argv)
-  local words = { #keys }
-  for i = 1, #keys do words[#words + 1] = keys[i] end
-  for i = 1, #argv do words[#words + 1] = argv[i] end
-  local reply, err = t:command("EVALSHA", sha, unpack(words))
-  if reply == nil and err:find("^redis: NOSCRIPT") then reply, err = t:command("EVAL", text, unpack(words)) end
-  return reply, err
 end
 
 -- Sends the write (keys: the resource keys, argument nk of fname; argv:
@@ -129,8 +122,13 @@ end
 local function guarded(self, fname, nk, keys, argv, script)
   local hold, t = self.hold, self.t
   args.check_phase(t, fname)
-  local gone = lock_mod.unusable(hold)
-  if gone then return false, gone end
+  -- A hold released here or found lost sends nothing; a closed client's
+  -- hold can still fence writes to another client.
+  local gone = lock_mod.no_longer_ours(hold) or (t == hold._t and lock_mod.unusable(hold))
+  if gone then
+    if gone:find("^connection:") then return nil, gone end
+    return false, gone
+  end
   local first, head
   if self.owned then
     first, head = self.owner_key, { hold.token, self.how }
@@ -140,7 +138,7 @@ local function guarded(self, fname, nk, keys, argv, script)
       argerror(nk, fname, quote(keys[1]) .. " has a '}' but no hash tag: its fence record cannot share its slot; "
                          .. "give it a hash tag ({...})")
     end
-    head = { show(hold.fence) }
+    head = { number_text(hold.fence) }
   end
   -- In a cluster every key must be in the slot of the first (the owner's
   -- key, or the fence record): one node runs the script.
@@ -154,23 +152,28 @@ local function guarded(self, fname, nk, keys, argv, script)
       end
     end
   end
-  local all_keys, all_argv = { first }, head
-  for i = 1, #keys do all_keys[i + 1] = keys[i] end
-  for i = 1, #argv do all_argv[#all_argv + 1] = argv[i] end
-  local sha, text
+  local words = { #keys + 1, first }
+  for i = 1, #keys do words[#words + 1] = keys[i] end
+  for i = 1, #head do words[#words + 1] = head[i] end
+  for i = 1, #argv do words[#words + 1] = argv[i] end
+  local name = self.owned and "owned_write" or "fenced_write"
   if script then
-    text, sha = core.guard_script(self.owned, script)
-  else
-    local s = core.scripts[self.owned and "owned_write" or "fenced_write"]
-    sha, text = s.sha, s.text
+    local text, sha = core.guard_script(self.owned, script)
+    name = { sha = sha, text = text }
   end
-  local reply, err = run(t, sha, text, all_keys, all_argv)
+  local reply, err = transport.run_script(t, name, unpack(words))
   if reply == nil then return nil, err end
   if reply[1] == 1 then return true, reply[2] end
   if self.owned then return false, lock_mod.set_lost(hold, "found by an owner-checked write") end
   return false, string_format("stale: %s accepted fence %s already; this %s's is %s", quote(keys[1]),
-                              tostring(tonumber(reply[2]) and show(tonumber(reply[2])) or reply[2]), hold._ops.kind,
-                              show(hold.fence))
+                              tostring(reply[2]), hold._ops.kind, number_text(hold.fence))
+end
+
+-- How many entries t has (a list has #t).
+local function count(t)
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  return n
 end
 
 local function check_guard(self, fname)
@@ -208,7 +211,7 @@ function Guard:incr(key, by, ...)
     argerror(2, "incr", "by must be a whole number, got " .. show(by))
   end
   args.check_nargs("incr", 2, ...)
-  return guarded(self, "incr", 1, { key }, { "incrby", show(by) })
+  return guarded(self, "incr", 1, { key }, { "incrby", number_text(by) })
 end
 
 --- guard:del(key[, key ...]): DEL; the reply is how many keys were deleted.
@@ -240,11 +243,13 @@ function Guard:eval(script, keys, argv, ...)
   if type(script) ~= "string" or script == "" then
     argerror(1, "eval", "script must be a non-empty string, got " .. show(script))
   end
-  if type(keys) ~= "table" or #keys == 0 then argerror(2, "eval", "keys must be a list of at least one key") end
-  for _, k in ipairs(keys) do check_key(2, "eval", k) end
+  if type(keys) ~= "table" or #keys == 0 or count(keys) ~= #keys then
+    argerror(2, "eval", "keys must be a list of at least one key")
+  end
+  for i = 1, #keys do check_key(2, "eval", keys[i]) end
   local list = {}
   if argv ~= nil then
-    if type(argv) ~= "table" then argerror(3, "eval", "args must be a list, got " .. type(argv)) end
+    if type(argv) ~= "table" or count(argv) ~= #argv then argerror(3, "eval", "args must be a list") end
     for i = 1, #argv do list[i] = value_of(3, "eval", argv[i]) end
   end
   args.check_nargs("eval", 3, ...)

@@ -355,9 +355,10 @@ end
 _M.lost_news = lost_news
 
 --- unusable(lock): why the lock cannot be used (no longer ours by our own
--- account, or its client closed), or nil. set_lost(lock, why): records that
+-- account, or its client closed), or nil; no_longer_ours(lock): the first
+-- half. set_lost(lock, why): records that
 -- it is no longer ours, and returns the "lost" message.
-_M.unusable, _M.set_lost = unusable, set_lost
+_M.unusable, _M.no_longer_ours, _M.set_lost = unusable, no_longer_ours, set_lost
 
 --- Writes guarded by this hold's fence, to client (a redislock client;
 -- default: the hold's own): see redislock/guard.lua.

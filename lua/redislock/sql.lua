@@ -24,16 +24,17 @@ local core = require "redislock.core"
 
 local ipairs, pairs, tonumber, type = ipairs, pairs, tonumber, type
 local string_format, table_concat, table_sort = string.format, table.concat, table.sort
-local argerror, show = args.argerror, args.show
+local argerror, show, number_text = args.argerror, args.show, args.number_text
 
 local _M = { _VERSION = core._VERSION }
 
 args.own(debug.getinfo(1, "S").source)
 
--- A quoted SQL identifier ("name", with " doubled), or a bad argument.
+-- A quoted SQL identifier ("name", with " doubled), or a bad argument. No
+-- $ in names: inline would take "$1" there for a parameter.
 local function ident(n, fname, name)
-  if type(name) ~= "string" or name == "" or name:find("\0", 1, true) then
-    argerror(n, fname, "a column or table name must be a non-empty string without NUL, got " .. show(name))
+  if type(name) ~= "string" or name == "" or name:find("\0", 1, true) or name:find("$", 1, true) then
+    argerror(n, fname, "a column or table name must be a non-empty string without NUL or '$', got " .. show(name))
   end
   return '"' .. name:gsub('"', '""') .. '"'
 end
@@ -131,14 +132,26 @@ end
 -- escape(s) (the driver's: it knows the connection's encoding), booleans as
 -- TRUE/FALSE. For "$" placeholders.
 function _M.inline(text, params, escape)
+  if type(text) ~= "string" then argerror(1, "inline", "text must be a string, got " .. type(text)) end
+  if type(params) ~= "table" then argerror(2, "inline", "params must be a list, got " .. type(params)) end
   if type(escape) ~= "function" then argerror(3, "inline", "escape must be a function, got " .. type(escape)) end
-  return (text:gsub("%$(%d+)", function(i)
-    local v = params[tonumber(i)]
-    if type(v) == "number" then return show(v) end
-    if type(v) == "boolean" then return v and "TRUE" or "FALSE" end
-    if type(v) == "string" then return "'" .. escape(v) .. "'" end
-    argerror(2, "inline", "parameter $" .. i .. " must be a number, a string or a boolean, got " .. type(v))
-  end))
+  if #params > 0 and not text:find("%$%d") then
+    argerror(1, "inline", "text with $n placeholders expected (placeholder = \"$\")")
+  end
+  local literals = {}
+  for i = 1, #params do
+    local v = params[i]
+    if type(v) == "number" and v == v and v ~= 1 / 0 and v ~= -1 / 0 then
+      literals[i] = number_text(v)
+    elseif type(v) == "boolean" then
+      literals[i] = v and "TRUE" or "FALSE"
+    elseif type(v) == "string" then
+      literals[i] = "'" .. escape(v) .. "'"
+    else
+      argerror(2, "inline", "parameter $" .. i .. " must be a finite number, a string or a boolean, got " .. show(v))
+    end
+  end
+  return (text:gsub("%$(%d+)", function(i) return literals[tonumber(i)] end))
 end
 
 return _M

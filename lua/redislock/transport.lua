@@ -66,11 +66,12 @@ function _M.node(fields)
 end
 
 --- Runs one of the C core's scripts that go as plain commands
--- (core.scripts[name]: multi_acquire, inspect, force_release) over t:
--- EVALSHA, then EVAL after NOSCRIPT (which also caches it). ... are
+-- (core.scripts[name]: multi_acquire, inspect, force_release, fenced_write,
+-- owned_write; or name is a script itself, { sha = ..., text = ... }) over
+-- t: EVALSHA, then EVAL after NOSCRIPT (which also caches it). ... are
 -- numkeys, the keys and the arguments. Returns the reply, or nil and an error.
 function _M.run_script(t, name, ...)
-  local script = core.scripts[name]
+  local script = type(name) == "table" and name or core.scripts[name]
   local reply, err = t:command("EVALSHA", script.sha, ...)
   if reply == nil and err:find("^redis: NOSCRIPT") then reply, err = t:command("EVAL", script.text, ...) end
   return reply, err
