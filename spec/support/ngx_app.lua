@@ -232,6 +232,22 @@ function app.with_lock()
   return reply(200, fence)
 end
 
+--- GET /holds?key=k: takes and gives back a lock, a semaphore's permit, a
+-- read and a write hold and a 2-key lock on names from k, each through its
+-- scoped form -> 200 "lock=F permit=F read=F write=F multi=F" (their fences).
+function app.holds()
+  local c, key = client(), ngx.var.arg_key
+  local function fence(h) return type(h.fence) == "table" and h.fence[1] or h.fence end
+  local out = {
+    "lock=" .. c:with_lock(key, 5, fence),
+    "permit=" .. c:semaphore(key .. ":pool", 2):with_permit(5, fence),
+    "read=" .. c:rwlock(key .. ":doc"):with_read(5, fence),
+    "write=" .. c:rwlock(key .. ":doc"):with_write(5, fence),
+    "multi=" .. c:with_lock({ key .. ":a", key .. ":b" }, 5, fence),
+  }
+  return reply(200, table.concat(out, " "))
+end
+
 --- GET /primitive?kind=sem|read|write|multi[&limit=n][&keys=a,b][&hold=s][&ttl=s]: one
 -- section under a semaphore's permit (limit n; "inside" counts holders and
 -- "seen" lists the count at each entry), a read or write hold on "doc"
