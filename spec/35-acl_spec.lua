@@ -228,12 +228,15 @@ describe("the README's ACL user under OpenResty", function()
     status, body = http.request(nginx.port, "GET", "/holds?key=acl:holds")
     assert.are.equal(200, status, body)
     assert.matches("^lock=%d+ permit=%d+ read=%d+ write=%d+ multi=%d+", body)
-    -- A waiter (notify, the default) behind a holder that lets go.
-    local holder = http.start(nginx.port, "GET", "/with_lock?key=acl:wait&ttl=5&hold=0.3")
-    assert(helpers.eventually(5, function() return srv:cli("EXISTS", "lock:{acl:wait}") == "1" end))
-    status, body = http.request(nginx.port, "GET", "/acquire?key=acl:wait&wait=5")
-    assert.are.equal(200, status, body)
-    assert.are.equal(200, (holder:finish()))
+    -- A waiter in each mode behind a holder that lets go.
+    for i, how in ipairs({ "mode=notify", "mode=poll", "fair=1" }) do
+      local key = "acl:wait" .. i
+      local holder = http.start(nginx.port, "GET", "/with_lock?key=" .. key .. "&ttl=5&hold=0.3")
+      assert(helpers.eventually(5, function() return srv:cli("EXISTS", "lock:{" .. key .. "}") == "1" end))
+      status, body = http.request(nginx.port, "GET", "/acquire?key=" .. key .. "&wait=5&" .. how)
+      assert.are.equal(200, status, how .. ": " .. body)
+      assert.are.equal(200, (holder:finish()))
+    end
     -- A guarded write (fenced; the handler waits for its go key, set at once).
     assert.are.equal("OK", srv:cli("SET", "report:ngx:go", "1"))
     status, body = http.request(nginx.port, "GET", "/guarded?key=acl:guard&ttl=5&form=fenced&rkey=report:ngx")

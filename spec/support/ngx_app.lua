@@ -129,9 +129,11 @@ function app.counter()
   ngx.say("ok")
 end
 
---- GET /acquire?key=k&ttl=s&wait=s -> 200 "fence token" | 409 busy | 503 connection
+--- GET /acquire?key=k&ttl=s&wait=s[&mode=notify|poll][&fair=1] -> 200 "fence token" | 409 busy | 503 connection
 function app.acquire()
-  local lock, err = client():acquire(ngx.var.arg_key, arg_number("ttl", 5), { wait = arg_number("wait", 0) })
+  local lock, err = client():acquire(ngx.var.arg_key, arg_number("ttl", 5),
+                                     { wait = arg_number("wait", 0), wait_mode = ngx.var.arg_mode,
+                                       fair = ngx.var.arg_fair == "1" or nil })
   if not lock then return reply(status_for(err), err) end
   return reply(200, lock.fence .. " " .. lock.token)
 end
