@@ -11,37 +11,7 @@ local core = require "redislock.core"
 local helpers = require "spec.helpers"
 local http = require "spec.support.http"
 
-local WORKER = helpers.spec_dir .. "workers/guarded_writer.lua"
-
--- A fresh folder for a worker's files.
-local function folder()
-  return (helpers.run("mktemp -d"):gsub("%s+$", ""))
-end
-
--- A worker takes key on where (spec/workers/connect.lua) for ttl seconds,
--- is stopped once it holds it, and stays stopped past the TTL while
--- successor() (which takes the lock and writes "new") runs; then it resumes
--- and writes "old" to rkey through the guard of form. Returns its output.
-local function paused_holder(where, key, form, resource_where, rkey, successor)
-  local dir = folder()
-  local worker = helpers.spawn(WORKER, where, key, "0.5", form, resource_where or "", rkey, dir)
-  local pid
-  assert(helpers.eventually(10, function()
-    local f = io.open(dir .. "/pid")
-    pid = f and f:read("a")
-    if f then f:close() end
-    return pid
-  end), "the worker never held the lock")
-  assert(os.execute("kill -STOP " .. pid))
-  core.sleep(0.7) -- past its TTL
-  local ok, err = pcall(successor)
-  assert(os.execute("kill -CONT " .. pid))
-  assert(io.open(dir .. "/go", "w")):close()
-  local out = worker.wait()
-  os.execute("rm -rf " .. helpers.sh_quote(dir))
-  assert(ok, err)
-  return out
-end
+local paused_holder = require("spec.support.paused").holder
 
 describe("guarded writes on one server", function()
   local srv, other, raw, client, data

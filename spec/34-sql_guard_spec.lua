@@ -9,7 +9,7 @@ local core = require "redislock.core"
 local helpers = require "spec.helpers"
 local sql = require "redislock.sql"
 
-local WORKER = helpers.spec_dir .. "workers/guarded_writer.lua"
+local paused_holder = require("spec.support.paused").holder
 
 -- PostgreSQL refuses to run as root: it is started as nobody (runuser),
 -- which needs root; elsewhere this spec fails loudly.
@@ -43,27 +43,11 @@ describe("a SQL row guarded by the fence", function()
 
   it("refuses a paused holder's UPDATE after its successor's", function()
     pg:psql("INSERT INTO reports (id, body) VALUES (1, 'first')")
-    local dir = (helpers.run("mktemp -d"):gsub("%s+$", ""))
-    local worker = helpers.spawn(WORKER, tostring(srv.port), "g:sql", "0.5", "sql", tostring(pg.port), "1", dir)
-    local pid
-    assert(helpers.eventually(10, function()
-      local f = io.open(dir .. "/pid")
-      pid = f and f:read("a")
-      if f then f:close() end
-      return pid
-    end), "the worker never held the lock")
-    assert(os.execute("kill -STOP " .. pid))
-    local ok, err = pcall(function()
-      core.sleep(0.7) -- past its TTL
+    local out = paused_holder(tostring(srv.port), "g:sql", "sql", tostring(pg.port), "1", function()
       local lock = assert(client:acquire("g:sql", 5))
       assert.are.equal(1, math.floor(exec(sql.update(lock, "reports", { body = "new" }, { id = 1 }))))
       assert(lock:release())
     end)
-    assert(os.execute("kill -CONT " .. pid))
-    assert(io.open(dir .. "/go", "w")):close()
-    local out = worker.wait()
-    os.execute("rm -rf " .. helpers.sh_quote(dir))
-    assert(ok, err)
     assert.matches("refused %(no row changed%)", out)
     assert.matches("^new %d+$", body(1))
   end)
