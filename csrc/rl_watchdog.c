@@ -31,6 +31,7 @@ struct rl_lease {
   long long ttl_ms;
   long long due;            /* monotonic ms of the next renewal */
   long long confirmed;      /* monotonic ms when the last good renewal was sent */
+  long long renewed;        /* monotonic ms when the last renewal's answer came */
   long long until;          /* no renewals from then on (0: no limit) */
   rl_lease_state state;
   int busy;                 /* the thread is renewing it, without the mutex */
@@ -258,6 +259,7 @@ static void renew(rl_lease *l) {
   }
   pthread_mutex_lock(&wd_mu);
   l->busy = 0;
+  l->renewed = rl_now_ms();
   if (l->stopped) {
     free_lease(l);
   } else if (l->ttl_ms != ttl) {
@@ -405,7 +407,11 @@ void rl_lease_extended(rl_lease *l, long long ttl_ms, long long sent_ms) {
   if (l->state == RL_LEASE_HELD) {
     l->ttl_ms = ttl_ms;
     l->confirmed = sent_ms;
-    l->due = sent_ms + step_of(ttl_ms);
+    /* A renewal on its way, or answered since the extend went out, may have
+       landed after it (another connection) and cut the TTL back to the old
+       one: renew with the new TTL at once. (One still on its way does so
+       itself once it sees the new TTL.) */
+    l->due = l->busy || l->renewed >= sent_ms ? rl_now_ms() : sent_ms + step_of(ttl_ms);
     wake_for(l->due);
   }
   pthread_mutex_unlock(&wd_mu);

@@ -30,7 +30,10 @@ busted=$(command -v busted) || { echo "redislock: busted not found (make deps)" 
 # and cut them apart with iptables (REDISLOCK_NETNS=1; the rules go with the
 # namespace). Elsewhere those specs are skipped, and say so.
 netns=0
-if [ "$(id -u)" = 0 ] && command -v iptables >/dev/null && unshare --net true 2>/dev/null; then netns=1; fi
+if [ "$(id -u)" = 0 ] && command -v iptables >/dev/null &&
+   unshare --net sh -c 'ip link set lo up && iptables -A INPUT -s 127.0.0.2 -j DROP' 2>/dev/null; then
+  netns=1
+fi
 isolated() {
   if [ "$netns" = 1 ]; then
     unshare --net sh -c 'ip link set lo up && exec "$@"' isolated "$@"

@@ -82,7 +82,9 @@ local function renew(lease, now)
   local t = lease.transport
   local ttl = lease.ttl_ms
   local sent = core.now()
+  lease.renewing = true
   local status, value = t:eval(lease.extend, lease.key, lease.token, ttl)
+  lease.renewing, lease.renewed = false, core.now()
   if leases[lease] == nil then return end -- stopped meanwhile
   if lease.ttl_ms ~= ttl then
     -- Extended by its owner meanwhile: this renewal may have landed after
@@ -242,6 +244,9 @@ function Lease:extended(ttl_ms, sent_ms)
   if self.status ~= "held" then return end
   local sent = sent_ms and sent_ms / 1000 or core.now()
   self.ttl_ms, self.confirmed, self.due = ttl_ms, sent, sent + math_max(ttl_ms / 3000, 0.001)
+  -- A renewal on its way, or answered since the extend went out, may have
+  -- landed after it and cut the TTL back: renew with the new TTL at once.
+  if self.renewing or (self.renewed or 0) >= sent then self.due = core.now() end
   schedule()
 end
 
