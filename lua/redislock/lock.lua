@@ -45,6 +45,18 @@ function _M.passing(err)
 end
 local passing = _M.passing
 
+--- pause(sleep, step, deadline) -> the next step, or nil: sleeps waiting's
+-- jittered pause of step seconds when it ends before deadline (core.now()
+-- seconds), and returns the step doubled (capped); nil when it would not
+-- end in time (nothing slept). The first step is _M.FIRST_STEP.
+function _M.pause(sleep, step, deadline)
+  local pause = step * jitter()
+  if now() + pause >= deadline then return nil end
+  sleep(pause)
+  return math_min(step * 2, _M.MAX_STEP)
+end
+local pause = _M.pause
+
 --- again(sleep, deadline, t, op, key, token[, ms]) -> what t:eval returned:
 -- runs t:eval(op, key, token, ms); while its first value is nil and its
 -- second a refusal of PASSING, runs it again after waiting's pause, as long
@@ -57,10 +69,8 @@ function _M.again(sleep, deadline, t, op, key, token, ms)
   while true do
     local a, b = t:eval(op, key, token, ms)
     if a ~= nil or not passing(b) then return a, b end
-    local pause = step * jitter()
-    if now() + pause >= deadline then return a, b end
-    sleep(pause)
-    step = math_min(step * 2, _M.MAX_STEP)
+    step = pause(sleep, step, deadline)
+    if not step then return a, b end
   end
 end
 local again = _M.again

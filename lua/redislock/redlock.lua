@@ -246,10 +246,8 @@ local function settle(self, deadline, statuses, values, bound, op, key, tok, ms)
       end
     end
     if have >= self.quorum or have + #retry < self.quorum then return end
-    local pause = step * lock_mod.jitter()
-    if now() + pause >= deadline then return end
-    self._sleep(pause)
-    step = math_min(step * 2, lock_mod.MAX_STEP)
+    step = lock_mod.pause(self._sleep, step, deadline)
+    if not step then return end
     local s, v = each(self, nodes, bound, op, key, tok, ms)
     for j, i in ipairs(retry) do statuses[i], values[i] = s[j], v[j] end
   end
