@@ -170,7 +170,7 @@ end
 
 --- The raw floor (build/bench/floor, bench/floor.c) for client's lock cycle:
 -- the exact bytes the library sends for an uncontended acquire (a take:
--- MULTI, SET NX PX, INCR, GET of the era record, CLIENT GETNAME, EXEC) and
+-- MULTI, SET NX PX, INCR, GET of the era record, EXEC) and
 -- release of key (ttl in seconds), with a token as the library makes it.
 -- Returns an object with :rate(n) (cycles per second over n cycles),
 -- :close() and the fields acquire and release (the bytes).

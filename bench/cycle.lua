@@ -2,9 +2,8 @@
 -- Benchmark (not a test): uncontended acquire+release cycles per second from
 -- one client, as a ratio to floors taken in the same run and placement:
 --  * the raw floor, build/bench/floor (bench/floor.c): the very bytes the
---    library sends (core.encode_script: a take, MULTI SET INCR GET
---    CLIENT-GETNAME EXEC, then the
---    release script), one write and one read per round trip over a plain
+--    library sends (core.encode_script: a take, MULTI SET INCR GET EXEC,
+--    then the release script), one write and one read per round trip over a plain
 --    socket, no library;
 --  * the minimal lock, the floor a user compares with: the same raw client
 --    sending SET key token NX PX ttl, then EVALSHA of the usual
@@ -152,9 +151,9 @@ end
 
 -- What the fence's era check costs (rl_proto.c, "Fences across failovers"),
 -- with no client in the way: the raw floor with the library's take (MULTI,
--- SET, INCR, GET of the era record, CLIENT GETNAME, EXEC) against the take
--- without the last two (the take before the check), the same release after
--- each; server CPU and rate, five times each in turn, the medians.
+-- SET, INCR, GET of the era record, EXEC) against the take without the GET
+-- (the take before the check), the same release after each; server CPU and
+-- rate, five times each in turn, the medians.
 local pre_era = (function()
   local tok = core.token()
   local era_free = core.encode("MULTI") .. core.encode("SET", client.prefix .. "{" .. KEY .. "}", tok, "NX", "PX",

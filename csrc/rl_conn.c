@@ -55,6 +55,7 @@ void rl_conn_close(rl_conn *conn) {
   conn->reader = NULL;
   conn->rcv_ms = 0;
   conn->answered = 0;
+  memset(conn->era, 0, sizeof conn->era); /* the next connection may reach another server */
 }
 
 void rl_conn_free(rl_conn *conn) {
@@ -258,8 +259,8 @@ static int write_all(rl_conn *conn, const char *buf, size_t len) {
 }
 
 /*
- * Sends len bytes of buf and reads want replies (1, RL_TAKE_REPLIES for a take, one more
- * after ASKING or CLIENT SETNAME) into
+ * Sends len bytes of buf and reads want replies (1, or a take's, one more
+ * after ASKING) into
  * reply[0 .. want-1], all within timeout_ms. One write, then reads until the
  * reader has them all. With fast (a lock script's or a take's replies
  * expected), a first read that is exactly those replies in their common form
@@ -288,7 +289,7 @@ static int roundtrip(rl_conn *conn, const char *buf, size_t len, long long timeo
       free_replies(reply, got);
       return timeout ? RT_TIMEOUT : RT_FAILED;
     }
-    if (fast != NULL && first && rl_decode_bytes(in, (size_t)n, want == RL_TAKE_REPLIES, fast)) {
+    if (fast != NULL && first && rl_decode_bytes(in, (size_t)n, want > 1 ? want : 0, fast)) {
       conn->answered = 1;
       return RT_OK;
     }
@@ -415,10 +416,6 @@ enum { CALL_OK, CALL_FAILED, CALL_LOST_REUSED };
 static int call_after(rl_conn *conn, const char *pre, size_t plen, const char *what, const char *buf, size_t len,
                       int want, int resend, redisReply **r, char err[RL_ERRLEN]);
 
-/* call_after's what for CLIENT SETNAME: a refusal (an ACL without CLIENT)
-   leaves the connection unnamed, and the call goes on. */
-static const char setname_what[] = "CLIENT SETNAME";
-
 static int call(rl_conn *conn, const char *buf, size_t len, int want, int resend,
                 redisReply **r, rl_result *fast, char err[RL_ERRLEN]) {
   int reused, rc;
@@ -446,10 +443,9 @@ static int call(rl_conn *conn, const char *buf, size_t len, int want, int resend
   return rc == RT_OK ? CALL_OK : CALL_FAILED;
 }
 
-/* call() with the plen bytes at pre (ASKING, or CLIENT SETNAME) before the
-   command, in the same write: their +OK is read and dropped. An error in its
-   place is the call's ("redis: <what>: ..."), except CLIENT SETNAME's
-   (setname_what): the command's replies count then, the connection unnamed. */
+/* call() with the plen bytes at pre (ASKING) before the command, in the
+   same write: their +OK is read and dropped. An error in its place is the
+   call's ("redis: <what>: ..."). */
 static int call_after(rl_conn *conn, const char *pre, size_t plen, const char *what, const char *buf, size_t len,
                       int want, int resend, redisReply **r, char err[RL_ERRLEN]) {
   char stack[1024], *both = plen + len <= sizeof stack ? stack : (char *)malloc(plen + len);
@@ -464,7 +460,7 @@ static int call_after(rl_conn *conn, const char *pre, size_t plen, const char *w
   rc = call(conn, both, plen + len, want + 1, resend, all, NULL, err);
   if (both != stack) free(both);
   if (rc != CALL_OK) return rc;
-  if (all[0]->type == REDIS_REPLY_ERROR && what != setname_what) {
+  if (all[0]->type == REDIS_REPLY_ERROR) {
     snprintf(err, RL_ERRLEN, "redis: %s: %.*s", what, (int)all[0]->len, all[0]->str);
     free_replies(all, want + 1);
     return CALL_FAILED;
@@ -620,28 +616,31 @@ void rl_conn_set_timeout(rl_conn *conn, long long ms) {
 /*
  * A take: 0 with out (RL_HELD and the fence; RL_OTHER when the lock is
  * held; RL_UNVERIFIED, with the era record's master ID in out->era, when it
- * took the lock but the connection's name did not vouch for that record);
- * 1 when the acquire script must follow (the answer was lost on a reused
- * connection: the take may have landed, and only the script reconciles);
- * -1 with err.
+ * took the lock but the connection had not confirmed that ID); 1 when the
+ * acquire script must follow (the answer was lost on a reused connection:
+ * the take may have landed, and only the script reconciles); -1 with err.
  */
 static int take(rl_conn *conn, const rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]) {
   char stack[1024], *buf, msg[RL_ERRLEN - 8];
   redisReply *r[RL_TAKE_REPLIES];
   long long n = rl_cmd_bytes(cmd, stack, sizeof stack, &buf);
-  int rc;
-  rl_decoded d;
+  int rc, want = rl_cmd_replies(cmd);
+  rl_decoded d = RL_DECODED;
   if (n < 0) return format_failed(err);
-  rc = call(conn, buf, (size_t)n, RL_TAKE_REPLIES, 0, r, out, err);
+  rc = call(conn, buf, (size_t)n, want, 0, r, out, err);
   if (buf != stack) free(buf);
   if (rc == CALL_LOST_REUSED) return 1;
   if (rc != CALL_OK) return -1;
-  if (r[0] == NULL) return 0; /* the common replies, read without a reader */
-  d = rl_decode_take(r, out, msg, sizeof msg);
-  free_replies(r, RL_TAKE_REPLIES);
-  if (d == RL_DECODED) return 0;
-  snprintf(err, RL_ERRLEN, "redis: %s", msg);
-  return -1;
+  if (r[0] != NULL) { /* else the common replies, read without a reader */
+    d = rl_decode_take(r, want, out, msg, sizeof msg);
+    free_replies(r, want);
+  }
+  if (d != RL_DECODED) {
+    snprintf(err, RL_ERRLEN, "redis: %s", msg);
+    return -1;
+  }
+  rl_take_vouch(out, conn->era);
+  return 0;
 }
 
 /* rl_conn_eval_many's states of a connection. */
@@ -772,40 +771,19 @@ void rl_conn_eval_many(rl_conn *const *conns, rl_cmd *const *cmds, int n, long l
   }
 }
 
-/*
- * After an acquire that named the connection (rl_cmd_claim) and did not say
- * the name was right: the name goes (CLIENT SETNAME ""), or, when that
- * fails, the connection does (a name left in place could pass a stale era
- * record). An answer of RL_UNVERIFIED is the lock held with its fence.
- */
-static void unname(rl_conn *conn, rl_result *out) {
-  static const char clear[] = "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$0\r\n\r\n";
-  char err[RL_ERRLEN];
-  redisReply *r = NULL;
-  if (call(conn, clear, sizeof clear - 1, 1, 0, &r, NULL, err) != CALL_OK) {
-    rl_conn_close(conn);
-  } else {
-    if (r->type == REDIS_REPLY_ERROR) rl_conn_close(conn);
-    freeReplyObject(r);
-  }
-  if (out->status == RL_UNVERIFIED) out->status = RL_HELD;
-}
-
 int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]) {
-  char msg[RL_ERRLEN - 8], stack[1024], *buf, setname[RL_SETNAME_BYTES];
-  size_t named = 0;
-  int attempt;
+  char msg[RL_ERRLEN - 8], stack[1024], *buf;
+  int attempt, claimed = 0;
   if (cmd->op == RL_OP_TAKE) {
     int rc = take(conn, cmd, out, err);
     if (rc < 0 || (rc == 0 && out->status == RL_HELD)) return rc;
     /* Taken, but the fence's era is for the acquire script to check (it
-       answers for our token): this connection then takes the name of the
-       master the record names, in the same write (rl_proto.c, "Fences
-       across failovers"). Or held (tell its TTL, mark a waiter), or lost
-       on a reused connection. */
+       answers for our token), told the master ID the record names: when it
+       is this master's, the connection trusts that record from now on
+       (rl_proto.c, "Fences across failovers"). Or held (tell its TTL, mark
+       a waiter), or lost on a reused connection. */
     rl_cmd_use_acquire(cmd);
-    if (rc == 0 && out->status == RL_UNVERIFIED && out->era[0] != '\0' && rl_cmd_claim(cmd, out->era) == 0)
-      named = rl_setname_bytes(out->era, setname);
+    claimed = rc == 0 && out->status == RL_UNVERIFIED && out->era[0] != '\0' && rl_cmd_claim(cmd, out->era) == 0;
   }
   for (attempt = 0; attempt < 2; attempt++) {
     rl_decoded d;
@@ -816,22 +794,19 @@ int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]
     /* Every script but the releases may be sent twice: the acquires treat
        their own token as success, extend, pttl and leave repeat harmlessly.
        A repeated release would find the hold gone and report it lost. */
-    if (named > 0 && attempt == 0)
-      rc = call_after(conn, setname, named, setname_what, buf, (size_t)n, 1, 1, &r, err);
-    else
-      rc = call(conn, buf, (size_t)n, 1, rl_op_resendable(cmd->op), &r, out, err);
+    rc = call(conn, buf, (size_t)n, 1, rl_op_resendable(cmd->op), &r, out, err);
     if (buf != stack) free(buf);
-    if (rc != CALL_OK) {
-      if (named > 0) rl_conn_close(conn); /* the name was not confirmed: it goes with the connection */
-      return -1;
-    }
+    if (rc != CALL_OK) return -1;
     if (r == NULL) d = RL_DECODED; /* the common reply, read without a reader */
     else {
       d = rl_decode(r, out, msg, sizeof msg);
       freeReplyObject(r);
     }
-    if (d == RL_DECODED && named > 0 && out->status != RL_HELD) {
-      unname(conn, out);
+    if (d == RL_DECODED && claimed) {
+      /* The claim's master ID is this master's (held), or not (2). A
+         resend on a fresh connection answered for that one: the same server. */
+      if (out->status == RL_HELD) memcpy(conn->era, cmd->era, sizeof conn->era);
+      else if (out->status == RL_UNVERIFIED) out->status = RL_HELD;
       return 0;
     }
     if (d == RL_DECODED && out->status != RL_UNVERIFIED) return 0;
@@ -846,6 +821,5 @@ int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]
     break;
   }
   snprintf(err, RL_ERRLEN, "redis: %s", msg);
-  if (named > 0) rl_conn_close(conn); /* the name was not confirmed: it goes with the connection */
   return -1;
 }

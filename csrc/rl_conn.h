@@ -45,6 +45,10 @@ typedef struct {
   int answered;           /* a reply came on this connection */
   int asking;             /* while set, each command goes after an ASKING (a
                              cluster's ASK redirect), in the same write */
+  char era[RL_REPLID_LEN + 1]; /* the master ID an acquire script confirmed on
+                                  this connection ("" before): a take trusts
+                                  the era records that name it (rl_proto.c,
+                                  "Fences across failovers") */
 } rl_conn;
 
 /*

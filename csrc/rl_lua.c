@@ -690,14 +690,16 @@ static int push_formatted(lua_State *L, int argc, const char **argv, const size_
 }
 
 /*
- * core.encode_script(op, key, token, ms, prefix[, eval[, n[, claim]]]) -> bytes
+ * core.encode_script(op, key, token, ms, prefix[, eval[, n[, claim[, named]]]]) -> bytes
  * The bytes of one lock script command, as client:eval would send it:
  * EVALSHA, or EVAL with the script text when eval is true (after NOSCRIPT).
  * ms is ignored (may be nil) for release and pttl; n is sem_acquire's
- * limit. A take is MULTI, SET, INCR, GET of the era record, CLIENT GETNAME,
- * EXEC (read its replies with reader:take_reply); with eval, the acquire
- * script it falls back on. claim: an acquire's master ID after a take that
- * answered 2 (rl_cmd_claim).
+ * limit. A take is MULTI, SET, INCR, GET of the era record, EXEC, as a
+ * client's acquire sends it; with named, CLIENT GETNAME before EXEC (a
+ * pooled connection's name vouches for the record: read its replies with
+ * reader:take_reply); with eval, the acquire script it falls back on.
+ * claim: an acquire's master ID after a take that answered 2
+ * (rl_cmd_claim).
  */
 static int core_encode_script(lua_State *L) {
   const char *key, *token, *prefix, *why, *claim;
@@ -712,6 +714,7 @@ static int core_encode_script(lua_State *L) {
   claim = luaL_optstring(L, 8, NULL); /* before rl_cmd_init: nothing to free when it raises */
   if (rl_cmd_init(&cmd, op, prefix, plen, key, klen, token, tlen, ms, n) != 0)
     return luaL_error(L, "redislock: out of memory");
+  cmd.ask_name = lua_toboolean(L, 9);
   if (claim != NULL && rl_cmd_claim(&cmd, claim) != 0) {
     rl_cmd_free(&cmd);
     return luaL_argerror(L, 8, "a claim is a master ID (40 hex digits), for an acquire");
@@ -873,7 +876,8 @@ static int reader_script_reply(lua_State *L) {
 
 /*
  * reader:take_reply() -> status, value | nil, err[, true] | nil
- * The replies to a take (core.encode_script("take", ...)): 1 and the
+ * The replies to a take that asks the connection's name
+ * (core.encode_script("take", ..., named)): 1 and the
  * fence; 2 and the master ID the era record names ("" for none) when the
  * lock was taken but the fence's era is for the acquire script to check
  * (rl_proto.h, RL_UNVERIFIED); -1 and -3 when the lock is held (its TTL
@@ -902,7 +906,7 @@ static int reader_take_reply(lua_State *L) {
     }
     rd->take[rd->took++] = r;
   }
-  d = rl_decode_take(rd->take, &res, msg, sizeof msg);
+  d = rl_decode_take(rd->take, RL_TAKE_REPLIES, &res, msg, sizeof msg);
   reader_drop_take(rd);
   if (d != RL_DECODED) {
     lua_pushnil(L);

@@ -38,11 +38,10 @@
  *                            fair waiter: as long as it stays queued)
  *
  * The first try of an acquire is a take, no script: MULTI, SET key token NX
- * PX ms, INCR fence, GET of the slot's era record, CLIENT GETNAME, EXEC, one
- * atomic step that costs Redis less than the acquire script (no script
- * call, no reply conversion, no INFO: see "Fences across failovers"). Its
- * INCR runs also when the lock is held, so fences grow by
- * more than one now and then; they still only grow. A take that finds the
+ * PX ms, INCR fence, GET of the slot's era record, EXEC, one atomic step
+ * that costs Redis less than the acquire script (no script call, no reply
+ * conversion, no INFO: see "Fences across failovers"). Its INCR runs also
+ * when the lock is held, so fences grow by more than one now and then; they still only grow. A take that finds the
  * lock held is followed by the acquire script, which tells the holder's TTL
  * and sets the waiters mark; so is a take whose answer was lost (never a take
  * twice: a second SET NX would find our own lock).
@@ -84,14 +83,18 @@
  * so a plain server's fences are the counter, as before; missing anywhere
  * else it starts at RL_ERA_JUMP. INFO costs about 2.5 us, so the scripts
  * read it only when they grant, and the take does not run it at all: it
- * reads the record and the connection's name (CLIENT GETNAME) in its
- * transaction, and trusts the record when the name is RL_ERA_NAME and the
- * record's ID, which a connection only gets right after the acquire script
- * checked that ID against INFO on that very connection. Connections are
+ * reads the record in its transaction, and trusts it when the connection
+ * vouches for the record's master ID, which a connection does only after
+ * the acquire script checked that ID against INFO on that very
+ * connection. The C transport keeps that ID with the connection
+ * (rl_conn.era, forgotten when the connection closes); a pooled cosocket
+ * carries no state of ours, so the OpenResty transport names the
+ * connection RL_ERA_NAME and the ID (CLIENT SETNAME, in the acquire's
+ * write) and its take asks the name back (CLIENT GETNAME). Connections are
  * closed when a server restarts, and Sentinel closes them when it promotes
  * or demotes; a connection that stays open while its server is demoted and
- * promoted again keeps a name that may match a record no new master wrote
- * (README: limits).
+ * promoted again still vouches for an ID that may match a record no new
+ * master wrote (README: limits).
  */
 
 #define RL_STR_(x) #x
@@ -222,10 +225,11 @@
 static const char *const script_text[RL_OP_COUNT] = {
   /* RL_OP_ACQUIRE: KEYS lock, fence, waiters, era; ARGV[1] token, ARGV[2]
      ttl (ms), and after a take that could not tell the fence, ARGV[3] the
-     master ID the connection was just named after (rl_cmd_claim). Replies
-     one integer: the fence, or -2 - the holder's PTTL; or {2, the fence}
-     when the lock is ours but this master's ID is not ARGV[3] (the name
-     must go: it came from a record an earlier master wrote). */
+     master ID its era record names, which the connection trusts from then
+     on when it is this master's (rl_cmd_claim). Replies one integer: the
+     fence, or -2 - the holder's PTTL; or {2, the fence} when the lock is
+     ours but this master's ID is not ARGV[3] (an earlier master wrote the
+     record: not to be trusted). */
   ERA_FN
   "local function ours(fence)\n"
   "  if ARGV[3] and ARGV[3] ~= era_id then return {2, fence} end\n"
@@ -884,21 +888,21 @@ static char *put_bulk(char *p, const char *bytes, size_t len) {
   return p;
 }
 
-/* A take's bytes: the six commands, in one buffer (the caller frees *out
-   when it is not buf). The argv of a take is acquire's EVALSHA sha 4 lock
-   fence waiters era token ms. */
+/* A take's bytes: its five or six commands, in one buffer (the caller frees
+   *out when it is not buf). The argv of a take is acquire's EVALSHA sha 4
+   lock fence waiters era token ms. */
 static long long take_bytes(const rl_cmd *cmd, char *buf, size_t cap, char **out) {
   static const char multi[] = "*1\r\n$5\r\nMULTI\r\n", set_head[] = "*6\r\n$3\r\nSET\r\n";
   static const char set_tail[] = "$2\r\nNX\r\n$2\r\nPX\r\n", incr[] = "*2\r\n$4\r\nINCR\r\n";
   static const char get[] = "*2\r\n$3\r\nGET\r\n";
   static const char getname[] = "*2\r\n$6\r\nCLIENT\r\n$7\r\nGETNAME\r\n", exec[] = "*1\r\n$4\r\nEXEC\r\n";
   const char *token = cmd->argv[7], *ms = cmd->argv[8];
-  size_t tlen = cmd->len[7], mlen = cmd->len[8];
+  size_t tlen = cmd->len[7], mlen = cmd->len[8], named = cmd->ask_name ? sizeof getname - 1 : 0;
   size_t lock = cmd->klen[K_LOCK], fence = cmd->klen[K_FENCE], era = cmd->klen[K_ERA];
   size_t total = sizeof multi - 1 + sizeof set_head - 1 + 1 + digits(lock) + 2 + lock + 2 +
                  1 + digits(tlen) + 2 + tlen + 2 + sizeof set_tail - 1 + 1 + digits(mlen) + 2 + mlen + 2 +
                  sizeof incr - 1 + 1 + digits(fence) + 2 + fence + 2 +
-                 sizeof get - 1 + 1 + digits(era) + 2 + era + 2 + sizeof getname - 1 + sizeof exec - 1;
+                 sizeof get - 1 + 1 + digits(era) + 2 + era + 2 + named + sizeof exec - 1;
   char *p = total <= cap ? buf : (char *)malloc(total);
   if (p == NULL) return -1;
   *out = p;
@@ -912,7 +916,7 @@ static long long take_bytes(const rl_cmd *cmd, char *buf, size_t cap, char **out
   p = put_bulk(p, cmd->key[K_FENCE], fence);
   memcpy(p, get, sizeof get - 1), p += sizeof get - 1;
   p = put_bulk(p, cmd->key[K_ERA], era);
-  memcpy(p, getname, sizeof getname - 1), p += sizeof getname - 1;
+  memcpy(p, getname, named), p += named;
   memcpy(p, exec, sizeof exec - 1);
   return (long long)total;
 }
@@ -922,7 +926,10 @@ long long rl_cmd_bytes(const rl_cmd *cmd, char *buf, size_t cap, char **out) {
   return rl_format(buf, cap, out, cmd->argc, cmd->argv, cmd->len);
 }
 
-int rl_cmd_replies(const rl_cmd *cmd) { return cmd->op == RL_OP_TAKE ? RL_TAKE_REPLIES : 1; }
+int rl_cmd_replies(const rl_cmd *cmd) {
+  if (cmd->op != RL_OP_TAKE) return 1;
+  return cmd->ask_name ? RL_TAKE_REPLIES : RL_TAKE_REPLIES - 1;
+}
 
 size_t rl_setname_bytes(const char *era, char *buf) {
   static const char head[] = "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n";
@@ -1041,9 +1048,10 @@ static void from_integer(long long n, rl_result *out) {
 /*
  * A take's result from what its transaction answered: held (SET took the
  * lock), n (INCR's), the era record (rlen bytes at rec, NULL when none) and
- * the connection's name (nlen bytes at name, NULL when none). See "Fences
- * across failovers": the fence is n plus the record's offset when the name
- * is RL_ERA_NAME and the record's master ID.
+ * the connection's name (nlen bytes at name, NULL when none or not asked).
+ * See "Fences across failovers": the fence is n plus the record's offset
+ * when the record's master ID is vouched for, by the name (RL_ERA_NAME and
+ * the ID) or by the caller (rl_take_vouch).
  */
 static void take_result(int held, long long n, const char *rec, size_t rlen, const char *name, size_t nlen,
                         rl_result *out) {
@@ -1052,6 +1060,7 @@ static void take_result(int held, long long n, const char *rec, size_t rlen, con
   long long off = 0;
   int id_ok = rec != NULL && rlen > RL_REPLID_LEN + 1 && rec[RL_REPLID_LEN] == ' ';
   out->era[0] = '\0';
+  out->offset = 0;
   if (!held) {
     out->status = RL_OTHER;
     out->value = RL_PTTL_UNKNOWN;
@@ -1062,18 +1071,21 @@ static void take_result(int held, long long n, const char *rec, size_t rlen, con
     id_ok = rec[i] >= '0' && rec[i] <= '9' && i < RL_REPLID_LEN + 17; /* 16 digits at most */
     off = off * 10 + (rec[i] - '0');
   }
-  out->value = n;
-  if (id_ok && name != NULL && nlen == pre + RL_REPLID_LEN && memcmp(name, RL_ERA_NAME, pre) == 0 &&
-      memcmp(name + pre, rec, RL_REPLID_LEN) == 0) {
-    out->status = RL_HELD;
-    out->value = n + off;
-    return;
-  }
   out->status = RL_UNVERIFIED;
-  if (id_ok) {
-    memcpy(out->era, rec, RL_REPLID_LEN);
-    out->era[RL_REPLID_LEN] = '\0';
-  }
+  out->value = n;
+  if (!id_ok) return;
+  memcpy(out->era, rec, RL_REPLID_LEN);
+  out->era[RL_REPLID_LEN] = '\0';
+  out->offset = off;
+  if (name != NULL && nlen == pre + RL_REPLID_LEN && memcmp(name, RL_ERA_NAME, pre) == 0)
+    rl_take_vouch(out, name + pre);
+}
+
+void rl_take_vouch(rl_result *out, const char *id) {
+  if (out->status != RL_UNVERIFIED || out->era[0] == '\0' || memcmp(id, out->era, RL_REPLID_LEN) != 0) return;
+  out->status = RL_HELD;
+  out->value += out->offset;
+  out->era[0] = '\0';
 }
 
 /* Reads "$<len>\r\n<bytes>\r\n" or "$-1\r\n" at *p (before end): *s and
@@ -1096,21 +1108,24 @@ static int read_bulk(const char **p, const char *end, const char **s, size_t *sl
 }
 
 int rl_decode_bytes(const char *buf, size_t len, int take, rl_result *out) {
-  static const char queued[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*4\r\n";
+  /* MULTI's and the QUEUEDs (two fewer than the replies), then EXEC's array */
+  static const char queued[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n";
   const char *p = buf, *end = buf + len;
   long long status, value;
-  if (take) {
-    const char *rec, *name;
-    size_t rlen, nlen;
+  if (take == RL_TAKE_REPLIES || take == RL_TAKE_REPLIES - 1) {
+    const char *rec, *name = NULL;
+    size_t rlen, nlen = 0, head = 5 + 9 * (size_t)(take - 2);
     int held;
-    if (len < sizeof queued - 1 + 5 || memcmp(p, queued, sizeof queued - 1) != 0) return 0;
-    p += sizeof queued - 1;
+    if (len < head + 4 + 5 || memcmp(p, queued, head) != 0 || p[head] != '*' ||
+        p[head + 1] != '0' + take - 2 || memcmp(p + head + 2, "\r\n", 2) != 0)
+      return 0;
+    p += head + 4;
     if (memcmp(p, "+OK\r\n", 5) == 0) held = 1;
     else if (memcmp(p, "$-1\r\n", 5) == 0) held = 0;
     else return 0;
     p += 5;
     if (read_int_line(&p, end, &value) != 0 || read_bulk(&p, end, &rec, &rlen) != 0 ||
-        read_bulk(&p, end, &name, &nlen) != 0 || p != end)
+        (take == RL_TAKE_REPLIES && read_bulk(&p, end, &name, &nlen) != 0) || p != end)
       return 0;
     take_result(held, value, rec, rlen, name, nlen, out);
     return 1;
@@ -1149,26 +1164,27 @@ rl_decoded rl_decode(const redisReply *r, rl_result *out, char *err, size_t errl
   return RL_DECODED;
 }
 
-rl_decoded rl_decode_take(redisReply *const r[RL_TAKE_REPLIES], rl_result *out, char *err, size_t errlen) {
+rl_decoded rl_decode_take(redisReply *const *r, int n, rl_result *out, char *err, size_t errlen) {
   static const char bad[] = "unexpected reply to MULTI/EXEC of a take";
-  const redisReply *exec = r[RL_TAKE_REPLIES - 1], *set, *incr, *rec, *name;
-  for (int i = 0; i < RL_TAKE_REPLIES; i++)
+  const redisReply *exec = r[n - 1], *set, *incr, *rec, *name = NULL;
+  for (int i = 0; i < n; i++)
     if (r[i]->type == REDIS_REPLY_ERROR) return fail(err, errlen, r[i]->str, r[i]->len);
-  if (exec->type != REDIS_REPLY_ARRAY || exec->elements != RL_TAKE_REPLIES - 2) /* all but MULTI's and EXEC's */
+  if (exec->type != REDIS_REPLY_ARRAY || exec->elements != (size_t)n - 2) /* all but MULTI's and EXEC's */
     return fail(err, errlen, bad, sizeof bad - 1);
-  set = exec->element[0], incr = exec->element[1], rec = exec->element[2], name = exec->element[3];
+  set = exec->element[0], incr = exec->element[1], rec = exec->element[2];
+  if (n == RL_TAKE_REPLIES) name = exec->element[3];
   for (size_t i = 0; i < exec->elements; i++) {
     const redisReply *e = exec->element[i];
     if (e->type == REDIS_REPLY_ERROR) return fail(err, errlen, e->str, e->len);
   }
   if (incr->type != REDIS_REPLY_INTEGER || (set->type != REDIS_REPLY_STATUS && set->type != REDIS_REPLY_NIL) ||
       (rec->type != REDIS_REPLY_STRING && rec->type != REDIS_REPLY_NIL) ||
-      (name->type != REDIS_REPLY_STRING && name->type != REDIS_REPLY_NIL))
+      (name != NULL && name->type != REDIS_REPLY_STRING && name->type != REDIS_REPLY_NIL))
     return fail(err, errlen, bad, sizeof bad - 1);
+  if (name != NULL && name->type != REDIS_REPLY_STRING) name = NULL;
   take_result(set->type == REDIS_REPLY_STATUS, incr->integer,
               rec->type == REDIS_REPLY_STRING ? rec->str : NULL, rec->type == REDIS_REPLY_STRING ? rec->len : 0,
-              name->type == REDIS_REPLY_STRING ? name->str : NULL, name->type == REDIS_REPLY_STRING ? name->len : 0,
-              out);
+              name != NULL ? name->str : NULL, name != NULL ? name->len : 0, out);
   return RL_DECODED;
 }
 

@@ -54,12 +54,12 @@ enum {
   RL_HELD = 1,     /* ours (acquired, released, extended, or still held) */
   RL_FREE = 0,     /* the key does not exist: expired or released */
   RL_OTHER = -1,   /* the key holds another owner's token */
-  /* A take: SET took the lock, but this connection has not been named
-     after the master that keeps the slot's era record (a new connection, or
-     a new master): the acquire script follows, which checks the era itself
-     (rl_proto.c, "Fences across failovers"). The acquire script after it
-     (rl_cmd_claim): ours, but the name the connection was just given is
-     not this master's and must be cleared. */
+  /* A take: SET took the lock, but nothing vouches for the slot's era
+     record on this connection (a new connection, or a new master): the
+     acquire script follows, which checks the era itself (rl_proto.c,
+     "Fences across failovers"). The acquire script after it
+     (rl_cmd_claim): ours, but the master ID claimed is not this master's
+     (a connection named after it must lose the name). */
   RL_UNVERIFIED = 2
 };
 
@@ -75,6 +75,7 @@ typedef struct {
   long long value; /* acquire: fence when held, PTTL (ms) when not; pttl: ms */
   char era[RL_REPLID_LEN + 1]; /* RL_UNVERIFIED: the master ID the slot's era
                                   record names, "" when it names none */
+  long long offset; /* RL_UNVERIFIED: the record's offset (see rl_take_vouch) */
 } rl_result;
 
 /* How rl_decode classified a reply. */
@@ -118,6 +119,10 @@ typedef struct {
   char ms[24];
   char n[24];
   char era[RL_REPLID_LEN + 1]; /* rl_cmd_claim's */
+  int ask_name; /* a take: ends with CLIENT GETNAME, and the connection's
+                   name vouches for the era record (a pool's connections,
+                   which carry no state of ours); else the caller vouches
+                   (rl_take_vouch) */
   char inline_keys[384]; /* keys, when they fit */
 } rl_cmd;
 
@@ -175,15 +180,16 @@ long long rl_format(char *buf, size_t cap, char **out, int argc, const char *con
 /*
  * The bytes of cmd (see rl_format): one command; for a take, MULTI, SET key
  * token NX PX ms, INCR of the fence counter, GET of the slot's era record,
- * CLIENT GETNAME and EXEC, which answer RL_TAKE_REPLIES replies. Returns
- * their length, or -1 when out of memory.
+ * CLIENT GETNAME when cmd->ask_name, and EXEC, which answer
+ * rl_cmd_replies(cmd) replies. Returns their length, or -1 when out of
+ * memory.
  */
 long long rl_cmd_bytes(const rl_cmd *cmd, char *buf, size_t cap, char **out);
 
-#define RL_TAKE_REPLIES 6
+#define RL_TAKE_REPLIES 6 /* the most: a take that asks the name */
 
-/* How many replies the bytes of cmd are answered with: RL_TAKE_REPLIES for
-   a take, else 1. */
+/* How many replies the bytes of cmd are answered with: a take's 5, or
+   RL_TAKE_REPLIES when it asks the name; else 1. */
 int rl_cmd_replies(const rl_cmd *cmd);
 
 /*
@@ -220,22 +226,31 @@ void rl_cmd_free(rl_cmd *cmd);
 rl_decoded rl_decode(const redisReply *r, rl_result *out, char *err, size_t errlen);
 
 /*
- * Classifies the replies to a take (MULTI, then QUEUED for SET, INCR, GET,
- * CLIENT GETNAME, then EXEC): RL_HELD and the fence when SET took the lock
- * and the connection's name matches the era record; RL_UNVERIFIED when SET
- * took it but the name does not match (out->era: the record's master ID);
- * RL_OTHER and RL_PTTL_UNKNOWN when the lock was held; RL_ERROR with the
- * first error reply (LOADING, READONLY, MOVED ... come back at MULTI
- * already) or a description of an unexpected one.
+ * Classifies the n replies to a take (MULTI, then QUEUED for SET, INCR,
+ * GET and, when n is RL_TAKE_REPLIES, CLIENT GETNAME, then EXEC): RL_HELD
+ * and the fence when SET took the lock and the connection's name matches
+ * the era record; RL_UNVERIFIED when SET took it but nothing vouched for
+ * the record (out->era: its master ID; out->value: the counter, to which
+ * rl_take_vouch adds the record's offset); RL_OTHER and RL_PTTL_UNKNOWN
+ * when the lock was held; RL_ERROR with the first error reply (LOADING,
+ * READONLY, MOVED ... come back at MULTI already) or a description of an
+ * unexpected one.
  */
-rl_decoded rl_decode_take(redisReply *const r[RL_TAKE_REPLIES], rl_result *out, char *err, size_t errlen);
+rl_decoded rl_decode_take(redisReply *const *r, int n, rl_result *out, char *err, size_t errlen);
+
+/* After an RL_UNVERIFIED take: when id (RL_REPLID_LEN hex digits, the
+   master ID an acquire script confirmed on the take's connection) is the
+   record's, the take is RL_HELD and its fence the counter plus the
+   record's offset. */
+void rl_take_vouch(rl_result *out, const char *id);
 
 /*
  * The common case of rl_decode without a reader: 1 when the len bytes at buf
  * are exactly one script reply that rl_decode would take (":<n>\r\n" or
  * "*2\r\n:<status>\r\n:<value>\r\n"), filling out; else 0 (read them
- * with a reader). With take set, the same for the replies of a take that
- * succeeded or found the lock held (see rl_decode_take).
+ * with a reader). With take (its count of replies; 0 for a script), the
+ * same for the replies of a take that succeeded or found the lock held (see
+ * rl_decode_take).
  */
 int rl_decode_bytes(const char *buf, size_t len, int take, rl_result *out);
 

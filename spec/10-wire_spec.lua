@@ -54,13 +54,16 @@ describe("wire functions", function()
     assert.are.equal(0, script("pttl", "k", tok)[1]) -- 0: no such lock
   end)
 
-  it("encodes a take (MULTI, SET, INCR, GET era, CLIENT GETNAME, EXEC), decodes it fed byte by byte", function()
+  it("encodes a take (MULTI, SET, INCR, GET era[, CLIENT GETNAME], EXEC), decodes it fed byte by byte", function()
     local tok = core.token()
     local era = "lock:{" .. core.era_tag(core.lock_slot("k")) .. "}:era"
-    local bytes = core.encode_script("take", "k", tok, 5000, "lock:")
-    assert.are.equal(core.encode("MULTI") .. core.encode("SET", "lock:{k}", tok, "NX", "PX", 5000)
-                     .. core.encode("INCR", "lock:{k}:fence") .. core.encode("GET", era)
-                     .. core.encode("CLIENT", "GETNAME") .. core.encode("EXEC"), bytes)
+    local head = core.encode("MULTI") .. core.encode("SET", "lock:{k}", tok, "NX", "PX", 5000)
+                 .. core.encode("INCR", "lock:{k}:fence") .. core.encode("GET", era)
+    -- A client's take: its connection vouches for the era record.
+    assert.are.equal(head .. core.encode("EXEC"), core.encode_script("take", "k", tok, 5000, "lock:"))
+    -- A pool's (OpenResty's): the connection's name vouches for it.
+    local bytes = core.encode_script("take", "k", tok, 5000, "lock:", false, nil, nil, true)
+    assert.are.equal(head .. core.encode("CLIENT", "GETNAME") .. core.encode("EXEC"), bytes)
     -- No era record yet: taken, but the fence is the acquire script's to
     -- tell (2, and the master the record names: none). The script writes
     -- the record: this server was never a replica, so its offset is 0.
@@ -73,14 +76,14 @@ describe("wire functions", function()
     assert.are.equal(id .. " 0", raw:command("GET", era))
     -- Still unnamed: 2 and that master; named after it, the take tells the fence.
     assert.are.equal(1, script("release", "k", tok)[1])
-    assert.are.same({ 2, id }, { round_trip(core.encode_script("take", "k", tok, 5000, "lock:"), "take_reply") })
+    assert.are.same({ 2, id }, { round_trip(bytes, "take_reply") })
     assert.are.equal(1, script("release", "k", tok)[1])
     assert.are.equal("OK", round_trip(core.setname(id), "reply"))
     assert.are.same({ 1, 3 }, { round_trip(bytes, "take_reply") })
     -- Held: -1 and -3 (its TTL unknown; the acquire script tells it), and the
     -- counter counted the try: fences only grow, by more than one at times.
-    assert.are.same({ -1, -3 }, { round_trip(core.encode_script("take", "k", core.token(), 1000, "lock:"),
-                                              "take_reply") })
+    assert.are.same({ -1, -3 }, { round_trip(core.encode_script("take", "k", core.token(), 1000, "lock:", false, nil,
+                                                                 nil, true), "take_reply") })
     assert.are.equal(tok, raw:command("GET", "lock:{k}"))
     assert.are.equal("4", raw:command("GET", "lock:{k}:fence"))
     -- The record's offset is added (a record another master wrote: 2 again).
@@ -92,7 +95,8 @@ describe("wire functions", function()
     assert.are.same({ 2, ("f"):rep(40) }, { round_trip(bytes, "take_reply") })
     -- An error reply (here a fence counter that is not a number) is the error.
     assert.are.equal("OK", raw:command("SET", "lock:{w}:fence", "x"))
-    local none, err = round_trip(core.encode_script("take", "w", tok, 1000, "lock:"), "take_reply")
+    local none, err = round_trip(core.encode_script("take", "w", tok, 1000, "lock:", false, nil, nil, true),
+                                 "take_reply")
     assert.is_nil(none)
     assert.are.equal("redis: ERR value is not an integer or out of range", err)
     -- With eval: the acquire script, which a take falls back on.

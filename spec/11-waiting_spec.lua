@@ -95,8 +95,8 @@ describe("waiting", function()
         end
         return t
       end
-      -- The first lock in a slot writes its era record, the next one names
-      -- the connection after this master (rl_proto.c, "Fences across
+      -- The first lock in a slot writes its era record, the next one
+      -- confirms this master on the connection (rl_proto.c, "Fences across
       -- failovers"), each by the acquire script: not part of the count.
       for _ = 1, 2 do assert(assert(holder:acquire("quiet", 5)):release()) end
       assert.are.equal("OK", raw:command("CONFIG", "RESETSTAT"))
@@ -106,6 +106,16 @@ describe("waiting", function()
       for _, name in ipairs({ "rpush", "pexpire", "zrange", "zrangebyscore", "time" }) do
         assert.is_nil(quiet[name], name .. " ran on an uncontended release")
       end
+      -- Each acquire is a take: MULTI, SET, INCR, GET of the era record, EXEC;
+      -- the connection vouches for the record (no CLIENT GETNAME, no INFO).
+      for _, name in ipairs({ "multi", "set", "incr", "exec" }) do
+        assert.are.equal(20, quiet[name], name)
+      end
+      assert.are.equal(40, quiet.get) -- and the release's script reads the lock
+      for _, name in ipairs({ "client|getname", "client|setname", "info" }) do
+        assert.is_nil(quiet[name], name .. " ran on an uncontended acquire")
+      end
+      assert.are.equal(20, quiet.evalsha) -- the releases
       assert.are.equal(20, quiet.exists) -- the waiters mark, checked once per release
       assert.are.equal(0, raw:command("EXISTS", "lock:{quiet}:waiters"))
       -- A failed try sets the mark (for the holder's TTL and a second) ...

@@ -377,7 +377,7 @@ end
 -- connection (the take may have landed, and only the script reconciles;
 -- never a take twice).
 local function take(self, key, token, ms, replicas, replica_ms)
-  local bytes = encode_script("take", key, token, ms, self.prefix)  -- checks the arguments
+  local bytes = encode_script("take", key, token, ms, self.prefix, false, nil, nil, true)  -- checks the arguments
   local sock, reused = open(self)
   if not sock then return nil, reused end
   local status, value, failed, timed_out = round_trip(self, sock, bytes, "take_reply")
