@@ -182,7 +182,8 @@ function M.floor(client, key, ttl)
   }
   local files = { M.temp_file(f.acquire), M.temp_file(f.release) }
   function f.rate(_, n)
-    local out, ok = M.run(table.concat({ M.root .. "/build/bench/floor", M.port, n, files[1], files[2], 6 }, " "))
+    -- A take is answered with 5 replies (MULTI's, 3 QUEUED, EXEC's).
+    local out, ok = M.run(table.concat({ M.root .. "/build/bench/floor", M.port, n, files[1], files[2], 5 }, " "))
     local rate = ok and tonumber(out:match("cycles_per_s=([%d.]+)"))
     return (assert(rate, "bench/floor failed: " .. out))
   end

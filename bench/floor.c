@@ -7,8 +7,8 @@
  * Sends the bytes of FIRST_FILE, then those of SECOND_FILE, to 127.0.0.1:PORT,
  * CYCLES times, over one TCP connection (TCP_NODELAY, as hiredis sets it):
  * one write per file, then reads until the whole RESP reply is in (or the
- * FIRST_REPLIES replies, default 1, to FIRST_FILE: 6 for the library's take,
- * MULTI, SET, INCR, GET, CLIENT GETNAME, EXEC). No
+ * FIRST_REPLIES replies, default 1, to FIRST_FILE: 5 for the library's take,
+ * MULTI, SET, INCR, GET, EXEC). No
  * library, no pipelining, no event loop: what is left is the two round trips
  * themselves. The files hold the exact bytes the library sends (bench/cycle.lua
  * writes them with core.encode_script), so the floor always sends what the
