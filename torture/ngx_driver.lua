@@ -3,22 +3,25 @@
 -- torture/section.lua picks them, each one GET /section on the private nginx
 -- (torture/ngx_app.lua runs it and writes the log), one after the other, until
 -- the deadline; then the log's DONE line.
--- usage: ngx_driver.lua <nginx_port> <lock_port> <register_port> <id> <keys> <seconds> <ttl> <seed> <log>
+-- usage: ngx_driver.lua <nginx_port> <lock> <register_port> <id> <keys> <seconds> <ttl> <seed> <log>
 local core = require "redislock.core"
 local http = require "spec.support.http"
 local section = require "torture.section"
 
-local port, lock_port, reg_port, id = tonumber(arg[1]), arg[2], arg[3], arg[4]
+local port, lock, reg_port, id = tonumber(arg[1]), arg[2], arg[3], arg[4]
 local nkeys, seconds, ttl, seed, logfile = tonumber(arg[5]), tonumber(arg[6]), tonumber(arg[7]),
                                            tonumber(arg[8]), arg[9]
 math.randomseed(seed)
 assert(io.open(logfile, "w")):close()
 
+-- The lock argument in a query string.
+local escaped = lock:gsub("[^%w.-]", function(c) return string.format("%%%02X", c:byte()) end)
+
 local deadline = core.now() + seconds
 while core.now() < deadline do
   local s = section.pick(nkeys, ttl)
-  local path = string.format("/section?key=%s&ttl=%g&hold=%.3f&wait=%.3f&mode=%s&id=%s&log=%s&lock_port=%s"
-    .. "&reg_port=%s%s", s.key, ttl, s.hold, s.wait, s.mode, id, logfile, lock_port, reg_port,
+  local path = string.format("/section?key=%s&ttl=%g&hold=%.3f&wait=%.3f&mode=%s&id=%s&log=%s&lock=%s"
+    .. "&reg_port=%s%s", s.key, ttl, s.hold, s.wait, s.mode, id, logfile, escaped, reg_port,
     os.getenv("TORTURE_TLS_CA") and "&tls=1" or "")
   local status, body = http.request(port, "GET", path, { timeout = 60 })
   assert(status == 200, "GET /section: " .. status .. " " .. body)

@@ -2,25 +2,31 @@
 -- make torture: with_lock under injected faults, checked afterwards (Jepsen's
 -- way: record a history, then read it). Not a test of `make test`.
 --
--- Two private redis-servers: the lock server (appendonly yes, appendfsync
--- always, so that locks and fences survive its restarts), which the faults
--- hit, and the register, which they never touch. Worker processes (half Lua
--- 5.4, half LuaJIT; torture/worker.lua) loop on with_lock over a few keys and
--- log every section. An injector, from a printed seed, meanwhile stops
--- workers past the TTL (SIGSTOP, then SIGCONT), kills the lock server's
--- clients (CLIENT KILL), pauses it (CLIENT PAUSE WRITE and ALL, also past the
--- TTL), blocks it (DEBUG SLEEP), restarts it (with its data, or killed and
--- emptied as a server without persistence), and starts CPU hogs. Then a
+-- A phase per topology (TORTURE_TOPOLOGY=single|sentinel|all, default
+-- single), each with the same workload and checker:
+--  * single: one lock server (appendonly yes, appendfsync always, so that
+--    locks and fences survive its restarts);
+--  * sentinel: a master, two replicas and three sentinels
+--    (torture/sentinel.lua), partitions included when run.sh could make a
+--    network namespace.
+-- Beside it, a register server that no fault touches. Worker processes (half
+-- Lua 5.4, half LuaJIT; torture/worker.lua) loop on with_lock over a few keys
+-- and log every section. An injector, from a printed seed, meanwhile stops
+-- workers past the TTL (SIGSTOP, then SIGCONT) and starts CPU hogs, and hits
+-- the lock servers: on one server it kills their clients (CLIENT KILL),
+-- pauses it (CLIENT PAUSE WRITE and ALL, also past the TTL), blocks it (DEBUG
+-- SLEEP), restarts it (with its data, or killed and emptied as a server
+-- without persistence); behind Sentinel see torture/sentinel.lua. Then a
 -- checker reads the logs and the register (torture/check.lua) and prints one
--- summary line. Exit status 0 when it holds.
+-- summary line per phase. Exit status 0 when every phase holds.
 --
--- Environment: TORTURE_SHORT=1 (a run under 2 minutes), TORTURE_SECONDS,
--- TORTURE_WORKERS, TORTURE_NGX_WORKERS (2 of them run their sections in a
--- private nginx: torture/ngx_driver.lua, torture/ngx_app.lua), TORTURE_KEYS,
--- TORTURE_TTL, TORTURE_SEED (replay a run), TORTURE_TLS=1 (every lock
--- connection over verified TLS: the lock server serves TLS only, the faults
--- reach it over its unix socket),
--- TORTURE_BREAK=1 (a control run without locks, which must fail).
+-- Environment: TORTURE_SHORT=1 (each phase 40 s), TORTURE_SECONDS (each
+-- phase), TORTURE_WORKERS, TORTURE_NGX_WORKERS (2 of them run their sections
+-- in a private nginx: torture/ngx_driver.lua, torture/ngx_app.lua),
+-- TORTURE_KEYS, TORTURE_TTL, TORTURE_SEED (replay a run), TORTURE_TLS=1
+-- (single: every lock connection over verified TLS; the lock server serves
+-- TLS only, the faults reach it over its unix socket), TORTURE_BREAK=1 (a
+-- control run without locks, which must fail).
 -- usage: sh torture/run.sh (make torture), which sets the module paths and
 -- cleans up; the logs of a failing run are printed in part (TORTURE_VERBOSE=1:
 -- the faults and details of any run).
@@ -31,20 +37,34 @@ local check = require "torture.check"
 local short = os.getenv("TORTURE_SHORT") == "1"
 local seconds = tonumber(os.getenv("TORTURE_SECONDS") or (short and "40" or "180"))
 local nworkers = tonumber(os.getenv("TORTURE_WORKERS") or (short and "8" or "16"))
-local nkeys = tonumber(os.getenv("TORTURE_KEYS") or "3")
+local nkeys = tonumber(os.getenv("TORTURE_KEYS") or "6")
 -- Of the workers, this many are OpenResty ones (sections run in nginx).
 local nngx = tonumber(os.getenv("TORTURE_NGX_WORKERS") or "2")
 local ttl = tonumber(os.getenv("TORTURE_TTL") or "1")
 local seed = tonumber(os.getenv("TORTURE_SEED") or "") or (os.time() % 1000000)
-math.randomseed(seed)
-print(string.format("torture: seed %d (replay with TORTURE_SEED=%d), %d workers, %d keys, %g s, ttl %g s",
-                    seed, seed, nworkers, nkeys, seconds, ttl))
+local TOPOLOGIES = { "single", "sentinel" }
+local asked = os.getenv("TORTURE_TOPOLOGY") or "single"
+local phases = {}
+for name in asked:gmatch("[^,%s]+") do
+  if name == "all" then
+    for _, t in ipairs(TOPOLOGIES) do phases[#phases + 1] = t end
+  else
+    local known = false
+    for _, t in ipairs(TOPOLOGIES) do known = known or t == name end
+    if not known then
+      io.stderr:write("torture: TORTURE_TOPOLOGY: no topology " .. name .. " (" .. table.concat(TOPOLOGIES, ", ")
+                      .. " or all)\n")
+      os.exit(2)
+    end
+    phases[#phases + 1] = name
+  end
+end
+print(string.format("torture: seed %d (replay with TORTURE_SEED=%d), %s, %d workers, %d keys, %g s each, ttl %g s",
+                    seed, seed, table.concat(phases, " then "), nworkers, nkeys, seconds, ttl))
 
 local root = helpers.root()
 local q = helpers.sh_quote
 local tls = os.getenv("TORTURE_TLS") == "1"
-local lock_srv = helpers.start_redis({ "--appendonly", "yes", "--appendfsync", "always" },
-                                     tls and { tls = "optional" } or nil)
 local reg_srv = helpers.start_redis()
 local nginx = nngx > 0 and helpers.start_nginx({
   workers = 2,
@@ -52,177 +72,230 @@ local nginx = nngx > 0 and helpers.start_nginx({
     .. "server { listen 127.0.0.1:{{port}}; location = /section { "
     .. "content_by_lua_block { require('torture.ngx_app').section() } } }",
 })
--- The workers' TLS trust anchor (TORTURE_TLS_CA in their environment).
-local tls_env = tls and "TORTURE_TLS_CA=" .. q(helpers.tls_certs() .. "/ca.crt") .. " " or ""
 -- Under $REDISLOCK_TEST_TMP (torture/run.sh removes it whatever happens).
 local tmp_root = os.getenv("REDISLOCK_TEST_TMP")
-local dir = (helpers.run("mktemp -d " .. (tmp_root and q(tmp_root .. "/run.XXXXXX") or "")):gsub("%s+$", ""))
-
--- Workers, each in the background: its PID in <dir>/w<i>.pid, its exit
--- status in <dir>/w<i>.status once it ends, its log in <dir>/w<i>.log.
-local workers = {}
-for i = 1, nworkers do
-  local lua, build = "lua5.4", "lua5.4"
-  if i % 2 == 0 then lua, build = "luajit", "luajit" end
-  local w = { id = i, lua = lua, pidfile = dir .. "/w" .. i .. ".pid", status = dir .. "/w" .. i .. ".status",
-              log = dir .. "/w" .. i .. ".log", out = dir .. "/w" .. i .. ".out" }
-  local script, before = "worker.lua", ""
-  if i <= nngx then
-    -- An OpenResty slot: a Lua 5.4 driver sends the sections to nginx.
-    lua, build, script, before, w.lua = "lua5.4", "lua5.4", "ngx_driver.lua", nginx.port .. " ", "openresty"
-  end
-  local cmd = string.format("%sLUA_PATH=%s LUA_CPATH=%s sh -c 'echo $$ > %s; exec %s %s %s%d %d %d %d %g %g %d %s'",
-    tls_env, q(root .. "/lua/?.lua;" .. root .. "/?.lua;;"), q(root .. "/build/" .. build .. "/?.so;;"),
-    q(w.pidfile), lua, q(root .. "/torture/" .. script), before, lock_srv.port, reg_srv.port, i, nkeys, seconds,
-    ttl, seed * 100 + i, q(w.log))
-  os.execute(string.format("( %s; echo $? > %s ) > %s 2>&1 &", cmd, q(w.status), q(w.out)))
-  workers[i] = w
-end
-for _, w in ipairs(workers) do
-  assert(helpers.eventually(5, function()
-    w.pid = tonumber(helpers.read_file(w.pidfile) or "")
-    return w.pid
-  end), "worker " .. w.id .. " did not start")
-end
-
-local function cli(...)
-  return lock_srv:cli(...)
-end
 
 local function sleep(s)
   core.sleep(s)
 end
 
--- A worker inside a section now (its log's last line is an entry), or nil.
-local function a_holder()
-  local holders = {}
+-- The lock side of a phase: { where (the workers' lock argument), faults (a
+-- list of functions that return a line for the log), cli(...) (redis-cli on
+-- the master now), settle() (after the faults: true once the topology
+-- serves again), stop([folder]) (keeping the servers' logs there), failover (true: a failover may give a lock twice,
+-- silently; the checker counts it) }.
+local topology = {}
+
+function topology.single()
+  local srv = helpers.start_redis({ "--appendonly", "yes", "--appendfsync", "always" },
+                                  tls and { tls = "optional" } or nil)
+  local function cli(...) return srv:cli(...) end
+  return {
+    where = tostring(srv.port), cli = cli, stop = function() srv:stop() end,
+    settle = function() return helpers.eventually(10, function() return cli("PING") == "PONG" end) end,
+    faults = {
+      function()
+        return "CLIENT KILL TYPE normal: " .. cli("CLIENT", "KILL", "TYPE", "normal")
+      end,
+      function()
+        local ms = math.floor(ttl * 1000 * (0.3 + 1.2 * math.random()))
+        local what = math.random(2) == 1 and "WRITE" or "ALL"
+        cli("CLIENT", "PAUSE", tostring(ms), what)
+        sleep(ms / 1000)
+        return string.format("CLIENT PAUSE %d %s", ms, what)
+      end,
+      function()
+        local s = 0.1 + 0.5 * math.random()
+        cli("DEBUG", "SLEEP", string.format("%.3f", s))
+        return string.format("DEBUG SLEEP %.3f", s)
+      end,
+      function()
+        local started = core.now()
+        srv:restart()
+        helpers.eventually(10, function() return cli("PING") == "PONG" end)
+        return string.format("restart of the lock server (appendfsync always), %.2f s", core.now() - started)
+      end,
+      function()
+        -- Without persistence: locks and fences are gone (the documented
+        -- loss). Fences are checked per server lifetime from here on.
+        local started = core.now()
+        srv:restart(function()
+          -- While it is down: the register takes fences of the next lifetime.
+          reg_srv:cli("INCR", "lifetime")
+        end)
+        helpers.eventually(10, function() return cli("PING") == "PONG" end)
+        return string.format("restart of the lock server without its data (kill -9, files removed), %.2f s",
+                             core.now() - started)
+      end,
+    },
+  }
+end
+
+function topology.sentinel()
+  local own = helpers.netns
+  if not own then print("torture: sentinel: no network namespace (run as root): no partitions in this phase") end
+  local g = require("torture.sentinel").start(own)
+  return {
+    where = g.where, faults = g:faults(), failover = true,
+    cli = function(...) return g:cli(...) end,
+    settle = function() return g:settle() end,
+    stop = function(keep) g:stop(keep) end,
+  }
+end
+
+-- Runs one phase; returns the checker's result.
+local function phase(name, n)
+  reg_srv:cli("FLUSHALL")
+  local lock = topology[name]()
+  local dir = (helpers.run("mktemp -d " .. (tmp_root and q(tmp_root .. "/" .. name .. ".XXXXXX") or "")):gsub("%s+$", ""))
+  local tls_env = tls and name == "single" and "TORTURE_TLS_CA=" .. q(helpers.tls_certs() .. "/ca.crt") .. " " or ""
+
+  -- Workers, each in the background: its PID in <dir>/w<i>.pid, its exit
+  -- status in <dir>/w<i>.status once it ends, its log in <dir>/w<i>.log.
+  local workers = {}
+  for i = 1, nworkers do
+    local lua, build = "lua5.4", "lua5.4"
+    if i % 2 == 0 then lua, build = "luajit", "luajit" end
+    local w = { id = i, lua = lua, pidfile = dir .. "/w" .. i .. ".pid", status = dir .. "/w" .. i .. ".status",
+                log = dir .. "/w" .. i .. ".log", out = dir .. "/w" .. i .. ".out" }
+    local script, before = "worker.lua", ""
+    if i <= nngx then
+      -- An OpenResty slot: a Lua 5.4 driver sends the sections to nginx.
+      lua, build, script, before, w.lua = "lua5.4", "lua5.4", "ngx_driver.lua", nginx.port .. " ", "openresty"
+    end
+    local cmd = string.format("%sLUA_PATH=%s LUA_CPATH=%s sh -c 'echo $$ > %s; exec %s %s %s%s %d %d %d %g %g %d %s'",
+      tls_env, q(root .. "/lua/?.lua;" .. root .. "/?.lua;;"), q(root .. "/build/" .. build .. "/?.so;;"),
+      q(w.pidfile), lua, q(root .. "/torture/" .. script), before, lock.where, reg_srv.port, i, nkeys, seconds,
+      ttl, (seed * 10 + n) * 100 + i, q(w.log))
+    os.execute(string.format("( %s; echo $? > %s ) > %s 2>&1 &", cmd, q(w.status), q(w.out)))
+    workers[i] = w
+  end
   for _, w in ipairs(workers) do
-    local text = helpers.read_file(w.log) or ""
-    if text:match("\nE [^\n]*\n$") or text:match("^E [^\n]*\n$") then holders[#holders + 1] = w end
+    assert(helpers.eventually(5, function()
+      w.pid = tonumber(helpers.read_file(w.pidfile) or "")
+      return w.pid
+    end), "worker " .. w.id .. " did not start")
   end
-  return holders[1] and holders[math.random(#holders)]
-end
 
--- Stops w past the TTL (SIGSTOP, then SIGCONT); returns a line for the log.
-local function stop(w, what)
-  local pause = ttl * (1.5 + math.random())
-  os.execute("kill -STOP " .. w.pid .. " 2>/dev/null")
-  sleep(pause)
-  os.execute("kill -CONT " .. w.pid .. " 2>/dev/null")
-  return string.format("SIGSTOP %s %d for %.2f s", what, w.id, pause)
-end
-
--- The faults, each a function that returns a line for the log.
-local faults = {
-  function()
-    local w = a_holder()
-    if w then return stop(w, "holder, worker") end
-    return stop(workers[math.random(#workers)], "worker")
-  end,
-  function()
-    return stop(workers[math.random(#workers)], "worker")
-  end,
-  function()
-    -- An nginx worker: its requests, sections and renewal timer all stop.
-    local pids = nginx and nginx:workers() or {}
-    if #pids == 0 then return stop(workers[math.random(#workers)], "worker") end
-    local pid = pids[math.random(#pids)]
-    return stop({ pid = pid, id = pid }, "nginx worker, pid")
-  end,
-  function()
-    return "CLIENT KILL TYPE normal: " .. cli("CLIENT", "KILL", "TYPE", "normal")
-  end,
-  function()
-    local ms = math.floor(ttl * 1000 * (0.3 + 1.2 * math.random()))
-    local what = math.random(2) == 1 and "WRITE" or "ALL"
-    cli("CLIENT", "PAUSE", tostring(ms), what)
-    sleep(ms / 1000)
-    return string.format("CLIENT PAUSE %d %s", ms, what)
-  end,
-  function()
-    local s = 0.1 + 0.5 * math.random()
-    cli("DEBUG", "SLEEP", string.format("%.3f", s))
-    return string.format("DEBUG SLEEP %.3f", s)
-  end,
-  function()
-    local started = core.now()
-    lock_srv:restart()
-    helpers.eventually(10, function() return cli("PING") == "PONG" end)
-    return string.format("restart of the lock server (appendfsync always), %.2f s", core.now() - started)
-  end,
-  function()
-    -- Without persistence: locks and fences are gone (the documented loss).
-    -- Fences are checked per server lifetime from here on.
-    local started = core.now()
-    lock_srv:restart(function()
-      -- While it is down: the register takes fences of the next lifetime.
-      reg_srv:cli("INCR", "lifetime")
-    end)
-    helpers.eventually(10, function() return cli("PING") == "PONG" end)
-    return string.format("restart of the lock server without its data (kill -9, files removed), %.2f s",
-                         core.now() - started)
-  end,
-  function()
-    local hogs = {}
-    for i = 1, 2 do
-      local p = assert(io.popen("sh -c 'echo $$; exec yes' 2>/dev/null"))
-      hogs[i] = { pid = p:read("*l"), pipe = p }
+  -- A worker inside a section now (its log's last line is an entry), or nil.
+  local function a_holder()
+    local holders = {}
+    for _, w in ipairs(workers) do
+      local text = helpers.read_file(w.log) or ""
+      if text:match("\nE [^\n]*\n$") or text:match("^E [^\n]*\n$") then holders[#holders + 1] = w end
     end
-    sleep(1 + math.random())
-    for _, h in ipairs(hogs) do
-      os.execute("kill " .. h.pid)
-      h.pipe:close()
+    return holders[1] and holders[math.random(#holders)]
+  end
+
+  -- Stops w past the TTL (SIGSTOP, then SIGCONT); returns a line for the log.
+  local function stop(w, what)
+    local pause = ttl * (1.5 + math.random())
+    os.execute("kill -STOP " .. w.pid .. " 2>/dev/null")
+    sleep(pause)
+    os.execute("kill -CONT " .. w.pid .. " 2>/dev/null")
+    return string.format("SIGSTOP %s %d for %.2f s", what, w.id, pause)
+  end
+
+  -- The faults of every phase (on the workers and the machine), then the
+  -- topology's own, each a function that returns a line for the log.
+  local faults = {
+    function()
+      local w = a_holder()
+      if w then return stop(w, "holder, worker") end
+      return stop(workers[math.random(#workers)], "worker")
+    end,
+    function()
+      return stop(workers[math.random(#workers)], "worker")
+    end,
+    function()
+      -- An nginx worker: its requests, sections and renewal timer all stop.
+      local pids = nginx and nginx:workers() or {}
+      if #pids == 0 then return stop(workers[math.random(#workers)], "worker") end
+      local pid = pids[math.random(#pids)]
+      return stop({ pid = pid, id = pid }, "nginx worker, pid")
+    end,
+    function()
+      local hogs = {}
+      for i = 1, 2 do
+        local p = assert(io.popen("sh -c 'echo $$; exec yes' 2>/dev/null"))
+        hogs[i] = { pid = p:read("*l"), pipe = p }
+      end
+      sleep(1 + math.random())
+      for _, h in ipairs(hogs) do
+        os.execute("kill " .. h.pid)
+        h.pipe:close()
+      end
+      return "two CPU hogs"
+    end,
+  }
+  local common = #faults
+  for _, f in ipairs(lock.faults) do faults[#faults + 1] = f end
+
+  local fault_log = {}
+  local deadline = core.now() + seconds
+  sleep(0.5)
+  while core.now() < deadline - 1 do
+    local k = math.random(#faults)
+    fault_log[#fault_log + 1] = string.format("%.3f %s", core.now(), faults[k]())
+    -- A failover takes seconds: the topology's faults leave it time to serve.
+    sleep(k > common and lock.failover and 1 + 2 * math.random() or 0.2 + math.random())
+  end
+
+  -- Every worker ends by its deadline (plus a section and a wait); one that
+  -- has not by then hangs: reported, then killed.
+  local hung = {}
+  local grace = core.now() + 3 * ttl + 5
+  for _, w in ipairs(workers) do
+    while not helpers.read_file(w.status) and core.now() < grace do sleep(0.1) end
+    if not helpers.read_file(w.status) then
+      hung[#hung + 1] = w.id
+      os.execute("kill -CONT " .. w.pid .. " 2>/dev/null; kill -9 " .. w.pid .. " 2>/dev/null")
     end
-    return "two CPU hogs"
-  end,
-}
-
-local fault_log = {}
-local deadline = core.now() + seconds
-sleep(0.5)
-while core.now() < deadline - 1 do
-  local line = faults[math.random(#faults)]()
-  fault_log[#fault_log + 1] = line
-  sleep(0.2 + math.random())
-end
-
--- Every worker ends by its deadline (plus a section and a wait); one that
--- has not by then hangs: reported, then killed.
-local hung = {}
-local grace = core.now() + 3 * ttl + 5
-for _, w in ipairs(workers) do
-  while not helpers.read_file(w.status) and core.now() < grace do sleep(0.1) end
-  if not helpers.read_file(w.status) then
-    hung[#hung + 1] = w.id
-    os.execute("kill -CONT " .. w.pid .. " 2>/dev/null; kill -9 " .. w.pid .. " 2>/dev/null")
   end
-end
 
--- Everything expires by itself: after a TTL (and a wake-up signal's second)
--- no lock, wake-up list or queue may be left.
-sleep(ttl + 1.5)
-local left = {}
-for k = 1, nkeys do
-  for _, suffix in ipairs({ "", ":signal", ":queue", ":alive", ":waiters" }) do
-    local key = "lock:{k" .. k .. "}" .. suffix
-    if cli("EXISTS", key) ~= "0" then left[#left + 1] = key end
+  -- Everything expires by itself: after a TTL, a wake-up signal's second
+  -- and a fair waiter's stay (3 s) and slack (1 s), no lock, wake-up list,
+  -- queue or waiters mark may be left.
+  local settled = lock.settle()
+  local left
+  local function keys_left()
+    left = {}
+    for k = 1, nkeys do
+      for _, suffix in ipairs({ "", ":signal", ":queue", ":alive", ":waiters" }) do
+        local key = "lock:{k" .. k .. "}" .. suffix
+        if lock.cli("EXISTS", key) ~= "0" then left[#left + 1] = key end
+      end
+    end
+    return #left == 0
   end
+  if settled then
+    helpers.eventually(ttl + 5.5, keys_left)
+  else
+    left = { "(the topology never settled: no master to ask)" }
+  end
+
+  local result = check.run({
+    topology = name, workers = workers, hung = hung, nkeys = nkeys, seconds = seconds, faults = #fault_log,
+    register = function(...) return reg_srv:cli(...) end, keys_left = left, seed = seed, failover = lock.failover,
+  })
+  if os.getenv("TORTURE_VERBOSE") == "1" or not result.ok then
+    for _, line in ipairs(fault_log) do print("  fault: " .. line) end
+    for _, line in ipairs(result.details) do print("  " .. line) end
+  end
+  print(result.summary)
+  lock.stop(not result.ok and dir or nil)
+  if not tmp_root then
+    if result.ok then os.execute("rm -rf " .. q(dir)) else print("torture: logs kept in " .. dir) end
+  end
+  return result
 end
 
-local result = check.run({
-  workers = workers, hung = hung, nkeys = nkeys, seconds = seconds, faults = #fault_log,
-  register = function(...) return reg_srv:cli(...) end, keys_left = left, seed = seed,
-})
-if os.getenv("TORTURE_VERBOSE") == "1" or not result.ok then
-  for _, line in ipairs(fault_log) do print("  fault: " .. line) end
-  for _, line in ipairs(result.details) do print("  " .. line) end
+local ok = true
+for n, name in ipairs(phases) do
+  math.randomseed(seed * 10 + n)
+  local result = phase(name, n)
+  ok = ok and result.ok
 end
-print(result.summary)
-
-lock_srv:stop()
 reg_srv:stop()
 if nginx then nginx:stop() end
-if not tmp_root then
-  if result.ok then os.execute("rm -rf " .. q(dir)) else print("torture: logs kept in " .. dir) end
-end
-os.exit(result.ok and 0 or 1)
+os.exit(ok and 0 or 1)

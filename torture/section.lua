@@ -22,13 +22,34 @@ local _M = {}
 
 local MODES = { "notify", "poll", "fair" }
 
+--- The options of a lock client for where (the workers' lock argument):
+-- "<port>" for one server on 127.0.0.1 (with tls_ca: TLS, verified as
+-- localhost; tls_ca true: nginx's trusted certificate), or
+-- "sentinel=<host:port>,...@<master name>".
+function _M.client_opts(where, tls_ca)
+  local opts = { timeout = 0.5, connect_timeout = 0.5 }
+  local list, name = where:match("^sentinel=(.-)@(.+)$")
+  if list then
+    opts.sentinels, opts.master = {}, name
+    for addr in list:gmatch("[^,]+") do opts.sentinels[#opts.sentinels + 1] = addr end
+    return opts
+  end
+  opts.port = assert(tonumber(where), "a lock port or sentinel=...: " .. where)
+  if tls_ca then
+    opts.host = "localhost"
+    opts.tls = tls_ca == true and { server_name = "localhost" } or { ca = tls_ca }
+  end
+  return opts
+end
+
 --- The next section's parameters, from math.random: { key, mode, hold, wait }.
--- One section in five outlasts the TTL (1.5 to 3 TTLs): renewal keeps it.
+-- One section in 100 outlasts the TTL (1.5 to 3 TTLs): renewal keeps it. (One
+-- in five left the keys held most of the time, and the workers waiting.)
 function _M.pick(nkeys, ttl)
   return {
     key = "k" .. math.random(nkeys),
     mode = MODES[math.random(#MODES)],
-    hold = math.random(5) == 1 and ttl * (1.5 + 1.5 * math.random()) or 0.002 * math.random(10),
+    hold = math.random(100) == 1 and ttl * (1.5 + 1.5 * math.random()) or 0.002 * math.random(10),
     wait = 0.5 + 2 * math.random(),
   }
 end

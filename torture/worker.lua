@@ -4,20 +4,19 @@
 -- log with a DONE line. With TORTURE_BREAK=1 it takes no lock at all (the
 -- section's fence is an INCR): a control run, in which the checker must find
 -- silent overlaps.
--- usage: worker.lua <lock_port> <register_port> <id> <keys> <seconds> <ttl> <seed> <log>
+-- usage: worker.lua <lock> <register_port> <id> <keys> <seconds> <ttl> <seed> <log>
 local redislock = require "redislock"
 local core = require "redislock.core"
 local section = require "torture.section"
 
-local lock_port, reg_port, id = tonumber(arg[1]), tonumber(arg[2]), arg[3]
+local where, reg_port, id = arg[1], tonumber(arg[2]), arg[3]
 local nkeys, seconds, ttl, seed, logfile = tonumber(arg[4]), tonumber(arg[5]), tonumber(arg[6]),
                                            tonumber(arg[7]), arg[8]
 
 math.randomseed(seed)
--- TORTURE_TLS_CA: the lock server speaks TLS only (verified as localhost).
-local tls_ca = os.getenv("TORTURE_TLS_CA")
-local client = redislock.new{ host = tls_ca and "localhost" or nil, port = lock_port, timeout = 0.5,
-                              connect_timeout = 0.5, tls = tls_ca and { ca = tls_ca } or nil }
+-- <lock>: see section.client_opts. TORTURE_TLS_CA: the lock server speaks
+-- TLS only (verified as localhost).
+local client = redislock.new(section.client_opts(where, os.getenv("TORTURE_TLS_CA")))
 -- The register: a client of its own (never faulted).
 local register = redislock.new{ port = reg_port, timeout = 5 }
 local log = assert(io.open(logfile, "w"))
