@@ -147,7 +147,8 @@ end
 local function phase(name, n)
   reg_srv:cli("FLUSHALL")
   local lock = topology[name]()
-  local dir = (helpers.run("mktemp -d " .. (tmp_root and q(tmp_root .. "/" .. name .. ".XXXXXX") or "")):gsub("%s+$", ""))
+  local template = tmp_root and q(tmp_root .. "/" .. name .. ".XXXXXX") or ""
+  local dir = (helpers.run("mktemp -d " .. template):gsub("%s+$", ""))
   local tls_env = tls and name == "single" and "TORTURE_TLS_CA=" .. q(helpers.tls_certs() .. "/ca.crt") .. " " or ""
 
   -- Workers, each in the background: its PID in <dir>/w<i>.pid, its exit

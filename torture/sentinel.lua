@@ -43,7 +43,8 @@ local function start_sentinel(host, mhost, mport)
   local f = assert(io.open(dir .. "/sentinel.conf", "w"))
   f:write(table.concat(lines, "\n"), "\n")
   f:close()
-  local s = { host = host, port = port, dir = dir, cmd = "redis-server " .. q(dir .. "/sentinel.conf") .. " --sentinel" }
+  local s = { host = host, port = port, dir = dir,
+              cmd = "redis-server " .. q(dir .. "/sentinel.conf") .. " --sentinel" }
   helpers.run(s.cmd)
   s.pid = helpers.eventually(5, function()
     local pid = tonumber(helpers.read_file(dir .. "/sentinel.pid") or "")
@@ -262,7 +263,9 @@ end
 function Group:stop(keep)
   for c in pairs(self.cuts) do self:heal(c) end
   if keep then
-    for _, n in ipairs(self.nodes) do os.execute("cp " .. q(n.dir .. "/redis.log") .. " " .. q(keep .. "/redis-" .. n.port .. ".log")) end
+    for _, n in ipairs(self.nodes) do
+      os.execute("cp " .. q(n.dir .. "/redis.log") .. " " .. q(keep .. "/redis-" .. n.port .. ".log"))
+    end
     for _, s in ipairs(self.sentinels) do
       os.execute("cp " .. q(s.dir .. "/sentinel.log") .. " " .. q(keep .. "/sentinel-" .. s.port .. ".log"))
     end
