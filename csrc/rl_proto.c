@@ -75,13 +75,21 @@
  *   <prefix>{<tag>}:era      "<master_replid> <offset>"; tag: rl_era_tag
  * A master's replication ID is new whenever it becomes a master (promoted,
  * or restarted), so a record that names another ID than INFO replication's
- * was written under an earlier master: the offset then grows by
- * RL_ERA_JUMP, and every fence of the new master is above every fence of
- * the old one for as long as the old one granted fewer than RL_ERA_JUMP
- * locks on one key that the new one never saw. A record missing on a
+ * was written under an earlier master: a new era starts, whose offset is
+ * the master's clock (TIME) in milliseconds, or the record's offset plus
+ * RL_ERA_STEP when that is larger (a clock behind). The clock, not the old
+ * offset plus a constant: two masters that start their eras from the same
+ * record (a master restarted, its replicas not yet copying its new era,
+ * then one of them promoted; make torture found it) must not share an
+ * offset, and they start at different times. Every fence of the new
+ * master is above every fence of the old one as long as the old one
+ * granted fewer locks on one key that the new one never saw than there
+ * were milliseconds between the two eras' starts. A record missing on a
  * server that was never a replica (master_replid2 all zeros) starts at 0,
  * so a plain server's fences are the counter, as before; missing anywhere
- * else it starts at RL_ERA_JUMP. INFO costs about 2.5 us, so the scripts
+ * else it starts a new era. Milliseconds, not finer: fences stay below
+ * 10^14, which LuaJIT's tostring still writes whole (14 digits), until the
+ * year 5138. INFO costs about 2.5 us, so the scripts
  * read it only when they grant, and the take does not run it at all: it
  * reads the record in its transaction, and trusts it when the connection
  * vouches for the record's master ID, which a connection does only after
@@ -146,7 +154,8 @@
   "  local off = r and tonumber(string.match(r, ' (%d+)$')) or 0\n"        \
   "  if r and string.sub(r, 1, #id + 1) == id .. ' ' then return off end\n" \
   "  if r or not string.find(era_info, 'master_replid2:' .. string.rep('0', 40), 1, true) then\n" \
-  "    off = off + " RL_STR(RL_ERA_JUMP) "\n"                                 \
+  "    local t = redis.call('TIME')\n"                                       \
+  "    off = math.max(off + " RL_STR(RL_ERA_STEP) ", t[1] * 1000 + math.floor(t[2] / 1000))\n" \
   "  end\n"                                                                \
   "  redis.call('SET', rec, id .. ' ' .. " FMT "off))\n"                   \
   "  return off\n"                                                         \

@@ -97,7 +97,9 @@ typedef enum {
 #define RL_SIGNAL_MS 1000               /* a wake-up signal waits this long for a taker */
 #define RL_WAITERS_SLACK_MS 1000        /* the waiters mark outlives the lock's TTL by this */
 #define RL_FAIR_STAY_MS 3000            /* a fair waiter not back by then leaves the queue */
-#define RL_ERA_JUMP 1000000000          /* a new master's fences start this far above the old one's */
+/* A new era's offset is the master's clock in milliseconds, and at least the
+   last era's offset plus this (rl_proto.c, "Fences across failovers"). */
+#define RL_ERA_STEP 1000
 #define RL_ERA_NAME "redislock:"        /* a connection's name: this and the master ID it checked */
 
 /*
