@@ -90,8 +90,10 @@ rock: deps
 	@sh tools/rock.sh
 
 # Fault injection (not part of make test): with_lock under SIGSTOP, CLIENT KILL,
-# CLIENT PAUSE, DEBUG SLEEP, restarts and CPU hogs, then a checker. About 4
-# minutes; TORTURE_SHORT=1 for a run under 2 minutes, TORTURE_SEED=N to replay.
+# CLIENT PAUSE, DEBUG SLEEP, restarts, partitions, failovers, early expiry and
+# CPU hogs, then a checker; a phase per topology (TORTURE_TOPOLOGY=single,
+# sentinel, redlock or all). About 4 minutes a phase; TORTURE_SHORT=1 for 40 s
+# a phase, TORTURE_SEED=N to replay.
 torture: deps all
 	@sh torture/run.sh
 

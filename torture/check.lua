@@ -4,18 +4,20 @@
 --  * overlaps: two sections of one key whose [entry, exit] intervals cross on
 --    the shared monotonic clock. Told when either side heard of it from
 --    redislock (with_lock raised lost or connection after fn); silent
---    otherwise, even when the register refused a stale write. Checked again
---    without any clock, in the order the register saw entries and exits.
+--    otherwise, even when the register refused a stale write; a silent one
+--    that crosses a window of o.windows (a Redlock server's clock jumped) is
+--    counted apart, as what the design allows. Checked again without any
+--    clock, in the order the register saw entries and exits.
 --  * fences: two sections of one key with the same fence (duplicates), or a
 --    section that entered after another ended yet holds a lower fence
 --    (inversions), within one lifetime of the lock server (a restart without
 --    its data starts the fences again: the documented loss). Refused stale
 --    writes are the fence doing its job, counted. Where a failover may
---    happen (o.failover), a lower fence of an earlier master's era (fences
---    count eras in billions: rl_proto.c, "Fences across failovers") is a
---    deposed master still granting, which the design allows: counted apart,
---    with whether the register refused its write; within one era it is an
---    inversion.
+--    happen (o.failover), a lower fence from another master than the
+--    earlier section's (the E line's node) is a deposed master still
+--    granting in its older era (rl_proto.c, "Fences across failovers"),
+--    which the design allows: counted apart, with whether the register took
+--    its write; from the same master it is an inversion.
 --  * lost updates: the register's counter against the sections that wrote it.
 --  * crashes (a worker that exited non-zero or without its DONE line), hangs,
 --    errors without a code word, redis errors while wait time was left, and
@@ -27,7 +29,6 @@ local helpers = require "spec.helpers"
 
 local _M = {}
 
-local ERA = 1000000000 -- RL_ERA_JUMP: a new master's era starts this far up
 
 -- Reads one worker's log into its sections and failures.
 local function read_log(w, sections, failures)
@@ -36,9 +37,9 @@ local function read_log(w, sections, failures)
   for line in text:gmatch("[^\n]+") do
     local kind, rest = line:match("^(%u+) ?(.*)$")
     if kind == "E" then
-      local t, key, fence, mode, life = rest:match("^(%S+) (%S+) (%d+) (%S+) (%d+)")
+      local t, key, fence, mode, life, node = rest:match("^(%S+) (%S+) (%d+) (%S+) (%d+) ?(%S*)")
       open = { worker = w.id, enter = tonumber(t), key = key, fence = tonumber(fence), mode = mode,
-               life = tonumber(life) }
+               life = tonumber(life), node = node }
       sections[#sections + 1] = open
     elseif kind == "X" and open then
       local t, outcome = rest:match("^(%S+) %S+ %d+ (%S+)")
@@ -77,7 +78,7 @@ local function commas(n)
 end
 
 --- Judges a run: o = { topology, workers, hung, nkeys, seconds, faults,
--- register(cli args...) -> string, keys_left, seed, failover }. Returns { ok, summary, details }.
+-- register(cli args...) -> string, keys_left, seed, failover, windows }. Returns { ok, summary, details }.
 -- A section's lifetime of the lock server is the one the register counted
 -- when it began (the injector counts restarts without data there).
 function _M.run(o)
@@ -96,6 +97,16 @@ function _M.run(o)
   -- Overlaps and fences, key by key.
   local silent, told, dups, inversions, stale, silent_stale = 0, 0, 0, 0, 0, 0
   local deposed, deposed_written = 0, 0 -- a deposed master's grants after a newer era's, and those written
+  local clock, clock_order = 0, 0 -- silent overlaps during a clock jump
+  -- Whether sections a and b (when known) were both inside during a clock jump.
+  local function jumped(a, b)
+    if not (a and b) then return false end
+    local from, to = math.max(a.enter, b.enter), math.min(a.exit, b.exit)
+    for _, w in ipairs(o.windows or {}) do
+      if from <= w[2] and to >= w[1] then return true end
+    end
+    return false
+  end
   local by_key = {}
   for _, s in ipairs(sections) do
     by_key[s.key] = by_key[s.key] or {}
@@ -122,7 +133,7 @@ function _M.run(o)
         local b = list[j]
         if b.enter >= a.exit then
           if b.fence < a.fence and b.life == a.life then
-            if o.failover and math.floor(b.fence / ERA) < math.floor(a.fence / ERA) then
+            if o.failover and b.node ~= a.node then
               deposed = deposed + 1
               if b.outcome == "ok" then deposed_written = deposed_written + 1 end
             else
@@ -134,6 +145,8 @@ function _M.run(o)
         elseif a.worker ~= b.worker then
           if a.told or b.told then
             told = told + 1
+          elseif jumped(a, b) then
+            clock = clock + 1
           else
             silent = silent + 1
             details[#details + 1] = string.format("%s: silent overlap, worker %d (fence %d, %.3f-%.3f) and worker %d "
@@ -163,6 +176,8 @@ function _M.run(o)
           local b = section_of(key, other, ofence, o_in.life)
           if (a and a.told) or (b and b.told) then
             told_order = told_order + 1
+          elseif jumped(a, b) then
+            clock_order = clock_order + 1
           else
             silent_order = silent_order + 1
             details[#details + 1] = string.format("%s: in the register's order, worker %d (fence %d) entered while "
@@ -202,15 +217,17 @@ function _M.run(o)
   table.sort(code_list)
   local summary = string.format(
     "torture %s: %s: %d silent overlaps in %s sections (%d workers, %g s, %d faults, seed %d); %d told overlaps; "
-      .. "in the register's order %d silent, %d told; "
+      .. "in the register's order %d silent, %d told%s; "
       .. "fences %s (%d duplicates, %d inversions; %d stale writes refused, %d of them silent%s); "
       .. "%d lost updates; %d crashes, %d hangs, %d uncoded errors, %d redis errors with wait left, %d keys left; "
       .. "failed calls: %s",
     o.topology or "single", ok and "holds" or "FAILS", silent, commas(#sections), #o.workers, o.seconds, o.faults,
     o.seed, told, silent_order, told_order,
+    o.windows and string.format("; during %d clock jumps %d silent overlaps (%d in the register's order)", #o.windows,
+                                clock, clock_order) or "",
     (dups == 0 and inversions == 0) and "ok" or "BROKEN", dups, inversions, stale, silent_stale,
-    o.failover and string.format("; %d grants of a deposed master after a newer era's, %d of them written",
-                                 deposed, deposed_written) or "",
+    o.failover and string.format("; %d lower fences from another master after a higher one (a deposed master), "
+                                 .. "%d of them written", deposed, deposed_written) or "",
     writes - counted, crashes, #o.hung, uncoded, redis_with_wait, #o.keys_left,
     #code_list > 0 and table.concat(code_list, ", ") or "none")
   return { ok = ok, summary = summary, details = details }

@@ -19,7 +19,7 @@ local escaped = lock:gsub("[^%w.-]", function(c) return string.format("%%%02X", 
 
 local deadline = core.now() + seconds
 while core.now() < deadline do
-  local s = section.pick(nkeys, ttl)
+  local s = section.pick(nkeys, ttl, lock)
   local path = string.format("/section?key=%s&ttl=%g&hold=%.3f&wait=%.3f&mode=%s&id=%s&log=%s&lock=%s"
     .. "&reg_port=%s%s", s.key, ttl, s.hold, s.wait, s.mode, id, logfile, escaped, reg_port,
     os.getenv("TORTURE_TLS_CA") and "&tls=1" or "")

@@ -2,13 +2,16 @@
 -- make torture: with_lock under injected faults, checked afterwards (Jepsen's
 -- way: record a history, then read it). Not a test of `make test`.
 --
--- A phase per topology (TORTURE_TOPOLOGY=single|sentinel|all, default
--- single), each with the same workload and checker:
+-- A phase per topology (TORTURE_TOPOLOGY=single|sentinel|redlock|all, or a
+-- list: sentinel,redlock; default single), each with the same workload and
+-- checker:
 --  * single: one lock server (appendonly yes, appendfsync always, so that
 --    locks and fences survive its restarts);
 --  * sentinel: a master, two replicas and three sentinels
 --    (torture/sentinel.lua), partitions included when run.sh could make a
---    network namespace.
+--    network namespace;
+--  * redlock: five servers (torture/redlock.lua): partitions, restarts
+--    without data, pauses, clocks jumped forward.
 -- Beside it, a register server that no fault touches. Worker processes (half
 -- Lua 5.4, half LuaJIT; torture/worker.lua) loop on with_lock over a few keys
 -- and log every section. An injector, from a printed seed, meanwhile stops
@@ -42,7 +45,7 @@ local nkeys = tonumber(os.getenv("TORTURE_KEYS") or "6")
 local nngx = tonumber(os.getenv("TORTURE_NGX_WORKERS") or "2")
 local ttl = tonumber(os.getenv("TORTURE_TTL") or "1")
 local seed = tonumber(os.getenv("TORTURE_SEED") or "") or (os.time() % 1000000)
-local TOPOLOGIES = { "single", "sentinel" }
+local TOPOLOGIES = { "single", "sentinel", "redlock" }
 local asked = os.getenv("TORTURE_TOPOLOGY") or "single"
 local phases = {}
 for name in asked:gmatch("[^,%s]+") do
@@ -80,10 +83,12 @@ local function sleep(s)
 end
 
 -- The lock side of a phase: { where (the workers' lock argument), faults (a
--- list of functions that return a line for the log), cli(...) (redis-cli on
--- the master now), settle() (after the faults: true once the topology
--- serves again), stop([folder]) (keeping the servers' logs there), failover (true: a failover may give a lock twice,
--- silently; the checker counts it) }.
+-- list of functions that return a line for the log), exists(key) (on the
+-- master now; with Redlock, on any server), settle() (after the faults: true
+-- once the topology serves again), stop([folder]) (keeping the servers' logs
+-- there), failover (true: a failover may give a lock twice, silently; the
+-- checker counts it), windows (Redlock: the clock jumps, { from, to } on the
+-- monotonic clock, during which silent overlaps are counted apart) }.
 local topology = {}
 
 function topology.single()
@@ -91,7 +96,8 @@ function topology.single()
                                   tls and { tls = "optional" } or nil)
   local function cli(...) return srv:cli(...) end
   return {
-    where = tostring(srv.port), cli = cli, stop = function() srv:stop() end,
+    where = tostring(srv.port), stop = function() srv:stop() end,
+    exists = function(key) return cli("EXISTS", key) ~= "0" end,
     settle = function() return helpers.eventually(10, function() return cli("PING") == "PONG" end) end,
     faults = {
       function()
@@ -137,7 +143,19 @@ function topology.sentinel()
   local g = require("torture.sentinel").start(own)
   return {
     where = g.where, faults = g:faults(), failover = true,
-    cli = function(...) return g:cli(...) end,
+    exists = function(key) return g:cli("EXISTS", key) ~= "0" end,
+    settle = function() return g:settle() end,
+    stop = function(keep) g:stop(keep) end,
+  }
+end
+
+function topology.redlock()
+  local own = helpers.netns
+  if not own then print("torture: redlock: no network namespace (run as root): no partitions in this phase") end
+  local g = require("torture.redlock").start(own)
+  return {
+    where = g.where, faults = g:faults(ttl), windows = g.windows,
+    exists = function(key) return g:exists(key) end,
     settle = function() return g:settle() end,
     stop = function(keep) g:stop(keep) end,
   }
@@ -236,7 +254,8 @@ local function phase(name, n)
   local deadline = core.now() + seconds
   sleep(0.5)
   while core.now() < deadline - 1 do
-    local k = math.random(#faults)
+    -- Two faults in three are the topology's own.
+    local k = math.random() < 2 / 3 and common + math.random(#lock.faults) or math.random(common)
     fault_log[#fault_log + 1] = string.format("%.3f %s", core.now(), faults[k]())
     -- A failover takes seconds: the topology's faults leave it time to serve.
     sleep(k > common and lock.failover and 1 + 2 * math.random() or 0.2 + math.random())
@@ -264,7 +283,7 @@ local function phase(name, n)
     for k = 1, nkeys do
       for _, suffix in ipairs({ "", ":signal", ":queue", ":alive", ":waiters" }) do
         local key = "lock:{k" .. k .. "}" .. suffix
-        if lock.cli("EXISTS", key) ~= "0" then left[#left + 1] = key end
+        if lock.exists(key) then left[#left + 1] = key end
       end
     end
     return #left == 0
@@ -278,6 +297,7 @@ local function phase(name, n)
   local result = check.run({
     topology = name, workers = workers, hung = hung, nkeys = nkeys, seconds = seconds, faults = #fault_log,
     register = function(...) return reg_srv:cli(...) end, keys_left = left, seed = seed, failover = lock.failover,
+    windows = lock.windows,
   })
   if os.getenv("TORTURE_VERBOSE") == "1" or not result.ok then
     for _, line in ipairs(fault_log) do print("  fault: " .. line) end

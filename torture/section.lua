@@ -3,7 +3,9 @@
 -- the OpenResty ones (torture/ngx_app.lua): what a section is, how it is
 -- picked, and the log lines it leaves (on the monotonic clock every process
 -- shares):
---   E <now> <key> <fence> <mode> <lifetime of the lock server>
+--   E <now> <key> <fence> <mode> <lifetime of the lock server> <node>
+--                                        node: the port of the master the
+--                                        client used (Sentinel), else "-"
 --   X <now> <key> <fence> <outcome>     outcome: ok, or the code of why the
 --                                        guarded write was not done: stale (the
 --                                        register refused the fence: a newer
@@ -25,9 +27,15 @@ local MODES = { "notify", "poll", "fair" }
 --- The options of a lock client for where (the workers' lock argument):
 -- "<port>" for one server on 127.0.0.1 (with tls_ca: TLS, verified as
 -- localhost; tls_ca true: nginx's trusted certificate), or
--- "sentinel=<host:port>,...@<master name>".
+-- "sentinel=<host:port>,...@<master name>", or "redlock=<url>,...".
 function _M.client_opts(where, tls_ca)
   local opts = { timeout = 0.5, connect_timeout = 0.5 }
+  local urls = where:match("^redlock=(.+)$")
+  if urls then
+    opts.redlock, opts.timeout = {}, nil -- Redlock's own bound per server
+    for u in urls:gmatch("[^,]+") do opts.redlock[#opts.redlock + 1] = u end
+    return opts
+  end
   local list, name = where:match("^sentinel=(.-)@(.+)$")
   if list then
     opts.sentinels, opts.master = {}, name
@@ -45,10 +53,11 @@ end
 --- The next section's parameters, from math.random: { key, mode, hold, wait }.
 -- One section in 100 outlasts the TTL (1.5 to 3 TTLs): renewal keeps it. (One
 -- in five left the keys held most of the time, and the workers waiting.)
-function _M.pick(nkeys, ttl)
+-- where: the lock argument (Redlock has no fair mode: no one queue).
+function _M.pick(nkeys, ttl, where)
   return {
     key = "k" .. math.random(nkeys),
-    mode = MODES[math.random(#MODES)],
+    mode = MODES[math.random(where:match("^redlock=") and 2 or #MODES)],
     hold = math.random(100) == 1 and ttl * (1.5 + 1.5 * math.random()) or 0.002 * math.random(10),
     wait = 0.5 + 2 * math.random(),
   }
@@ -65,7 +74,9 @@ function _M.run(s, id, ttl, with_lock, client, register, sleep, log)
     local life = register:command("GET", "lifetime") or "0"
     local event = id .. " " .. lock.fence .. " " .. life
     register:command("RPUSH", "history:" .. key, "in " .. event)
-    log(string.format("E %.6f %s %d %s %s\n", core.now(), key, lock.fence, s.mode, life))
+    -- Which master granted it: the Sentinel client's own (internal) field.
+    local node = type(lock._t) == "table" and rawget(lock._t, "_port") or "-"
+    log(string.format("E %.6f %s %d %s %s %s\n", core.now(), key, lock.fence, s.mode, life, tostring(node)))
     local n = tonumber(register:command("GET", "count:" .. key)) or 0
     sleep(s.hold)
     register:command("SET", "count:" .. key, n + 1)

@@ -228,6 +228,7 @@ function Group:faults()
       end
       kill9(s.pid)
       core.sleep(t)
+      os.remove(s.dir .. "/sentinel.pid") -- a killed sentinel leaves it
       helpers.run(s.cmd)
       s.pid = helpers.eventually(10, function() return tonumber(helpers.read_file(s.dir .. "/sentinel.pid") or "") end)
       return string.format("sentinel :%d killed, started again %.2f s later", s.port, t)

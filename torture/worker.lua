@@ -36,7 +36,7 @@ end
 
 local deadline = core.now() + seconds
 while core.now() < deadline do
-  section.run(section.pick(nkeys, ttl), id, ttl, with_lock, client, register, core.sleep, write)
+  section.run(section.pick(nkeys, ttl, where), id, ttl, with_lock, client, register, core.sleep, write)
 end
 log:write("DONE\n")
 log:close()

@@ -1,0 +1,148 @@
+-- SPDX-License-Identifier: MIT
+-- The Redlock phase of make torture (TORTURE_TOPOLOGY=redlock): five
+-- independent servers, each with its append-only file (fsync always), and
+-- the faults that hit them:
+--  * a minority (one or two servers) or a majority (three) cut off from the
+--    clients (a partition: iptables in the run's network namespace);
+--  * a server killed and started again without its data (SIGKILL, files
+--    removed), or paused (SIGSTOP) up to 1.5 TTLs;
+--  * a server's clock jumped forward, as far as its locks can tell: their
+--    TTLs cut by the jump (1 to 4 s), so that they expire early. Kleppmann's
+--    case against Redlock, where two clients may both hold a majority. The
+--    checker is told when: the silent overlaps during a jump are counted
+--    apart, as what the design allows. (The clock itself stays: libfaketime,
+--    which could move it, cannot run Debian's redis-server, whose jemalloc
+--    recurses into clock_gettime under it.);
+--  * a server's clients killed.
+-- Every server has a loopback address of its own (127.0.0.31 ...), which
+-- needs the namespace run.sh makes as root; elsewhere they share 127.0.0.1
+-- and the partitions are left out.
+local helpers = require "spec.helpers"
+local core = require "redislock.core"
+
+local q = helpers.sh_quote
+
+local _M = {}
+
+local Group = {}
+Group.__index = Group
+
+--- Starts the five servers; returns the group. own: each on its own address.
+function _M.start(own)
+  local g = setmetatable({ servers = {}, cuts = {}, own = own, windows = {} }, Group)
+  local urls = {}
+  for i = 1, 5 do
+    local host = own and ("127.0.0.3" .. i) or "127.0.0.1"
+    local srv = helpers.start_redis({ "--appendonly", "yes", "--appendfsync", "always" }, { host = host })
+    g.servers[i], urls[i] = srv, "redis://" .. host .. ":" .. srv.port
+  end
+  g.where = "redlock=" .. table.concat(urls, ",")
+  return g
+end
+
+--- Whether key exists on any server.
+function Group:exists(key)
+  for _, s in ipairs(self.servers) do
+    if s:cli("EXISTS", key) ~= "0" then return true end
+  end
+  return false
+end
+
+-- Adds (how "-A") or deletes ("-D") the rules that drop every packet
+-- between the clients (127.0.0.1) and host, both ways.
+local function rule(how, host)
+  for _, dir in ipairs({ { "127.0.0.1", host }, { host, "127.0.0.1" } }) do
+    assert(os.execute("iptables " .. how .. " INPUT -s " .. dir[1] .. " -d " .. dir[2] .. " -j DROP"),
+           "iptables " .. how .. " failed")
+  end
+end
+
+-- n servers, picked at random.
+local function some(list, n)
+  local copy = { table.unpack(list) }
+  local out = {}
+  for _ = 1, n do out[#out + 1] = table.remove(copy, math.random(#copy)) end
+  return out
+end
+
+--- The faults, each a function that returns a line for the log.
+function Group:faults(ttl)
+  local g = self
+  local list = {
+    function()
+      local n = math.random(3)
+      local cut = some(g.servers, n)
+      local s = 1 + 2 * math.random()
+      for _, srv in ipairs(cut) do rule("-A", srv.host) g.cuts[srv] = true end
+      core.sleep(s)
+      local ports = {}
+      for _, srv in ipairs(cut) do
+        rule("-D", srv.host)
+        g.cuts[srv] = nil
+        ports[#ports + 1] = ":" .. srv.port
+      end
+      return string.format("%s (%s) cut off from the clients for %.2f s", n == 3 and "a majority" or "a minority",
+                           table.concat(ports, " "), s)
+    end,
+    function()
+      local srv = g.servers[math.random(#g.servers)]
+      local started = core.now()
+      srv:restart(true)
+      helpers.eventually(10, function() return srv:cli("PING") == "PONG" end)
+      return string.format("server :%d restarted without its data (kill -9, files removed), %.2f s", srv.port,
+                           core.now() - started)
+    end,
+    function()
+      local srv = g.servers[math.random(#g.servers)]
+      local s = ttl * (0.3 + 1.2 * math.random())
+      os.execute("kill -STOP " .. srv.pid .. " 2>/dev/null")
+      core.sleep(s)
+      os.execute("kill -CONT " .. srv.pid .. " 2>/dev/null")
+      return string.format("server :%d paused (SIGSTOP) for %.2f s", srv.port, s)
+    end,
+    function()
+      local srv = g.servers[math.random(#g.servers)]
+      return string.format("CLIENT KILL TYPE normal on :%d: %s", srv.port, srv:cli("CLIENT", "KILL", "TYPE", "normal"))
+    end,
+  }
+  list[#list + 1] = function()
+    local srv = g.servers[math.random(#g.servers)]
+    local jump = math.floor(1000 + 3000 * math.random())
+    local now = core.now()
+    srv:cli("EVAL", "for _, k in ipairs(redis.call('KEYS', ARGV[2])) do "
+      .. "local p = redis.call('PTTL', k) "
+      .. "if p > 0 and p <= tonumber(ARGV[1]) then redis.call('DEL', k) "
+      .. "elseif p > 0 then redis.call('PEXPIRE', k, p - tonumber(ARGV[1])) end end", "0", tostring(jump),
+      "lock:{k*}")
+    -- A lock taken before the jump may end early for a TTL after it.
+    g.windows[#g.windows + 1] = { now, now + ttl + 0.5 }
+    return string.format("server :%d's clock jumped %d ms forward (its locks' TTLs cut by that)", srv.port, jump)
+  end
+  if not g.own then table.remove(list, 1) end -- no partitions without addresses of their own
+  return list
+end
+
+--- After the faults: every cut healed, every server answering.
+function Group:settle()
+  for srv in pairs(self.cuts) do rule("-D", srv.host) end
+  self.cuts = {}
+  return helpers.eventually(10, function()
+    for _, s in ipairs(self.servers) do
+      if s:cli("PING") ~= "PONG" then return false end
+    end
+    return true
+  end)
+end
+
+--- Stops every server, by PID; with keep (a folder), copies their logs there first.
+function Group:stop(keep)
+  for srv in pairs(self.cuts) do rule("-D", srv.host) end
+  self.cuts = {}
+  for _, s in ipairs(self.servers) do
+    if keep then os.execute("cp " .. q(s.dir .. "/redis.log") .. " " .. q(keep .. "/redis-" .. s.port .. ".log")) end
+    os.execute("kill -CONT " .. s.pid .. " 2>/dev/null")
+    s:stop()
+  end
+end
+
+return _M
