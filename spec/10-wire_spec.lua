@@ -104,6 +104,34 @@ describe("wire functions", function()
                      core.encode_script("take", "k", tok, 5000, "lock:", true))
   end)
 
+  it("starts a new era at the master's clock, so two masters starting from one record differ", function()
+    -- make torture's case: a record another master wrote ("f..f 5000"), from
+    -- which two masters start their eras, one after the other. A fixed jump
+    -- gave both the same offset, and so the same fences.
+    local era = "lock:{" .. core.era_tag(core.lock_slot("k")) .. "}:era"
+    local id = raw:command("INFO", "replication"):match("master_replid:(%x+)")
+    local function new_era()
+      assert.are.equal("OK", raw:command("SET", era, ("f"):rep(40) .. " 5000"))
+      assert.are.equal("OK", raw:command("SET", "lock:{k}:fence", "7"))
+      local tok = core.token()
+      local fence = script("acquire", "k", tok, 5000)[2]
+      assert.are.equal(1, script("release", "k", tok)[1])
+      local off = tonumber(raw:command("GET", era):match("^" .. id .. " (%d+)$"))
+      assert.are.equal(off + 8, fence)
+      return off
+    end
+    local t = raw:command("TIME")
+    local first = new_era()
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    assert.is_true(first >= now and first < now + 5000, "offset " .. first .. ", clock " .. now)
+    core.sleep(0.01)
+    assert.is_true(new_era() >= first + 10)
+    -- A clock behind the record's offset: the old offset plus 1,000.
+    assert.are.equal("OK", raw:command("SET", era, ("f"):rep(40) .. " 99999999999999"))
+    local tok = core.token()
+    assert.are.equal(99999999999999 + 1000 + 9, script("acquire", "k", tok, 5000)[2])
+  end)
+
   it("has an era tag for every hash slot, of that slot, in four characters at most", function()
     for slot = 0, 16383 do
       local tag = core.era_tag(slot)
