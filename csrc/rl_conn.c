@@ -804,9 +804,15 @@ int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]
     }
     if (d == RL_DECODED && claimed) {
       /* The claim's master ID is this master's (held), or not (2). A
-         resend on a fresh connection answered for that one: the same server. */
-      if (out->status == RL_HELD) memcpy(conn->era, cmd->era, sizeof conn->era);
-      else if (out->status == RL_UNVERIFIED) out->status = RL_HELD;
+         resend on a fresh connection answered for that one: the same
+         server. A connection closed since (bytes out of step) vouches for
+         nothing. */
+      if (out->status == RL_HELD && conn->fd >= 0) {
+        memcpy(conn->era, cmd->era, sizeof conn->era);
+      } else {
+        memset(conn->era, 0, sizeof conn->era);
+        if (out->status == RL_UNVERIFIED) out->status = RL_HELD;
+      }
       return 0;
     }
     if (d == RL_DECODED && out->status != RL_UNVERIFIED) return 0;

@@ -76,10 +76,11 @@ redisReply *rl_conn_command(rl_conn *conn, int argc, const char **argv,
 /*
  * Runs cmd (EVALSHA, then EVAL after NOSCRIPT) and decodes its answer into out.
  * A take that could not tell the fence is followed by the acquire script,
- * which may name the connection after its master (CLIENT SETNAME, see
- * rl_proto.c "Fences across failovers"); a name the script did not confirm
- * is cleared, or the connection closed. Returns 0, or -1 with a
- * "connection:" or "redis:" message in err.
+ * told the master ID the era record names: when the script confirms it,
+ * the connection keeps it (conn->era, dropped when the connection closes)
+ * and vouches for that record from then on (rl_proto.c "Fences across
+ * failovers"). Returns 0, or -1 with a "connection:" or "redis:" message
+ * in err.
  */
 int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]);
 

@@ -715,6 +715,10 @@ static int core_encode_script(lua_State *L) {
   if (rl_cmd_init(&cmd, op, prefix, plen, key, klen, token, tlen, ms, n) != 0)
     return luaL_error(L, "redislock: out of memory");
   cmd.ask_name = lua_toboolean(L, 9);
+  if (cmd.ask_name && op != RL_OP_TAKE) {
+    rl_cmd_free(&cmd);
+    return luaL_argerror(L, 9, "only a take asks the connection's name");
+  }
   if (claim != NULL && rl_cmd_claim(&cmd, claim) != 0) {
     rl_cmd_free(&cmd);
     return luaL_argerror(L, 8, "a claim is a master ID (40 hex digits), for an acquire");

@@ -41,9 +41,10 @@
  * PX ms, INCR fence, GET of the slot's era record, EXEC, one atomic step
  * that costs Redis less than the acquire script (no script call, no reply
  * conversion, no INFO: see "Fences across failovers"). Its INCR runs also
- * when the lock is held, so fences grow by more than one now and then; they still only grow. A take that finds the
- * lock held is followed by the acquire script, which tells the holder's TTL
- * and sets the waiters mark; so is a take whose answer was lost (never a take
+ * when the lock is held, so fences grow by more than one now and then; they
+ * still only grow. A take that finds the lock held is followed by the
+ * acquire script, which tells the holder's TTL and sets the waiters mark;
+ * so is a take whose answer was lost (never a take
  * twice: a second SET NX would find our own lock).
  *
  * acquire is resend-safe: if the key already holds our token (an earlier send

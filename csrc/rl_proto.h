@@ -211,8 +211,9 @@ const char *rl_era_tag(int slot);
 void rl_cmd_use_acquire(rl_cmd *cmd);
 
 /* Adds to an acquire (after a take that answered RL_UNVERIFIED) the master
-   ID era (RL_REPLID_LEN hex digits) the connection is named after in the
-   same write: the script answers RL_UNVERIFIED when this master's ID is
+   ID era (RL_REPLID_LEN hex digits) the take's era record names, which the
+   connection will vouch for (OpenResty: is named after, in the same
+   write): the script answers RL_UNVERIFIED when this master's ID is
    another. 0, or -1 when cmd is not an acquire or era not an ID. */
 int rl_cmd_claim(rl_cmd *cmd, const char *era);
 
