@@ -19,7 +19,8 @@
 -- the lock servers: on one server it kills their clients (CLIENT KILL),
 -- pauses it (CLIENT PAUSE WRITE and ALL, also past the TTL), blocks it (DEBUG
 -- SLEEP), restarts it (with its data, or killed and emptied as a server
--- without persistence); behind Sentinel see torture/sentinel.lua. Then a
+-- without persistence); behind Sentinel see torture/sentinel.lua, with
+-- Redlock torture/redlock.lua. Then a
 -- checker reads the logs and the register (torture/check.lua) and prints one
 -- summary line per phase. Exit status 0 when every phase holds.
 --
@@ -304,6 +305,16 @@ local function phase(name, n)
     for _, line in ipairs(result.details) do print("  " .. line) end
   end
   print(result.summary)
+  -- The faults by kind (their numbers left out), most frequent first.
+  local kinds, order = {}, {}
+  for _, line in ipairs(fault_log) do
+    local kind = line:gsub("^%S+ ", ""):gsub("%d[%d.]*", "N"):gsub(": .*$", "")
+    if not kinds[kind] then order[#order + 1] = kind end
+    kinds[kind] = (kinds[kind] or 0) + 1
+  end
+  table.sort(order, function(x, y) return kinds[x] > kinds[y] or (kinds[x] == kinds[y] and x < y) end)
+  for i, kind in ipairs(order) do order[i] = kinds[kind] .. " x " .. kind end
+  print("torture " .. name .. ": faults: " .. table.concat(order, "; "))
   lock.stop(not result.ok and dir or nil)
   if not tmp_root then
     if result.ok then os.execute("rm -rf " .. q(dir)) else print("torture: logs kept in " .. dir) end

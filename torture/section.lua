@@ -71,11 +71,12 @@ function _M.run(s, id, ttl, with_lock, client, register, sleep, log)
   local key, started, entered = s.key, core.now(), false
   local ok, err = pcall(with_lock, client, key, ttl, function(lock)
     entered = true
+    -- Which master granted it: the Sentinel client's own (internal) field,
+    -- read before anything yields (OpenResty's watch may move it).
+    local node = type(lock._t) == "table" and rawget(lock._t, "_port") or "-"
     local life = register:command("GET", "lifetime") or "0"
     local event = id .. " " .. lock.fence .. " " .. life
     register:command("RPUSH", "history:" .. key, "in " .. event)
-    -- Which master granted it: the Sentinel client's own (internal) field.
-    local node = type(lock._t) == "table" and rawget(lock._t, "_port") or "-"
     log(string.format("E %.6f %s %d %s %s %s\n", core.now(), key, lock.fence, s.mode, life, tostring(node)))
     local n = tonumber(register:command("GET", "count:" .. key)) or 0
     sleep(s.hold)

@@ -161,11 +161,12 @@ local function kill9(pid)
   helpers.eventually(10, function() return not helpers.sh_ok("kill -0 " .. pid .. " 2>/dev/null") end)
 end
 
--- Starts node n again with its own command (its data from its AOF); the
--- sentinels make it a replica when another node is master by then.
+-- Starts node n again with its own command (its data from its AOF), but
+-- as a master, as a killed master comes back; the sentinels make it a
+-- replica when another node is master by then.
 local function start_again(n)
   os.remove(n.dir .. "/redis.pid")
-  helpers.run(n.cmd)
+  helpers.run((n.cmd:gsub("'%-%-replicaof' '[^']*' '[^']*' ?", "")))
   n.pid = helpers.eventually(10, function() return tonumber(helpers.read_file(n.dir .. "/redis.pid") or "") end)
 end
 
