@@ -664,17 +664,22 @@ function Cluster.id(_, n)
   return n.node_id
 end
 
--- Adds (how "-A") or deletes ("-D") the iptables rules that drop every
--- packet between node n and the other nodes (own_addresses); clients on
--- 127.0.0.1 still reach it.
+--- Adds (how "-A") or deletes ("-D") the iptables rules that drop every
+-- packet between the loopback addresses a and b, both ways. Needs
+-- helpers.netns (the rules go with the suite's namespace).
+function helpers.drop_between(how, a, b)
+  for _, dir in ipairs({ { a, b }, { b, a } }) do
+    assert(os.execute("iptables " .. how .. " INPUT -s " .. dir[1] .. " -d " .. dir[2] .. " -j DROP"),
+           "iptables " .. how .. " failed")
+  end
+end
+
+-- Adds (how "-A") or deletes ("-D") the rules that drop every packet
+-- between node n and the other nodes (own_addresses); clients on 127.0.0.1
+-- still reach it.
 local function cut(self, how, n)
   for _, m in ipairs(self.nodes) do
-    if m ~= n then
-      for _, dir in ipairs({ { n.host, m.host }, { m.host, n.host } }) do
-        assert(os.execute("iptables " .. how .. " INPUT -s " .. dir[1] .. " -d " .. dir[2] .. " -j DROP"),
-               "iptables " .. how .. " failed")
-      end
-    end
+    if m ~= n then helpers.drop_between(how, n.host, m.host) end
   end
 end
 

@@ -25,22 +25,11 @@ trap 'exit 130' INT TERM
 
 busted=$(command -v busted) || { echo "redislock: busted not found (make deps)" >&2; exit 2; }
 
-# As root, each run is in a network namespace of its own (its own loopback,
-# brought up here): specs may then put servers on other 127.0.0.x addresses
-# and cut them apart with iptables (REDISLOCK_NETNS=1; the rules go with the
-# namespace). Elsewhere those specs are skipped, and say so.
-netns=0
-if [ "$(id -u)" = 0 ] && command -v iptables >/dev/null &&
-   unshare --net sh -c 'ip link set lo up && iptables -A INPUT -s 127.0.0.2 -j DROP' 2>/dev/null; then
-  netns=1
-fi
-isolated() {
-  if [ "$netns" = 1 ]; then
-    unshare --net sh -c 'ip link set lo up && exec "$@"' isolated "$@"
-  else
-    "$@"
-  fi
-}
+# As root, each run is in a network namespace of its own (tools/netns.sh):
+# specs may then put servers on other 127.0.0.x addresses and cut them apart
+# with iptables (REDISLOCK_NETNS=1). Elsewhere those specs are skipped, and
+# say so.
+. tools/netns.sh
 counts="$tmp/counts"
 : > "$counts"
 status=0

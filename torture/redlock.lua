@@ -52,10 +52,7 @@ end
 -- Adds (how "-A") or deletes ("-D") the rules that drop every packet
 -- between the clients (127.0.0.1) and host, both ways.
 local function rule(how, host)
-  for _, dir in ipairs({ { "127.0.0.1", host }, { host, "127.0.0.1" } }) do
-    assert(os.execute("iptables " .. how .. " INPUT -s " .. dir[1] .. " -d " .. dir[2] .. " -j DROP"),
-           "iptables " .. how .. " failed")
-  end
+  helpers.drop_between(how, "127.0.0.1", host)
 end
 
 -- n servers, picked at random.

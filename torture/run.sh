@@ -17,22 +17,11 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-# As root, the run is in a network namespace of its own (its own loopback,
-# brought up here), where the Sentinel phase puts each server on an address
-# of its own and cuts them apart with iptables; the rules go with the
+# As root, the run is in a network namespace of its own (tools/netns.sh),
+# where the Sentinel and Redlock phases put each server on an address of
+# its own and cut them apart with iptables; the rules go with the
 # namespace, whatever happens to the run.
-netns=0
-if [ "$(id -u)" = 0 ] && command -v iptables >/dev/null &&
-   unshare --net sh -c 'ip link set lo up && iptables -A INPUT -s 127.0.0.2 -j DROP' 2>/dev/null; then
-  netns=1
-fi
-isolated() {
-  if [ "$netns" = 1 ]; then
-    unshare --net sh -c 'ip link set lo up && exec "$@"' isolated "$@"
-  else
-    "$@"
-  fi
-}
+. tools/netns.sh
 isolated env REDISLOCK_TEST_TMP="$tmp" REDISLOCK_NETNS="$netns" LUA_PATH="$root/lua/?.lua;$root/?.lua;;" \
   LUA_CPATH="$root/build/lua5.4/?.so;;" lua5.4 torture/run.lua
 status=$?

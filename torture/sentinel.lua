@@ -118,26 +118,17 @@ function Group:cli(...)
   return m:cli(...)
 end
 
--- Adds (how "-A") or deletes ("-D") the rules that drop every packet
--- between the addresses a and b, both ways.
-local function rule(how, a, b)
-  for _, dir in ipairs({ { a, b }, { b, a } }) do
-    assert(os.execute("iptables " .. how .. " INPUT -s " .. dir[1] .. " -d " .. dir[2] .. " -j DROP"),
-           "iptables " .. how .. " failed")
-  end
-end
-
 -- Cuts host off the given hosts until heal(); returns the cut.
 function Group:cut(host, others)
   local c = { host = host, others = others }
-  for _, o in ipairs(others) do rule("-A", host, o) end
+  for _, o in ipairs(others) do helpers.drop_between("-A", host, o) end
   self.cuts[c] = true
   return c
 end
 
 function Group:heal(c)
   if not self.cuts[c] then return end
-  for _, o in ipairs(c.others) do rule("-D", c.host, o) end
+  for _, o in ipairs(c.others) do helpers.drop_between("-D", c.host, o) end
   self.cuts[c] = nil
 end
 
