@@ -413,16 +413,15 @@ enum { CALL_OK, CALL_FAILED, CALL_LOST_REUSED };
  * resend, they have been sent once more on a fresh connection already (and
  * the result is that of the resend).
  */
-static int call_after(rl_conn *conn, const char *pre, size_t plen, const char *what, const char *buf, size_t len,
-                      int want, int resend, redisReply **r, char err[RL_ERRLEN]);
+static int call_asking(rl_conn *conn, const char *buf, size_t len, int want, int resend, redisReply **r,
+                       char err[RL_ERRLEN]);
 
 static int call(rl_conn *conn, const char *buf, size_t len, int want, int resend,
                 redisReply **r, rl_result *fast, char err[RL_ERRLEN]) {
   int reused, rc;
   if (conn->asking) {
-    static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
     conn->asking = 0;
-    rc = call_after(conn, asking, sizeof asking - 1, "ASKING", buf, len, want, resend, r, err);
+    rc = call_asking(conn, buf, len, want, resend, r, err);
     conn->asking = 1;
     return rc;
   }
@@ -443,11 +442,13 @@ static int call(rl_conn *conn, const char *buf, size_t len, int want, int resend
   return rc == RT_OK ? CALL_OK : CALL_FAILED;
 }
 
-/* call() with the plen bytes at pre (ASKING) before the command, in the
-   same write: their +OK is read and dropped. An error in its place is the
-   call's ("redis: <what>: ..."). */
-static int call_after(rl_conn *conn, const char *pre, size_t plen, const char *what, const char *buf, size_t len,
-                      int want, int resend, redisReply **r, char err[RL_ERRLEN]) {
+/* call() with ASKING before the command, in the same write (a cluster's
+   ASK redirect): its +OK is read and dropped. An error in its place is the
+   call's ("redis: ASKING: ..."). */
+static int call_asking(rl_conn *conn, const char *buf, size_t len, int want, int resend, redisReply **r,
+                       char err[RL_ERRLEN]) {
+  static const char pre[] = "*1\r\n$6\r\nASKING\r\n";
+  size_t plen = sizeof pre - 1;
   char stack[1024], *both = plen + len <= sizeof stack ? stack : (char *)malloc(plen + len);
   redisReply *all[RL_TAKE_REPLIES + 1]; /* want is at most a take's */
   int rc;
@@ -461,7 +462,7 @@ static int call_after(rl_conn *conn, const char *pre, size_t plen, const char *w
   if (both != stack) free(both);
   if (rc != CALL_OK) return rc;
   if (all[0]->type == REDIS_REPLY_ERROR) {
-    snprintf(err, RL_ERRLEN, "redis: %s: %.*s", what, (int)all[0]->len, all[0]->str);
+    snprintf(err, RL_ERRLEN, "redis: ASKING: %.*s", (int)all[0]->len, all[0]->str);
     free_replies(all, want + 1);
     return CALL_FAILED;
   }
