@@ -91,9 +91,9 @@ rock: deps
 
 # Fault injection (not part of make test): with_lock under SIGSTOP, CLIENT KILL,
 # CLIENT PAUSE, DEBUG SLEEP, restarts, partitions, failovers, early expiry and
-# CPU hogs, then a checker; a phase per topology (TORTURE_TOPOLOGY=single,
-# sentinel, redlock or all). About 4 minutes a phase; TORTURE_SHORT=1 for 40 s
-# a phase, TORTURE_SEED=N to replay.
+# CPU hogs, clock jumps, cut and lossy links, then a checker; a phase per
+# topology (TORTURE_TOPOLOGY=single, sentinel, cluster, redlock or all). About
+# 3.5 minutes a phase; TORTURE_SHORT=1 for 30 s a phase, TORTURE_SEED=N to replay.
 torture: deps all
 	@sh torture/run.sh
 

@@ -479,7 +479,8 @@ Cluster.__index = Cluster
 -- opts.password: the nodes take clients and talk to each other over TLS
 -- only (helpers.tls_certs), and want that password (nodes keep a plaintext
 -- unix socket for the checks, where CLUSTER SLOTS gives port 0).
--- opts.node_timeout: cluster-node-timeout (ms). opts.own_addresses: node i
+-- opts.node_timeout: cluster-node-timeout (ms); opts.extra: more arguments for
+-- every node (e.g. its append-only file). opts.own_addresses: node i
 -- listens on 127.0.0.(10 + i), so that cluster:isolate can cut it off the
 -- others (needs helpers.netns). Raises when it cannot start.
 function helpers.start_cluster(opts)
@@ -489,6 +490,7 @@ function helpers.start_cluster(opts)
   local ok, err = pcall(function()
     local extra = { "--cluster-enabled", "yes", "--cluster-node-timeout", tostring(opts.node_timeout or 2000),
                     "--cluster-require-full-coverage", "yes" }
+    for _, a in ipairs(opts.extra or {}) do extra[#extra + 1] = a end
     local cli = "redis-cli"
     if opts.tls then
       local certs = helpers.tls_certs()
@@ -588,7 +590,7 @@ function Cluster.move_keys(_, slot, from, to)
     local keys = {}
     for k in from:cli("CLUSTER", "GETKEYSINSLOT", slot, 100):gmatch("[^\n]+") do keys[#keys + 1] = k end
     if #keys == 0 then return end
-    local argv = { "MIGRATE", "127.0.0.1", to.port, "", 0, 5000 }
+    local argv = { "MIGRATE", to.host, to.port, "", 0, 5000 }
     if from.password then
       argv[#argv + 1] = "AUTH"
       argv[#argv + 1] = from.password
@@ -665,11 +667,14 @@ function Cluster.id(_, n)
 end
 
 --- Adds (how "-A") or deletes ("-D") the iptables rules that drop every
--- packet between the loopback addresses a and b, both ways. Needs
--- helpers.netns (the rules go with the suite's namespace).
-function helpers.drop_between(how, a, b)
+-- packet between the loopback addresses a and b, both ways; with share (0 to
+-- 1), that share of them, at random (a lossy link: TCP resends, late).
+-- Delete with the same share. Needs helpers.netns (the rules go with the
+-- suite's namespace).
+function helpers.drop_between(how, a, b, share)
+  local random = share and string.format(" -m statistic --mode random --probability %.3f", share) or ""
   for _, dir in ipairs({ { a, b }, { b, a } }) do
-    assert(os.execute("iptables " .. how .. " INPUT -s " .. dir[1] .. " -d " .. dir[2] .. " -j DROP"),
+    assert(os.execute("iptables " .. how .. " INPUT -s " .. dir[1] .. " -d " .. dir[2] .. random .. " -j DROP"),
            "iptables " .. how .. " failed")
   end
 end

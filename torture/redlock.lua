@@ -7,18 +7,16 @@
 --  * a server killed and started again without its data (SIGKILL, files
 --    removed) a TTL later (Redlock's delayed restart), or paused (SIGSTOP)
 --    up to 1.5 TTLs;
---  * a server's clock jumped forward, as far as its locks can tell: their
---    TTLs cut by the jump (1 to 4 s), so that they expire early. Kleppmann's
---    case against Redlock, where two clients may both hold a majority. The
---    checker is told when: the silent overlaps during a jump are counted
---    apart, as what the design allows. (The clock itself stays: libfaketime,
---    which could move it, cannot run Debian's redis-server, whose jemalloc
---    recurses into clock_gettime under it.);
+--  * a server's clock jumped forward (torture/clock.lua): its locks expire
+--    early. Kleppmann's case against Redlock, where two clients may both
+--    hold a majority. The checker is told when: the silent overlaps during
+--    a jump are counted apart, as what the design allows;
 --  * a server's clients killed.
 -- Every server has a loopback address of its own (127.0.0.31 ...), which
 -- needs the namespace run.sh makes as root; elsewhere they share 127.0.0.1
 -- and the partitions are left out.
 local helpers = require "spec.helpers"
+local clock = require "torture.clock"
 local core = require "redislock.core"
 
 local q = helpers.sh_quote
@@ -107,17 +105,7 @@ function Group:faults(ttl)
     end,
   }
   list[#list + 1] = function()
-    local srv = g.servers[math.random(#g.servers)]
-    local jump = math.floor(1000 + 3000 * math.random())
-    local now = core.now()
-    srv:cli("EVAL", "for _, k in ipairs(redis.call('KEYS', ARGV[2])) do "
-      .. "local p = redis.call('PTTL', k) "
-      .. "if p > 0 and p <= tonumber(ARGV[1]) then redis.call('DEL', k) "
-      .. "elseif p > 0 then redis.call('PEXPIRE', k, p - tonumber(ARGV[1])) end end", "0", tostring(jump),
-      "lock:{k*}")
-    -- A lock taken before the jump may end early for a TTL after it.
-    g.windows[#g.windows + 1] = { now, now + ttl + 0.5 }
-    return string.format("server :%d's clock jumped %d ms forward (its locks' TTLs cut by that)", srv.port, jump)
+    return clock.jump(g.servers[math.random(#g.servers)], ttl, g.windows)
   end
   if not g.own then table.remove(list, 1) end -- no partitions without addresses of their own
   return list

@@ -2,14 +2,20 @@
 -- make torture: with_lock under injected faults, checked afterwards (Jepsen's
 -- way: record a history, then read it). Not a test of `make test`.
 --
--- A phase per topology (TORTURE_TOPOLOGY=single|sentinel|redlock|all, or a
--- list: sentinel,redlock; default single), each with the same workload and
--- checker:
+-- A phase per topology (TORTURE_TOPOLOGY=single|sentinel|cluster|redlock|all,
+-- or a list: sentinel,redlock; default single), each with the same workload
+-- and checker:
 --  * single: one lock server (appendonly yes, appendfsync always, so that
---    locks and fences survive its restarts);
+--    locks and fences survive its restarts), on an address of its own
+--    (127.0.0.41) when run.sh could make a network namespace: its link to
+--    the clients is then cut, and made lossy (a share of the packets
+--    dropped: TCP resends them late; tc's netem, which would delay them,
+--    is not in every kernel);
 --  * sentinel: a master, two replicas and three sentinels
 --    (torture/sentinel.lua), partitions included when run.sh could make a
 --    network namespace;
+--  * cluster: three masters with a replica each (torture/cluster.lua):
+--    partitions, failovers (automatic and asked for), slot moves, pauses;
 --  * redlock: five servers (torture/redlock.lua): partitions, restarts
 --    without data, pauses, clocks jumped forward.
 -- Beside it, a register server that no fault touches. Worker processes (half
@@ -19,12 +25,13 @@
 -- the lock servers: on one server it kills their clients (CLIENT KILL),
 -- pauses it (CLIENT PAUSE WRITE and ALL, also past the TTL), blocks it (DEBUG
 -- SLEEP), restarts it (with its data, or killed and emptied as a server
--- without persistence); behind Sentinel see torture/sentinel.lua, with
--- Redlock torture/redlock.lua. Then a
+-- without persistence), jumps its clock (torture/clock.lua), cuts or drops
+-- its packets; behind Sentinel see torture/sentinel.lua, in a cluster
+-- torture/cluster.lua, with Redlock torture/redlock.lua. Then a
 -- checker reads the logs and the register (torture/check.lua) and prints one
 -- summary line per phase. Exit status 0 when every phase holds.
 --
--- Environment: TORTURE_SHORT=1 (each phase 40 s), TORTURE_SECONDS (each
+-- Environment: TORTURE_SHORT=1 (each phase 30 s), TORTURE_SECONDS (each
 -- phase), TORTURE_WORKERS, TORTURE_NGX_WORKERS (2 of them run their sections
 -- in a private nginx: torture/ngx_driver.lua, torture/ngx_app.lua),
 -- TORTURE_KEYS, TORTURE_TTL, TORTURE_SEED (replay a run), TORTURE_TLS=1
@@ -37,16 +44,17 @@
 local helpers = require "spec.helpers"
 local core = require "redislock.core"
 local check = require "torture.check"
+local redislock = require "redislock"
 
 local short = os.getenv("TORTURE_SHORT") == "1"
-local seconds = tonumber(os.getenv("TORTURE_SECONDS") or (short and "40" or "180"))
+local seconds = tonumber(os.getenv("TORTURE_SECONDS") or (short and "30" or "180"))
 local nworkers = tonumber(os.getenv("TORTURE_WORKERS") or (short and "8" or "16"))
 local nkeys = tonumber(os.getenv("TORTURE_KEYS") or "6")
 -- Of the workers, this many are OpenResty ones (sections run in nginx).
 local nngx = tonumber(os.getenv("TORTURE_NGX_WORKERS") or "2")
 local ttl = tonumber(os.getenv("TORTURE_TTL") or "1")
 local seed = tonumber(os.getenv("TORTURE_SEED") or "") or (os.time() % 1000000)
-local TOPOLOGIES = { "single", "sentinel", "redlock" }
+local TOPOLOGIES = { "single", "sentinel", "cluster", "redlock" }
 local asked = os.getenv("TORTURE_TOPOLOGY") or "single"
 local phases = {}
 for name in asked:gmatch("[^,%s]+") do
@@ -93,13 +101,35 @@ end
 local topology = {}
 
 function topology.single()
+  local own = helpers.netns
+  if not own then print("torture: single: no network namespace (run as root): no cuts or lossy links in this phase") end
+  local host = own and "127.0.0.41" or "127.0.0.1"
   local srv = helpers.start_redis({ "--appendonly", "yes", "--appendfsync", "always" },
-                                  tls and { tls = "optional" } or nil)
+                                  { tls = tls and "optional" or nil, host = host })
   local function cli(...) return srv:cli(...) end
-  return {
-    where = tostring(srv.port), stop = function() srv:stop() end,
+  -- The rules in place: { share (nil: every packet) = true }.
+  local rules = {}
+  local function drop(how, share)
+    helpers.drop_between(how, "127.0.0.1", host, share)
+    rules[share or "all"] = how == "-A" or nil
+  end
+  local function heal()
+    for share in pairs(rules) do drop("-D", share ~= "all" and share or nil) end
+  end
+  local windows = {}
+  local probe -- a client of the injector's own, made for the first lossy link
+  local lock = {
+    where = host .. ":" .. srv.port, windows = windows,
+    stop = function()
+      heal()
+      if probe then probe:close() end
+      srv:stop()
+    end,
     exists = function(key) return cli("EXISTS", key) ~= "0" end,
-    settle = function() return helpers.eventually(10, function() return cli("PING") == "PONG" end) end,
+    settle = function()
+      heal()
+      return helpers.eventually(10, function() return cli("PING") == "PONG" end)
+    end,
     faults = {
       function()
         return "CLIENT KILL TYPE normal: " .. cli("CLIENT", "KILL", "TYPE", "normal")
@@ -134,8 +164,43 @@ function topology.single()
         return string.format("restart of the lock server without its data (kill -9, files removed), %.2f s",
                              core.now() - started)
       end,
+      function()
+        return require("torture.clock").jump(srv, ttl, windows)
+      end,
     },
   }
+  if own then
+    local faults = lock.faults
+    faults[#faults + 1] = function()
+      local s = 0.3 + 2.2 * math.random()
+      drop("-A")
+      sleep(s)
+      drop("-D")
+      return string.format("the clients cut off from the lock server for %.2f s", s)
+    end
+    faults[#faults + 1] = function()
+      local share, s = 0.1 + 0.4 * math.random(), 1 + 3 * math.random()
+      share = tonumber(string.format("%.3f", share))
+      -- What the loss does to a call: PINGs over a link of their own, timed.
+      probe = probe or redislock.new({ host = host, port = srv.port, timeout = 5, connect_timeout = 5,
+                                       tls = tls and { ca = helpers.tls_certs() .. "/ca.crt",
+                                                       server_name = "localhost" } or nil })
+      local took, deadline = {}, core.now() + s
+      drop("-A", share)
+      while core.now() < deadline do
+        local t0 = core.now()
+        probe:command("PING")
+        took[#took + 1] = (core.now() - t0) * 1000
+        sleep(0.05)
+      end
+      drop("-D", share)
+      table.sort(took)
+      return string.format("the link between clients and lock server lossy (%d%% of packets dropped) for %.2f s: "
+                           .. "%d PINGs took %.0f ms at the median, %.0f ms at most", math.floor(share * 100 + 0.5),
+                           s, #took, took[math.ceil(#took / 2)], took[#took])
+    end
+  end
+  return lock
 end
 
 function topology.sentinel()
@@ -145,6 +210,18 @@ function topology.sentinel()
   return {
     where = g.where, faults = g:faults(), failover = true,
     exists = function(key) return g:cli("EXISTS", key) ~= "0" end,
+    settle = function() return g:settle() end,
+    stop = function(keep) g:stop(keep) end,
+  }
+end
+
+function topology.cluster()
+  local own = helpers.netns
+  if not own then print("torture: cluster: no network namespace (run as root): no partitions in this phase") end
+  local g = require("torture.cluster").start(own, nkeys)
+  return {
+    where = g.where, faults = g:faults(), failover = true,
+    exists = function(key) return g:exists(key) end,
     settle = function() return g:settle() end,
     stop = function(keep) g:stop(keep) end,
   }
@@ -308,7 +385,7 @@ local function phase(name, n)
   -- The faults by kind (their numbers left out), most frequent first.
   local kinds, order = {}, {}
   for _, line in ipairs(fault_log) do
-    local kind = line:gsub("^%S+ ", ""):gsub("%d[%d.]*", "N"):gsub(": .*$", "")
+    local kind = line:gsub("^%S+ ", ""):gsub("([%s:(k])%d[%d.]*", "%1N"):gsub(": .*$", "")
     if not kinds[kind] then order[#order + 1] = kind end
     kinds[kind] = (kinds[kind] or 0) + 1
   end

@@ -5,7 +5,7 @@
 -- shares):
 --   E <now> <key> <fence> <mode> <lifetime of the lock server> <node>
 --                                        node: the port of the master the
---                                        client used (Sentinel), else "-"
+--                                        client used (Sentinel, Cluster), else "-"
 --   X <now> <key> <fence> <outcome>     outcome: ok, or the code of why the
 --                                        guarded write was not done: stale (the
 --                                        register refused the fence: a newer
@@ -25,9 +25,10 @@ local _M = {}
 local MODES = { "notify", "poll", "fair" }
 
 --- The options of a lock client for where (the workers' lock argument):
--- "<port>" for one server on 127.0.0.1 (with tls_ca: TLS, verified as
--- localhost; tls_ca true: nginx's trusted certificate), or
--- "sentinel=<host:port>,...@<master name>", or "redlock=<url>,...".
+-- "<port>" for one server on 127.0.0.1, or "<host>:<port>" (with tls_ca:
+-- TLS, verified as localhost; tls_ca true: nginx's trusted certificate), or
+-- "sentinel=<host:port>,...@<master name>", "cluster=<host:port>,...", or
+-- "redlock=<url>,...".
 function _M.client_opts(where, tls_ca)
   local opts = { timeout = 0.5, connect_timeout = 0.5 }
   local urls = where:match("^redlock=(.+)$")
@@ -42,10 +43,17 @@ function _M.client_opts(where, tls_ca)
     for addr in list:gmatch("[^,]+") do opts.sentinels[#opts.sentinels + 1] = addr end
     return opts
   end
-  opts.port = assert(tonumber(where), "a lock port or sentinel=...: " .. where)
+  local seeds = where:match("^cluster=(.+)$")
+  if seeds then
+    opts.cluster = {}
+    for addr in seeds:gmatch("[^,]+") do opts.cluster[#opts.cluster + 1] = addr end
+    return opts
+  end
+  local host, port = where:match("^([%d.]+):(%d+)$")
+  opts.host, opts.port = host or "127.0.0.1", assert(tonumber(port or where), "a lock port, host:port, sentinel=... "
+                                                     .. "cluster=... or redlock=...: " .. where)
   if tls_ca then
-    opts.host = "localhost"
-    opts.tls = tls_ca == true and { server_name = "localhost" } or { ca = tls_ca }
+    opts.tls = tls_ca == true and { server_name = "localhost" } or { ca = tls_ca, server_name = "localhost" }
   end
   return opts
 end
@@ -72,8 +80,14 @@ function _M.run(s, id, ttl, with_lock, client, register, sleep, log)
   local ok, err = pcall(with_lock, client, key, ttl, function(lock)
     entered = true
     -- Which master granted it: the Sentinel client's own (internal) field,
-    -- read before anything yields (OpenResty's watch may move it).
-    local node = type(lock._t) == "table" and rawget(lock._t, "_port") or "-"
+    -- or the node the cluster client's slot table names for the lock, read
+    -- before anything yields (OpenResty's watch may move it).
+    local t, node = lock._t, "-"
+    if type(t) == "table" then
+      local slots = rawget(t, "_slots")
+      local n = slots and slots[core.lock_slot(key)]
+      node = rawget(t, "_port") or (n and n.port) or "-"
+    end
     local life = register:command("GET", "lifetime") or "0"
     local event = id .. " " .. lock.fence .. " " .. life
     register:command("RPUSH", "history:" .. key, "in " .. event)
