@@ -10,8 +10,8 @@
 --    node), is counted apart, as what the design allows. Checked again
 --    without any clock, in the order the register saw entries and exits.
 --  * fences: two sections of one key with the same fence (duplicates), or a
---    section that entered after another ended yet holds a lower fence
---    (inversions), within one lifetime of the lock server (a restart without
+--    section whose lock was asked for after another section ended yet holds
+--    a lower fence (inversions), within one lifetime of the lock server (a restart without
 --    its data starts the fences again: the documented loss). Refused stale
 --    writes are the fence doing its job, counted. Where a failover may
 --    happen (o.failover), a lower fence from another master than the
@@ -38,9 +38,9 @@ local function read_log(w, sections, failures)
   for line in text:gmatch("[^\n]+") do
     local kind, rest = line:match("^(%u+) ?(.*)$")
     if kind == "E" then
-      local t, key, fence, mode, life, node = rest:match("^(%S+) (%S+) (%d+) (%S+) (%d+) ?(%S*)")
+      local t, key, fence, mode, life, node, sent = rest:match("^(%S+) (%S+) (%d+) (%S+) (%d+) ?(%S*) ?(%S*)")
       open = { worker = w.id, enter = tonumber(t), key = key, fence = tonumber(fence), mode = mode,
-               life = tonumber(life), node = node }
+               life = tonumber(life), node = node, sent = tonumber(sent) or tonumber(t) }
       sections[#sections + 1] = open
     elseif kind == "X" and open then
       local t, outcome = rest:match("^(%S+) %S+ %d+ (%S+)")
@@ -134,7 +134,11 @@ function _M.run(o)
       for j = i + 1, #list do
         local b = list[j]
         if b.enter >= a.exit then
-          if b.fence < a.fence and b.life == a.life then
+          -- A lower fence is an inversion when b's lock was asked for after
+          -- a left: a holder stopped between its grant and its entry (Redlock's
+          -- two phases leave a wide window) enters late, with the fence it
+          -- was granted before, and is told it lost the lock.
+          if b.fence < a.fence and b.life == a.life and b.sent >= a.exit then
             if o.failover and b.node ~= a.node then
               deposed = deposed + 1
               if b.outcome == "ok" then deposed_written = deposed_written + 1 end
