@@ -781,7 +781,7 @@ int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]
     /* Taken, but the fence's era is for the acquire script to check (it
        answers for our token), told the master ID the record names: when it
        is this master's, the connection trusts that record from now on
-       (rl_proto.c, "Fences across failovers"). Or held (tell its TTL, mark
+       (rl_script.c, "Fences across failovers"). Or held (tell its TTL, mark
        a waiter), or lost on a reused connection. */
     rl_cmd_use_acquire(cmd);
     claimed = rc == 0 && out->status == RL_UNVERIFIED && out->era[0] != '\0' && rl_cmd_claim(cmd, out->era) == 0;

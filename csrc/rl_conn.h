@@ -47,7 +47,7 @@ typedef struct {
                              cluster's ASK redirect), in the same write */
   char era[RL_REPLID_LEN + 1]; /* the master ID an acquire script confirmed on
                                   this connection ("" before): a take trusts
-                                  the era records that name it (rl_proto.c,
+                                  the era records that name it (rl_script.c,
                                   "Fences across failovers") */
 } rl_conn;
 
@@ -78,7 +78,7 @@ redisReply *rl_conn_command(rl_conn *conn, int argc, const char **argv,
  * A take that could not tell the fence is followed by the acquire script,
  * told the master ID the era record names: when the script confirms it,
  * the connection keeps it (conn->era, dropped when the connection closes)
- * and vouches for that record from then on (rl_proto.c "Fences across
+ * and vouches for that record from then on (rl_script.c "Fences across
  * failovers"). Returns 0, or -1 with a "connection:" or "redis:" message
  * in err.
  */

@@ -258,7 +258,7 @@ static rl_op check_script(lua_State *L, int idx, int nidx, const char **key, siz
  * Runs one script. op is "acquire", "release", "extend", "pttl",
  * "acquire_fair", "leave" or "release_one" (a release of the lock's key
  * alone, for a cluster slot half moved), or "take": the first try of an
- * acquire, the acquire script's work without a script (see rl_proto.c),
+ * acquire, the acquire script's work without a script (see rl_script.c),
  * followed by the acquire script when the lock is held; or one of the
  * semaphore's and read-write lock's ("sem_acquire" ... "write_leave"). ms is
  * the ttl of the ops that take one; n the limit of sem_acquire. Leaves two values: status 1 (ours), 0 (no such lock) or -1 (another
@@ -1119,7 +1119,7 @@ static int core_era_tag(lua_State *L) {
 
 /* core.setname(era) -> the bytes of CLIENT SETNAME naming a connection
    after the master ID era (a take's, status 2): sent before the acquire
-   script that checks it (rl_proto.c, "Fences across failovers"). */
+   script that checks it (rl_script.c, "Fences across failovers"). */
 static int core_setname(lua_State *L) {
   size_t len;
   const char *era = luaL_checklstring(L, 1, &len);

@@ -56,7 +56,7 @@ enum {
   RL_OTHER = -1,   /* the key holds another owner's token */
   /* A take: SET took the lock, but nothing vouches for the slot's era
      record on this connection (a new connection, or a new master): the
-     acquire script follows, which checks the era itself (rl_proto.c,
+     acquire script follows, which checks the era itself (rl_script.c,
      "Fences across failovers"). The acquire script after it
      (rl_cmd_claim): ours, but the master ID claimed is not this master's
      (a connection named after it must lose the name). */
@@ -92,13 +92,13 @@ typedef enum {
    PEXPIRE to LLONG_MAX less the clock), and script numbers are doubles. */
 #define RL_MAX_MS 9007199254740992LL
 #define RL_MAX_KEYS 6                    /* the most keys one script uses */
-#define RL_NAMES 17                     /* the names of all scripts' keys (rl_proto.c) */
+#define RL_NAMES 17                     /* the names of all scripts' keys (rl_ops.h) */
 #define RL_CMD_MAXARGS (3 + RL_MAX_KEYS + 4)
 #define RL_SIGNAL_MS 1000               /* a wake-up signal waits this long for a taker */
 #define RL_WAITERS_SLACK_MS 1000        /* the waiters mark outlives the lock's TTL by this */
 #define RL_FAIR_STAY_MS 3000            /* a fair waiter not back by then leaves the queue */
 /* A new era's offset is the master's clock in milliseconds, and at least the
-   last era's offset plus this (rl_proto.c, "Fences across failovers"). */
+   last era's offset plus this (rl_script.c, "Fences across failovers"). */
 #define RL_ERA_STEP 1000
 #define RL_ERA_NAME "redislock:"        /* a connection's name: this and the master ID it checked */
 
@@ -137,10 +137,10 @@ const char *rl_op_name(rl_op op);
 /* The scripts the Lua layer sends as plain commands (EVALSHA, then EVAL
    after NOSCRIPT), not through rl_cmd: multi_acquire (all locks or none, on
    one server; its keys are many), inspect, force_release, and the guarded
-   writes fenced_write and owned_write (see rl_proto.c). The i-th (from 0) with its name and SHA-1; NULL past the last. */
+   writes fenced_write and owned_write (see rl_script.c). The i-th (from 0) with its name and SHA-1; NULL past the last. */
 const char *rl_extra_script(int i, const char **name, const char **sha);
 /* The head and tail of a user's script run under a guard (owned: the owner
-   check; else the fence check): see rl_proto.c. */
+   check; else the fence check): see rl_script.c. */
 void rl_guard_parts(int owned, const char **head, const char **tail);
 
 /* Whether op takes a time (ms >= 1: a ttl, or fence_up's fence) and a count

@@ -348,7 +348,7 @@ local UNNAME = encode("CLIENT", "SETNAME", "")
 -- names, or ""): that script, on the same connection, after CLIENT SETNAME
 -- naming the connection after that master; the script says whether that
 -- is this master's ID, and when it does not say so the name goes (as in
--- rl_conn.c: rl_proto.c, "Fences across failovers"). Returns eval's values.
+-- rl_conn.c: rl_script.c, "Fences across failovers"). Returns eval's values.
 local function check_era(self, sock, key, token, ms, era, replicas, replica_ms)
   local claim = era ~= "" and era or nil
   local status, value, failed = round_trip(self, sock, encode_script("acquire", key, token, ms, self.prefix,
@@ -371,7 +371,7 @@ local function check_era(self, sock, key, token, ms, era, replicas, replica_ms)
   return status, value
 end
 
--- A take (see rl_proto.c): eval's values when it took the lock or failed;
+-- A take (see rl_script.c): eval's values when it took the lock or failed;
 -- "again" when the acquire script must follow: the lock is held (the script
 -- tells its TTL and marks a waiter), or the answer was lost on a pooled
 -- connection (the take may have landed, and only the script reconciles;

@@ -7,7 +7,7 @@
 -- kinds of hold), released with with_lock's guarantees by with_read and
 -- with_write.
 --
--- On the server (rl_proto.c), under the name's hash tag:
+-- On the server (rl_script.c), under the name's hash tag:
 --   <prefix>{<name>}:rw:readers   readers' tokens by expiry (ms, server time)
 --   <prefix>{<name>}:rw:writer    the writer's token, with its TTL
 --   <prefix>{<name>}:rw:writers   waiting writers by deadline: a writer that

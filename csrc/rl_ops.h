@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: MIT */
+/* The ops of the core, one row each (rl_script.c): what rl_proto.c needs
+   to build their commands. Internal to the core (rl_proto.h is its face). */
+#ifndef REDISLOCK_RL_OPS_H
+#define REDISLOCK_RL_OPS_H
+
+#include "rl_proto.h"
+
+#define RL_STR_(x) #x
+#define RL_STR(x) RL_STR_(x)
+
+/* The names of the scripts' keys, as indexes into rl_cmd.key/klen and
+   rl_key_suffix (their suffixes after "<prefix>{<key>}"). Each primitive has
+   names of its own: a semaphore and a lock of the same name do not meet. */
+enum { K_LOCK, K_FENCE, K_SIGNAL, K_QUEUE, K_ALIVE, K_WAITERS,
+       K_PERMITS, K_PFENCE, K_PSIGNAL, K_PWAITERS,
+       K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWSIGNAL, K_RWWAITERS,
+       K_ERA /* the slot's era record: "<prefix>{<era tag>}:era", not the key's */ };
+
+extern const char *const rl_key_suffix[RL_NAMES];
+
+/* An op's flags: it takes a time (ms >= 1: a ttl, or fence_up's fence) and
+   a count (n >= 1: sem_acquire's limit); it is never sent twice (a release:
+   a second one would find the hold gone); it waits with a stay (a fair
+   waiter, or a waiting writer, leaves the queue unless it comes back
+   within RL_FAIR_STAY_MS). */
+enum { RL_F_MS = 1, RL_F_N = 2, RL_F_ONCE = 4, RL_F_STAY = 8 };
+
+/* One op: its name (as Lua calls it), its script (NULL for a take, which
+   runs none: it falls back on acquire's), the names its script gets as
+   KEYS, in order (-1 ends them), and its flags. */
+typedef struct {
+  const char *name;
+  const char *script;
+  signed char keys[RL_MAX_KEYS + 1];
+  unsigned char flags;
+} rl_op_row;
+
+extern const rl_op_row rl_ops[RL_OP_COUNT];
+
+#endif

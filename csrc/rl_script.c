@@ -1,0 +1,737 @@
+/* SPDX-License-Identifier: MIT */
+/* The scripts the core sends, and its ops, one row each: name, script,
+   keys and flags (rl_ops.h). */
+#include "rl_ops.h"
+#include "rl_sha1.h"
+
+#include <pthread.h>
+#include <string.h>
+
+/*
+ * The scripts. Keys and tokens arrive only as KEYS/ARGV, never in the text.
+ * Each replies {status, value} with status 1 (ours), 0 (no key), -1 (another
+ * owner's, or other waiters are ahead in a fair queue); acquire and release,
+ * run on every cycle, reply one integer for the two (see rl_result: an
+ * array reply costs Redis about half a microsecond more). The keys share the
+ * lock's hash tag, so Redis Cluster runs each script on one node:
+ *   <prefix>{<key>}          the lock: its value is the owner's token
+ *   <prefix>{<key>}:fence    the fencing counter (never expires)
+ *   <prefix>{<key>}:signal   wake-one list waiters block on (BLPOP); a fair
+ *                            waiter blocks on <...>:signal:<its token>
+ *   <prefix>{<key>}:queue    fair waiters by arrival (score: server time, us)
+ *   <prefix>{<key>}:alive    fair waiters by deadline (score: ms); one that
+ *                            stops coming back by then leaves the queue
+ *   <prefix>{<key>}:waiters  the waiters mark: set by every acquire that
+ *                            fails, for the holder's TTL and a second (for a
+ *                            fair waiter: as long as it stays queued)
+ *
+ * The first try of an acquire is a take, no script: MULTI, SET key token NX
+ * PX ms, INCR fence, GET of the slot's era record, EXEC, one atomic step
+ * that costs Redis less than the acquire script (no script call, no reply
+ * conversion, no INFO: see "Fences across failovers"). Its INCR runs also
+ * when the lock is held, so fences grow by more than one now and then; they
+ * still only grow. A take that finds the lock held is followed by the
+ * acquire script, which tells the holder's TTL and sets the waiters mark;
+ * so is a take whose answer was lost (never a take
+ * twice: a second SET NX would find our own lock).
+ *
+ * acquire is resend-safe: if the key already holds our token (an earlier send
+ * that timed out did land), it refreshes the TTL and answers the counter's
+ * value (plus the era's offset), which is the fence that acquisition took or
+ * larger (a take that
+ * failed since bumped it): larger than every earlier holder's, and smaller
+ * than any later holder's, which INCR after our release. Should the counter
+ * have vanished meanwhile (FLUSHDB, eviction), it takes a new value rather
+ * than answer 0.
+ *
+ * Waking: release (and a fair waiter that gives up while the lock is free)
+ * pushes one element onto one signal list when the waiters mark says that
+ * somebody may wait (with nobody waiting, a release is GET, DEL and EXISTS),
+ * so exactly one blocked waiter wakes: the first live one of the fair queue
+ * if there is one, else whoever blocks on the shared list. The list expires
+ * after RL_SIGNAL_MS, so a waiter that was between its attempt and its BLPOP
+ * still finds it, and nothing is left behind. The mark is safe to miss only
+ * after a waiter's BLPOP ended: a waiter never blocks past the holder's TTL
+ * it was told (wait.lua), and one that tries again and fails sets the mark
+ * again. The signal key of a fair waiter is built in the script (from
+ * KEYS[2] and the queue's token); it has the same hash tag.
+ *
+ * Fences across failovers. Replication is asynchronous: a promoted replica
+ * may lack the last INCRs of the master it replaces, and that master may
+ * go on granting locks until it is demoted. So a fence is the counter plus
+ * the offset of the master's era, kept per hash slot (Cluster runs a
+ * script on one slot) in a record that never expires:
+ *   <prefix>{<tag>}:era      "<master_replid> <offset>"; tag: rl_era_tag
+ * A master's replication ID is new whenever it becomes a master (promoted,
+ * or restarted), so a record that names another ID than INFO replication's
+ * was written under an earlier master: a new era starts, whose offset is
+ * the master's clock (TIME) in milliseconds, or the record's offset plus
+ * RL_ERA_STEP when that is larger (a clock behind). The clock, not the old
+ * offset plus a constant: two masters that start their eras from the same
+ * record (a master restarted, its replicas not yet copying its new era,
+ * then one of them promoted; make torture found it) must not share an
+ * offset, and they start at different times. Every fence of the new
+ * master is above every fence of the old one as long as the old one
+ * granted fewer locks on one key that the new one never saw than there
+ * were milliseconds between the two eras' starts. A record missing on a
+ * server that was never a replica (master_replid2 all zeros) starts at 0,
+ * so a plain server's fences are the counter, as before; missing anywhere
+ * else it starts a new era. Milliseconds, not finer: fences stay below
+ * 10^14, which LuaJIT's tostring still writes whole (14 digits), until the
+ * year 5138. INFO costs about 2.5 us, so the scripts
+ * read it only when they grant, and the take does not run it at all: it
+ * reads the record in its transaction, and trusts it when the connection
+ * vouches for the record's master ID, which a connection does only after
+ * the acquire script checked that ID against INFO on that very
+ * connection. The C transport keeps that ID with the connection
+ * (rl_conn.era, forgotten when the connection closes); a pooled cosocket
+ * carries no state of ours, so the OpenResty transport names the
+ * connection RL_ERA_NAME and the ID (CLIENT SETNAME, in the acquire's
+ * write) and its take asks the name back (CLIENT GETNAME). Connections are
+ * closed when a server restarts, and Sentinel closes them when it promotes
+ * or demotes; a connection that stays open while its server is demoted and
+ * promoted again still vouches for an ID that may match a record no new
+ * master wrote (README: limits).
+ */
+
+
+/* Drops fair waiters whose deadline passed, and a head of the queue with no
+   deadline at all (left by an eviction or a partial delete); leaves `now`
+   (ms, server time). */
+#define PRUNE_QUEUE(queue, alive)                                          \
+  "local t = redis.call('TIME')\n"                                         \
+  "local now = t[1] * 1000 + math.floor(t[2] / 1000)\n"                    \
+  "local dead = redis.call('ZRANGEBYSCORE', " alive ", '-inf', now)\n"     \
+  "for _, w in ipairs(dead) do redis.call('ZREM', " queue ", w) end\n"   \
+  "if #dead > 0 then redis.call('ZREMRANGEBYSCORE', " alive ", '-inf', now) end\n" \
+  "while true do\n"                                                        \
+  "  local h = redis.call('ZRANGE', " queue ", 0, 0)[1]\n"                 \
+  "  if not h or redis.call('ZSCORE', " alive ", h) then break end\n"      \
+  "  redis.call('ZREM', " queue ", h)\n"                                   \
+  "end\n"
+
+/* Wakes one waiter: the fair queue's head, else the shared list. */
+#define SIGNAL_ONE(signal, queue)                                          \
+  "local head = redis.call('ZRANGE', " queue ", 0, 0)[1]\n"                \
+  "local sig = head and (" signal " .. ':' .. head) or " signal "\n"       \
+  "redis.call('DEL', sig)\n"                                               \
+  "redis.call('RPUSH', sig, 1)\n"                                          \
+  "redis.call('PEXPIRE', sig, " RL_STR(RL_SIGNAL_MS) ")\n"
+
+/* Leaves `now` (ms, server time) and `t` (TIME's reply). */
+#define NOW                                                                \
+  "local t = redis.call('TIME')\n"                                         \
+  "local now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
+
+/* A whole number as Redis wants it (Lua 5.1 would write 1e+15). */
+#define FMT "string.format('%.0f', "
+
+/* Defines era(rec): the fence offset of this master's era in the slot whose
+   era record is rec (see "Fences across failovers"), starting a new era
+   there when the record names another master; it leaves era_id, this
+   master's ID. INFO is read once a script. */
+#define ERA_FN                                                             \
+  "local era_info, era_id\n"                                               \
+  "local function era(rec)\n"                                              \
+  "  era_info = era_info or redis.call('INFO', 'replication')\n"           \
+  "  local id = string.match(era_info, 'master_replid:(%x+)')\n"           \
+  "  if not id then error('redislock: INFO replication names no master_replid') end\n" \
+  "  era_id = id\n"                                                        \
+  "  local r = redis.call('GET', rec)\n"                                   \
+  "  local off = r and tonumber(string.match(r, ' (%d+)$')) or 0\n"        \
+  "  if r and string.sub(r, 1, #id + 1) == id .. ' ' then return off end\n" \
+  "  if r or not string.find(era_info, 'master_replid2:' .. string.rep('0', 40), 1, true) then\n" \
+  "    local t = redis.call('TIME')\n"                                       \
+  "    off = math.max(off + " RL_STR(RL_ERA_STEP) ", t[1] * 1000 + math.floor(t[2] / 1000))\n" \
+  "  end\n"                                                                \
+  "  redis.call('SET', rec, id .. ' ' .. " FMT "off))\n"                   \
+  "  return off\n"                                                         \
+  "end\n"
+
+/* A sorted set of holders by expiry lasts as long as its last holder. */
+#define ZSET_EXPIRE(z)                                                     \
+  "local last = redis.call('ZRANGE', " z ", -1, -1, 'WITHSCORES')[2]\n"    \
+  "if last then redis.call('PEXPIRE', " z ", " FMT "math.max(tonumber(last) - now, 1))) end\n"
+
+/* Wakes every waiter of a read-write lock (they wait by deadline in a sorted
+   set): one element each on the signal list, at most 1000. */
+#define WAKE_ALL(signal, waiters)                                          \
+  "redis.call('ZREMRANGEBYSCORE', " waiters ", '-inf', now)\n"             \
+  "local n = math.min(redis.call('ZCARD', " waiters "), 1000)\n"           \
+  "if n > 0 then\n"                                                        \
+  "  local ones = {}\n"                                                    \
+  "  for i = 1, n do ones[i] = 1 end\n"                                    \
+  "  redis.call('DEL', " signal ")\n"                                      \
+  "  redis.call('RPUSH', " signal ", unpack(ones))\n"                      \
+  "  redis.call('PEXPIRE', " signal ", " RL_STR(RL_SIGNAL_MS) ")\n"        \
+  "end\n"
+
+/* A read-write lock's waiter stays in the waiters set until it could have
+   taken the lock (left ms from now) and a second more. */
+#define RW_MARK(waiters)                                                   \
+  "redis.call('ZADD', " waiters ", " FMT "now + math.max(left, 0) + " RL_STR(RL_WAITERS_SLACK_MS) "), ARGV[1])\n" \
+  "local wlast = tonumber(redis.call('ZRANGE', " waiters ", -1, -1, 'WITHSCORES')[2])\n" \
+  "redis.call('PEXPIRE', " waiters ", " FMT "math.max(wlast - now, 1)))\n"
+
+/* A holder of a sorted set by expiry (semaphore permits, readers), or a
+   writer: the fence of a resend that found its token, else the next one,
+   in this master's era (ERA_FN). */
+#define FENCE_OF(fence, rec, resent)                                       \
+  "if " resent " then\n"                                                   \
+  "  local fence = tonumber(redis.call('GET', " fence "))\n"               \
+  "  if fence and fence >= 1 then return fence + era(" rec ") end\n"       \
+  "end\n"                                                                  \
+  "return redis.call('INCR', " fence ") + era(" rec ")\n"
+
+/* Extend and PTTL of a holder of a sorted set by expiry: KEYS[1] the set;
+   ARGV[1] token (, ARGV[2] ttl). An entry past its expiry is gone. */
+#define ZSET_EXTEND                                                        \
+  NOW                                                                      \
+  "local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"                     \
+  "if not s or tonumber(s) <= now then\n"                                  \
+  "  if s then redis.call('ZREM', KEYS[1], ARGV[1]) end\n"                 \
+  "  return {0, 0}\n"                                                      \
+  "end\n"                                                                  \
+  "redis.call('ZADD', KEYS[1], " FMT "now + tonumber(ARGV[2])), ARGV[1])\n" \
+  ZSET_EXPIRE("KEYS[1]")                                                   \
+  "return {1, tonumber(ARGV[2])}\n"
+#define ZSET_PTTL                                                          \
+  NOW                                                                      \
+  "local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"                     \
+  "if not s or tonumber(s) <= now then return {0, 0} end\n"                \
+  "return {1, tonumber(s) - now}\n"
+
+/* The lock's extend and PTTL (also a read-write lock's writer's). */
+#define KEY_EXTEND                                                         \
+  "local v = redis.call('GET', KEYS[1])\n"                                 \
+  "if v == ARGV[1] then\n"                                                 \
+  "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"                            \
+  "  return {1, tonumber(ARGV[2])}\n"                                      \
+  "end\n"                                                                  \
+  "if v then return {-1, redis.call('PTTL', KEYS[1])} end\n"               \
+  "return {0, 0}\n"
+#define KEY_PTTL                                                           \
+  "local v = redis.call('GET', KEYS[1])\n"                                 \
+  "if v == ARGV[1] then\n"                                                 \
+  "  return {1, redis.call('PTTL', KEYS[1])}\n"                            \
+  "end\n"                                                                  \
+  "if v then return {-1, redis.call('PTTL', KEYS[1])} end\n"               \
+  "return {0, 0}\n"
+
+
+/* acquire: KEYS lock, fence, waiters, era; ARGV[1] token, ARGV[2]
+   ttl (ms), and after a take that could not tell the fence, ARGV[3] the
+   master ID its era record names, which the connection trusts from then
+   on when it is this master's (rl_cmd_claim). Replies one integer: the
+   fence, or -2 - the holder's PTTL; or {2, the fence} when the lock is
+   ours but this master's ID is not ARGV[3] (an earlier master wrote the
+   record: not to be trusted). */
+static const char acquire_script[] =
+  ERA_FN
+  "local function ours(fence)\n"
+  "  if ARGV[3] and ARGV[3] ~= era_id then return {2, fence} end\n"
+  "  return fence\n"
+  "end\n"
+  "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
+  "  return ours(redis.call('INCR', KEYS[2]) + era(KEYS[4]))\n"
+  "end\n"
+  "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+  "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+  "  local fence = tonumber(redis.call('GET', KEYS[2]))\n"
+  "  if fence and fence >= 1 then return ours(fence + era(KEYS[4])) end\n"
+  "  return ours(redis.call('INCR', KEYS[2]) + era(KEYS[4]))\n"
+  "end\n"
+  "local left = redis.call('PTTL', KEYS[1])\n"
+  "redis.call('SET', KEYS[3], 1, 'PX', math.max(left, 0) + " RL_STR(RL_WAITERS_SLACK_MS) ")\n"
+  "return -2 - left\n";
+
+/* release: KEYS lock, signal, queue, alive, waiters; ARGV[1] token.
+   The wake-up runs only when the waiters mark is set, and under pcall:
+   once the lock is deleted, a failure there (a key of the wrong type, no
+   memory) must not turn the release into an error, as Redis does not
+   undo the DEL. Replies one integer: 1, 0 (no lock), or -2 - the PTTL
+   of another owner's. */
+static const char release_script[] =
+  "local v = redis.call('GET', KEYS[1])\n"
+  "if v == ARGV[1] then\n"
+  "  redis.call('DEL', KEYS[1])\n"
+  "  if redis.call('EXISTS', KEYS[5]) == 1 then pcall(function()\n"
+  PRUNE_QUEUE("KEYS[3]", "KEYS[4]")
+  SIGNAL_ONE("KEYS[2]", "KEYS[3]")
+  "  end) end\n"
+  "  return 1\n"
+  "end\n"
+  "if v then return -2 - redis.call('PTTL', KEYS[1]) end\n"
+  "return 0\n";
+
+/* extend: KEYS lock; ARGV[1] token, ARGV[2] ttl (ms) */
+static const char extend_script[] = KEY_EXTEND;
+
+/* pttl: KEYS lock; ARGV[1] token */
+static const char pttl_script[] = KEY_PTTL;
+
+/* acquire_fair: KEYS lock, fence, queue, alive, waiters, era; ARGV[1] token,
+   ARGV[2] ttl (ms), ARGV[3] how long a waiter stays queued without coming
+   back (ms). Takes the lock only when it is free and no live waiter came
+   first; else queues the token (keeping its first arrival) and answers
+   {-1, PTTL of the holder, or -2 when the lock is free}. */
+static const char acquire_fair_script[] =
+  ERA_FN
+  PRUNE_QUEUE("KEYS[3]", "KEYS[4]")
+  "local v = redis.call('GET', KEYS[1])\n"
+  "if v == ARGV[1] then\n"
+  "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+  "  local fence = redis.call('GET', KEYS[2])\n"
+  "  if fence then return {1, tonumber(fence) + era(KEYS[6])} end\n"
+  "  return {1, redis.call('INCR', KEYS[2]) + era(KEYS[6])}\n"
+  "end\n"
+  "if not v then\n"
+  "  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]\n"
+  "  if head == nil or head == ARGV[1] then\n"
+  "    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
+  "    redis.call('ZREM', KEYS[3], ARGV[1])\n"
+  "    redis.call('ZREM', KEYS[4], ARGV[1])\n"
+  "    return {1, redis.call('INCR', KEYS[2]) + era(KEYS[6])}\n"
+  "  end\n"
+  "end\n"
+  "if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then\n"
+  "  redis.call('ZADD', KEYS[3], t[1] .. string.format('%06d', t[2]), ARGV[1])\n"
+  "end\n"
+  "redis.call('ZADD', KEYS[4], now + ARGV[3], ARGV[1])\n"
+  "redis.call('PEXPIRE', KEYS[3], ARGV[3])\n"
+  "redis.call('PEXPIRE', KEYS[4], ARGV[3])\n"
+  "local left = v and redis.call('PTTL', KEYS[1]) or -2\n"
+  "redis.call('SET', KEYS[5], 1, 'PX', math.max(left, tonumber(ARGV[3])) + " RL_STR(RL_WAITERS_SLACK_MS) ")\n"
+  "return {-1, left}\n";
+
+/* leave: KEYS lock, signal, queue, alive; ARGV[1] token. A fair
+   waiter gives up: it leaves the queue, and if the lock is free the next
+   waiter is woken (it would otherwise wait for its own timeout). */
+static const char leave_script[] =
+  "redis.call('ZREM', KEYS[3], ARGV[1])\n"
+  "redis.call('ZREM', KEYS[4], ARGV[1])\n"
+  "if redis.call('EXISTS', KEYS[1]) == 0 then\n"
+  PRUNE_QUEUE("KEYS[3]", "KEYS[4]")
+  SIGNAL_ONE("KEYS[2]", "KEYS[3]")
+  "end\n"
+  "return {0, 0}\n";
+
+/* release_one: KEYS lock; ARGV[1] token. Release without the
+   wake-up, whose keys may be missing on a node while the slot moves
+   (Redis answers TRYAGAIN to a script with some of its keys missing
+   then); waiters find the lock free by the bound of their wait. Replies
+   as release. */
+static const char release_one_script[] =
+  "local v = redis.call('GET', KEYS[1])\n"
+  "if v == ARGV[1] then\n"
+  "  redis.call('DEL', KEYS[1])\n"
+  "  return 1\n"
+  "end\n"
+  "if v then return -2 - redis.call('PTTL', KEYS[1]) end\n"
+  "return 0\n";
+
+/* fence_up: KEYS lock, fence, era; ARGV[1] token, ARGV[2] a fence.
+   Only while the lock holds our token (a holder whose lock expired must
+   not push a stale fence past a newer holder's), the counter is raised
+   so that this server's fence (counter + its era's offset) is at least
+   ARGV[2]. Replies as release: 1 (ours, done), 0, or -2 - PTTL. */
+static const char fence_up_script[] =
+  ERA_FN
+  "local v = redis.call('GET', KEYS[1])\n"
+  "if v == ARGV[1] then\n"
+  "  local want = tonumber(ARGV[2]) - era(KEYS[3])\n"
+  "  if (tonumber(redis.call('GET', KEYS[2])) or 0) < want then\n"
+  "    redis.call('SET', KEYS[2], " FMT "want))\n"
+  "  end\n"
+  "  return 1\n"
+  "end\n"
+  "if v then return -2 - redis.call('PTTL', KEYS[1]) end\n"
+  "return 0\n";
+
+/* sem_acquire: KEYS permits, fence, waiters, era; ARGV[1] token, ARGV[2]
+   ttl (ms), ARGV[3] the limit. Expired permits are dropped first (by the
+   server's clock); a token already holding a permit (a resend) keeps it.
+   Replies as acquire: the fence, or -2 - the ms until the first permit
+   expires (and sets the waiters mark). */
+static const char sem_acquire_script[] =
+  ERA_FN
+  NOW
+  "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
+  "local resent = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
+  "if resent or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then\n"
+  "  redis.call('ZADD', KEYS[1], " FMT "now + tonumber(ARGV[2])), ARGV[1])\n"
+  ZSET_EXPIRE("KEYS[1]")
+  FENCE_OF("KEYS[2]", "KEYS[4]", "resent")
+  "end\n"
+  "local left = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]) - now\n"
+  "redis.call('SET', KEYS[3], 1, 'PX', " FMT "math.max(left, 0) + " RL_STR(RL_WAITERS_SLACK_MS) "))\n"
+  "return -2 - left\n";
+
+/* sem_release: KEYS permits, signal, waiters; ARGV[1] token. Wakes
+   one waiter when the mark says somebody may wait. Replies 1, or 0 when
+   the permit is gone (expired, or taken back). */
+static const char sem_release_script[] =
+  NOW
+  "local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
+  "if not s then return 0 end\n"
+  "redis.call('ZREM', KEYS[1], ARGV[1])\n"
+  "if tonumber(s) <= now then return 0 end\n"
+  "if redis.call('EXISTS', KEYS[3]) == 1 then pcall(function()\n"
+  "  redis.call('DEL', KEYS[2])\n"
+  "  redis.call('RPUSH', KEYS[2], 1)\n"
+  "  redis.call('PEXPIRE', KEYS[2], " RL_STR(RL_SIGNAL_MS) ")\n"
+  "end) end\n"
+  "return 1\n";
+
+/* sem_extend: KEYS permits; ARGV[1] token, ARGV[2] ttl (ms) */
+static const char sem_extend_script[] = ZSET_EXTEND;
+
+/* sem_pttl: KEYS permits; ARGV[1] token */
+static const char sem_pttl_script[] = ZSET_PTTL;
+
+/* sem_count: KEYS permits. Replies {1, permits held now}. */
+static const char sem_count_script[] =
+  NOW
+  "return {1, redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')}\n";
+
+/* read_acquire: KEYS readers, writer, fence, writers, waiters, era;
+   ARGV[1] token, ARGV[2] ttl (ms), ARGV[3] how long a waiting writer
+   stays queued (ms). A reader gets in when no writer holds the lock and
+   none waits (writers first: a stream of readers cannot starve one).
+   Replies as acquire: the fence, or -2 - ms until it may change (the
+   writer's PTTL, or the last waiting writer's stay). */
+static const char read_acquire_script[] =
+  ERA_FN
+  NOW
+  "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
+  "redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)\n"
+  "local resent = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
+  "local wleft = redis.call('PTTL', KEYS[2])\n"
+  "if resent or (wleft == -2 and redis.call('ZCARD', KEYS[4]) == 0) then\n"
+  "  redis.call('ZADD', KEYS[1], " FMT "now + tonumber(ARGV[2])), ARGV[1])\n"
+  ZSET_EXPIRE("KEYS[1]")
+  "  redis.call('ZREM', KEYS[5], ARGV[1])\n"
+  FENCE_OF("KEYS[3]", "KEYS[6]", "resent")
+  "end\n"
+  "local left = wleft\n"
+  "if left < 0 then\n"
+  "  local w = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')[2]\n"
+  "  left = w and tonumber(w) - now or tonumber(ARGV[3])\n"
+  "end\n"
+  RW_MARK("KEYS[5]")
+  "return -2 - left\n";
+
+/* read_release: KEYS readers, signal, waiters; ARGV[1] token. The
+   last reader out wakes every waiter. Replies as sem_release. */
+static const char read_release_script[] =
+  NOW
+  "local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
+  "if not s then return 0 end\n"
+  "redis.call('ZREM', KEYS[1], ARGV[1])\n"
+  "if tonumber(s) <= now then return 0 end\n"
+  "if redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf') == 0 and redis.call('EXISTS', KEYS[3]) == 1 then\n"
+  "  pcall(function()\n"
+  WAKE_ALL("KEYS[2]", "KEYS[3]")
+  "  end)\n"
+  "end\n"
+  "return 1\n";
+
+/* read_extend: KEYS readers; ARGV[1] token, ARGV[2] ttl (ms) */
+static const char read_extend_script[] = ZSET_EXTEND;
+
+/* read_pttl: KEYS readers; ARGV[1] token */
+static const char read_pttl_script[] = ZSET_PTTL;
+
+/* write_acquire: KEYS readers, writer, fence, writers, waiters, era;
+   ARGV[1] token, ARGV[2] ttl (ms), ARGV[3] stay (ms). Takes the writer
+   key when no writer holds it and no reader does; else queues the token
+   among the waiting writers for the stay (which keeps new readers out).
+   Replies as acquire: the fence, or -2 - ms until it may change (the
+   writer's PTTL, or the last reader's expiry). */
+static const char write_acquire_script[] =
+  ERA_FN
+  NOW
+  "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
+  "redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)\n"
+  "local v = redis.call('GET', KEYS[2])\n"
+  "if v == ARGV[1] or (not v and redis.call('ZCARD', KEYS[1]) == 0) then\n"
+  "  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])\n"
+  "  redis.call('ZREM', KEYS[4], ARGV[1])\n"
+  "  redis.call('ZREM', KEYS[5], ARGV[1])\n"
+  FENCE_OF("KEYS[3]", "KEYS[6]", "v")
+  "end\n"
+  "redis.call('ZADD', KEYS[4], " FMT "now + tonumber(ARGV[3])), ARGV[1])\n"
+  "redis.call('PEXPIRE', KEYS[4], ARGV[3])\n"
+  "local left\n"
+  "if v then left = redis.call('PTTL', KEYS[2]) else\n"
+  "  left = tonumber(redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]) - now\n"
+  "end\n"
+  RW_MARK("KEYS[5]")
+  "return -2 - left\n";
+
+/* write_release: KEYS writer, signal, waiters; ARGV[1] token.
+   Compare-and-delete; wakes every waiter. Replies as release. */
+static const char write_release_script[] =
+  "local v = redis.call('GET', KEYS[1])\n"
+  "if v == ARGV[1] then\n"
+  "  redis.call('DEL', KEYS[1])\n"
+  "  if redis.call('EXISTS', KEYS[3]) == 1 then pcall(function()\n"
+  NOW
+  WAKE_ALL("KEYS[2]", "KEYS[3]")
+  "  end) end\n"
+  "  return 1\n"
+  "end\n"
+  "if v then return -2 - redis.call('PTTL', KEYS[1]) end\n"
+  "return 0\n";
+
+/* write_extend: KEYS writer; ARGV[1] token, ARGV[2] ttl (ms) */
+static const char write_extend_script[] = KEY_EXTEND;
+
+/* write_pttl: KEYS writer; ARGV[1] token */
+static const char write_pttl_script[] = KEY_PTTL;
+
+/* write_leave: KEYS writers, writer, signal, waiters; ARGV[1]
+   token. A waiting writer gives up: it leaves the queue, and when no
+   writer holds the lock the waiters are woken (readers it kept out). */
+static const char write_leave_script[] =
+  "redis.call('ZREM', KEYS[1], ARGV[1])\n"
+  "if redis.call('EXISTS', KEYS[2]) == 0 then\n"
+  NOW
+  WAKE_ALL("KEYS[3]", "KEYS[4]")
+  "end\n"
+  "return {0, 0}\n";
+
+/* The ops, one row each (rl_ops.h says what a row holds). */
+const rl_op_row rl_ops[RL_OP_COUNT] = {
+  [RL_OP_ACQUIRE] = { "acquire", acquire_script, { K_LOCK, K_FENCE, K_WAITERS, K_ERA, -1 }, RL_F_MS },
+  [RL_OP_RELEASE] = { "release", release_script,
+                    { K_LOCK, K_SIGNAL, K_QUEUE, K_ALIVE, K_WAITERS, -1 }, RL_F_ONCE },
+  [RL_OP_EXTEND] = { "extend", extend_script, { K_LOCK, -1 }, RL_F_MS },
+  [RL_OP_PTTL] = { "pttl", pttl_script, { K_LOCK, -1 }, 0 },
+  [RL_OP_ACQUIRE_FAIR] = { "acquire_fair", acquire_fair_script,
+                    { K_LOCK, K_FENCE, K_QUEUE, K_ALIVE, K_WAITERS, K_ERA, -1 }, RL_F_MS | RL_F_STAY },
+  [RL_OP_LEAVE] = { "leave", leave_script, { K_LOCK, K_SIGNAL, K_QUEUE, K_ALIVE, -1 }, 0 },
+  [RL_OP_TAKE] = { "take", NULL, { K_LOCK, K_FENCE, K_WAITERS, K_ERA, -1 }, RL_F_MS },
+  [RL_OP_RELEASE_ONE] = { "release_one", release_one_script, { K_LOCK, -1 }, RL_F_ONCE },
+  [RL_OP_FENCE_UP] = { "fence_up", fence_up_script, { K_LOCK, K_FENCE, K_ERA, -1 }, RL_F_MS },
+  [RL_OP_SEM_ACQUIRE] = { "sem_acquire", sem_acquire_script,
+                    { K_PERMITS, K_PFENCE, K_PWAITERS, K_ERA, -1 }, RL_F_MS | RL_F_N },
+  [RL_OP_SEM_RELEASE] = { "sem_release", sem_release_script,
+                    { K_PERMITS, K_PSIGNAL, K_PWAITERS, -1 }, RL_F_ONCE },
+  [RL_OP_SEM_EXTEND] = { "sem_extend", sem_extend_script, { K_PERMITS, -1 }, RL_F_MS },
+  [RL_OP_SEM_PTTL] = { "sem_pttl", sem_pttl_script, { K_PERMITS, -1 }, 0 },
+  [RL_OP_SEM_COUNT] = { "sem_count", sem_count_script, { K_PERMITS, -1 }, 0 },
+  [RL_OP_READ_ACQUIRE] = { "read_acquire", read_acquire_script,
+                    { K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWWAITERS, K_ERA, -1 }, RL_F_MS | RL_F_STAY },
+  [RL_OP_READ_RELEASE] = { "read_release", read_release_script,
+                    { K_READERS, K_RWSIGNAL, K_RWWAITERS, -1 }, RL_F_ONCE },
+  [RL_OP_READ_EXTEND] = { "read_extend", read_extend_script, { K_READERS, -1 }, RL_F_MS },
+  [RL_OP_READ_PTTL] = { "read_pttl", read_pttl_script, { K_READERS, -1 }, 0 },
+  [RL_OP_WRITE_ACQUIRE] = { "write_acquire", write_acquire_script,
+                    { K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWWAITERS, K_ERA, -1 }, RL_F_MS | RL_F_STAY },
+  [RL_OP_WRITE_RELEASE] = { "write_release", write_release_script,
+                    { K_WRITER, K_RWSIGNAL, K_RWWAITERS, -1 }, RL_F_ONCE },
+  [RL_OP_WRITE_EXTEND] = { "write_extend", write_extend_script, { K_WRITER, -1 }, RL_F_MS },
+  [RL_OP_WRITE_PTTL] = { "write_pttl", write_pttl_script, { K_WRITER, -1 }, 0 },
+  [RL_OP_WRITE_LEAVE] = { "write_leave", write_leave_script,
+                    { K_WRITERS, K_WRITER, K_RWSIGNAL, K_RWWAITERS, -1 }, 0 },
+};
+
+const char *const rl_key_suffix[RL_NAMES] = {
+  "", ":fence", ":signal", ":queue", ":alive", ":waiters",
+  ":permits", ":permits:fence", ":permits:signal", ":permits:waiters",
+  ":rw:readers", ":rw:writer", ":rw:fence", ":rw:writers", ":rw:signal", ":rw:waiters",
+  ":era"
+};
+
+static char script_sha[RL_OP_COUNT][41];
+static pthread_once_t script_sha_once = PTHREAD_ONCE_INIT;
+
+const char *rl_script_text(rl_op op) { return rl_ops[op == RL_OP_TAKE ? RL_OP_ACQUIRE : op].script; }
+
+const char *rl_op_name(rl_op op) { return rl_ops[op].name; }
+
+int rl_op_takes_ms(rl_op op) { return (rl_ops[op].flags & RL_F_MS) != 0; }
+
+int rl_op_takes_n(rl_op op) { return (rl_ops[op].flags & RL_F_N) != 0; }
+
+int rl_op_resendable(rl_op op) { return (rl_ops[op].flags & RL_F_ONCE) == 0; }
+
+/* The multi-key acquire: KEYS the n locks, then their n fence counters, then
+   their n waiters marks, then their n era records (4n keys); ARGV[1] token,
+   ARGV[2] ttl (ms). All n
+   locks are taken, or none: when one holds another owner's token, it marks
+   that lock's waiters and replies {-1, its PTTL, its index}; else
+   {1, {fence, ...}}. Resend-safe as acquire: a lock that holds our token
+   already keeps its fence. The keys are sent in Lua's order (sorted), which
+   only matters for which busy lock is named. */
+static const char multi_acquire[] =
+  ERA_FN
+  "local n = #KEYS / 4\n"
+  "local mine = {}\n"
+  "for i = 1, n do\n"
+  "  local v = redis.call('GET', KEYS[i])\n"
+  "  if v and v ~= ARGV[1] then\n"
+  "    local left = redis.call('PTTL', KEYS[i])\n"
+  "    redis.call('SET', KEYS[2 * n + i], 1, 'PX', math.max(left, 0) + " RL_STR(RL_WAITERS_SLACK_MS) ")\n"
+  "    return {-1, left, i}\n"
+  "  end\n"
+  "  mine[i] = v\n"
+  "end\n"
+  "local fences = {}\n"
+  "for i = 1, n do\n"
+  "  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])\n"
+  "  local fence = mine[i] and tonumber(redis.call('GET', KEYS[n + i]))\n"
+  "  if not fence or fence < 1 then fence = redis.call('INCR', KEYS[n + i]) end\n"
+  "  fences[i] = fence + era(KEYS[3 * n + i])\n"
+  "end\n"
+  "return {1, fences}\n";
+
+/* inspect: KEYS lock, fence, era. What an operator asks about a lock, in
+   one step: {value or false, PTTL, the last fence or false}; the fence with
+   the offset the era record holds (not checked against INFO: it writes
+   nothing). */
+static const char inspect[] =
+  "local v = redis.call('GET', KEYS[1])\n"
+  "local fence = tonumber(redis.call('GET', KEYS[2]))\n"
+  "local r = redis.call('GET', KEYS[3])\n"
+  "local off = r and tonumber(string.match(r, ' (%d+)$')) or 0\n"
+  "return {v, redis.call('PTTL', KEYS[1]), fence and " FMT "fence + off) or false}\n";
+
+/* force_release: KEYS lock, signal, queue, alive, waiters. Deletes the lock
+   whoever holds it, and wakes one waiter as a release does; the fence counter
+   stays, so fences keep growing. Replies 1, or 0 when there was no lock. */
+static const char force_release[] =
+  "if redis.call('DEL', KEYS[1]) == 0 then return 0 end\n"
+  "if redis.call('EXISTS', KEYS[5]) == 1 then pcall(function()\n"
+  PRUNE_QUEUE("KEYS[3]", "KEYS[4]")
+  SIGNAL_ONE("KEYS[2]", "KEYS[3]")
+  "end) end\n"
+  "return 1\n";
+
+/* Guarded writes (redislock/guard.lua). Defines write(k, a): the write
+   ARGV[a] ("set", "hset", "incrby", "del", "rpush") on KEYS[k] (del: KEYS[k]
+   and after) with ARGV[a + 1] and after as its arguments (set: the value,
+   then the TTL in ms or nothing); returns the write's reply (set: 1). */
+#define WRITE_FN                                                           \
+  "local function write(k, a)\n"                                           \
+  "  local w = ARGV[a]\n"                                                  \
+  "  if w == 'set' then\n"                                                 \
+  "    if ARGV[a + 2] then redis.call('SET', KEYS[k], ARGV[a + 1], 'PX', ARGV[a + 2])\n" \
+  "    else redis.call('SET', KEYS[k], ARGV[a + 1]) end\n"                 \
+  "    return 1\n"                                                         \
+  "  elseif w == 'hset' then return redis.call('HSET', KEYS[k], unpack(ARGV, a + 1))\n" \
+  "  elseif w == 'incrby' then return redis.call('INCRBY', KEYS[k], ARGV[a + 1])\n" \
+  "  elseif w == 'del' then return redis.call('DEL', unpack(KEYS, k))\n"   \
+  "  elseif w == 'rpush' then return redis.call('RPUSH', KEYS[k], unpack(ARGV, a + 1))\n" \
+  "  end\n"                                                                \
+  "  error('redislock: no write ' .. tostring(w))\n"                       \
+  "end\n"
+
+/* fenced_write: KEYS the resource's fence record, then the resource's keys;
+   ARGV[1] the hold's fence, then the write (see WRITE_FN). The write is
+   applied only when the fence is at least the highest the record accepted
+   (which it then becomes): {1, the write's reply}; else {0, that highest
+   fence}. The write is one command, done or refused whole; the record is
+   written after it, so that a write the server refuses (WRONGTYPE ...)
+   leaves the record as it was. It never expires. */
+static const char fenced_write[] =
+  WRITE_FN
+  "local top = redis.call('GET', KEYS[1])\n"
+  "if top and tonumber(top) > tonumber(ARGV[1]) then return {0, top} end\n"
+  "local r = write(2, 2)\n"
+  "if top ~= ARGV[1] then redis.call('SET', KEYS[1], ARGV[1]) end\n"
+  "return {1, r}\n";
+
+/* The owner check of owned_write, on KEYS[1] with ARGV[1] the token and
+   ARGV[2] how the hold is kept: "string" (a lock, a write lock: the key
+   holds the token) or "zset" (a semaphore's permits: the token is a member
+   whose score, its expiry on the server's clock, is still ahead). */
+#define OWNER_CHECK                                                        \
+  "local held\n"                                                           \
+  "if ARGV[2] == 'zset' then\n"                                            \
+  NOW                                                                      \
+  "  local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"                   \
+  "  held = s and tonumber(s) > now\n"                                     \
+  "else\n"                                                                 \
+  "  held = redis.call('GET', KEYS[1]) == ARGV[1]\n"                       \
+  "end\n"                                                                  \
+  "if not held then return {0} end\n"
+
+/* owned_write: KEYS the hold's key (see OWNER_CHECK), then the resource's
+   keys; ARGV[1] the token, ARGV[2] how the hold is kept, then the write.
+   Applied only while the hold is ours: {1, the write's reply}; else {0}. */
+static const char owned_write[] =
+  WRITE_FN
+  OWNER_CHECK
+  "return {1, write(2, 3)}\n";
+
+/* A user's script run under a guard (redislock/guard.lua's eval): the
+   head and tail around its text, fenced (the check and record of
+   fenced_write) or owned (owned_write's owner check). The user's script
+   runs as a function of its own KEYS and ARGV (those after the guard's);
+   its reply comes back as the second element. Fenced, the record is
+   written before the script runs: Redis keeps what a script wrote before
+   it failed, and that must stay guarded by this fence. */
+static const char user_fenced_head[] =
+  "local top = redis.call('GET', KEYS[1])\n"
+  "if top and tonumber(top) > tonumber(ARGV[1]) then return {0, top} end\n"
+  "if top ~= ARGV[1] then redis.call('SET', KEYS[1], ARGV[1]) end\n"
+  "local function user(KEYS, ARGV)\n";
+static const char user_fenced_tail[] =
+  "\nend\n"
+  "local keys, argv = {}, {}\n"
+  "for i = 2, #KEYS do keys[i - 1] = KEYS[i] end\n"
+  "for i = 2, #ARGV do argv[i - 1] = ARGV[i] end\n"
+  "return {1, user(keys, argv)}\n";
+static const char user_owned_head[] =
+  OWNER_CHECK
+  "local function user(KEYS, ARGV)\n";
+static const char user_owned_tail[] =
+  "\nend\n"
+  "local keys, argv = {}, {}\n"
+  "for i = 2, #KEYS do keys[i - 1] = KEYS[i] end\n"
+  "for i = 3, #ARGV do argv[i - 2] = ARGV[i] end\n"
+  "return {1, user(keys, argv)}\n";
+
+void rl_guard_parts(int owned, const char **head, const char **tail) {
+  *head = owned ? user_owned_head : user_fenced_head;
+  *tail = owned ? user_owned_tail : user_fenced_tail;
+}
+
+/* The scripts not sent through rl_cmd, by name, with their SHA-1s. */
+static struct {
+  const char *name, *text;
+  char sha[41];
+} extra[] = {
+  { "multi_acquire", multi_acquire, "" },
+  { "inspect", inspect, "" },
+  { "force_release", force_release, "" },
+  { "fenced_write", fenced_write, "" },
+  { "owned_write", owned_write, "" },
+};
+#define NEXTRA (sizeof extra / sizeof extra[0])
+
+/* Names every script, the ops' and the extra ones, once per process (Lua
+   states in several threads may load the module at the same time). */
+static void compute_script_shas(void) {
+  size_t i;
+  int op;
+  for (op = 0; op < RL_OP_COUNT; op++)
+    if (rl_ops[op].script != NULL) rl_sha1_hex(rl_ops[op].script, strlen(rl_ops[op].script), script_sha[op]);
+  for (i = 0; i < NEXTRA; i++) rl_sha1_hex(extra[i].text, strlen(extra[i].text), extra[i].sha);
+}
+
+const char *rl_extra_script(int i, const char **name, const char **sha) {
+  pthread_once(&script_sha_once, compute_script_shas);
+  if (i < 0 || (size_t)i >= NEXTRA) return NULL;
+  *name = extra[i].name;
+  *sha = extra[i].sha;
+  return extra[i].text;
+}
+
+const char *rl_script_sha(rl_op op) {
+  pthread_once(&script_sha_once, compute_script_shas);
+  return script_sha[op == RL_OP_TAKE ? RL_OP_ACQUIRE : op];
+}
+
