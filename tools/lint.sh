@@ -41,7 +41,7 @@ for spec in rockspec/redislock-*.rockspec; do
 done
 
 # Every rockspec builds the C files the Makefile does, and installs the command.
-make_src=$(sed -n 's/^SRC = //p' Makefile | tr ' ' '\n' | sort | tr '\n' ' ')
+make_src=$(sed -n 's/^SRC +\{0,1\}= //p' Makefile | tr ' ' '\n' | sort | tr '\n' ' ')
 for spec in rockspec/redislock-*.rockspec; do
   spec_src=$(sed -n '/sources = {/,/}/p' "$spec" | grep -o '"csrc/[^"]*"' | tr -d '"' | sort | tr '\n' ' ')
   if [ "$spec_src" != "$make_src" ]; then

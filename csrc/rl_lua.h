@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The Lua binding's shared parts (redislock.core): each Lua type lives in a
+ * file of its own and registers itself from there (rl_lua_open_*, as
+ * luasocket's files do), with one metatable builder; the argument checks
+ * and reply pushers that several of them use are in rl_lua.c.
+ */
+#ifndef REDISLOCK_RL_LUA_H
+#define REDISLOCK_RL_LUA_H
+
+#include "rl_compat.h"
+#include "rl_conn.h"
+#include "rl_proto.h"
+
+#define RL_CLIENT_MT "redislock.Client"
+
+/* A client (core.new): rl_lua_client.c. */
+typedef struct {
+  rl_conn conn;
+  rl_conn waiter; /* a second connection, for blocking waits (BLPOP) */
+  char *prefix;
+  size_t plen;
+  int closed;
+  int asking;     /* client:asking(): the next method call sends ASKING first */
+} rl_client;
+
+
+/*
+ * Makes the metatable name once (liolib's createmeta): the metamethods meta,
+ * and methods (NULL: none) as its __index. Leaves the stack as it was.
+ */
+void rl_lua_newtype(lua_State *L, const char *name, const luaL_Reg *meta, const luaL_Reg *methods);
+
+/* Each file's type and module functions: registered into the module table
+   at the top of the stack. */
+void rl_lua_open_client(lua_State *L);
+void rl_lua_open_lease(lua_State *L);
+void rl_lua_open_reader(lua_State *L);
+void rl_lua_open_watch(lua_State *L);
+
+/* The client at idx, refusing other values and closed clients. */
+rl_client *rl_lua_check_client(lua_State *L, int idx);
+/* client:lease (rl_lua_lease.c, a method of the client). */
+int rl_lua_client_lease(lua_State *L);
+
+/* Argument checks shared by the client and the cosocket side (rl_lua.c). */
+rl_op rl_lua_check_script(lua_State *L, int idx, int nidx, const char **key, size_t *klen,
+                          const char **token, size_t *tlen, long long *ms, long long *n);
+rl_op rl_lua_opt_op(lua_State *L, int idx, const char *const names[]);
+void rl_lua_check_wait(lua_State *L, int idx, int opidx, const char *prefix, size_t plen, rl_cmd *cmd,
+                       long long *ms);
+long long rl_lua_opt_ms(lua_State *L, int idx, const char *what, long long def);
+int rl_lua_command_args(lua_State *L, int first, const char ***argv, size_t **len);
+
+/* Replies to plain commands, pushed (rl_lua.c). */
+int rl_lua_push_reply_protected(lua_State *L);
+int rl_lua_push_command_reply(lua_State *L, redisReply *r, int fidx);
+
+#endif

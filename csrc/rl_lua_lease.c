@@ -1,0 +1,161 @@
+/* SPDX-License-Identifier: MIT */
+/* The Lease type of redislock.core (client:lease): a lock renewed by the
+   watchdog thread; the per-state sentinel that stops the thread with the
+   last state; core.move_leases. */
+#include "rl_lua.h"
+#include "rl_watchdog.h"
+
+#define LEASE_MT "redislock.Lease"
+#define WATCHDOG_MT "redislock.Watchdog"
+
+typedef struct {
+  rl_lease *lease; /* NULL once stopped */
+} rl_lease_ud;
+
+/*
+ * client:lease(key, token, ttl_ms[, max_hold_ms[, sent_ms[, _, _, op]]]) -> lease | nil, err
+ * Has the watchdog thread renew the lock key/token to ttl_ms every ttl_ms/3
+ * (with op: "extend", the default, or "sem_extend", "read_extend", "write_extend"),
+ * on a connection of its own made like the client's, until lease:stop() or
+ * the lease is collected; max_hold_ms > 0 ends the renewals that long from
+ * now. sent_ms: when the acquire was sent (monotonic ms; default now).
+ */
+int rl_lua_client_lease(lua_State *L) {
+  rl_client *c = rl_lua_check_client(L, 1);
+  size_t klen, tlen;
+  const char *key = luaL_checklstring(L, 2, &klen);
+  const char *token = luaL_checklstring(L, 3, &tlen);
+  const char *why = rl_check_key(key, klen);
+  int isnum = 0;
+  lua_Integer ttl = lua_tointegerx(L, 4, &isnum);
+  long long max_hold = rl_lua_opt_ms(L, 5, "max_hold", 0), sent = rl_lua_opt_ms(L, 6, "sent", rl_now_ms());
+  static const char *const extends[] = { "extend", "sem_extend", "read_extend", "write_extend", NULL };
+  rl_op op = rl_lua_opt_op(L, 9, extends); /* 7 and 8: the Lua transports' scoped and on_lost */
+  char err[RL_ERRLEN];
+  rl_lease_ud *ud;
+  if (why != NULL) luaL_argerror(L, 2, why);
+  luaL_argcheck(L, tlen > 0, 3, "token must not be empty");
+  luaL_argcheck(L, lua_type(L, 4) == LUA_TNUMBER && isnum && ttl >= 1 && ttl <= RL_MAX_MS, 4,
+                "ttl must be an integer number of milliseconds >= 1");
+  /* Made empty first: an error below cannot leak the lease. */
+  ud = (rl_lease_ud *)lua_newuserdatauv(L, sizeof *ud, 0);
+  ud->lease = NULL;
+  luaL_setmetatable(L, LEASE_MT);
+  ud->lease = rl_lease_start(&c->conn.o, op, c->prefix, c->plen, key, klen, token, tlen, (long long)ttl,
+                             max_hold, sent, err);
+  if (ud->lease == NULL) {
+    lua_pushnil(L);
+    lua_pushstring(L, err);
+    return 2;
+  }
+  return 1;
+}
+
+/*
+ * lease:state() -> "held" | "ended" | "lost", why
+ * What the watchdog knows: "ended" once max_hold stopped the renewals; "lost"
+ * with a sentence fragment when a renewal found the lock gone or taken, or
+ * could not reach the server within the TTL. A stopped lease says "ended".
+ */
+static int lease_state(lua_State *L) {
+  rl_lease_ud *ud = (rl_lease_ud *)luaL_checkudata(L, 1, LEASE_MT);
+  char why[RL_ERRLEN];
+  rl_lease_state s = ud->lease == NULL ? RL_LEASE_ENDED : rl_lease_state_of(ud->lease, why, sizeof why);
+  lua_pushstring(L, s == RL_LEASE_HELD ? "held" : s == RL_LEASE_LOST ? "lost" : "ended");
+  if (s != RL_LEASE_LOST) return 1;
+  lua_pushstring(L, why);
+  return 2;
+}
+
+/* lease:extended(ttl_ms[, sent_ms]): the owner extended the lock with a
+   command sent at sent_ms (default now); renew to ttl_ms from then on. */
+static int lease_extended(lua_State *L) {
+  rl_lease_ud *ud = (rl_lease_ud *)luaL_checkudata(L, 1, LEASE_MT);
+  int isnum = 0;
+  lua_Integer ttl = lua_tointegerx(L, 2, &isnum);
+  long long sent = rl_lua_opt_ms(L, 3, "sent", rl_now_ms());
+  luaL_argcheck(L, lua_type(L, 2) == LUA_TNUMBER && isnum && ttl >= 1 && ttl <= RL_MAX_MS, 2,
+                "ttl must be an integer number of milliseconds >= 1");
+  if (ud->lease != NULL) rl_lease_extended(ud->lease, (long long)ttl, sent);
+  return 0;
+}
+
+/* lease:expires() -> seconds on core.now()'s clock by which the lock expires
+   unless renewed again (from the last confirmed renewal); nil once stopped. */
+static int lease_expires(lua_State *L) {
+  rl_lease_ud *ud = (rl_lease_ud *)luaL_checkudata(L, 1, LEASE_MT);
+  if (ud->lease == NULL) return 0;
+  lua_pushnumber(L, (lua_Number)rl_lease_expires(ud->lease) / 1000.0);
+  return 1;
+}
+
+/* lease:stop() -> what expires() said (nothing once stopped); also __gc: no more renewals. Idempotent; no I/O. */
+static int lease_stop(lua_State *L) {
+  rl_lease_ud *ud = (rl_lease_ud *)luaL_checkudata(L, 1, LEASE_MT);
+  if (ud->lease == NULL) return 0;
+  /* What expires() would have said, in the same call: release needs both. */
+  lua_pushnumber(L, (lua_Number)rl_lease_expires(ud->lease) / 1000.0);
+  rl_lease_stop(ud->lease);
+  ud->lease = NULL;
+  return 1;
+}
+
+/* __gc of the per-state sentinel: the last Lua state out stops the thread. */
+static int watchdog_leave(lua_State *L) {
+  (void)L;
+  rl_watchdog_leave();
+  return 0;
+}
+
+/*
+ * core.move_leases(from_host, from_port, to_host, to_port) -> moved
+ * A master moved: the watchdog renews the locks it renewed on from_host:
+ * from_port on to_host:to_port from now on, at once.
+ */
+static int core_move_leases(lua_State *L) {
+  const char *from = luaL_checkstring(L, 1), *to = luaL_checkstring(L, 3);
+  lua_Integer from_port = luaL_checkinteger(L, 2), to_port = luaL_checkinteger(L, 4);
+  int moved;
+  luaL_argcheck(L, from_port >= 1 && from_port <= 65535, 2, "port must be in 1..65535");
+  luaL_argcheck(L, to_port >= 1 && to_port <= 65535, 4, "port must be in 1..65535");
+  moved = rl_watchdog_move(from, (int)from_port, to, (int)to_port);
+  if (moved < 0) return luaL_error(L, "redislock: out of memory");
+  lua_pushinteger(L, moved);
+  return 1;
+}
+
+static const luaL_Reg lease_methods[] = {
+  { "state", lease_state },
+  { "extended", lease_extended },
+  { "expires", lease_expires },
+  { "stop", lease_stop },
+  { NULL, NULL }
+};
+
+static const luaL_Reg lease_meta[] = {
+  { "__gc", lease_stop },
+  { NULL, NULL }
+};
+
+static const luaL_Reg watchdog_meta[] = {
+  { "__gc", watchdog_leave },
+  { NULL, NULL }
+};
+
+static const luaL_Reg lease_functions[] = {
+  { "move_leases", core_move_leases },
+  { NULL, NULL }
+};
+
+void rl_lua_open_lease(lua_State *L) {
+  rl_lua_newtype(L, LEASE_MT, lease_meta, lease_methods);
+  rl_lua_newtype(L, WATCHDOG_MT, watchdog_meta, NULL);
+  /* A sentinel that lives as long as this Lua state: its __gc runs when the
+     state closes (before the module is unloaded: it was made after the
+     package library's table of loaded C libraries). */
+  lua_newuserdatauv(L, 1, 0);
+  luaL_setmetatable(L, WATCHDOG_MT);
+  rl_watchdog_enter(); /* after the allocations: the __gc above is now certain to run */
+  luaL_ref(L, LUA_REGISTRYINDEX);
+  luaL_setfuncs(L, lease_functions, 0);
+}
