@@ -52,6 +52,12 @@ build/%/spec_fork.so: spec/support/fork.c
 	@mkdir -p $(@D)
 	$(CC) $(MOD_CFLAGS) $(WARNINGS) $(MODFLAGS) -I$(MOD_INC) $(SHARED) -o $@ $<
 
+# The protocol core alone (no Lua, no I/O), under ASan and UBSan.
+PROTO_SRC = csrc/rl_proto.c csrc/rl_script.c csrc/rl_slot.c csrc/rl_sys.c csrc/rl_sha1.c
+build/proto_test: spec/support/proto_test.c $(PROTO_SRC) $(HDR)
+	@mkdir -p $(@D)
+	$(CC) -O1 -g $(SANITIZE) $(WARNINGS) -pthread -Icsrc -I$(HIREDIS_INCDIR) -o $@ $< $(PROTO_SRC) $(HIREDIS_LIBS)
+
 build/nodlclose.so: tools/nodlclose.c
 	@mkdir -p $(@D)
 	$(CC) -O2 -fPIC -shared -o $@ $<
@@ -63,8 +69,9 @@ deps:
 demo: deps all
 	@sh examples/demo.sh
 
-# The busted suite under Lua 5.4 and LuaJIT, against private redis-servers.
-test: deps all build/lua5.4/spec_fork.so build/luajit/spec_fork.so
+# The busted suite under Lua 5.4 and LuaJIT, against private redis-servers;
+# spec/01 also runs the protocol core's own C unit test (build/proto_test).
+test: deps all build/lua5.4/spec_fork.so build/luajit/spec_fork.so build/proto_test
 	@sh spec/run.sh lua5.4:build/lua5.4 luajit:build/luajit
 
 # Benchmarks (not tests): bench/run.sh prints a table and a `bench ...` line per

@@ -79,6 +79,17 @@ describe("redislock.core", function()
     assert.is_true(dt >= 0.02)
   end)
 
+  it("passes the protocol core's own C unit test, without Lua or a server", function()
+    -- build/proto_test (make test builds it, under ASan and UBSan): the
+    -- commands, replies, slots, redirects and checks of rl_proto.c,
+    -- rl_script.c, rl_slot.c and rl_sys.c, linked without any Lua header.
+    local bin = helpers.root() .. "/build/proto_test"
+    assert.is_true(helpers.sh_ok("test -x " .. helpers.sh_quote(bin)), "build/proto_test missing: run make test")
+    local out, ok = helpers.run(helpers.sh_quote(bin) .. " 2>&1")
+    assert.is_true(ok, out)
+    assert.matches("proto_test: %d%d%d+ checks, 0 failed", out)
+  end)
+
   describe("scripts", function()
     local srv
     lazy_setup(function() srv = helpers.start_redis() end)

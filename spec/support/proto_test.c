@@ -1,0 +1,165 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A unit test of the C core's protocol side, alone: rl_proto, rl_script,
+ * rl_slot and rl_sys include no Lua header and do no I/O, so they are
+ * linked here without Lua and without a server (built and run by
+ * spec/36-proto_unit_spec.lua, under the sanitizers). Prints a line per
+ * failed check and "proto_test: N checks, N failed"; exit status 0 when
+ * none failed.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rl_proto.h"
+#include "rl_sha1.h"
+
+static int checks, failed;
+
+#define CHECK(cond) check((cond) != 0, #cond, __LINE__)
+
+static void check(int ok, const char *what, int line) {
+  checks++;
+  if (!ok) {
+    failed++;
+    printf("proto_test: line %d: %s\n", line, what);
+  }
+}
+
+/* Whether argument i of cmd is the C string s. */
+static int arg_is(const rl_cmd *cmd, int i, const char *s) {
+  return i < cmd->argc && cmd->len[i] == strlen(s) && memcmp(cmd->argv[i], s, cmd->len[i]) == 0;
+}
+
+/* The ops: a name each, a script each but the take's, whose SHA-1 is the
+   script's, and the commands made of them. */
+static void test_ops(void) {
+  int op, other;
+  for (op = 0; op < RL_OP_COUNT; op++) {
+    const char *text = rl_script_text((rl_op)op);
+    char sha[41];
+    CHECK(rl_op_name((rl_op)op) != NULL && rl_op_name((rl_op)op)[0] != '\0');
+    for (other = 0; other < op; other++) CHECK(strcmp(rl_op_name((rl_op)op), rl_op_name((rl_op)other)) != 0);
+    CHECK(text != NULL);
+    if (text == NULL) continue;
+    rl_sha1_hex(text, strlen(text), sha);
+    CHECK(strcmp(sha, rl_script_sha((rl_op)op)) == 0);
+  }
+  CHECK(rl_script_text(RL_OP_TAKE) == rl_script_text(RL_OP_ACQUIRE)); /* the take falls back on acquire */
+  CHECK(rl_op_takes_ms(RL_OP_ACQUIRE) && !rl_op_takes_ms(RL_OP_RELEASE) && rl_op_takes_ms(RL_OP_FENCE_UP));
+  CHECK(rl_op_takes_n(RL_OP_SEM_ACQUIRE) && !rl_op_takes_n(RL_OP_ACQUIRE));
+  CHECK(!rl_op_resendable(RL_OP_RELEASE) && !rl_op_resendable(RL_OP_SEM_RELEASE) && rl_op_resendable(RL_OP_EXTEND));
+}
+
+static void test_commands(void) {
+  rl_cmd cmd;
+  char buf[512], *out = NULL, era[64];
+  long long n;
+  const char *tag = rl_era_tag(rl_lock_slot("job", 3));
+  snprintf(era, sizeof era, "lock:{%s}:era", tag);
+
+  CHECK(rl_cmd_init(&cmd, RL_OP_ACQUIRE, "lock:", 5, "job", 3, "tok", 3, 1500, 0) == 0);
+  CHECK(cmd.argc == 9 && arg_is(&cmd, 0, "EVALSHA") && arg_is(&cmd, 1, rl_script_sha(RL_OP_ACQUIRE)));
+  CHECK(arg_is(&cmd, 2, "4") && arg_is(&cmd, 3, "lock:{job}") && arg_is(&cmd, 4, "lock:{job}:fence"));
+  CHECK(arg_is(&cmd, 5, "lock:{job}:waiters") && arg_is(&cmd, 6, era));
+  CHECK(arg_is(&cmd, 7, "tok") && arg_is(&cmd, 8, "1500"));
+  n = rl_cmd_bytes(&cmd, buf, sizeof buf, &out);
+  CHECK(n > 0 && out == buf && memcmp(buf, "*9\r\n$7\r\nEVALSHA\r\n$40\r\n", 22) == 0);
+  CHECK(rl_cmd_replies(&cmd) == 1);
+  rl_cmd_use_eval(&cmd);
+  CHECK(arg_is(&cmd, 0, "EVAL") && arg_is(&cmd, 1, rl_script_text(RL_OP_ACQUIRE)));
+  rl_cmd_free(&cmd);
+
+  /* A take: MULTI, SET NX PX, INCR, GET of the era record, EXEC. */
+  CHECK(rl_cmd_init(&cmd, RL_OP_TAKE, "lock:", 5, "job", 3, "tok", 3, 1500, 0) == 0);
+  n = rl_cmd_bytes(&cmd, buf, sizeof buf, &out);
+  buf[n > 0 && (size_t)n < sizeof buf ? n : 0] = '\0';
+  CHECK(n > 0 && strncmp(buf, "*1\r\n$5\r\nMULTI\r\n", 15) == 0);
+  CHECK(strstr(buf, "\r\nSET\r\n$10\r\nlock:{job}\r\n$3\r\ntok\r\n$2\r\nNX\r\n$2\r\nPX\r\n$4\r\n1500\r\n") != NULL);
+  CHECK(strstr(buf, "INCR\r\n$16\r\nlock:{job}:fence\r\n") != NULL && strstr(buf, era) != NULL);
+  CHECK(n > 14 && strcmp(buf + n - 14, "*1\r\n$4\r\nEXEC\r\n") == 0 && strstr(buf, "GETNAME") == NULL);
+  CHECK(rl_cmd_replies(&cmd) == RL_TAKE_REPLIES - 1);
+  rl_cmd_use_acquire(&cmd);
+  CHECK(cmd.op == RL_OP_ACQUIRE && rl_cmd_replies(&cmd) == 1);
+  CHECK(rl_cmd_claim(&cmd, "0123456789012345678901234567890123456789") == 0 && cmd.argc == 10);
+  CHECK(rl_cmd_claim(&cmd, "short") == -1);
+  rl_cmd_free(&cmd);
+
+  /* Keys that do not fit the command's own buffer. */
+  {
+    static char key[2000];
+    memset(key, 'k', sizeof key - 1);
+    CHECK(rl_cmd_init(&cmd, RL_OP_RELEASE, "lock:", 5, key, sizeof key - 1, "tok", 3, 0, 0) == 0);
+    CHECK(cmd.argc == 9 && cmd.len[3] == 5 + 2 + sizeof key - 1 && cmd.keys != cmd.inline_keys);
+    n = rl_cmd_bytes(&cmd, buf, sizeof buf, &out);
+    CHECK(n > (long long)sizeof buf && out != buf);
+    if (out != buf) free(out);
+    rl_cmd_free(&cmd);
+  }
+
+  /* Waits: the shared list, a fair waiter's own, a semaphore's. */
+  CHECK(rl_wait_init(&cmd, RL_OP_ACQUIRE, "lock:", 5, "job", 3, NULL, 0, 1500) == 0);
+  CHECK(cmd.argc == 3 && arg_is(&cmd, 0, "BLPOP") && arg_is(&cmd, 1, "lock:{job}:signal") && arg_is(&cmd, 2, "1.500"));
+  rl_cmd_free(&cmd);
+  CHECK(rl_wait_init(&cmd, RL_OP_ACQUIRE_FAIR, "lock:", 5, "job", 3, "tok", 3, 20) == 0);
+  CHECK(arg_is(&cmd, 1, "lock:{job}:signal:tok") && arg_is(&cmd, 2, "0.020"));
+  rl_cmd_free(&cmd);
+  CHECK(rl_wait_init(&cmd, RL_OP_SEM_ACQUIRE, "p:", 2, "pool", 4, NULL, 0, 0) == 0);
+  CHECK(arg_is(&cmd, 1, "p:{pool}:permits:signal") && arg_is(&cmd, 2, "0.001")); /* never BLPOP 0 */
+  rl_cmd_free(&cmd);
+}
+
+static void test_replies(void) {
+  rl_result r;
+  CHECK(rl_decode_bytes(":42\r\n", 5, 0, &r) == 1 && r.status == RL_HELD && r.value == 42);
+  CHECK(rl_decode_bytes(":0\r\n", 4, 0, &r) == 1 && r.status == RL_FREE);
+  CHECK(rl_decode_bytes(":-1502\r\n", 8, 0, &r) == 1 && r.status == RL_OTHER && r.value == 1500);
+  CHECK(rl_decode_bytes("*2\r\n:-1\r\n:250\r\n", 15, 0, &r) == 1 && r.status == RL_OTHER && r.value == 250);
+  CHECK(rl_decode_bytes(":42\r", 4, 0, &r) == 0);            /* not whole: for a reader */
+  CHECK(rl_decode_bytes("-NOSCRIPT x\r\n", 13, 0, &r) == 0);  /* errors too */
+}
+
+static void test_slots(void) {
+  rl_redirect rd;
+  int slot, bad = 0;
+  CHECK(rl_slot("123456789", 9) == 12739); /* the cluster specification's example */
+  CHECK(rl_slot("{user1000}.following", 20) == rl_slot("user1000", 8));
+  CHECK(rl_slot("foo{}{bar}", 10) == rl_slot("foo{}{bar}", 10) && rl_slot("{}x", 3) != rl_slot("", 0));
+  CHECK(rl_lock_slot("job", 3) == rl_slot("lock:{job}:fence", 16));
+  for (slot = 0; slot < RL_SLOTS; slot++) {
+    const char *tag = rl_era_tag(slot);
+    if (strlen(tag) < 1 || strlen(tag) > 4 || rl_slot(tag, strlen(tag)) != slot) bad++;
+  }
+  CHECK(bad == 0);
+  CHECK(rl_parse_redirect("MOVED 3999 127.0.0.1:6381", 25, &rd) == RL_MOVED && rd.slot == 3999 && rd.port == 6381 &&
+        rd.hlen == 9 && memcmp(rd.host, "127.0.0.1", 9) == 0);
+  CHECK(rl_parse_redirect("ASK 12 ::1:7000", 15, &rd) == RL_ASK && rd.port == 7000 && rd.hlen == 3);
+  CHECK(rl_parse_redirect("MOVED 12 :7000", 14, &rd) == RL_MOVED && rd.hlen == 0);
+  CHECK(rl_parse_redirect("MOVED 16384 h:1", 15, &rd) == RL_NO_REDIRECT);
+  CHECK(rl_parse_redirect("ERR unknown", 11, &rd) == RL_NO_REDIRECT);
+}
+
+static void test_checks(void) {
+  long long ms = 0;
+  char a[RL_TOKEN_HEX + 1], b[RL_TOKEN_HEX + 1];
+  size_t i;
+  CHECK(rl_check_key("", 0) != NULL && rl_check_key("}x", 2) != NULL && rl_check_key("x}", 2) == NULL);
+  CHECK(rl_check_prefix("a{", 2) != NULL && rl_check_prefix("a:", 2) == NULL);
+  CHECK(rl_seconds_to_ms(1.5, &ms) == NULL && ms == 1500);
+  CHECK(rl_seconds_to_ms(0.0015, &ms) == NULL && ms == 2);
+  CHECK(rl_seconds_to_ms(0, &ms) != NULL && rl_seconds_to_ms(-1, &ms) != NULL && rl_seconds_to_ms(0.0001, &ms) != NULL);
+  CHECK(rl_seconds_to_ms(0.0 / 0.0, &ms) != NULL && rl_seconds_to_ms(1e300 * 1e300, &ms) != NULL);
+  CHECK(rl_token(a) == 0 && rl_token(b) == 0 && strlen(a) == RL_TOKEN_HEX && strcmp(a, b) != 0);
+  for (i = 0; i < RL_TOKEN_HEX; i++) CHECK(strchr("0123456789abcdef", a[i]) != NULL);
+  CHECK(rl_now_ms() > 0 && rl_now_ms() <= rl_now_ms());
+}
+
+int main(void) {
+  test_ops();
+  test_commands();
+  test_replies();
+  test_slots();
+  test_checks();
+  printf("proto_test: %d checks, %d failed\n", checks, failed);
+  return failed == 0 ? 0 : 1;
+}
