@@ -7,12 +7,12 @@
 -- 32 random hex digits, then /<host>/<pid>/<since>[/<label>].
 
 local args = require "redislock.args"
-local client_mod = require "redislock.client"
+local hold_mod = require "redislock.hold"
 local core = require "redislock.core"
 local transport = require "redislock.transport"
 
 local tonumber = tonumber
-local run_script, name, era_name = transport.run_script, client_mod.lock_name, client_mod.era_name
+local run_script, name, era_name = transport.run_script, hold_mod.lock_name, hold_mod.era_name
 
 local _M = { _VERSION = core._VERSION }
 

@@ -21,7 +21,7 @@
 -- writes are the C core's scripts (rl_script.c, "Guarded writes").
 
 local args = require "redislock.args"
-local client_mod = require "redislock.client"
+local hold_mod = require "redislock.hold"
 local core = require "redislock.core"
 local lock_mod = require "redislock.lock"
 local transport = require "redislock.transport"
@@ -75,7 +75,7 @@ function _M.fenced(hold, client)
     if t.quorum then
       argerror(1, "fenced", "a Redlock lock guards writes to a client of the resource's server: hold:fenced(client)")
     end
-  elseif client_mod.is_client(client) then
+  elseif hold_mod.is_client(client) then
     t = client._transport
     if t.quorum then
       argerror(1, "fenced", "the resource's client must reach one server, Sentinel's master or a cluster, "
@@ -254,6 +254,24 @@ function Guard:eval(script, keys, argv, ...)
   end
   args.check_nargs("eval", 3, ...)
   return guarded(self, "eval", 2, keys, list, script)
+end
+
+--- Writes guarded by this hold's fence, to client (a redislock client;
+-- default: the hold's own): a method of lock objects (redislock/lock.lua).
+-- @return guard (set, hset, incr, del, rpush, eval)
+function lock_mod.Lock:fenced(client, ...)
+  args.check_self(self, lock_mod.lock_mt, "fenced", "redislock lock")
+  args.check_nargs("fenced", 1, ...)
+  return _M.fenced(self, client)
+end
+
+--- Writes applied only while this hold is still ours, on its own server: a
+-- method of lock objects.
+-- @return guard (set, hset, incr, del, rpush, eval)
+function lock_mod.Lock:owned(...)
+  args.check_self(self, lock_mod.lock_mt, "owned", "redislock lock")
+  args.check_nargs("owned", 0, ...)
+  return _M.owned(self)
 end
 
 guard_mt.__tostring = function(self)

@@ -370,22 +370,8 @@ _M.lost_news = lost_news
 -- it is no longer ours, and returns the "lost" message.
 _M.unusable, _M.no_longer_ours, _M.set_lost = unusable, no_longer_ours, set_lost
 
---- Writes guarded by this hold's fence, to client (a redislock client;
--- default: the hold's own): see redislock/guard.lua.
--- @return guard (set, hset, incr, del, rpush, eval)
-function Lock:fenced(client, ...)
-  check_self(self, lock_mt, "fenced", "redislock lock")
-  check_nargs("fenced", 1, ...)
-  return require("redislock.guard").fenced(self, client)
-end
-
---- Writes applied only while this hold is still ours, on its own server:
--- see redislock/guard.lua.
--- @return guard (set, hset, incr, del, rpush, eval)
-function Lock:owned(...)
-  check_self(self, lock_mt, "owned", "redislock lock")
-  check_nargs("owned", 0, ...)
-  return require("redislock.guard").owned(self)
-end
+--- The lock objects' class and metatable: redislock/guard.lua adds the
+-- guarded writes (fenced, owned) to the class.
+_M.Lock, _M.lock_mt = Lock, lock_mt
 
 return _M

@@ -19,7 +19,7 @@
 -- wake-up list of the key that was busy.
 
 local args = require "redislock.args"
-local client_mod = require "redislock.client"
+local hold_mod = require "redislock.hold"
 local core = require "redislock.core"
 local transport = require "redislock.transport"
 local wait = require "redislock.wait"
@@ -31,9 +31,9 @@ local math_huge, math_min = math.huge, math.min
 local key_problem = core.key_problem
 local argerror, quote, check_self, check_nargs, check_seconds = args.argerror, args.quote, args.check_self,
       args.check_nargs, args.check_seconds
-local adopt, new_token, lock_name, era_name = client_mod.adopt, client_mod.new_token, client_mod.lock_name,
-  client_mod.era_name
-local observe_take, now, run_script = client_mod.observe_take, core.now, transport.run_script
+local adopt, new_token, lock_name, era_name = hold_mod.adopt, hold_mod.new_token, hold_mod.lock_name,
+  hold_mod.era_name
+local observe_take, now, run_script = hold_mod.observe_take, core.now, transport.run_script
 
 local _M = { _VERSION = core._VERSION }
 

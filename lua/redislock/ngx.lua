@@ -16,32 +16,27 @@
 -- may be shared by every request of a worker (cosockets cannot outlive the
 -- request that made them). It has the methods of the C client that the rest
 -- of redislock uses (eval, wait, command, lease, close, closed; see
--- redislock/client.lua) and io_problem; its leases are redislock/ngx_lease.lua's.
---
--- (Past 400 lines on purpose: opening a pooled connection, its TLS and
--- set-up, the calls, ASKING and the Sentinel subscription all share the same
--- cosocket helpers and pool rules; split, each part would reach into the
--- others' internals.)
+-- redislock/client.lua) and io_problem; its leases are redislock/ngx_lease.lua's,
+-- its connections (pools, TLS, set-up, one round trip) redislock/ngx_conn.lua's.
 
 local args = require "redislock.args"
 local core = require "redislock.core"
+local conn = require "redislock.ngx_conn"
 local ngx_lease = require "redislock.ngx_lease"
-local tls_mod = require "redislock.tls"
 
 local ngx = ngx
-local io_open, ipairs, setmetatable, tostring, type = io.open, ipairs, setmetatable, tostring, type
-local string_format, table_concat = string.format, table.concat
-local tcp, get_phase, md5 = ngx.socket.tcp, ngx.get_phase, ngx.md5
+local setmetatable, type = setmetatable, type
+local string_format = string.format
+local get_phase = ngx.get_phase
 local encode, encode_script, encode_wait, new_reader = core.encode, core.encode_script, core.encode_wait, core.reader
 local setname = core.setname
+local open, round_trip, read_reply, io_message, keepalive, give_back = conn.open, conn.round_trip, conn.read_reply,
+      conn.io_message, conn.keepalive, conn.give_back
 
 local _M = { _VERSION = core._VERSION }
 
 local Transport = {}
 local mt = { __index = Transport }
-
--- The bytes one receiveany may return; replies to lock scripts are ~20 bytes.
-local READ_SIZE = 16384
 
 -- Phases in which cosockets (and ngx.sleep) may be used.
 local YIELDABLE = {
@@ -49,50 +44,7 @@ local YIELDABLE = {
   ssl_cert = true, ssl_session_fetch = true, ssl_client_hello = true, preread = true,
 }
 
--- Salts the password's digest in pool names (pools live in one worker).
-local POOL_SALT = core.token()
-
 args.own(debug.getinfo(1, "S").source)
-
--- A file's contents, or raises a bad argument to 'new' naming field.
-local function read_file(field, path)
-  local f, err = io_open(path, "rb")
-  local data = f and f:read("*a")
-  if f then f:close() end
-  if not data then
-    args.argerror(1, "new", string_format("tls.%s: cannot read %s: %s", field, args.quote(path), err))
-  end
-  return data
-end
-
--- Checks the TLS settings (redislock/tls.lua's) and their files, and what
--- nginx can do of them, and sets the fields open() uses: tls_verify,
--- tls_name, tls_cert, tls_key, and what the pool name must tell apart.
-local function tls_setup(self, t, host)
-  tls_mod.check_files(t)
-  if t.ca then
-    -- ngx_lua 0.10.23 verifies against nginx's store only; taking the
-    -- option and not honouring it would be worse than refusing it.
-    args.argerror(1, "new", "option 'tls.ca' cannot be honoured per connection under OpenResty: nginx"
-      .. " verifies against the lua_ssl_trusted_certificate directive (set it to this file, and drop tls.ca)")
-  end
-  local name = t.server_name or host
-  if t.verify and not t.server_name and (host:find("^[%d.]+$") or host:find(":", 1, true)) then
-    -- nginx checks names with X509_check_host: DNS names only, never IP SANs.
-    args.argerror(1, "new", "under OpenResty a TLS host given as an address needs 'tls.server_name' (a DNS"
-      .. " name in the server's certificate): nginx checks DNS names only")
-  end
-  self.tls, self.tls_verify, self.tls_name = true, t.verify, name
-  if t.cert then
-    local ssl = require "ngx.ssl"
-    local cert, cerr = ssl.parse_pem_cert(read_file("cert", t.cert))
-    local key, kerr = ssl.parse_pem_priv_key(read_file("key", t.key))
-    if not cert then args.argerror(1, "new", "tls.cert: " .. tostring(cerr)) end
-    if not key then args.argerror(1, "new", "tls.key: " .. tostring(kerr)) end
-    self.tls_cert, self.tls_key = cert, key
-  end
-  return table_concat({ "tls", name, t.verify and "verify" or "noverify", t.cert or "" }, ":")
-end
 
 --- Makes a transport from the checked fields redislock.new gathered: host,
 -- port, path, username, password, db, connect_timeout_ms, timeout_ms, prefix,
@@ -100,42 +52,17 @@ end
 -- new connection asks ROLE along with AUTH and SELECT, and is refused
 -- unless the node says master, see open). No I/O but reading TLS files.
 function _M.new(c)
-  local db = c.db or 0
   local host, port = c.host or "127.0.0.1", c.port or 6379
   -- As the C transport names it (rl_conn_describe), and as connect wants it.
   local addr = host:find(":", 1, true) and "[" .. host .. "]" or host
   local where = c.path and "unix:" .. c.path or string_format("%s:%d", addr, port)
   local self = {
-    host = addr, port = port, path = c.path, where = where,
+    host = addr, port = port, path = c.path, where = where, db = c.db or 0,
     prefix = c.prefix or "lock:",
     connect_timeout_ms = c.connect_timeout_ms or 1000, timeout_ms = c.timeout_ms or 1000,
     keepalive_ms = c.keepalive_timeout_ms, pool_size = c.pool_size, closed_ = false,
   }
-  -- A pool of its own: a pooled connection carries its AUTH and SELECT, so it
-  -- must never be handed to a client of another server, db or user (nor to
-  -- lua-resty-redis, whose default pool is named "host:port").
-  -- Nor a TLS connection to a client with other TLS settings, or none.
-  local tls = c.tls and tls_setup(self, c.tls, host) or "plain"
-  self.tls_name_fixed = c.tls and c.tls.server_name ~= nil
-  self.pool_rest = table_concat({ db, c.username or "", c.password and md5(POOL_SALT .. c.password) or "", tls }, "/")
-  self.pool_opts = { pool = "redislock/" .. where .. "/" .. self.pool_rest, pool_size = c.pool_size }
-  -- What a fresh connection is sent first, in one write.
-  local setup, names = {}, {}
-  if c.password then
-    setup[#setup + 1] = c.username and encode("AUTH", c.username, c.password) or encode("AUTH", c.password)
-    names[#names + 1] = "AUTH"
-  end
-  if db ~= 0 then
-    setup[#setup + 1] = encode("SELECT", db)
-    names[#names + 1] = "SELECT"
-  end
-  if c.master_only then -- behind Sentinel: a new connection checks the node is still the master
-    setup[#setup + 1] = encode("ROLE")
-    names[#names + 1] = "ROLE"
-  end
-  if #setup > 0 then
-    self.setup, self.setup_names = table_concat(setup), names
-  end
+  conn.configure(self, c, host)
   return setmetatable(self, mt)
 end
 
@@ -147,169 +74,15 @@ function Transport.io_problem(_)
   return phase
 end
 
--- A cosocket error as a "connection: ..." message.
-local function io_message(self, err)
-  if err == "timeout" then
-    return string_format("connection: %s did not answer within %g s (timeout)", self.where, self.timeout_ms / 1000)
-  elseif err == "closed" then
-    return string_format("connection: %s closed the connection", self.where)
-  end
-  return string_format("connection: lost %s (%s)", self.where, err)
-end
-
--- Reads until reader[method] has a complete reply. Returns what it returned;
--- or nil, a message, and true when the connection failed or sent bytes that
--- cannot be read (then it must be closed, never pooled) and, fourth, true when
--- that failure was a timeout.
-local function read_reply(self, sock, reader, method)
-  while true do
-    local a, b, unreadable = reader[method](reader)
-    if unreadable then return nil, b, true end
-    if a ~= nil or b ~= nil then return a, b end
-    local data, err = sock:receiveany(READ_SIZE)
-    if not data then return nil, io_message(self, err), true, err == "timeout" end
-    reader:feed(data)
-  end
-end
-
 -- The ops never sent twice: a second release would find the hold gone (the
 -- C core's list, which its own transport follows).
 local ONCE_ONLY = core.once_only
-
-local ASKING = encode("ASKING")
-
--- Sends bytes and reads one reply with reader[method] (see read_reply). With
--- asking, ASKING goes first in the same write (a cluster's ASK redirect),
--- its +OK read and dropped (an error in its place is the call's, and the
--- connection, out of step, is not pooled); with naming (the bytes of a
--- CLIENT SETNAME), that goes first, and a refusal leaves the connection
--- unnamed, which only costs the next take a round trip.
-local function round_trip(self, sock, bytes, method, asking, naming)
-  local pre = asking and ASKING or naming
-  local ok, err = sock:send(pre and { pre, bytes } or bytes)
-  if not ok then return nil, io_message(self, err), true, err == "timeout" end
-  local reader = new_reader()
-  if pre then
-    local v, msg, failed, timed_out = read_reply(self, sock, reader, "reply")
-    if failed then return nil, msg, true, timed_out end
-    if v == nil and asking then return nil, "redis: ASKING: " .. msg:sub(8), true end
-  end
-  return read_reply(self, sock, reader, method)
-end
 
 -- Whether the call starting now goes after ASKING (transport:asking()).
 local function asking_now(self)
   local asking = self.asking_next
   self.asking_next = nil
   return asking
-end
-
--- What nginx's handshake errors mean, for the message.
-local function tls_hint(err)
-  if err:find("host mismatch", 1, true) then
-    return "name mismatch: the server's certificate does not name the host; tls.server_name sets the name to check"
-  elseif err:find("certificate verify failed", 1, true) or err:find("^%d+: ") then
-    return "the server's certificate is not trusted: " .. err .. "; lua_ssl_trusted_certificate names the trust anchors"
-  elseif err:find("wrong version number", 1, true) or err:find("record layer", 1, true) then
-    return err .. "; the server does not speak TLS on this port"
-  end
-  return err
-end
-
--- The TLS handshake on a new connection (client certificate, SNI, the name
--- checked when verifying). true, or nil and a "connection: ..." message.
-local function handshake(self, sock)
-  if self.tls_cert then
-    local ok, err = sock:setclientcert(self.tls_cert, self.tls_key)
-    if not ok then return nil, string_format("connection: cannot connect to %s (TLS: %s)", self.where, err) end
-  end
-  local ok, err = sock:sslhandshake(false, self.tls_name, self.tls_verify)
-  if not ok then
-    return nil, string_format("connection: cannot connect to %s (TLS: %s)", self.where,
-                              tls_hint(err or "handshake failed"))
-  end
-  -- lua-resty-core 0.1.25 returns true for a handshake that finished at once
-  -- but failed verification (nginx then closed the socket and logged why).
-  if not sock:getreusedtimes() then
-    return nil, string_format("connection: cannot connect to %s (TLS: the server's certificate failed"
-      .. " verification, untrusted or not naming %s; nginx's error log says which)", self.where, self.tls_name)
-  end
-  return true
-end
-
--- The error of a new connection to a node that is no longer the master
--- (master_only): READONLY, as the node would answer a write, but nothing was
--- sent (redislock/sentinel.lua resolves the master and tries again at once).
-local NOT_MASTER = "redis: READONLY %s says ROLE %s on a new connection, not master (nothing was sent)"
-
--- A connection, pooled or new; a new one has been authenticated and has its
--- db selected (and, master_only, said ROLE master). pool_opts: another pool than the transport's (a subscription
--- takes one of its own). Returns the socket and how often it was reused, or
--- nil and a "connection: ..." / "redis: ..." message.
-local function open(self, pool_opts)
-  local sock = tcp()
-  sock:settimeouts(self.connect_timeout_ms, self.timeout_ms, self.timeout_ms)
-  local ok, err
-  if self.path then
-    ok, err = sock:connect("unix:" .. self.path, pool_opts or self.pool_opts)
-  else
-    ok, err = sock:connect(self.host, self.port, pool_opts or self.pool_opts)
-  end
-  if not ok then
-    return nil, string_format("connection: cannot connect to %s (%s)", self.where, err)
-  end
-  local reused = sock:getreusedtimes()
-  if reused == 0 and self.tls then
-    ok, err = handshake(self, sock)
-    if not ok then
-      sock:close()
-      return nil, err
-    end
-  end
-  if reused == 0 and self.setup then
-    ok, err = sock:send(self.setup)
-    if not ok then
-      sock:close()
-      return nil, io_message(self, err)
-    end
-    local reader = new_reader()
-    for _, what in ipairs(self.setup_names) do
-      local v, msg, failed = read_reply(self, sock, reader, "reply")
-      if v == nil then
-        sock:close()
-        if not failed then -- the server refused: "redis: WRONGPASS ..."
-          msg = string_format("redis: %s refused by %s: %s", what, self.where, msg:sub(8))
-        end
-        return nil, msg
-      end
-      if what == "ROLE" and (type(v) ~= "table" or v[1] ~= "master") then
-        sock:close()
-        return nil, string_format(NOT_MASTER, self.where, type(v) == "table" and tostring(v[1]) or tostring(v))
-      end
-    end
-  end
-  return sock, reused
-end
-
--- Puts a healthy connection back into the pool, whose size connect() set.
--- No explicit nil: older ngx_lua refuses it (nginx's default applies then).
-local function keepalive(self, sock)
-  local ok
-  if self.keepalive_ms then
-    ok = sock:setkeepalive(self.keepalive_ms)
-  else
-    ok = sock:setkeepalive()
-  end
-  if not ok then sock:close() end
-end
-
--- After a round trip: a failed connection is closed, a healthy one pooled.
-local function give_back(self, sock, failed)
-  if failed then
-    sock:close()
-  else
-    keepalive(self, sock)
-  end
 end
 
 -- Sends bytes (from the core's encoders, which check the arguments) on a
@@ -461,7 +234,7 @@ function Transport:retarget(host, port)
   self.host, self.port, self.path = addr, port, nil
   self.where = string_format("%s:%d", addr, port)
   if self.tls and not self.tls_name_fixed then self.tls_name = host end -- SNI for the new host
-  self.pool_opts = { pool = "redislock/" .. self.where .. "/" .. self.pool_rest, pool_size = self.pool_opts.pool_size }
+  conn.repool(self)
   ngx_lease.moved(self) -- its leases renew on the new node at once
   return true
 end

@@ -19,7 +19,7 @@
 -- up wake every waiter (each retries; readers may all get in).
 
 local args = require "redislock.args"
-local client_mod = require "redislock.client"
+local hold_mod = require "redislock.hold"
 local core = require "redislock.core"
 local lock_mod = require "redislock.lock"
 local transport = require "redislock.transport"
@@ -27,7 +27,7 @@ local transport = require "redislock.transport"
 local pairs, setmetatable = pairs, setmetatable
 local string_format = string.format
 local check_self, check_nargs, quote, check_fn = args.check_self, args.check_nargs, args.quote, args.check_fn
-local hold, hold_args, with_hold = client_mod.hold, client_mod.hold_args, client_mod.with_hold
+local hold, hold_args, with_hold = hold_mod.hold, hold_mod.hold_args, hold_mod.with_hold
 
 local _M = { _VERSION = core._VERSION }
 

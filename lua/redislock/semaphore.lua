@@ -12,15 +12,15 @@
 -- counter, a wake-up list and a waiters mark, all under the name's hash tag.
 
 local args = require "redislock.args"
-local client_mod = require "redislock.client"
+local hold_mod = require "redislock.hold"
 local core = require "redislock.core"
 
 local setmetatable = setmetatable
 local string_format = string.format
 local check_self, check_nargs, check_whole, quote, check_fn =
       args.check_self, args.check_nargs, args.check_whole, args.quote, args.check_fn
-local hold, hold_args, with_hold, check_open = client_mod.hold, client_mod.hold_args, client_mod.with_hold,
-      client_mod.check_open
+local hold, hold_args, with_hold, check_open = hold_mod.hold, hold_mod.hold_args, hold_mod.with_hold,
+      hold_mod.check_open
 
 local _M = { _VERSION = core._VERSION }
 

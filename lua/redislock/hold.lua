@@ -1,0 +1,172 @@
+-- SPDX-License-Identifier: MIT
+--- redislock.hold: the machinery every hold shares (a lock, a permit, a read
+-- or write hold, a multi-key lock): what a client is and whether it is
+-- open, a hold's token, taking it (waiting, renewal, the observer), the
+-- scoped form, the checked arguments of a primitive's acquire, and the
+-- names the C core gives a lock's keys. The client (redislock/client.lua)
+-- and the primitives (semaphore, rwlock, multilock, admin, guard) require
+-- it; it requires none of them.
+
+local args = require "redislock.args"
+local core = require "redislock.core"
+local lock_mod = require "redislock.lock"
+local scope = require "redislock.scope"
+local transport = require "redislock.transport"
+local wait = require "redislock.wait"
+
+local getmetatable, error = getmetatable, error
+local string_format = string.format
+local token, now, getpid, fork_gen = core.token, core.now, core.getpid, core.fork_gen
+local os_time = os.time
+local observe = lock_mod.observe
+local take, note_taken = wait.take, scope.note_taken
+local raise_at_caller, quote, check_seconds, check_phase, lock_opts = args.raise_at_caller, args.quote,
+      args.check_seconds, args.check_phase, args.lock_opts
+
+local _M = { _VERSION = core._VERSION }
+
+args.own(debug.getinfo(1, "S").source)
+
+--- The clients' metatable (redislock/client.lua fills its __index, the
+-- Client methods).
+local client_mt = { __index = {} }
+_M.client_mt = client_mt
+
+--- Whether x is a client (of redislock.new).
+function _M.is_client(x)
+  return getmetatable(x) == client_mt
+end
+
+--- Whether the client was closed.
+function _M.closed(client)
+  return client._link.closed
+end
+
+-- Refuses a client that was closed.
+local function check_not_closed(client, fname)
+  if client._link.closed then
+    raise_at_caller(string_format("bad self to '%s' (client is closed)", fname))
+  end
+end
+
+-- Refuses a client that was closed, and I/O where nginx forbids it.
+local function check_open(client, fname)
+  check_not_closed(client, fname)
+  check_phase(client._transport, fname)
+end
+_M.check_not_closed, _M.check_open = check_not_closed, check_open
+
+
+-- Makes the lock object for a hold just taken (fence: its fence; sent:
+-- core.now() when the successful attempt was sent) and, with how.renew,
+-- starts its renewal; notes it for messages and with_lock's scope.
+local function adopt(self, key, tok, fence, sent, ms, how, scoped, kind)
+  local t = self._transport
+  -- The lock cannot expire on the server before sent + ms (the TTL started
+  -- after the send), by the monotonic clock.
+  local lock = lock_mod.new(t, self._link, key, tok, fence, sent + (t.validity_ms and t:validity_ms(ms) or ms) / 1000,
+                            kind and kind.ops)
+  lock._since = sent
+  if how.renew then
+    lock_mod.lease(lock, how, ms, sent, scoped)
+    self._renewed[lock] = true
+  end
+  if not kind then
+    self._held[key] = lock
+    lock._context = transport.context()
+  elseif kind.note then
+    kind.note(self, key, lock)
+  end
+  if scope.watching > 0 then note_taken(lock) end
+  return lock
+end
+_M.adopt = adopt
+
+--- A new token for a hold by client self: 32 random hex digits, then who
+-- holds it (unless holder = false): /<host>/<pid>/<since, unix seconds>[/<label>].
+-- The part after the digits is made again only when the second or the
+-- process (a fork) changed: it costs the cycle next to nothing.
+local function new_token(self)
+  local holder = self._holder
+  if not holder then return token() end
+  local gen, t = fork_gen(), os_time()
+  if gen ~= self._gen or t ~= self._second then
+    self._gen, self._second = gen, t
+    self._suffix = holder .. getpid() .. "/" .. t .. self._label
+  end
+  return token(self._suffix)
+end
+_M.new_token = new_token
+
+-- acquire after its arguments were checked. scoped: with_lock's lock, which
+-- must not outlive the running thread (see redislock/ngx_lease.lua); kind:
+-- how to take it (wait.take's; nil for a lock).
+--- Tells the client's observer how a take that began at began (core.now())
+-- ended: "acquired" (fence, and sent: when the successful try was sent) or
+-- "busy" (sent: the message); other failures are not its business.
+local function observe_take(self, began, key, kind, fence, sent)
+  if fence then
+    observe(self._link, "acquired", { key = key, kind = kind, fence = fence, wait = sent - began })
+  elseif sent:find("^busy:") then
+    observe(self._link, "busy", { key = key, kind = kind, waited = now() - began, why = sent })
+  end
+end
+_M.observe_take = observe_take
+
+local function acquire(self, key, ms, how, scoped, kind)
+  local tok, t = new_token(self), self._transport
+  local began = self._link.observer and now()
+  local fence, sent, acked, werr = take(t, self._sleep, self._held, self._hot, key, tok, ms, how, kind)
+  if began then observe_take(self, began, key, kind and kind.ops.kind or "lock", fence, sent) end
+  if not fence then return nil, sent end
+  if how.replicas and (not acked or acked < how.replicas) then
+    lock_mod.new(t, self._link, key, tok, nil, nil, kind and kind.ops):release() -- give it back
+    if not acked then return nil, werr end -- taken, but the WAIT failed
+    -- not durable enough to count as taken
+    return nil, string_format("redis: %s reached %d of %d replica%s within %.3g s (WAIT), so it was released",
+                              kind and kind.ops.label:format(quote(key)) or quote(key), acked, how.replicas,
+                              how.replicas == 1 and "" or "s", how.replica_ms / 1000)
+  end
+  return adopt(self, key, tok, fence, sent, ms, how, scoped, kind)
+end
+
+--- hold(client, key, ms, how, scoped, kind) -> hold | nil, err: takes
+-- key as kind says (redislock/wait.lua's kind, with ops: the hold's scripts,
+-- redislock/lock.lua's), waiting, renewing and noting it as a lock; for
+-- the primitives (redislock/semaphore.lua, redislock/rwlock.lua).
+_M.hold = acquire
+
+--- with_hold(client, key, ms, how, kind, fn): with_lock for any hold:
+-- takes it (kind nil: a lock), or raises why not; then fn(hold) under
+-- scope.hold (released on every way out, fn's results or error passed on).
+function _M.with_hold(self, key, ms, how, kind, fn)
+  local h, err = acquire(self, key, ms, how, true, kind)
+  if not h then error(err, 0) end
+  return scope.hold(h, fn)
+end
+
+--- The arguments of a primitive's acquire or with_ on client (fname; ttl is
+-- argument 1, opts argument nopts), checked, the client too: returns the
+-- ttl in ms and how to take the hold. no (option -> why not) and where
+-- ("for a semaphore") name the acquire options the primitive refuses.
+function _M.hold_args(client, fname, ttl, opts, nopts, scoped, no, where)
+  check_open(client, fname)
+  local ms = check_seconds(1, fname, "ttl", ttl)
+  local how = lock_opts(nopts, fname, opts, scoped)
+  args.refuse(nopts, fname, how, no, where)
+  return ms, how
+end
+
+--- The name of the lock on key, as the C core makes it ("<prefix>{<key>}");
+-- the names of its other keys add a suffix (":fence" ...).
+function _M.lock_name(client, key)
+  return client.prefix .. "{" .. key .. "}"
+end
+
+--- The name of the era record of the slot of the lock on key, as the C core
+-- makes it ("<prefix>{<tag>}:era": rl_script.c, "Fences across failovers").
+function _M.era_name(client, key)
+  return client.prefix .. "{" .. core.era_tag(core.lock_slot(key)) .. "}:era"
+end
+
+return _M

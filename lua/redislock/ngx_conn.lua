@@ -1,0 +1,263 @@
+-- SPDX-License-Identifier: MIT
+--- redislock.ngx_conn: the connections of the OpenResty transport
+-- (redislock/ngx.lua): a pool per server and set of credentials and TLS
+-- settings, the TLS handshake, what a new connection is sent first (AUTH,
+-- SELECT, ROLE), and one round trip of bytes the C core made, read with its
+-- reply reader.
+
+local args = require "redislock.args"
+local core = require "redislock.core"
+local tls_mod = require "redislock.tls"
+
+local ngx = ngx
+local io_open, ipairs, tostring, type = io.open, ipairs, tostring, type
+local string_format, table_concat = string.format, table.concat
+local tcp, md5 = ngx.socket.tcp, ngx.md5
+local encode, new_reader = core.encode, core.reader
+
+local _M = { _VERSION = core._VERSION }
+
+-- The bytes one receiveany may return; replies to lock scripts are ~20 bytes.
+local READ_SIZE = 16384
+
+-- Salts the password's digest in pool names (pools live in one worker).
+local POOL_SALT = core.token()
+
+args.own(debug.getinfo(1, "S").source)
+
+-- A file's contents, or raises a bad argument to 'new' naming field.
+local function read_file(field, path)
+  local f, err = io_open(path, "rb")
+  local data = f and f:read("*a")
+  if f then f:close() end
+  if not data then
+    args.argerror(1, "new", string_format("tls.%s: cannot read %s: %s", field, args.quote(path), err))
+  end
+  return data
+end
+
+-- Checks the TLS settings (redislock/tls.lua's) and their files, and what
+-- nginx can do of them, and sets the fields open() uses: tls_verify,
+-- tls_name, tls_cert, tls_key, and what the pool name must tell apart.
+local function tls_setup(self, t, host)
+  tls_mod.check_files(t)
+  if t.ca then
+    -- ngx_lua 0.10.23 verifies against nginx's store only; taking the
+    -- option and not honouring it would be worse than refusing it.
+    args.argerror(1, "new", "option 'tls.ca' cannot be honoured per connection under OpenResty: nginx"
+      .. " verifies against the lua_ssl_trusted_certificate directive (set it to this file, and drop tls.ca)")
+  end
+  local name = t.server_name or host
+  if t.verify and not t.server_name and (host:find("^[%d.]+$") or host:find(":", 1, true)) then
+    -- nginx checks names with X509_check_host: DNS names only, never IP SANs.
+    args.argerror(1, "new", "under OpenResty a TLS host given as an address needs 'tls.server_name' (a DNS"
+      .. " name in the server's certificate): nginx checks DNS names only")
+  end
+  self.tls, self.tls_verify, self.tls_name = true, t.verify, name
+  if t.cert then
+    local ssl = require "ngx.ssl"
+    local cert, cerr = ssl.parse_pem_cert(read_file("cert", t.cert))
+    local key, kerr = ssl.parse_pem_priv_key(read_file("key", t.key))
+    if not cert then args.argerror(1, "new", "tls.cert: " .. tostring(cerr)) end
+    if not key then args.argerror(1, "new", "tls.key: " .. tostring(kerr)) end
+    self.tls_cert, self.tls_key = cert, key
+  end
+  return table_concat({ "tls", name, t.verify and "verify" or "noverify", t.cert or "" }, ":")
+end
+
+--- Sets the fields of transport self (redislock/ngx.lua's, from the
+-- checked fields c; host: its TCP host) that open() uses: its pool, TLS
+-- settings, and the bytes a new connection is sent first. Reads TLS files.
+function _M.configure(self, c, host)
+  local db = self.db
+  -- A pool of its own: a pooled connection carries its AUTH and SELECT, so it
+  -- must never be handed to a client of another server, db or user (nor to
+  -- lua-resty-redis, whose default pool is named "host:port").
+  -- Nor a TLS connection to a client with other TLS settings, or none.
+  local tls = c.tls and tls_setup(self, c.tls, host) or "plain"
+  self.tls_name_fixed = c.tls and c.tls.server_name ~= nil
+  self.pool_rest = table_concat({ db, c.username or "", c.password and md5(POOL_SALT .. c.password) or "", tls }, "/")
+  self.pool_opts = { pool = "redislock/" .. self.where .. "/" .. self.pool_rest, pool_size = c.pool_size }
+  -- What a fresh connection is sent first, in one write.
+  local setup, names = {}, {}
+  if c.password then
+    setup[#setup + 1] = c.username and encode("AUTH", c.username, c.password) or encode("AUTH", c.password)
+    names[#names + 1] = "AUTH"
+  end
+  if db ~= 0 then
+    setup[#setup + 1] = encode("SELECT", db)
+    names[#names + 1] = "SELECT"
+  end
+  if c.master_only then -- behind Sentinel: a new connection checks the node is still the master
+    setup[#setup + 1] = encode("ROLE")
+    names[#names + 1] = "ROLE"
+  end
+  if #setup > 0 then
+    self.setup, self.setup_names = table_concat(setup), names
+  end
+end
+
+--- After self's address changed (retarget): a pool of the new address.
+function _M.repool(self)
+  self.pool_opts = { pool = "redislock/" .. self.where .. "/" .. self.pool_rest, pool_size = self.pool_opts.pool_size }
+end
+
+-- A cosocket error as a "connection: ..." message.
+local function io_message(self, err)
+  if err == "timeout" then
+    return string_format("connection: %s did not answer within %g s (timeout)", self.where, self.timeout_ms / 1000)
+  elseif err == "closed" then
+    return string_format("connection: %s closed the connection", self.where)
+  end
+  return string_format("connection: lost %s (%s)", self.where, err)
+end
+
+-- Reads until reader[method] has a complete reply. Returns what it returned;
+-- or nil, a message, and true when the connection failed or sent bytes that
+-- cannot be read (then it must be closed, never pooled) and, fourth, true when
+-- that failure was a timeout.
+local function read_reply(self, sock, reader, method)
+  while true do
+    local a, b, unreadable = reader[method](reader)
+    if unreadable then return nil, b, true end
+    if a ~= nil or b ~= nil then return a, b end
+    local data, err = sock:receiveany(READ_SIZE)
+    if not data then return nil, io_message(self, err), true, err == "timeout" end
+    reader:feed(data)
+  end
+end
+
+local ASKING = encode("ASKING")
+
+
+-- Sends bytes and reads one reply with reader[method] (see read_reply). With
+-- asking, ASKING goes first in the same write (a cluster's ASK redirect),
+-- its +OK read and dropped (an error in its place is the call's, and the
+-- connection, out of step, is not pooled); with naming (the bytes of a
+-- CLIENT SETNAME), that goes first, and a refusal leaves the connection
+-- unnamed, which only costs the next take a round trip.
+local function round_trip(self, sock, bytes, method, asking, naming)
+  local pre = asking and ASKING or naming
+  local ok, err = sock:send(pre and { pre, bytes } or bytes)
+  if not ok then return nil, io_message(self, err), true, err == "timeout" end
+  local reader = new_reader()
+  if pre then
+    local v, msg, failed, timed_out = read_reply(self, sock, reader, "reply")
+    if failed then return nil, msg, true, timed_out end
+    if v == nil and asking then return nil, "redis: ASKING: " .. msg:sub(8), true end
+  end
+  return read_reply(self, sock, reader, method)
+end
+
+-- What nginx's handshake errors mean, for the message.
+local function tls_hint(err)
+  if err:find("host mismatch", 1, true) then
+    return "name mismatch: the server's certificate does not name the host; tls.server_name sets the name to check"
+  elseif err:find("certificate verify failed", 1, true) or err:find("^%d+: ") then
+    return "the server's certificate is not trusted: " .. err .. "; lua_ssl_trusted_certificate names the trust anchors"
+  elseif err:find("wrong version number", 1, true) or err:find("record layer", 1, true) then
+    return err .. "; the server does not speak TLS on this port"
+  end
+  return err
+end
+
+-- The TLS handshake on a new connection (client certificate, SNI, the name
+-- checked when verifying). true, or nil and a "connection: ..." message.
+local function handshake(self, sock)
+  if self.tls_cert then
+    local ok, err = sock:setclientcert(self.tls_cert, self.tls_key)
+    if not ok then return nil, string_format("connection: cannot connect to %s (TLS: %s)", self.where, err) end
+  end
+  local ok, err = sock:sslhandshake(false, self.tls_name, self.tls_verify)
+  if not ok then
+    return nil, string_format("connection: cannot connect to %s (TLS: %s)", self.where,
+                              tls_hint(err or "handshake failed"))
+  end
+  -- lua-resty-core 0.1.25 returns true for a handshake that finished at once
+  -- but failed verification (nginx then closed the socket and logged why).
+  if not sock:getreusedtimes() then
+    return nil, string_format("connection: cannot connect to %s (TLS: the server's certificate failed"
+      .. " verification, untrusted or not naming %s; nginx's error log says which)", self.where, self.tls_name)
+  end
+  return true
+end
+
+-- The error of a new connection to a node that is no longer the master
+-- (master_only): READONLY, as the node would answer a write, but nothing was
+-- sent (redislock/sentinel.lua resolves the master and tries again at once).
+local NOT_MASTER = "redis: READONLY %s says ROLE %s on a new connection, not master (nothing was sent)"
+
+-- A connection, pooled or new; a new one has been authenticated and has its
+-- db selected (and, master_only, said ROLE master). pool_opts: another pool than the transport's (a subscription
+-- takes one of its own). Returns the socket and how often it was reused, or
+-- nil and a "connection: ..." / "redis: ..." message.
+local function open(self, pool_opts)
+  local sock = tcp()
+  sock:settimeouts(self.connect_timeout_ms, self.timeout_ms, self.timeout_ms)
+  local ok, err
+  if self.path then
+    ok, err = sock:connect("unix:" .. self.path, pool_opts or self.pool_opts)
+  else
+    ok, err = sock:connect(self.host, self.port, pool_opts or self.pool_opts)
+  end
+  if not ok then
+    return nil, string_format("connection: cannot connect to %s (%s)", self.where, err)
+  end
+  local reused = sock:getreusedtimes()
+  if reused == 0 and self.tls then
+    ok, err = handshake(self, sock)
+    if not ok then
+      sock:close()
+      return nil, err
+    end
+  end
+  if reused == 0 and self.setup then
+    ok, err = sock:send(self.setup)
+    if not ok then
+      sock:close()
+      return nil, io_message(self, err)
+    end
+    local reader = new_reader()
+    for _, what in ipairs(self.setup_names) do
+      local v, msg, failed = read_reply(self, sock, reader, "reply")
+      if v == nil then
+        sock:close()
+        if not failed then -- the server refused: "redis: WRONGPASS ..."
+          msg = string_format("redis: %s refused by %s: %s", what, self.where, msg:sub(8))
+        end
+        return nil, msg
+      end
+      if what == "ROLE" and (type(v) ~= "table" or v[1] ~= "master") then
+        sock:close()
+        return nil, string_format(NOT_MASTER, self.where, type(v) == "table" and tostring(v[1]) or tostring(v))
+      end
+    end
+  end
+  return sock, reused
+end
+
+-- Puts a healthy connection back into the pool, whose size connect() set.
+-- No explicit nil: older ngx_lua refuses it (nginx's default applies then).
+local function keepalive(self, sock)
+  local ok
+  if self.keepalive_ms then
+    ok = sock:setkeepalive(self.keepalive_ms)
+  else
+    ok = sock:setkeepalive()
+  end
+  if not ok then sock:close() end
+end
+
+-- After a round trip: a failed connection is closed, a healthy one pooled.
+local function give_back(self, sock, failed)
+  if failed then
+    sock:close()
+  else
+    keepalive(self, sock)
+  end
+end
+
+_M.io_message, _M.read_reply, _M.round_trip, _M.open, _M.keepalive, _M.give_back = io_message, read_reply, round_trip,
+  open, keepalive, give_back
+
+return _M
