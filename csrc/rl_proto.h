@@ -100,6 +100,9 @@ typedef enum {
 /* A new era's offset is the master's clock in milliseconds, and at least the
    last era's offset plus this (rl_script.c, "Fences across failovers"). */
 #define RL_ERA_STEP 1000
+/* How far ahead of its clock a promoted replica starts its era (ms): see
+   rl_script.c, "Fences across failovers". */
+#define RL_ERA_LEAD 60000
 #define RL_ERA_NAME "redislock:"        /* a connection's name: this and the master ID it checked */
 
 /*

@@ -65,15 +65,24 @@
  * A master's replication ID is new whenever it becomes a master (promoted,
  * or restarted), so a record that names another ID than INFO replication's
  * was written under an earlier master: a new era starts, whose offset is
- * the master's clock (TIME) in milliseconds, or the record's offset plus
+ * the master's clock (TIME) in milliseconds, RL_ERA_LEAD ahead of it for a
+ * promoted replica (master_replid2 set), or the record's offset plus
  * RL_ERA_STEP when that is larger (a clock behind). The clock, not the old
  * offset plus a constant: two masters that start their eras from the same
  * record (a master restarted, its replicas not yet copying its new era,
  * then one of them promoted; make torture found it) must not share an
- * offset, and they start at different times. Every fence of the new
- * master is above every fence of the old one as long as the old one
- * granted fewer locks on one key that the new one never saw than there
- * were milliseconds between the two eras' starts. A record missing on a
+ * offset, and they start at different times. The lead: a master killed
+ * and restarted at once comes back as a master, and the sentinels may
+ * still send clients to it while they promote one of its replicas (make
+ * torture found it: the restarted master's era began 250 ms after the
+ * promoted replica's, whose fences then ran below the ones the deposed
+ * master had handed out, and later equal to them); the promoted replica,
+ * the one that stays, starts its era a minute ahead, above a restart's
+ * that comes within that minute. Every fence of the new master is above
+ * every fence of the old one as long as the old one granted fewer locks
+ * on one key that the new one never saw than there were milliseconds
+ * between the two eras' starts (for a promoted replica, plus the lead).
+ * A record missing on a
  * server that was never a replica (master_replid2 all zeros) starts at 0,
  * so a plain server's fences are the counter, as before; missing anywhere
  * else it starts a new era. Milliseconds, not finer: fences stay below
@@ -140,9 +149,11 @@
   "  local r = redis.call('GET', rec)\n"                                   \
   "  local off = r and tonumber(string.match(r, ' (%d+)$')) or 0\n"        \
   "  if r and string.sub(r, 1, #id + 1) == id .. ' ' then return off end\n" \
-  "  if r or not string.find(era_info, 'master_replid2:' .. string.rep('0', 40), 1, true) then\n" \
+  "  local promoted = not string.find(era_info, 'master_replid2:' .. string.rep('0', 40), 1, true)\n" \
+  "  if r or promoted then\n"                                              \
   "    local t = redis.call('TIME')\n"                                       \
-  "    off = math.max(off + " RL_STR(RL_ERA_STEP) ", t[1] * 1000 + math.floor(t[2] / 1000))\n" \
+  "    local lead = promoted and " RL_STR(RL_ERA_LEAD) " or 0\n"             \
+  "    off = math.max(off + " RL_STR(RL_ERA_STEP) ", t[1] * 1000 + math.floor(t[2] / 1000) + lead)\n" \
   "  end\n"                                                                \
   "  redis.call('SET', rec, id .. ' ' .. " FMT "off))\n"                   \
   "  return off\n"                                                         \

@@ -132,6 +132,52 @@ describe("wire functions", function()
     assert.are.equal(99999999999999 + 1000 + 9, script("acquire", "k", tok, 5000)[2])
   end)
 
+  it("starts a promoted replica's era a minute ahead, above a master restarted meanwhile", function()
+    -- make torture's case: a master killed and restarted at once came back
+    -- as a master (a new replication ID, master_replid2 unset: this
+    -- section's own server stands in for it) and started its era 250 ms
+    -- after the replica promoted in its place; the replica, the master that
+    -- stayed, then handed out fences below the ones the restarted master
+    -- had handed out to clients the sentinels still sent to it.
+    local redislock = require "redislock"
+    local primary = helpers.start_redis()
+    local replica = helpers.start_redis({ "--replicaof", "127.0.0.1", tostring(primary.port) })
+    finally(function()
+      replica:stop()
+      primary:stop()
+    end)
+    assert(helpers.eventually(10, function()
+      return replica:cli("INFO", "replication"):find("master_link_status:up", 1, true) ~= nil
+    end), "the replica never synced")
+    assert.are.equal("OK", replica:cli("REPLICAOF", "NO", "ONE"))
+    local era = "lock:{" .. core.era_tag(core.lock_slot("k")) .. "}:era"
+    local record = ("f"):rep(40) .. " 5000" -- the old master's
+    local function clock(server)
+      local t = server:cli("TIME")
+      local sec, usec = t:match("^(%d+)\n(%d+)$")
+      return tonumber(sec) * 1000 + math.floor(tonumber(usec) / 1000)
+    end
+    -- The replica promoted first: its era a minute ahead of its clock.
+    assert.are.equal("OK", replica:cli("SET", era, record))
+    local before = clock(replica)
+    local c = redislock.new({ port = replica.port })
+    local lock = assert(c:acquire("k", 5))
+    local promoted = tonumber(replica:cli("GET", era):match(" (%d+)$"))
+    assert.is_true(promoted >= before + 60000 and promoted < before + 65000,
+                   "offset " .. promoted .. ", clock " .. before)
+    assert.are.equal(promoted + 1, lock.fence)
+    assert(lock:release())
+    c:close()
+    -- The master restarted after it: its era at its clock, below.
+    core.sleep(0.3)
+    assert.are.equal("OK", raw:command("SET", era, record))
+    local tok = core.token()
+    local fence = script("acquire", "k", tok, 5000)[2]
+    local restarted = tonumber(raw:command("GET", era):match(" (%d+)$"))
+    assert.is_true(restarted >= before + 300 and restarted < promoted, "offset " .. restarted)
+    assert.are.equal(restarted + 1, fence)
+  end)
+
   it("has an era tag for every hash slot, of that slot, in four characters at most", function()
     for slot = 0, 16383 do
       local tag = core.era_tag(slot)

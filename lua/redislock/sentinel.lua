@@ -190,7 +190,8 @@ local function resolve(self)
     if try < ROLE_TRIES then self._sleep(ROLE_PAUSE * try) end
   end
   self._stale = true
-  return nil, string_format("redis: %s, named master %q by the sentinels, says ROLE %s, not master (asked %d times)",
+  return nil, string_format("redis: READONLY %s, named master %q by the sentinels, says ROLE %s, not master "
+                            .. "(asked %d times)",
                             where(self._host, self._port), self.master, tostring(role), ROLE_TRIES)
 end
 
