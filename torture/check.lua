@@ -46,17 +46,17 @@ local function read_log(w, sections, failures)
       local t, outcome = rest:match("^(%S+) %S+ %d+ (%S+)")
       open.exit, open.outcome = tonumber(t), outcome
     elseif kind == "L" and open then
-      local code = rest:match("^%S+ %S+ (%S+)")
+      local t, code = rest:match("^(%S+) %S+ (%S+)")
       open.ended = code
       if code == "lost" or code == "connection" then open.told = true end
       if code ~= "lost" and code ~= "connection" and code ~= "redis" then
-        failures[#failures + 1] = { worker = w.id, code = code, text = rest }
+        failures[#failures + 1] = { worker = w.id, code = code, text = rest, at = tonumber(t) }
       end
       open = nil
     elseif kind == "F" then
-      local _, key, code, waited, wait, msg = rest:match("^(%S+) (%S+) (%S+) (%S+) (%S+) (.*)$")
+      local t, key, code, waited, wait, msg = rest:match("^(%S+) (%S+) (%S+) (%S+) (%S+) (.*)$")
       failures[#failures + 1] = { worker = w.id, key = key, code = code, waited = tonumber(waited),
-                                  wait = tonumber(wait), text = msg }
+                                  wait = tonumber(wait), text = msg, at = tonumber(t) }
       open = nil
     elseif kind == "DONE" then
       done = true
@@ -109,8 +109,28 @@ function _M.run(o)
     end
     return false
   end
+  -- What happened while each kind of fault ran (and for a TTL and a second
+  -- after it, while its effects last): the fault that began last before t.
+  local by_fault, fault_order = {}, {}
+  local windows_in = o.fault_log or {}
+  local function tally(t, field)
+    local kind = "no fault"
+    for _, f in ipairs(windows_in) do
+      if f.from <= t and t <= f.to + (o.ttl or 1) + 1 then kind = f.kind end
+    end
+    local row = by_fault[kind]
+    if not row then
+      row = { kind = kind, sections = 0, told = 0, allowed = 0, stale = 0, failed = {} }
+      by_fault[kind] = row
+      fault_order[#fault_order + 1] = row
+    end
+    if field == "failed" then return row end
+    row[field] = row[field] + 1
+  end
   local by_key = {}
   for _, s in ipairs(sections) do
+    tally(s.enter, "sections")
+    if s.outcome and s.outcome ~= "ok" and s.exit ~= math.huge then tally(s.exit, "stale") end
     by_key[s.key] = by_key[s.key] or {}
     table.insert(by_key[s.key], s)
     if s.outcome and s.outcome ~= "ok" then
@@ -151,10 +171,13 @@ function _M.run(o)
         elseif a.worker ~= b.worker then
           if a.told or b.told then
             told = told + 1
+            tally(b.enter, "told")
           elseif jumped(a, b) then
             clock = clock + 1
+            tally(b.enter, "allowed")
           elseif o.failover and a.node ~= b.node then
             split = split + 1
+            tally(b.enter, "allowed")
           else
             silent = silent + 1
             details[#details + 1] = string.format("%s: silent overlap, worker %d (fence %d, %.3f-%.3f) and worker %d "
@@ -208,6 +231,10 @@ function _M.run(o)
   local codes = {}
   for _, f in ipairs(failures) do
     codes[f.code] = (codes[f.code] or 0) + 1
+    if f.at then
+      local failed = tally(f.at, "failed").failed
+      failed[f.code] = (failed[f.code] or 0) + 1
+    end
     if f.code ~= "busy" and f.code ~= "lost" and f.code ~= "connection" and f.code ~= "redis" then
       uncoded = uncoded + 1
       details[#details + 1] = string.format("worker %d: an error without a code word: %s", f.worker, f.text)
@@ -242,7 +269,18 @@ function _M.run(o)
                                  .. "%d of them written", deposed, deposed_written) or "",
     writes - counted, crashes, #o.hung, uncoded, redis_with_wait, #o.keys_left,
     #code_list > 0 and table.concat(code_list, ", ") or "none")
-  return { ok = ok, summary = summary, details = details }
+  -- One line per kind of fault, the most sections first.
+  table.sort(fault_order, function(x, y) return x.sections > y.sections end)
+  local lines = {}
+  for _, row in ipairs(fault_order) do
+    local failed = {}
+    for code, n in pairs(row.failed) do failed[#failed + 1] = code .. " " .. n end
+    table.sort(failed)
+    lines[#lines + 1] = string.format("%s: %s sections, %d told overlaps, %d silent overlaps the design allows, "
+      .. "%d stale writes refused; failed calls: %s", row.kind, commas(row.sections), row.told, row.allowed, row.stale,
+      #failed > 0 and table.concat(failed, ", ") or "none")
+  end
+  return { ok = ok, summary = summary, details = details, by_fault = lines }
 end
 
 return _M

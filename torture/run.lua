@@ -328,13 +328,18 @@ local function phase(name, n)
   local common = #faults
   for _, f in ipairs(lock.faults) do faults[#faults + 1] = f end
 
+  -- The faults injected: { from, to (core.now()), line, kind (the line
+  -- without its numbers and details) }.
   local fault_log = {}
   local deadline = core.now() + seconds
   sleep(0.5)
   while core.now() < deadline - 1 do
     -- Two faults in three are the topology's own.
     local k = math.random() < 2 / 3 and common + math.random(#lock.faults) or math.random(common)
-    fault_log[#fault_log + 1] = string.format("%.3f %s", core.now(), faults[k]())
+    local from = core.now()
+    local line = faults[k]()
+    fault_log[#fault_log + 1] = { from = from, to = core.now(), line = line,
+                                  kind = (line:gsub("([%s:(k])%d[%d.]*", "%1N"):gsub(": .*$", "")) }
     -- A failover takes seconds: the topology's faults leave it time to serve.
     sleep(k > common and lock.failover and 1 + 2 * math.random() or 0.2 + math.random())
   end
@@ -375,23 +380,23 @@ local function phase(name, n)
   local result = check.run({
     topology = name, workers = workers, hung = hung, nkeys = nkeys, seconds = seconds, faults = #fault_log,
     register = function(...) return reg_srv:cli(...) end, keys_left = left, seed = seed, failover = lock.failover,
-    windows = lock.windows,
+    windows = lock.windows, fault_log = fault_log, ttl = ttl,
   })
   if os.getenv("TORTURE_VERBOSE") == "1" or not result.ok then
-    for _, line in ipairs(fault_log) do print("  fault: " .. line) end
+    for _, f in ipairs(fault_log) do print(string.format("  fault: %.3f %s", f.from, f.line)) end
     for _, line in ipairs(result.details) do print("  " .. line) end
   end
   print(result.summary)
   -- The faults by kind (their numbers left out), most frequent first.
   local kinds, order = {}, {}
-  for _, line in ipairs(fault_log) do
-    local kind = line:gsub("^%S+ ", ""):gsub("([%s:(k])%d[%d.]*", "%1N"):gsub(": .*$", "")
-    if not kinds[kind] then order[#order + 1] = kind end
-    kinds[kind] = (kinds[kind] or 0) + 1
+  for _, f in ipairs(fault_log) do
+    if not kinds[f.kind] then order[#order + 1] = f.kind end
+    kinds[f.kind] = (kinds[f.kind] or 0) + 1
   end
   table.sort(order, function(x, y) return kinds[x] > kinds[y] or (kinds[x] == kinds[y] and x < y) end)
   for i, kind in ipairs(order) do order[i] = kinds[kind] .. " x " .. kind end
   print("torture " .. name .. ": faults: " .. table.concat(order, "; "))
+  for _, line in ipairs(result.by_fault) do print("torture " .. name .. ": during " .. line) end
   lock.stop(not result.ok and dir or nil)
   if not tmp_root then
     if result.ok then os.execute("rm -rf " .. q(dir)) else print("torture: logs kept in " .. dir) end
