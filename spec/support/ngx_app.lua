@@ -214,10 +214,10 @@ function app.ping()
   ngx.say("pong")
 end
 
---- GET /with_lock?key=k&ttl=s&hold=s[&renew=0][&on_lost=1]: holds the lock
--- hold seconds (ngx.sleep inside fn) -> 200 "fence" | 409 lost/busy | 503.
+--- GET /with_lock?key=k&ttl=s&hold=s[&renew=0][&on_lost=1][&mark=1]: holds the
+-- lock hold seconds (ngx.sleep inside fn) -> 200 "fence" | 409 lost/busy | 503.
 -- renew=0 turns the renewal off; on_lost=1 reports what on_lost was called
--- with after a lost error.
+-- with after a lost error; mark=1 sets the key "inside:<k>" once fn runs.
 local lost_calls = {} -- key -> the error on_lost was called with (in the renewal timer)
 
 function app.with_lock()
@@ -225,6 +225,7 @@ function app.with_lock()
   lost_calls[key] = nil
   local on_lost = ngx.var.arg_on_lost == "1" and function(_, err) lost_calls[key] = err end or nil
   local ok, fence = pcall(client().with_lock, client(), key, arg_number("ttl", 5), function(lock)
+    if ngx.var.arg_mark == "1" then assert(client():command("SET", "inside:" .. key, "1")) end
     ngx.sleep(arg_number("hold", 0))
     return lock.fence
   end, { renew = ngx.var.arg_renew ~= "0", on_lost = on_lost })
