@@ -82,11 +82,8 @@ end
 -- =, port = }), and the sleep that goes with it. fields: of the nodes (as
 -- transport.node takes them; host and port come from the cluster). No I/O.
 function _M.new(fields, seeds)
-  local t = fields.tls
-  if transport.cosockets and t and t.verify and not t.server_name then
-    args.argerror(1, "new", "under OpenResty, TLS to a cluster needs 'tls.server_name' (a DNS name in the nodes'"
-      .. " certificates): the cluster names its nodes by address, and nginx checks DNS names only")
-  end
+  transport.check_names(fields.tls, "under OpenResty, TLS to a cluster needs 'tls.server_name' (a DNS name in the"
+    .. " nodes' certificates): the cluster names its nodes by address, and nginx checks DNS names only")
   local self = setmetatable({ seeds = seeds, _fields = fields, _nodes = {}, _known = 0, _slots = {},
                               _loaded = nil, _stale = true, spread = true }, cluster_mt)
   self._timeout = (fields.timeout_ms or 1000) / 1000
@@ -290,10 +287,13 @@ end
 -- No I/O here (the lock was just taken): the node the table names for the
 -- slot, or any known one while the table is being refreshed; the watchdog
 -- goes where MOVED sends it.
-function Cluster:lease(key, ...)
-  if self.reports_loss == true then return require("redislock.ngx_lease").start(self, key, ...) end
+local function node_lease(self, key, ...)
   local n = self._slots[lock_slot(key)] or select(2, next(self._nodes))
   return n.t:lease(key, ...)
+end
+
+function Cluster:lease(key, ...)
+  return transport.lease(self, node_lease, key, ...)
 end
 
 function Cluster:close()

@@ -23,9 +23,10 @@ local args = require "redislock.args"
 local core = require "redislock.core"
 local conn = require "redislock.ngx_conn"
 local ngx_lease = require "redislock.ngx_lease"
+local ngx_watch = require "redislock.ngx_watch"
 
 local ngx = ngx
-local setmetatable, type = setmetatable, type
+local ipairs, setmetatable, tostring, type = ipairs, setmetatable, tostring, type
 local string_format = string.format
 local get_phase = ngx.get_phase
 local encode, encode_script, encode_wait, new_reader = core.encode, core.encode_script, core.encode_wait, core.reader
@@ -302,6 +303,43 @@ end
 function Transport:closed()
   return self.closed_
 end
+
+--- What the topologies ask of the runtime under OpenResty (see
+-- redislock/transport.lua's each, lease, watch, moved, check_names).
+_M.runtime = {
+  -- A light thread per node; each node's timeout is set before its thread
+  -- first yields (open reads it).
+  each = function(nodes, timeout_ms, op, key, tok, ms)
+    local spawn, wait = ngx.thread.spawn, ngx.thread.wait
+    local threads, statuses, values = {}, {}, {}
+    for i, t in ipairs(nodes) do
+      t.timeout_ms = timeout_ms
+      threads[i] = spawn(t.eval, t, op, key, tok, ms)
+    end
+    for i, th in ipairs(threads) do
+      local ok, status, value = wait(th)
+      if ok and status ~= nil then
+        statuses[i], values[i] = status, value
+      else
+        statuses[i], values[i] = false, ok and value or tostring(status)
+      end
+    end
+    return statuses, values
+  end,
+  -- The worker's timer renews through the topology itself.
+  lease = function(t, _, ...) return ngx_lease.start(t, ...) end,
+  watch = function(master, sentinels, client)
+    local w, err = ngx_watch.get(master, sentinels, client)
+    if not w then return nil, "connection: " .. err end
+    return w
+  end,
+  moved = function() end,
+  check_names = function(t, message, host)
+    if t and t.verify and not t.server_name and (not host or host:find("^[%d.]+$") or host:find(":", 1, true)) then
+      args.argerror(1, "new", message)
+    end
+  end,
+}
 
 mt.__tostring = function(self)
   if self.closed_ then return "redislock.Client (closed)" end

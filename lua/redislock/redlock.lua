@@ -35,8 +35,7 @@ local url = require "redislock.url"
 local ipairs, setmetatable, tonumber, tostring = ipairs, setmetatable, tonumber, tostring
 local string_format, table_concat, table_sort = string.format, table.concat, table.sort
 local math_floor, math_max, math_min = math.floor, math.max, math.min
-local unpack = table.unpack or unpack -- luacheck: ignore (LuaJIT's global)
-local now, eval_many, token, where = core.now, core.eval_many, core.token, url.where
+local now, token, where, each = core.now, core.token, url.where, transport.each
 
 local _M = { _VERSION = core._VERSION }
 
@@ -85,33 +84,9 @@ function _M.new(servers, timeout_ms)
   return self, sleep
 end
 
--- Runs op on each of nodes (node transports) at once, each bounded by
--- timeout_ms. Returns statuses and values: per node, the status (1, 0, -1)
--- and value, or false and an error message.
-local function each(self, nodes, timeout_ms, op, key, tok, ms)
-  if self.reports_loss ~= true then
-    return eval_many(timeout_ms, op, key, tok, ms, unpack(nodes))
-  end
-  local spawn, wait = ngx.thread.spawn, ngx.thread.wait -- luacheck: ignore (ngx)
-  local threads, statuses, values = {}, {}, {}
-  for i, t in ipairs(nodes) do
-    t.timeout_ms = timeout_ms -- read before the thread first yields (redislock/ngx.lua's open)
-    threads[i] = spawn(t.eval, t, op, key, tok, ms)
-  end
-  for i, th in ipairs(threads) do
-    local ok, status, value = wait(th)
-    if ok and status ~= nil then
-      statuses[i], values[i] = status, value
-    else
-      statuses[i], values[i] = false, ok and value or tostring(status)
-    end
-  end
-  return statuses, values
-end
-
--- each on every server.
+-- Runs op on every server at once (transport.each).
 local function all(self, timeout_ms, op, key, tok, ms)
-  return each(self, self.nodes, timeout_ms, op, key, tok, ms)
+  return each(self.nodes, timeout_ms, op, key, tok, ms)
 end
 
 -- The errors among values (statuses false), as one text naming the servers.
@@ -248,7 +223,7 @@ local function settle(self, deadline, statuses, values, bound, op, key, tok, ms)
     if have >= self.quorum or have + #retry < self.quorum then return end
     step = lock_mod.pause(self._sleep, step, deadline)
     if not step then return end
-    local s, v = each(self, nodes, bound, op, key, tok, ms)
+    local s, v = each(nodes, bound, op, key, tok, ms)
     for j, i in ipairs(retry) do statuses[i], values[i] = s[j], v[j] end
   end
 end
@@ -369,11 +344,9 @@ function Lease:stop()
   return at
 end
 
---- Renewal: under OpenResty the worker's timer renews through this
--- transport (a majority each time); in plain Lua the watchdog renews on
--- every server, and the lease is held while a majority of them is.
-function Redlock:lease(key, tok, ttl_ms, ...)
-  if self.reports_loss == true then return require("redislock.ngx_lease").start(self, key, tok, ttl_ms, ...) end
+-- The lease made of the servers' own (plain Lua's watchdog renews on every
+-- server where the lock was taken): held while a majority of them is.
+local function node_leases(self, key, tok, ttl_ms, ...)
   local which = take_grants(self, tok)
   if not which then
     which = {}
@@ -389,6 +362,12 @@ function Redlock:lease(key, tok, ttl_ms, ...)
     leases[#leases + 1] = l
   end
   return setmetatable({ leases = leases, quorum = self.quorum, ttl_ms = ttl_ms }, lease_mt)
+end
+
+--- Renewal (transport.lease): under OpenResty the worker's timer renews
+-- through this transport (a majority each time); in plain Lua, node_leases.
+function Redlock:lease(...)
+  return transport.lease(self, node_leases, ...)
 end
 
 --- The validity of a lock of ms milliseconds just taken or extended.

@@ -30,7 +30,6 @@ local url = require "redislock.url"
 
 local ipairs, pairs, setmetatable, tonumber, tostring, type = ipairs, pairs, setmetatable, tonumber, tostring, type
 local math_floor, math_min = math.floor, math.min
-local unpack = table.unpack or unpack -- luacheck: ignore (LuaJIT's global)
 local string_format, table_concat, table_insert, table_remove = string.format, table.concat, table.insert,
       table.remove
 
@@ -70,22 +69,18 @@ end
 function _M.new(node, sentinels, master, auth)
   local self = setmetatable({ master = master, sentinels = {}, _fields = node, _stale = true, _seen = -1 },
                             sentinel_mt)
-  if transport.cosockets then
-    -- nginx checks DNS names only, and sentinels name nodes by address.
-    local t, at = node.tls, auth.tls
-    if t and t.verify and not t.server_name then
-      args.argerror(1, "new", "under OpenResty, TLS to the nodes behind Sentinel needs 'tls.server_name' (a DNS"
-        .. " name in the nodes' certificates): the sentinels give addresses, and nginx checks DNS names only")
-    end
-    for _, s in ipairs(sentinels) do
-      if at and at.verify and not at.server_name and (s.host:find("^[%d.]+$") or s.host:find(":", 1, true)) then
-        args.argerror(1, "new", "under OpenResty, 'sentinel_tls' to sentinels given as addresses needs"
-          .. " 'sentinel_tls.server_name' (a DNS name in their certificates): nginx checks DNS names only")
-      end
-    end
-    -- Every new connection to the master checks its ROLE (redislock/ngx.lua).
-    node.master_only = true
+  -- Under OpenResty nginx checks DNS names only, and sentinels name nodes
+  -- by address.
+  transport.check_names(node.tls, "under OpenResty, TLS to the nodes behind Sentinel needs 'tls.server_name' (a"
+    .. " DNS name in the nodes' certificates): the sentinels give addresses, and nginx checks DNS names only")
+  for _, s in ipairs(sentinels) do
+    transport.check_names(auth.tls, "under OpenResty, 'sentinel_tls' to sentinels given as addresses needs"
+      .. " 'sentinel_tls.server_name' (a DNS name in their certificates): nginx checks DNS names only", s.host)
   end
+  -- Every new connection to the master checks its ROLE where connections
+  -- are pooled (redislock/ngx.lua's master_only; the C transport checks
+  -- when it resolves the master, below).
+  node.master_only = true
   local sleep
   for i, s in ipairs(sentinels) do
     local t
@@ -136,7 +131,7 @@ local function point(self, host, port)
     self._node = transport.node(fields)
   elseif self._host ~= host or self._port ~= port then
     node:retarget(host, port)
-    if self.reports_loss ~= true then core.move_leases(self._host, self._port, host, port) end
+    transport.moved(self._host, self._port, host, port)
   end
   self._host, self._port = host, port
   return self._node
@@ -149,13 +144,9 @@ local function watch(self)
   if self._watch == nil then
     local ts = {}
     for i, s in ipairs(self.sentinels) do ts[i] = s.t end
-    if self.reports_loss == true then
-      local err
-      self._watch, err = require("redislock.ngx_watch").get(self.master, ts, self)
-      if not self._watch then return nil, "connection: " .. err end
-    else
-      self._watch = core.sentinel_watch(self.master, unpack(ts))
-    end
+    local err
+    self._watch, err = transport.watch(self.master, ts, self)
+    if not self._watch then return nil, err end
   end
   return self._watch
 end

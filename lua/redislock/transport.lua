@@ -30,12 +30,19 @@
 -- and, for redislock/sentinel.lua, one of each: the C core's t:usable()
 -- (false: the next call reconnects) with core.sentinel_watch, or the
 -- cosockets' t:listen(channel, heard, stop) under redislock/ngx_watch.lua.
+--
+-- The topologies over several nodes (redislock/sentinel.lua, cluster.lua,
+-- redlock.lua) are written once against this module, and never ask which
+-- runtime they run in; what differs is supplied here (see each, lease,
+-- watch, moved, check_names below): in plain Lua by the C core, under
+-- OpenResty by redislock/ngx.lua's runtime table.
 
 local args = require "redislock.args"
 local core = require "redislock.core"
 local tls = require "redislock.tls"
 
 local rawget, type = rawget, type
+local unpack = table.unpack or unpack -- luacheck: ignore (LuaJIT's global)
 
 local _M = { _VERSION = core._VERSION }
 
@@ -45,9 +52,6 @@ args.own(debug.getinfo(1, "S").source)
 local ngx = rawget(_G, "ngx")
 local ngx_transport = type(ngx) == "table" and type(ngx.socket) == "table" and ngx.get_phase
   and require "redislock.ngx"
-
---- true under OpenResty (redislock/ngx.lua's transport).
-_M.cosockets = ngx_transport and true or false
 
 --- The caller's context, for messages: under OpenResty its request (or
 -- timer), which locks of one worker's client tell apart; nil in plain Lua.
@@ -64,6 +68,51 @@ function _M.node(fields)
   fields.pool_size, fields.keepalive_timeout_ms = nil, nil
   return tls.core_new(fields), core.sleep
 end
+
+-- Plain Lua's runtime: the C core's calls to several connections at once
+-- (one poll() over all the sockets), the watchdog thread that renews each
+-- node's leases, and the Sentinel watch thread.
+local c_runtime = {
+  each = function(nodes, timeout_ms, op, key, tok, ms)
+    return core.eval_many(timeout_ms, op, key, tok, ms, unpack(nodes))
+  end,
+  lease = function(t, compose, ...) return compose(t, ...) end,
+  watch = function(master, sentinels) return core.sentinel_watch(master, unpack(sentinels)) end,
+  moved = core.move_leases,
+  check_names = function() end,
+}
+local runtime = ngx_transport and ngx_transport.runtime or c_runtime
+
+--- each(nodes, timeout_ms, op, key, token, ms) -> statuses, values: runs
+-- the lock script op on every node transport of nodes at once, each
+-- bounded by timeout_ms: per node, the status (1, 0, -1) and value, or
+-- false and an error message.
+_M.each = runtime.each
+
+--- lease(t, compose, key, token, ttl_ms, ...) -> lease | nil, err: the
+-- renewal of a lock taken through topology t (t:lease's arguments). Plain
+-- Lua renews on the nodes themselves (the watchdog thread): compose(t, key,
+-- ...) makes the topology's lease out of its nodes' leases. Under OpenResty
+-- the worker's timer renews through t itself, and compose is not called.
+_M.lease = runtime.lease
+
+--- watch(master, sentinels, client) -> watch | nil, err: what hears that
+-- the sentinels switched master (watch:count() grows on every switch, and
+-- subscription lost or made; watch:close(client)); sentinels: their
+-- transports.
+_M.watch = runtime.watch
+
+--- moved(from_host, from_port, to_host, to_port): a master moved; the
+-- renewals of the locks on the old one go to the new one (plain Lua's
+-- watchdog; under OpenResty the transport's retarget did it).
+_M.moved = runtime.moved
+
+--- check_names(tls, message[, host]): raises message, a bad argument to
+-- 'new', when nodes named by address (the topology's, or host when it is
+-- an address) would be verified with tls settings that have no
+-- server_name under OpenResty, whose handshake checks DNS names only.
+-- Nothing to check in plain Lua.
+_M.check_names = runtime.check_names
 
 --- Runs one of the C core's scripts that go as plain commands
 -- (core.scripts[name]: multi_acquire, inspect, force_release, fenced_write,
