@@ -102,7 +102,7 @@ typedef enum {
 #define RL_ERA_STEP 1000
 /* How far ahead of its clock a promoted replica starts its era (ms): see
    rl_script.c, "Fences across failovers". */
-#define RL_ERA_LEAD 60000
+#define RL_ERA_LEAD 5000
 #define RL_ERA_NAME "redislock:"        /* a connection's name: this and the master ID it checked */
 
 /*

@@ -77,11 +77,16 @@
  * torture found it: the restarted master's era began 250 ms after the
  * promoted replica's, whose fences then ran below the ones the deposed
  * master had handed out, and later equal to them); the promoted replica,
- * the one that stays, starts its era a minute ahead, above a restart's
- * that comes within that minute. Every fence of the new master is above
- * every fence of the old one as long as the old one granted fewer locks
- * on one key that the new one never saw than there were milliseconds
- * between the two eras' starts (for a promoted replica, plus the lead).
+ * the one that stays, starts its era 5 s ahead, above a restart's that
+ * comes within the time the sentinels take to name it (about a second).
+ * Not more: a failover that is undone (the old master named again, never
+ * demoted, its ID and era unchanged) leaves the old master's fences
+ * below the ones the replica handed out meanwhile, by the time between
+ * the two eras' starts and the lead (README: limits). Every fence of the
+ * new master is above every fence of the old one as long as the old one
+ * granted fewer locks on one key that the new one never saw than there
+ * were milliseconds between the two eras' starts (for a promoted
+ * replica, plus the lead).
  * A record missing on a
  * server that was never a replica (master_replid2 all zeros) starts at 0,
  * so a plain server's fences are the counter, as before; missing anywhere

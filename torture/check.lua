@@ -16,9 +16,10 @@
 --    writes are the fence doing its job, counted. Where a failover may
 --    happen (o.failover), a lower fence from another master than the
 --    earlier section's (the E line's node) is a deposed master still
---    granting in its older era (rl_proto.c, "Fences across failovers"),
---    which the design allows: counted apart, with whether the register took
---    its write; from the same master it is an inversion.
+--    granting in its older era, or a master named again after a failover
+--    that was undone (rl_script.c, "Fences across failovers"), which the
+--    design allows: counted apart, with whether the register took its
+--    write; from the same master it is an inversion.
 --  * lost updates: the register's counter against the sections that wrote it.
 --  * crashes (a worker that exited non-zero or without its DONE line), hangs,
 --    errors without a code word, redis errors while wait time was left, and
@@ -265,8 +266,8 @@ function _M.run(o)
       .. (o.failover and string.format("; %d silent overlaps of sections two masters granted (%d in the register's "
                                        .. "order)", split, split_order) or ""),
     (dups == 0 and inversions == 0) and "ok" or "BROKEN", dups, inversions, stale, silent_stale,
-    o.failover and string.format("; %d lower fences from another master after a higher one (a deposed master), "
-                                 .. "%d of them written", deposed, deposed_written) or "",
+    o.failover and string.format("; %d lower fences from another master after a higher one (a deposed master, or "
+                                 .. "a failover undone), %d of them written", deposed, deposed_written) or "",
     writes - counted, crashes, #o.hung, uncoded, redis_with_wait, #o.keys_left,
     #code_list > 0 and table.concat(code_list, ", ") or "none")
   -- One line per kind of fault, the most sections first.
