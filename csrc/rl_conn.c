@@ -89,7 +89,7 @@ static struct timeval ms_to_tv(long long ms) {
 }
 
 /* Sets how long a read or write on the open socket may block. 0 or -1. */
-static int set_io_timeout(rl_conn *conn, long long ms) {
+int rl_conn_io_timeout(rl_conn *conn, long long ms) {
   struct timeval tv = ms_to_tv(ms < 1 ? 1 : ms);
   if (conn->rcv_ms == ms) return 0;
   if (setsockopt(conn->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
@@ -105,7 +105,7 @@ static int set_io_timeout(rl_conn *conn, long long ms) {
  * (its timeout, CLIENT KILL, a restart) or sent bytes no command asked for.
  * Checked before sending, so no command is sent twice on its account.
  */
-static int went_away(const rl_conn *conn) {
+int rl_conn_went_away(const rl_conn *conn) {
   struct pollfd p;
   if (conn->ssl != NULL && rl_tls_pending(conn->ssl) > 0) return 1;
   p.fd = conn->fd;
@@ -203,7 +203,7 @@ static int set_blocking(int fd) {
 }
 
 /* Describes why a round trip failed (errno from the read or write, or eof) into err. */
-static void io_error(rl_conn *conn, int eof, int timeout, long long timeout_ms, char err[RL_ERRLEN]) {
+void rl_conn_io_error(rl_conn *conn, int eof, int timeout, long long timeout_ms, char err[RL_ERRLEN]) {
   char where[128], why[256];
   int e = errno;
   rl_conn_describe(conn, where, sizeof where);
@@ -274,9 +274,9 @@ static int roundtrip(rl_conn *conn, const char *buf, size_t len, long long timeo
   char in[16384];
   long long deadline = rl_now_ms() + timeout_ms;
   reply[0] = NULL;
-  if (set_io_timeout(conn, timeout_ms) != 0 || write_all(conn, buf, len) != 0) {
+  if (rl_conn_io_timeout(conn, timeout_ms) != 0 || write_all(conn, buf, len) != 0) {
     int timeout = errno == EAGAIN || errno == EWOULDBLOCK;
-    io_error(conn, 0, timeout, timeout_ms, err);
+    rl_conn_io_error(conn, 0, timeout, timeout_ms, err);
     return timeout ? RT_TIMEOUT : RT_FAILED;
   }
   for (;;) {
@@ -285,7 +285,7 @@ static int roundtrip(rl_conn *conn, const char *buf, size_t len, long long timeo
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       int timeout = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-      io_error(conn, n == 0, timeout, timeout_ms, err);
+      rl_conn_io_error(conn, n == 0, timeout, timeout_ms, err);
       free_replies(reply, got);
       return timeout ? RT_TIMEOUT : RT_FAILED;
     }
@@ -303,9 +303,9 @@ static int roundtrip(rl_conn *conn, const char *buf, size_t len, long long timeo
     if (got == want) break;
     first = 0;
     /* A reply in pieces: what is left of the time bound covers the next read. */
-    if (rl_now_ms() >= deadline || set_io_timeout(conn, deadline - rl_now_ms()) != 0) {
+    if (rl_now_ms() >= deadline || rl_conn_io_timeout(conn, deadline - rl_now_ms()) != 0) {
       errno = EAGAIN;
-      io_error(conn, 0, 1, timeout_ms, err);
+      rl_conn_io_error(conn, 0, 1, timeout_ms, err);
       free_replies(reply, got);
       return RT_TIMEOUT;
     }
@@ -426,12 +426,12 @@ static int call(rl_conn *conn, const char *buf, size_t len, int want, int resend
     return rc;
   }
   /* After fork() the socket is shared with the parent: replies would mix. */
-  if (conn->fd >= 0 && (conn->gen != rl_fork_gen() || went_away(conn))) rl_conn_close(conn);
+  if (conn->fd >= 0 && (conn->gen != rl_fork_gen() || rl_conn_went_away(conn))) rl_conn_close(conn);
   reused = conn->fd >= 0;
   if (!reused && conn_open(conn, err) != 0) return CALL_FAILED;
   rc = roundtrip(conn, buf, len, conn->o.timeout_ms, want, r, fast, err);
   if (rc == RT_FAILED && reused) {
-    /* The connection died between went_away() and the send, or the server
+    /* The connection died between rl_conn_went_away() and the send, or the server
        closed it while running the command. When the caller said the command
        is safe to send twice, try once more on a fresh connection. Not after
        a timeout: the server is slow, and the caller's time bound must hold. */
@@ -531,7 +531,7 @@ int rl_conn_retarget(rl_conn *conn, const char *host, int port) {
 
 int rl_conn_usable(rl_conn *conn) {
   if (conn->fd < 0) return 0;
-  if (conn->gen != rl_fork_gen() || went_away(conn)) {
+  if (conn->gen != rl_fork_gen() || rl_conn_went_away(conn)) {
     rl_conn_close(conn);
     return 0;
   }
@@ -546,11 +546,11 @@ int rl_conn_send(rl_conn *conn, int argc, const char **argv, const size_t *len, 
   if (conn->fd < 0 && conn_open(conn, err) != 0) return -1;
   n = rl_format(stack, sizeof stack, &buf, argc, argv, len);
   if (n < 0) return format_failed(err);
-  rc = set_io_timeout(conn, conn->o.timeout_ms) == 0 ? write_all(conn, buf, (size_t)n) : -1;
+  rc = rl_conn_io_timeout(conn, conn->o.timeout_ms) == 0 ? write_all(conn, buf, (size_t)n) : -1;
   if (buf != stack) free(buf);
   if (rc != 0) {
     int timeout = errno == EAGAIN || errno == EWOULDBLOCK;
-    io_error(conn, 0, timeout, conn->o.timeout_ms, err);
+    rl_conn_io_error(conn, 0, timeout, conn->o.timeout_ms, err);
     return -1;
   }
   return 0;
@@ -589,7 +589,7 @@ int rl_conn_read_reply(rl_conn *conn, long long timeout_ms, int wake_fd, redisRe
       ready = poll(p, wake_fd >= 0 ? 2 : 1, (int)(left > 60000 ? 60000 : left));
       if (ready < 0 && errno == EINTR) continue;
       if (ready < 0) {
-        io_error(conn, 0, 0, timeout_ms, err);
+        rl_conn_io_error(conn, 0, 0, timeout_ms, err);
         return RL_READ_FAILED;
       }
       if (wake_fd >= 0 && p[1].revents != 0) return RL_READ_WOKEN;
@@ -598,7 +598,7 @@ int rl_conn_read_reply(rl_conn *conn, long long timeout_ms, int wake_fd, redisRe
     n = conn->ssl != NULL ? rl_tls_read(conn->ssl, in, sizeof in) : recv(conn->fd, in, sizeof in, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      io_error(conn, n == 0, 0, timeout_ms, err);
+      rl_conn_io_error(conn, n == 0, 0, timeout_ms, err);
       return RL_READ_FAILED;
     }
     conn->answered = 1;
@@ -642,134 +642,6 @@ static int take(rl_conn *conn, const rl_cmd *cmd, rl_result *out, char err[RL_ER
   }
   rl_take_vouch(out, conn->era);
   return 0;
-}
-
-/* rl_conn_eval_many's states of a connection. */
-enum { MANY_DONE = 0, MANY_FAILED = -1, MANY_PENDING = 1, MANY_NOSCRIPT = 2 };
-
-/* Decodes a reply to the script sent on connection i (see rl_conn_eval_many). */
-static void many_decode(redisReply *r, rl_result *out, int *rc, char err[RL_ERRLEN]) {
-  char msg[RL_ERRLEN - 8];
-  rl_decoded d = rl_decode(r, out, msg, sizeof msg);
-  freeReplyObject(r);
-  if (d == RL_DECODED) {
-    *rc = MANY_DONE;
-  } else if (d == RL_NOSCRIPT) {
-    *rc = MANY_NOSCRIPT;
-  } else {
-    snprintf(err, RL_ERRLEN, "redis: %s", msg);
-    *rc = MANY_FAILED;
-  }
-}
-
-/* One read on a connection whose socket is readable, into its reader; 0, or
-   -1 with err and the connection closed. */
-static int many_read(rl_conn *conn, long long left_ms, long long timeout_ms, char err[RL_ERRLEN]) {
-  char in[4096];
-  ssize_t n;
-  /* TLS may need the rest of a record: never longer than the time left. */
-  if (set_io_timeout(conn, left_ms) != 0) {
-    io_error(conn, 0, 0, timeout_ms, err);
-    return -1;
-  }
-  do n = conn->ssl != NULL ? rl_tls_read(conn->ssl, in, sizeof in) : recv(conn->fd, in, sizeof in, 0);
-  while (n < 0 && errno == EINTR);
-  if (n <= 0) {
-    int timeout = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-    io_error(conn, n == 0, timeout, timeout_ms, err);
-    return -1;
-  }
-  conn->answered = 1;
-  if (redisReaderFeed(conn->reader, in, (size_t)n) != REDIS_OK) {
-    snprintf(err, RL_ERRLEN, "connection: out of memory");
-    rl_conn_close(conn);
-    return -1;
-  }
-  return 0;
-}
-
-void rl_conn_eval_many(rl_conn *const *conns, rl_cmd *const *cmds, int n, long long timeout_ms,
-                       rl_result *out, int *rc, char (*err)[RL_ERRLEN]) {
-  long long deadline = rl_now_ms() + timeout_ms;
-  struct pollfd p[RL_MANY_MAX];
-  int at[RL_MANY_MAX], pending = 0, i;
-  if (n > RL_MANY_MAX) n = RL_MANY_MAX;
-  for (i = 0; i < n; i++) {
-    rl_conn *c = conns[i];
-    /* A socket the server closed while idle, or a parent's: a fresh one. */
-    if (c->fd >= 0 && (c->gen != rl_fork_gen() || went_away(c))) rl_conn_close(c);
-    rl_conn_set_timeout(c, timeout_ms);
-    rc[i] = rl_conn_send(c, cmds[i]->argc, cmds[i]->argv, cmds[i]->len, err[i]) == 0 ? MANY_PENDING : MANY_FAILED;
-    if (rc[i] == MANY_PENDING) pending++;
-  }
-  while (pending > 0) {
-    int k = 0, buffered = 0, ready;
-    long long left;
-    for (i = 0; i < n; i++) {
-      void *r = NULL;
-      if (rc[i] != MANY_PENDING) continue;
-      if (redisReaderGetReply(conns[i]->reader, &r) != REDIS_OK) {
-        char where[128];
-        rl_conn_describe(conns[i], where, sizeof where);
-        rl_read_error(conns[i]->reader->err, conns[i]->reader->errstr, where, err[i], RL_ERRLEN);
-        rl_conn_close(conns[i]);
-        rc[i] = MANY_FAILED;
-      } else if (r != NULL) {
-        many_decode((redisReply *)r, &out[i], &rc[i], err[i]);
-        /* Bytes past the reply were asked for by no command. */
-        if (conns[i]->reader->pos < conns[i]->reader->len) rl_conn_close(conns[i]);
-      } else {
-        continue;
-      }
-      pending--;
-    }
-    if (pending == 0) break;
-    left = deadline - rl_now_ms();
-    for (i = 0; i < n; i++) {
-      if (rc[i] != MANY_PENDING) continue;
-      if (left <= 0) {
-        errno = EAGAIN;
-        io_error(conns[i], 0, 1, timeout_ms, err[i]);
-        rc[i] = MANY_FAILED;
-        pending--;
-      } else if (conns[i]->ssl != NULL && rl_tls_pending(conns[i]->ssl) > 0) {
-        p[k].fd = -1; /* TLS has bytes already: read below, without waiting */
-        p[k].revents = POLLIN;
-        at[k++] = i;
-        buffered = 1;
-      } else {
-        p[k].fd = conns[i]->fd;
-        p[k].events = POLLIN;
-        p[k].revents = 0;
-        at[k++] = i;
-      }
-    }
-    if (pending == 0) break;
-    if (!buffered) {
-      ready = poll(p, (nfds_t)k, (int)(left > 60000 ? 60000 : left));
-      if (ready < 0 && errno == EINTR) continue;
-      if (ready < 0) {
-        for (int j = 0; j < k; j++) {
-          io_error(conns[at[j]], 0, 0, timeout_ms, err[at[j]]);
-          rc[at[j]] = MANY_FAILED;
-        }
-        break;
-      }
-    }
-    for (int j = 0; j < k; j++) {
-      if (p[j].revents == 0) continue;
-      if (many_read(conns[at[j]], deadline - rl_now_ms(), timeout_ms, err[at[j]]) != 0) {
-        rc[at[j]] = MANY_FAILED;
-        pending--;
-      }
-    }
-  }
-  /* NOSCRIPT (a server's first use, or after SCRIPT FLUSH): EVAL, one by one. */
-  for (i = 0; i < n; i++) {
-    if (rc[i] != MANY_NOSCRIPT) continue;
-    rl_cmd_use_eval(cmds[i]);
-    rc[i] = rl_conn_eval(conns[i], cmds[i], &out[i], err[i]) == 0 ? MANY_DONE : MANY_FAILED;
-  }
 }
 
 int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]) {

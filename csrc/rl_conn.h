@@ -100,6 +100,16 @@ int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]
 void rl_conn_eval_many(rl_conn *const *conns, rl_cmd *const *cmds, int n, long long timeout_ms,
                        rl_result *out, int *rc, char (*err)[RL_ERRLEN]);
 
+/* For rl_many.c, which drives several connections itself (rl_conn.c):
+   sets how long a read or write on the open socket may block (0, or -1);
+   whether an idle connection can no longer be used (the server closed it,
+   or sent bytes no command asked for); and describes why a read or write
+   failed (errno, eof, or a timeout of timeout_ms) into err, closing the
+   connection. */
+int rl_conn_io_timeout(rl_conn *conn, long long ms);
+int rl_conn_went_away(const rl_conn *conn);
+void rl_conn_io_error(rl_conn *conn, int eof, int timeout, long long timeout_ms, char err[RL_ERRLEN]);
+
 /*
  * WAIT replicas ms on the connection the last command used (never a new one:
  * WAIT counts that connection's writes), with a reply timeout that covers ms.
