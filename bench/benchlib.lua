@@ -175,7 +175,7 @@ end
 -- Returns an object with :rate(n) (cycles per second over n cycles),
 -- :close() and the fields acquire and release (the bytes).
 function M.floor(client, key, ttl)
-  local tok = require("redislock.client").new_token(client) -- the holder's part too, as the library's
+  local tok = require("redislock.hold").new_token(client) -- the holder's part too, as the library's
   local f = {
     acquire = core.encode_script("take", key, tok, ttl * 1000, client.prefix),
     release = core.encode_script("release", key, tok, nil, client.prefix),

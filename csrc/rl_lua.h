@@ -12,6 +12,8 @@
 #include "rl_conn.h"
 #include "rl_proto.h"
 
+#pragma GCC visibility push(hidden)
+
 #define RL_CLIENT_MT "redislock.Client"
 
 /* A client (core.new): rl_lua_client.c. */
@@ -55,5 +57,7 @@ int rl_lua_command_args(lua_State *L, int first, const char ***argv, size_t **le
 /* Replies to plain commands, pushed (rl_lua.c). */
 int rl_lua_push_reply_protected(lua_State *L);
 int rl_lua_push_command_reply(lua_State *L, redisReply *r, int fidx);
+
+#pragma GCC visibility pop
 
 #endif

@@ -10,8 +10,9 @@
 
 /*
  * The wire functions below do no I/O: the OpenResty transport
- * (lua/redislock/ngx.lua) sends the bytes they make over cosockets and feeds
- * what it reads into a Reader, so the lock protocol stays in this core.
+ * (lua/redislock/ngx.lua, its connections lua/redislock/ngx_conn.lua) sends
+ * the bytes they make over cosockets and feeds what it reads into a Reader,
+ * so the lock protocol stays in this core.
  */
 
 /* A command's arguments, to be formatted under lua_pcall. */

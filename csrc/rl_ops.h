@@ -6,6 +6,8 @@
 
 #include "rl_proto.h"
 
+#pragma GCC visibility push(hidden)
+
 #define RL_STR_(x) #x
 #define RL_STR(x) RL_STR_(x)
 
@@ -37,5 +39,7 @@ typedef struct {
 } rl_op_row;
 
 extern const rl_op_row rl_ops[RL_OP_COUNT];
+
+#pragma GCC visibility pop
 
 #endif

@@ -224,7 +224,6 @@ size_t rl_setname_bytes(const char *era, char *buf) {
   return (size_t)(p - buf);
 }
 
-
 void rl_cmd_use_acquire(rl_cmd *cmd) {
   if (cmd->op == RL_OP_TAKE) cmd->op = RL_OP_ACQUIRE; /* argv is acquire's already */
 }
@@ -433,7 +432,6 @@ rl_decoded rl_decode_take(redisReply *const *r, int n, rl_result *out, char *err
               name != NULL ? name->str : NULL, name != NULL ? name->len : 0, out);
   return RL_DECODED;
 }
-
 
 const char *rl_check_key(const char *key, size_t len) {
   (void)key;

@@ -108,7 +108,6 @@
  * master wrote (README: limits).
  */
 
-
 /* Drops fair waiters whose deadline passed, and a head of the queue with no
    deadline at all (left by an eviction or a partial delete); leaves `now`
    (ms, server time). */
@@ -233,7 +232,6 @@
   "end\n"                                                                  \
   "if v then return {-1, redis.call('PTTL', KEYS[1])} end\n"               \
   "return {0, 0}\n"
-
 
 /* acquire: KEYS lock, fence, waiters, era; ARGV[1] token, ARGV[2]
    ttl (ms), and after a take that could not tell the fence, ARGV[3] the

@@ -91,7 +91,7 @@ describe("OpenResty over TLS", function()
   it("checks the name nginx verifies against (server_name), and reports a mismatch", function()
     local status, body = get("/wrongname/acquire?key=n")
     assert.are.equal(503, status, body)
-    -- nginx names the cause unless the handshake finished at once (see ngx.lua).
+    -- nginx names the cause unless the handshake finished at once (see ngx_conn.lua).
     assert.is_truthy(body:match("^connection: cannot connect to 127%.0%.0%.1:%d+ %(TLS: name mismatch")
                      or body:match('^connection: cannot connect to 127%.0%.0%.1:%d+ %(TLS: the server\'s certificate'
                                    .. ' failed verification, untrusted or not naming redis%.example;'), body)

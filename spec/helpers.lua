@@ -479,8 +479,9 @@ Cluster.__index = Cluster
 -- opts.password: the nodes take clients and talk to each other over TLS
 -- only (helpers.tls_certs), and want that password (nodes keep a plaintext
 -- unix socket for the checks, where CLUSTER SLOTS gives port 0).
--- opts.node_timeout: cluster-node-timeout (ms); opts.extra: more arguments for
--- every node (e.g. its append-only file). opts.own_addresses: node i
+-- opts.node_timeout: cluster-node-timeout (ms); opts.full_coverage = false:
+-- the slots of the other masters are served while one master is down;
+-- opts.extra: more arguments for every node (e.g. its append-only file). opts.own_addresses: node i
 -- listens on 127.0.0.(10 + i), so that cluster:isolate can cut it off the
 -- others (needs helpers.netns). Raises when it cannot start.
 function helpers.start_cluster(opts)
@@ -489,7 +490,7 @@ function helpers.start_cluster(opts)
   local c = setmetatable({ nodes = {}, seeds = {} }, Cluster)
   local ok, err = pcall(function()
     local extra = { "--cluster-enabled", "yes", "--cluster-node-timeout", tostring(opts.node_timeout or 2000),
-                    "--cluster-require-full-coverage", "yes" }
+                    "--cluster-require-full-coverage", opts.full_coverage == false and "no" or "yes" }
     for _, a in ipairs(opts.extra or {}) do extra[#extra + 1] = a end
     local cli = "redis-cli"
     if opts.tls then

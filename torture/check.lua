@@ -10,10 +10,11 @@
 --    node), is counted apart, as what the design allows. Checked again
 --    without any clock, in the order the register saw entries and exits.
 --  * fences: two sections of one key with the same fence (duplicates), or a
---    section whose lock was asked for after another section ended yet holds
---    a lower fence (inversions), within one lifetime of the lock server (a restart without
---    its data starts the fences again: the documented loss). Refused stale
---    writes are the fence doing its job, counted. Where a failover may
+--    section that entered after another one left, whose lock was asked for
+--    after that one entered, yet holds a lower fence (inversions), within
+--    one lifetime of the lock server (a restart without its data starts the
+--    fences again: the documented loss). Refused stale writes (the register
+--    answered stale) are the fence doing its job, counted. Where a failover may
 --    happen (o.failover), a lower fence from another master than the
 --    earlier section's (the E line's node) is a deposed master still
 --    granting in its older era, or a master named again after a failover
@@ -80,7 +81,9 @@ local function commas(n)
 end
 
 --- Judges a run: o = { topology, workers, hung, nkeys, seconds, faults,
--- register(cli args...) -> string, keys_left, seed, failover, windows }. Returns { ok, summary, details }.
+-- register(cli args...) -> string, keys_left, seed, failover, windows,
+-- fault_log ({ from, to, kind } per fault injected), ttl }. Returns { ok,
+-- summary, details, by_fault (a line per kind of fault) }.
 -- A section's lifetime of the lock server is the one the register counted
 -- when it began (the injector counts restarts without data there).
 function _M.run(o)
@@ -121,7 +124,7 @@ function _M.run(o)
     end
     local row = by_fault[kind]
     if not row then
-      row = { kind = kind, sections = 0, told = 0, allowed = 0, stale = 0, failed = {} }
+      row = { kind = kind, sections = 0, told = 0, allowed = 0, silent = 0, anomalies = 0, stale = 0, failed = {} }
       by_fault[kind] = row
       fault_order[#fault_order + 1] = row
     end
@@ -131,10 +134,10 @@ function _M.run(o)
   local by_key = {}
   for _, s in ipairs(sections) do
     tally(s.enter, "sections")
-    if s.outcome and s.outcome ~= "ok" and s.exit ~= math.huge then tally(s.exit, "stale") end
     by_key[s.key] = by_key[s.key] or {}
     table.insert(by_key[s.key], s)
-    if s.outcome and s.outcome ~= "ok" then
+    if s.outcome == "stale" then
+      tally(s.exit, "stale")
       stale = stale + 1
       if not (s.ended == "lost" or s.ended == "connection") then silent_stale = silent_stale + 1 end
     end
@@ -148,6 +151,7 @@ function _M.run(o)
       local id = a.life .. ":" .. a.fence
       if seen[id] then
         dups = dups + 1
+        tally(a.enter, "anomalies")
         details[#details + 1] = string.format("%s: fence %d taken twice (workers %d and %d)", key, a.fence,
                                               seen[id].worker, a.worker)
       end
@@ -156,15 +160,17 @@ function _M.run(o)
         local b = list[j]
         if b.enter >= a.exit then
           -- A lower fence is an inversion when b's lock was asked for after
-          -- a left: a holder stopped between its grant and its entry (Redlock's
-          -- two phases leave a wide window) enters late, with the fence it
-          -- was granted before, and is told it lost the lock.
-          if b.fence < a.fence and b.life == a.life and b.sent >= a.exit then
+          -- a entered (a's lock was granted before that): a holder stopped
+          -- between its grant and its entry (Redlock's two phases leave a
+          -- wide window) enters late, with the fence it was granted before
+          -- a's, and is told it lost the lock.
+          if b.fence < a.fence and b.life == a.life and b.sent >= a.enter then
             if o.failover and b.node ~= a.node then
               deposed = deposed + 1
               if b.outcome == "ok" then deposed_written = deposed_written + 1 end
             else
               inversions = inversions + 1
+              tally(b.enter, "anomalies")
               details[#details + 1] = string.format("%s: fence %d (worker %d) entered after fence %d (worker %d) left",
                                                     key, b.fence, b.worker, a.fence, a.worker)
             end
@@ -181,6 +187,7 @@ function _M.run(o)
             tally(b.enter, "allowed")
           else
             silent = silent + 1
+            tally(b.enter, "silent")
             details[#details + 1] = string.format("%s: silent overlap, worker %d (fence %d, %.3f-%.3f) and worker %d "
               .. "(fence %d, %.3f-%.3f)", key, a.worker, a.fence, a.enter, a.exit, b.worker, b.fence, b.enter, b.exit)
           end
@@ -278,7 +285,8 @@ function _M.run(o)
     for code, n in pairs(row.failed) do failed[#failed + 1] = code .. " " .. n end
     table.sort(failed)
     lines[#lines + 1] = string.format("%s: %s sections, %d told overlaps, %d silent overlaps the design allows, "
-      .. "%d stale writes refused; failed calls: %s", row.kind, commas(row.sections), row.told, row.allowed, row.stale,
+      .. "%d other silent overlaps, %d fence anomalies, %d stale writes refused; failed calls: %s", row.kind,
+      commas(row.sections), row.told, row.allowed, row.silent, row.anomalies, row.stale,
       #failed > 0 and table.concat(failed, ", ") or "none")
   end
   return { ok = ok, summary = summary, details = details, by_fault = lines }

@@ -96,8 +96,9 @@ end
 -- master now; with Redlock, on any server), settle() (after the faults: true
 -- once the topology serves again), stop([folder]) (keeping the servers' logs
 -- there), failover (true: a failover may give a lock twice, silently; the
--- checker counts it), windows (Redlock: the clock jumps, { from, to } on the
--- monotonic clock, during which silent overlaps are counted apart) }.
+-- checker counts it), windows (single and Redlock: the clock jumps, { from,
+-- to } on the monotonic clock, during which silent overlaps are counted
+-- apart) }.
 local topology = {}
 
 function topology.single()

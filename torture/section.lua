@@ -81,15 +81,10 @@ function _M.run(s, id, ttl, with_lock, client, register, sleep, log)
   local key, started, entered = s.key, core.now(), false
   local ok, err = pcall(with_lock, client, key, ttl, function(lock)
     entered = true
-    -- Which master granted it: the Sentinel client's own (internal) field,
-    -- or the node the cluster client's slot table names for the lock, read
-    -- before anything yields (OpenResty's watch may move it).
-    local t, node = lock._t, "-"
-    if type(t) == "table" then
-      local slots = rawget(t, "_slots")
-      local n = slots and slots[core.lock_slot(key)]
-      node = rawget(t, "_port") or (n and n.port) or "-"
-    end
+    -- Which master granted it: the Sentinel or cluster client's own
+    -- (internal) field, read before anything yields (OpenResty's watch may
+    -- move it, another request's script may change it).
+    local node = type(lock._t) == "table" and rawget(lock._t, "_port") or "-"
     local life = register:command("GET", "lifetime") or "0"
     local event = id .. " " .. lock.fence .. " " .. life
     register:command("RPUSH", "history:" .. key, "in " .. event)

@@ -3,12 +3,12 @@
 -- client:inspect(key) (held? time left, fence, who holds it) and
 -- client:force_release(key). Each is one script on the lock's server (or
 -- its slot's node), from the C core (rl_script.c). Who holds a lock comes
--- from its token, which carries it at no cost (client.lua's new_token):
+-- from its token, which carries it at no cost (hold.lua's new_token):
 -- 32 random hex digits, then /<host>/<pid>/<since>[/<label>].
 
 local args = require "redislock.args"
-local hold_mod = require "redislock.hold"
 local core = require "redislock.core"
+local hold_mod = require "redislock.hold"
 local transport = require "redislock.transport"
 
 local tonumber = tonumber

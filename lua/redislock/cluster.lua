@@ -221,7 +221,12 @@ local function route(self, slot, retry_here, method, first, ...)
       if method == "eval" and first == "take" then first = "acquire" end
     end
     local a, b, c, d = n.t[method](n.t, first, ...)
-    if a ~= nil then return a, b, c, d end
+    if a ~= nil then
+      -- The node a script last ran on (its port, as a Sentinel client's
+      -- _port is its master's): make torture's history records it.
+      if method == "eval" then self._port = n.port end
+      return a, b, c, d
+    end
     local what, to = after(self, n, slot, b)
     if what == "moved" or what == "ask" then
       redirects = redirects + 1

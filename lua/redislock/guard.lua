@@ -21,8 +21,8 @@
 -- writes are the C core's scripts (rl_script.c, "Guarded writes").
 
 local args = require "redislock.args"
-local hold_mod = require "redislock.hold"
 local core = require "redislock.core"
+local hold_mod = require "redislock.hold"
 local lock_mod = require "redislock.lock"
 local transport = require "redislock.transport"
 

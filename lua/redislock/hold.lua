@@ -42,14 +42,14 @@ function _M.closed(client)
   return client._link.closed
 end
 
--- Refuses a client that was closed.
+--- Refuses a client that was closed.
 local function check_not_closed(client, fname)
   if client._link.closed then
     raise_at_caller(string_format("bad self to '%s' (client is closed)", fname))
   end
 end
 
--- Refuses a client that was closed, and I/O where nginx forbids it.
+--- Refuses a client that was closed, and I/O where nginx forbids it.
 local function check_open(client, fname)
   check_not_closed(client, fname)
   check_phase(client._transport, fname)
@@ -98,9 +98,6 @@ local function new_token(self)
 end
 _M.new_token = new_token
 
--- acquire after its arguments were checked. scoped: with_lock's lock, which
--- must not outlive the running thread (see redislock/ngx_lease.lua); kind:
--- how to take it (wait.take's; nil for a lock).
 --- Tells the client's observer how a take that began at began (core.now())
 -- ended: "acquired" (fence, and sent: when the successful try was sent) or
 -- "busy" (sent: the message); other failures are not its business.
@@ -113,6 +110,9 @@ local function observe_take(self, began, key, kind, fence, sent)
 end
 _M.observe_take = observe_take
 
+-- acquire after its arguments were checked. scoped: with_lock's lock, which
+-- must not outlive the running thread (see redislock/ngx_lease.lua); kind:
+-- how to take it (wait.take's; nil for a lock).
 local function acquire(self, key, ms, how, scoped, kind)
   local tok, t = new_token(self), self._transport
   local began = self._link.observer and now()

@@ -19,8 +19,8 @@
 -- wake-up list of the key that was busy.
 
 local args = require "redislock.args"
-local hold_mod = require "redislock.hold"
 local core = require "redislock.core"
+local hold_mod = require "redislock.hold"
 local transport = require "redislock.transport"
 local wait = require "redislock.wait"
 

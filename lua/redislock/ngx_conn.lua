@@ -102,7 +102,7 @@ function _M.repool(self)
   self.pool_opts = { pool = "redislock/" .. self.where .. "/" .. self.pool_rest, pool_size = self.pool_opts.pool_size }
 end
 
--- A cosocket error as a "connection: ..." message.
+--- A cosocket error as a "connection: ..." message.
 local function io_message(self, err)
   if err == "timeout" then
     return string_format("connection: %s did not answer within %g s (timeout)", self.where, self.timeout_ms / 1000)
@@ -112,7 +112,7 @@ local function io_message(self, err)
   return string_format("connection: lost %s (%s)", self.where, err)
 end
 
--- Reads until reader[method] has a complete reply. Returns what it returned;
+--- Reads until reader[method] has a complete reply. Returns what it returned;
 -- or nil, a message, and true when the connection failed or sent bytes that
 -- cannot be read (then it must be closed, never pooled) and, fourth, true when
 -- that failure was a timeout.
@@ -129,8 +129,7 @@ end
 
 local ASKING = encode("ASKING")
 
-
--- Sends bytes and reads one reply with reader[method] (see read_reply). With
+--- Sends bytes and reads one reply with reader[method] (see read_reply). With
 -- asking, ASKING goes first in the same write (a cluster's ASK redirect),
 -- its +OK read and dropped (an error in its place is the call's, and the
 -- connection, out of step, is not pooled); with naming (the bytes of a
@@ -187,7 +186,7 @@ end
 -- sent (redislock/sentinel.lua resolves the master and tries again at once).
 local NOT_MASTER = "redis: READONLY %s says ROLE %s on a new connection, not master (nothing was sent)"
 
--- A connection, pooled or new; a new one has been authenticated and has its
+--- A connection, pooled or new; a new one has been authenticated and has its
 -- db selected (and, master_only, said ROLE master). pool_opts: another pool than the transport's (a subscription
 -- takes one of its own). Returns the socket and how often it was reused, or
 -- nil and a "connection: ..." / "redis: ..." message.
@@ -236,7 +235,7 @@ local function open(self, pool_opts)
   return sock, reused
 end
 
--- Puts a healthy connection back into the pool, whose size connect() set.
+--- Puts a healthy connection back into the pool, whose size connect() set.
 -- No explicit nil: older ngx_lua refuses it (nginx's default applies then).
 local function keepalive(self, sock)
   local ok
@@ -248,7 +247,7 @@ local function keepalive(self, sock)
   if not ok then sock:close() end
 end
 
--- After a round trip: a failed connection is closed, a healthy one pooled.
+--- After a round trip: a failed connection is closed, a healthy one pooled.
 local function give_back(self, sock, failed)
   if failed then
     sock:close()

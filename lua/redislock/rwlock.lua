@@ -19,8 +19,8 @@
 -- up wake every waiter (each retries; readers may all get in).
 
 local args = require "redislock.args"
-local hold_mod = require "redislock.hold"
 local core = require "redislock.core"
+local hold_mod = require "redislock.hold"
 local lock_mod = require "redislock.lock"
 local transport = require "redislock.transport"
 

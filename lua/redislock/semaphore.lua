@@ -12,8 +12,8 @@
 -- counter, a wake-up list and a waiters mark, all under the name's hash tag.
 
 local args = require "redislock.args"
-local hold_mod = require "redislock.hold"
 local core = require "redislock.core"
+local hold_mod = require "redislock.hold"
 
 local setmetatable = setmetatable
 local string_format = string.format

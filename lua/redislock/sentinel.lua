@@ -51,7 +51,7 @@ local STALE = { READONLY = true, MASTERDOWN = true, UNBLOCKED = true }
 -- Sentinel:wait; Redis ends a timed-out BLPOP at its next tick, 0.1 s later).
 local WAIT_BLOCK_MS = 500
 
--- How redislock/ngx.lua's NOT_MASTER ends: nothing was sent.
+-- How redislock/ngx_conn.lua's NOT_MASTER ends: nothing was sent.
 local NOT_SENT = "(nothing was sent)"
 
 local Sentinel = {}
@@ -78,7 +78,7 @@ function _M.new(node, sentinels, master, auth)
       .. " 'sentinel_tls.server_name' (a DNS name in their certificates): nginx checks DNS names only", s.host)
   end
   -- Every new connection to the master checks its ROLE where connections
-  -- are pooled (redislock/ngx.lua's master_only; the C transport checks
+  -- are pooled (redislock/ngx_conn.lua's open; the C transport checks
   -- when it resolves the master, below).
   node.master_only = true
   local sleep
@@ -199,8 +199,8 @@ end
 
 -- After a failed call: resolve again before the next when the failure says
 -- the node may be gone or no longer the master. true when nothing was sent:
--- a new OpenResty connection found the node demoted (redislock/ngx.lua's
--- master_only), and the call may be made again at once.
+-- a new OpenResty connection found the node demoted (redislock/ngx_conn.lua's
+-- open, master_only), and the call may be made again at once.
 local function check(self, err)
   if type(err) ~= "string" then return false end
   if err:sub(1, 11) == "connection:" or STALE[err:match("^redis: (%u+)") or ""] then self._stale = true end
