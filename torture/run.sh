@@ -10,9 +10,19 @@ root=$(pwd)
 tmp=$(mktemp -d)
 keep=""
 cleanup() {
+  pids=""
   for pidfile in "$tmp"/*/*.pid; do
-    [ -f "$pidfile" ] && kill -CONT "$(cat "$pidfile")" 2>/dev/null && kill "$(cat "$pidfile")" 2>/dev/null
+    [ -f "$pidfile" ] && pids="$pids $(cat "$pidfile")"
   done
+  for pid in $pids; do kill -CONT "$pid" 2>/dev/null && kill "$pid" 2>/dev/null; done
+  # A server may take a while to stop (or was stopped halfway): 5 s, then SIGKILL.
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    alive=""
+    for pid in $pids; do kill -0 "$pid" 2>/dev/null && alive="$alive $pid"; done
+    [ -z "$alive" ] && break
+    sleep 0.5
+  done
+  for pid in $alive; do kill -9 "$pid" 2>/dev/null; done
   if [ -n "$keep" ]; then echo "torture: the logs are in $tmp"; else rm -rf "$tmp"; fi
 }
 trap cleanup EXIT
