@@ -21,8 +21,7 @@
 -- and the partitions are left out (said in the log).
 local helpers = require "spec.helpers"
 local core = require "redislock.core"
-
-local q = helpers.sh_quote
+local proc = require "torture.proc"
 
 local _M = {}
 
@@ -67,12 +66,6 @@ function Group:exists(key)
     if m:cli("EXISTS", key) == "1" then return true end
   end
   return false
-end
-
-local function stop_cont(pid, seconds)
-  os.execute("kill -STOP " .. pid .. " 2>/dev/null")
-  core.sleep(seconds)
-  os.execute("kill -CONT " .. pid .. " 2>/dev/null")
 end
 
 -- Kills node n (SIGKILL), waits until it is gone, and starts it again s
@@ -126,7 +119,7 @@ function Group:faults()
       local m = g:a_master()
       if not m then return "no master: nothing to pause" end
       local s = 0.5 + 3 * math.random()
-      stop_cont(m.pid, s)
+      proc.pause(m.pid, s)
       return string.format("master :%d paused (SIGSTOP) for %.2f s", m.port, s)
     end,
     function()
@@ -134,7 +127,7 @@ function Group:faults()
       local r = m and g:replica(m)
       if not r then return "no replica: nothing to pause" end
       local s = 0.5 + 2 * math.random()
-      stop_cont(r.pid, s)
+      proc.pause(r.pid, s)
       return string.format("replica :%d paused (SIGSTOP) for %.2f s", r.port, s)
     end,
     function()
@@ -211,11 +204,7 @@ end
 --- Stops every node, by PID; with keep (a folder), copies their logs there first.
 function Group:stop(keep)
   for n in pairs(self.c.isolated or {}) do self.c:heal(n) end
-  for _, n in ipairs(self.c.nodes) do
-    if keep then os.execute("cp " .. q(n.dir .. "/redis.log") .. " " .. q(keep .. "/redis-" .. n.port .. ".log")) end
-    if n.pid then os.execute("kill -CONT " .. n.pid .. " 2>/dev/null") end
-  end
-  self.c:stop()
+  proc.stop_servers(self.c.nodes, keep)
 end
 
 return _M

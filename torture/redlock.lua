@@ -18,8 +18,7 @@
 local helpers = require "spec.helpers"
 local clock = require "torture.clock"
 local core = require "redislock.core"
-
-local q = helpers.sh_quote
+local proc = require "torture.proc"
 
 local _M = {}
 
@@ -94,9 +93,7 @@ function Group:faults(ttl)
     function()
       local srv = g.servers[math.random(#g.servers)]
       local s = ttl * (0.3 + 1.2 * math.random())
-      os.execute("kill -STOP " .. srv.pid .. " 2>/dev/null")
-      core.sleep(s)
-      os.execute("kill -CONT " .. srv.pid .. " 2>/dev/null")
+      proc.pause(srv.pid, s)
       return string.format("server :%d paused (SIGSTOP) for %.2f s", srv.port, s)
     end,
     function()
@@ -127,11 +124,7 @@ end
 function Group:stop(keep)
   for srv in pairs(self.cuts) do rule("-D", srv.host) end
   self.cuts = {}
-  for _, s in ipairs(self.servers) do
-    if keep then os.execute("cp " .. q(s.dir .. "/redis.log") .. " " .. q(keep .. "/redis-" .. s.port .. ".log")) end
-    os.execute("kill -CONT " .. s.pid .. " 2>/dev/null")
-    s:stop()
-  end
+  proc.stop_servers(self.servers, keep)
 end
 
 return _M

@@ -17,6 +17,7 @@
 -- they share 127.0.0.1 and the partitions are left out (said in the log).
 local helpers = require "spec.helpers"
 local core = require "redislock.core"
+local proc = require "torture.proc"
 
 local q = helpers.sh_quote
 
@@ -140,12 +141,6 @@ function Group:all_but(host)
   return out
 end
 
-local function stop_cont(pid, seconds)
-  os.execute("kill -STOP " .. pid .. " 2>/dev/null")
-  core.sleep(seconds)
-  os.execute("kill -CONT " .. pid .. " 2>/dev/null")
-end
-
 -- Kills a process by PID (SIGKILL) and waits until it is gone.
 local function kill9(pid)
   os.execute("kill -9 " .. pid .. " 2>/dev/null")
@@ -198,7 +193,7 @@ function Group:faults()
       local m = g:master()
       if not m then return "no master named now: nothing to pause" end
       local s = 0.5 + 2.5 * math.random()
-      stop_cont(m.pid, s)
+      proc.pause(m.pid, s)
       return string.format("master :%d paused (SIGSTOP) for %.2f s", m.port, s)
     end,
     function()
@@ -206,7 +201,7 @@ function Group:faults()
       local r = g.nodes[math.random(#g.nodes)]
       if r == m then return "replica pause skipped: picked the master" end
       local s = 0.5 + 2 * math.random()
-      stop_cont(r.pid, s)
+      proc.pause(r.pid, s)
       return string.format("replica :%d paused (SIGSTOP) for %.2f s", r.port, s)
     end,
     function()
@@ -256,9 +251,6 @@ end
 function Group:stop(keep)
   for c in pairs(self.cuts) do self:heal(c) end
   if keep then
-    for _, n in ipairs(self.nodes) do
-      os.execute("cp " .. q(n.dir .. "/redis.log") .. " " .. q(keep .. "/redis-" .. n.port .. ".log"))
-    end
     for _, s in ipairs(self.sentinels) do
       os.execute("cp " .. q(s.dir .. "/sentinel.log") .. " " .. q(keep .. "/sentinel-" .. s.port .. ".log"))
     end
@@ -270,10 +262,7 @@ function Group:stop(keep)
     end
     os.execute("rm -rf " .. q(s.dir))
   end
-  for _, n in ipairs(self.nodes) do
-    if n.pid then os.execute("kill -CONT " .. n.pid .. " 2>/dev/null") end
-    n:stop()
-  end
+  proc.stop_servers(self.nodes, keep)
 end
 
 return _M

@@ -1,0 +1,29 @@
+-- SPDX-License-Identifier: MIT
+-- What make torture's phases do to processes, by PID: pause one past a
+-- time (SIGSTOP, then SIGCONT), and stop a phase's servers at its end
+-- (keeping their logs first when the phase failed).
+local helpers = require "spec.helpers"
+local core = require "redislock.core"
+
+local q = helpers.sh_quote
+
+local _M = {}
+
+--- Pauses the process pid for seconds: SIGSTOP, then SIGCONT.
+function _M.pause(pid, seconds)
+  os.execute("kill -STOP " .. pid .. " 2>/dev/null")
+  core.sleep(seconds)
+  os.execute("kill -CONT " .. pid .. " 2>/dev/null")
+end
+
+--- Stops servers (helpers Servers, some maybe paused), by PID; with keep (a
+-- folder), copies each one's log there first, as redis-<port>.log.
+function _M.stop_servers(servers, keep)
+  for _, s in ipairs(servers) do
+    if keep then os.execute("cp " .. q(s.dir .. "/redis.log") .. " " .. q(keep .. "/redis-" .. s.port .. ".log")) end
+    if s.pid then os.execute("kill -CONT " .. s.pid .. " 2>/dev/null") end
+    s:stop()
+  end
+end
+
+return _M
