@@ -144,11 +144,7 @@ function Group:faults()
       if g.moving then
         -- A move that failed half-way is finished first (or tried again later).
         local mv = g.moving
-        local ok, err = pcall(function()
-          c:move_keys(mv.slot, mv.from, mv.to)
-          c:end_move(mv.slot, mv.from, mv.to)
-        end)
-        if ok then g.moving = nil end
+        local ok, err = g:finish_move()
         return string.format("slot %d's move from :%d to :%d finished%s", mv.slot, mv.from.port, mv.to.port,
                              ok and "" or " (not yet): " .. tostring(err):gsub("\n", " "))
       end
@@ -159,13 +155,11 @@ function Group:faults()
       local to = c:other_master(from)
       local pause = 0.2 + 0.8 * math.random()
       g.moving = { slot = slot, from = from, to = to }
-      local ok, err = pcall(function()
-        c:begin_move(slot, from, to)
+      local ok, err = pcall(c.begin_move, c, slot, from, to)
+      if ok then
         core.sleep(pause) -- new names of the slot go to the target (ASK), old ones stay
-        c:move_keys(slot, from, to)
-        c:end_move(slot, from, to)
-      end)
-      if ok then g.moving = nil end
+        ok, err = g:finish_move()
+      end
       return string.format("slot %d (lock %s) moved from :%d to :%d, its keys %.2f s after the move began%s", slot,
                            key, from.port, to.port, pause, ok and "" or ": " .. tostring(err):gsub("\n", " "))
     end,
@@ -180,18 +174,23 @@ function Group:faults()
   return list
 end
 
---- After the faults: every cut healed, a move left half done finished (or
--- undone); waits until every node agrees on the slots (true) or 30 s (false).
+--- Finishes the slot move under way (self.moving): its keys MIGRATEd, then
+-- SETSLOT NODE; true, or false and why (the move stays to finish later).
+function Group:finish_move()
+  local mv = self.moving
+  local ok, err = pcall(function()
+    self.c:move_keys(mv.slot, mv.from, mv.to)
+    self.c:end_move(mv.slot, mv.from, mv.to)
+  end)
+  if ok then self.moving = nil end
+  return ok, err
+end
+
+--- After the faults: every cut healed, a move left half done finished
+-- (if it can be); waits until every node agrees on the slots (true) or 30 s (false).
 function Group:settle()
   for n in pairs(self.c.isolated or {}) do self.c:heal(n) end
-  local mv = self.moving
-  if mv then
-    self.moving = nil
-    pcall(function()
-      self.c:move_keys(mv.slot, mv.from, mv.to)
-      self.c:end_move(mv.slot, mv.from, mv.to)
-    end)
-  end
+  if self.moving then self:finish_move() end
   -- Settled: the nodes agree on the slots, and none is left half moved.
   return self.c:settled(30) and helpers.eventually(5, function()
     for _, n in ipairs(self.c.nodes) do
