@@ -19,9 +19,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-/* What ended a round trip that brought no reply. */
-enum { RT_OK, RT_TIMEOUT, RT_FAILED };
-
 /* strdup that lets NULL through and records a failed allocation in *failed. */
 static char *dup_or_null(const char *s, int *failed) {
   char *d;
@@ -41,6 +38,7 @@ int rl_conn_init(rl_conn *conn, const rl_conn_opts *opts) {
   conn->o.username = dup_or_null(opts->username, &failed);
   conn->o.password = dup_or_null(opts->password, &failed);
   conn->o.tls = rl_tls_ref(opts->tls);
+  rl_conn_describe(conn, conn->where, sizeof conn->where);
   return failed ? -1 : 0;
 }
 
@@ -239,14 +237,8 @@ static int format_failed(char err[RL_ERRLEN]) {
   return -1;
 }
 
-/* Frees the first n replies of reply and sets the first to NULL. */
-static void free_replies(redisReply **reply, int n) {
-  for (int i = 0; i < n; i++) freeReplyObject(reply[i]);
-  reply[0] = NULL;
-}
-
 /* Writes all of buf. 0, or -1 with errno (EAGAIN: the send timeout ran out). */
-static int write_all(rl_conn *conn, const char *buf, size_t len) {
+int rl_conn_write(rl_conn *conn, const char *buf, size_t len) {
   while (len > 0) {
     ssize_t n = conn->ssl != NULL ? rl_tls_write(conn->ssl, buf, len)
                                   : send(conn->fd, buf, len, MSG_NOSIGNAL);
@@ -259,97 +251,20 @@ static int write_all(rl_conn *conn, const char *buf, size_t len) {
 }
 
 /*
- * Sends len bytes of buf and reads want replies (1, or a take's, one more
- * after ASKING) into
- * reply[0 .. want-1], all within timeout_ms. One write, then reads until the
- * reader has them all. With fast (a lock script's or a take's replies
- * expected), a first read that is exactly those replies in their common form
- * fills fast instead, and reply[0] stays NULL: no reply objects. Returns
- * RT_OK, or RT_TIMEOUT / RT_FAILED with err written, the connection closed
- * and no replies.
- */
-static int roundtrip(rl_conn *conn, const char *buf, size_t len, long long timeout_ms, int want,
-                     redisReply **reply, rl_result *fast, char err[RL_ERRLEN]) {
-  int first = 1, got = 0;
-  char in[16384];
-  long long deadline = rl_now_ms() + timeout_ms;
-  reply[0] = NULL;
-  if (rl_conn_io_timeout(conn, timeout_ms) != 0 || write_all(conn, buf, len) != 0) {
-    int timeout = errno == EAGAIN || errno == EWOULDBLOCK;
-    rl_conn_io_error(conn, 0, timeout, timeout_ms, err);
-    return timeout ? RT_TIMEOUT : RT_FAILED;
-  }
-  for (;;) {
-    ssize_t n = conn->ssl != NULL ? rl_tls_read(conn->ssl, in, sizeof in)
-                                  : recv(conn->fd, in, sizeof in, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int timeout = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-      rl_conn_io_error(conn, n == 0, timeout, timeout_ms, err);
-      free_replies(reply, got);
-      return timeout ? RT_TIMEOUT : RT_FAILED;
-    }
-    if (fast != NULL && first && rl_decode_bytes(in, (size_t)n, want > 1 ? want : 0, fast)) {
-      conn->answered = 1;
-      return RT_OK;
-    }
-    if (redisReaderFeed(conn->reader, in, (size_t)n) != REDIS_OK) goto unreadable;
-    while (got < want) {
-      void *r = NULL;
-      if (redisReaderGetReply(conn->reader, &r) != REDIS_OK) goto unreadable;
-      if (r == NULL) break;
-      reply[got++] = (redisReply *)r;
-    }
-    if (got == want) break;
-    first = 0;
-    /* A reply in pieces: what is left of the time bound covers the next read. */
-    if (rl_now_ms() >= deadline || rl_conn_io_timeout(conn, deadline - rl_now_ms()) != 0) {
-      errno = EAGAIN;
-      rl_conn_io_error(conn, 0, 1, timeout_ms, err);
-      free_replies(reply, got);
-      return RT_TIMEOUT;
-    }
-  }
-  conn->answered = 1;
-  /* Bytes past the replies were asked for by no command: the stream is out of step. */
-  if (conn->reader->pos < conn->reader->len) rl_conn_close(conn);
-  return RT_OK;
-
-unreadable: {
-    char where[128];
-    rl_conn_describe(conn, where, sizeof where);
-    rl_read_error(conn->reader->err, conn->reader->errstr, where, err, RL_ERRLEN);
-    rl_conn_close(conn);
-    free_replies(reply, got);
-    return RT_FAILED;
-  }
-}
-
-/* Formats argv and runs one round trip (see roundtrip). Lock commands fit
-   the stack buffer; only a larger one (EVAL with a script's text) allocates. */
-static int command(rl_conn *conn, int argc, const char **argv, const size_t *len,
-                   long long timeout_ms, redisReply **reply, rl_result *fast, char err[RL_ERRLEN]) {
-  char stack[1024], *buf;
-  long long n = rl_format(stack, sizeof stack, &buf, argc, argv, len);
-  int rc;
-  if (n < 0) {
-    format_failed(err);
-    return RT_FAILED;
-  }
-  rc = roundtrip(conn, buf, (size_t)n, timeout_ms, 1, reply, fast, err);
-  if (buf != stack) free(buf);
-  return rc;
-}
-
-/*
  * Runs a set-up command (AUTH, SELECT) on a fresh connection. On failure writes
  * err and closes. Returns 0 or -1.
  */
 static int setup_command(rl_conn *conn, const char *what, int argc, const char **argv,
                          const size_t *len, char err[RL_ERRLEN]) {
   char where[128];
-  redisReply *r;
-  if (command(conn, argc, argv, len, conn->o.timeout_ms, &r, NULL, err) != RT_OK) return -1;
+  redisReply *r = NULL;
+  int rc = rl_conn_send(conn, argc, argv, len, err);
+  if (rc == 0) rc = rl_conn_read_reply(conn, conn->o.timeout_ms, -1, &r, err);
+  if (rc == RL_READ_TIMEOUT) {
+    errno = EAGAIN;
+    rl_conn_io_error(conn, 0, 1, conn->o.timeout_ms, err);
+  }
+  if (r == NULL) return -1;
   if (r->type == REDIS_REPLY_ERROR) {
     rl_conn_describe(conn, where, sizeof where);
     snprintf(err, RL_ERRLEN, "redis: %s refused by %s: %.*s", what, where, (int)r->len, r->str);
@@ -362,7 +277,7 @@ static int setup_command(rl_conn *conn, const char *what, int argc, const char *
 }
 
 /* Connects (TLS when asked), then authenticates and selects the db. */
-static int conn_open(rl_conn *conn, char err[RL_ERRLEN]) {
+int rl_conn_open(rl_conn *conn, char err[RL_ERRLEN]) {
   char where[128], db[24];
   const char *argv[3];
   size_t len[3];
@@ -402,121 +317,23 @@ static int conn_open(rl_conn *conn, char err[RL_ERRLEN]) {
   return 0;
 }
 
-/* What call() did. */
-enum { CALL_OK, CALL_FAILED, CALL_LOST_REUSED };
-
-/*
- * Sends the len bytes of buf on the connection (opening it when needed) and
- * reads want replies into r, or fills fast (see roundtrip). Returns CALL_OK;
- * CALL_FAILED with err; or CALL_LOST_REUSED with err when the bytes went on a
- * reused connection that failed (not timed out) before answering: then, with
- * resend, they have been sent once more on a fresh connection already (and
- * the result is that of the resend).
- */
-static int call_asking(rl_conn *conn, const char *buf, size_t len, int want, int resend, redisReply **r,
-                       char err[RL_ERRLEN]);
-
-static int call(rl_conn *conn, const char *buf, size_t len, int want, int resend,
-                redisReply **r, rl_result *fast, char err[RL_ERRLEN]) {
-  int reused, rc;
-  if (conn->asking) {
-    conn->asking = 0;
-    rc = call_asking(conn, buf, len, want, resend, r, err);
-    conn->asking = 1;
-    return rc;
-  }
-  /* After fork() the socket is shared with the parent: replies would mix. */
-  if (conn->fd >= 0 && (conn->gen != rl_fork_gen() || rl_conn_went_away(conn))) rl_conn_close(conn);
-  reused = conn->fd >= 0;
-  if (!reused && conn_open(conn, err) != 0) return CALL_FAILED;
-  rc = roundtrip(conn, buf, len, conn->o.timeout_ms, want, r, fast, err);
-  if (rc == RT_FAILED && reused) {
-    /* The connection died between rl_conn_went_away() and the send, or the server
-       closed it while running the command. When the caller said the command
-       is safe to send twice, try once more on a fresh connection. Not after
-       a timeout: the server is slow, and the caller's time bound must hold. */
-    if (!resend) return CALL_LOST_REUSED;
-    if (conn_open(conn, err) != 0) return CALL_FAILED;
-    rc = roundtrip(conn, buf, len, conn->o.timeout_ms, want, r, fast, err);
-  }
-  return rc == RT_OK ? CALL_OK : CALL_FAILED;
-}
-
-/* call() with ASKING before the command, in the same write (a cluster's
-   ASK redirect): its +OK is read and dropped. An error in its place is the
-   call's ("redis: ASKING: ..."). */
-static int call_asking(rl_conn *conn, const char *buf, size_t len, int want, int resend, redisReply **r,
-                       char err[RL_ERRLEN]) {
-  static const char pre[] = "*1\r\n$6\r\nASKING\r\n";
-  size_t plen = sizeof pre - 1;
-  char stack[1024], *both = plen + len <= sizeof stack ? stack : (char *)malloc(plen + len);
-  redisReply *all[RL_TAKE_REPLIES + 1]; /* want is at most a take's */
-  int rc;
-  if (both == NULL) {
-    format_failed(err);
-    return CALL_FAILED;
-  }
-  memcpy(both, pre, plen);
-  memcpy(both + plen, buf, len);
-  rc = call(conn, both, plen + len, want + 1, resend, all, NULL, err);
-  if (both != stack) free(both);
-  if (rc != CALL_OK) return rc;
-  if (all[0]->type == REDIS_REPLY_ERROR) {
-    snprintf(err, RL_ERRLEN, "redis: ASKING: %.*s", (int)all[0]->len, all[0]->str);
-    free_replies(all, want + 1);
-    return CALL_FAILED;
-  }
-  freeReplyObject(all[0]);
-  for (int i = 0; i < want; i++) r[i] = all[i + 1];
-  return CALL_OK;
-}
-
-/* call() for argv, formatted (lock commands fit the stack buffer). */
-static int call_argv(rl_conn *conn, int argc, const char **argv, const size_t *len, int resend,
-                     redisReply **r, char err[RL_ERRLEN]) {
-  char stack[1024], *buf;
-  long long n = rl_format(stack, sizeof stack, &buf, argc, argv, len);
-  int rc;
-  if (n < 0) {
-    format_failed(err);
-    return CALL_FAILED;
-  }
-  rc = call(conn, buf, (size_t)n, 1, resend, r, NULL, err);
-  if (buf != stack) free(buf);
-  return rc;
-}
-
 redisReply *rl_conn_command(rl_conn *conn, int argc, const char **argv,
                             const size_t *len, int resend, char err[RL_ERRLEN]) {
-  redisReply *r = NULL;
-  return call_argv(conn, argc, argv, len, resend, &r, err) == CALL_OK ? r : NULL;
-}
-
-int rl_conn_wait_replicas(rl_conn *conn, long long replicas, long long ms, long long *acked,
-                          char err[RL_ERRLEN]) {
-  char n[24], t[24];
-  const char *argv[3] = { "WAIT", n, t };
-  size_t len[3];
+  char stack[1024], *buf;
+  long long n = rl_format(stack, sizeof stack, &buf, argc, argv, len);
+  rl_call call;
   redisReply *r;
-  len[0] = 4;
-  len[1] = (size_t)snprintf(n, sizeof n, "%lld", replicas);
-  len[2] = (size_t)snprintf(t, sizeof t, "%lld", ms);
-  /* Only on the connection that wrote: WAIT counts that connection's writes. */
-  if (conn->fd < 0 || conn->gen != rl_fork_gen()) {
-    snprintf(err, RL_ERRLEN, "connection: lost the connection before WAIT");
-    rl_conn_close(conn);
-    return -1;
+  if (n < 0) {
+    format_failed(err);
+    return NULL;
   }
-  if (command(conn, 3, argv, len, ms + conn->o.timeout_ms, &r, NULL, err) != RT_OK) return -1;
-  if (r->type != REDIS_REPLY_INTEGER) {
-    snprintf(err, RL_ERRLEN, "redis: WAIT: %.*s", r->type == REDIS_REPLY_ERROR ? (int)r->len : 0,
-             r->type == REDIS_REPLY_ERROR ? r->str : "");
-    freeReplyObject(r);
-    return -1;
-  }
-  *acked = r->integer;
-  freeReplyObject(r);
-  return 0;
+  rl_call_init_command(&call, buf, (size_t)n, resend);
+  if (rl_conn_call(conn, &call) != 0) memcpy(err, call.err, RL_ERRLEN);
+  r = call.reply;
+  call.reply = NULL;
+  rl_call_free(&call);
+  if (buf != stack) free(buf);
+  return r;
 }
 
 int rl_conn_retarget(rl_conn *conn, const char *host, int port) {
@@ -526,6 +343,7 @@ int rl_conn_retarget(rl_conn *conn, const char *host, int port) {
   free(conn->o.host);
   conn->o.host = h;
   conn->o.port = port;
+  rl_conn_describe(conn, conn->where, sizeof conn->where);
   return 0;
 }
 
@@ -543,10 +361,10 @@ int rl_conn_send(rl_conn *conn, int argc, const char **argv, const size_t *len, 
   long long n;
   int rc;
   if (conn->fd >= 0 && conn->gen != rl_fork_gen()) rl_conn_close(conn);
-  if (conn->fd < 0 && conn_open(conn, err) != 0) return -1;
+  if (conn->fd < 0 && rl_conn_open(conn, err) != 0) return -1;
   n = rl_format(stack, sizeof stack, &buf, argc, argv, len);
   if (n < 0) return format_failed(err);
-  rc = rl_conn_io_timeout(conn, conn->o.timeout_ms) == 0 ? write_all(conn, buf, (size_t)n) : -1;
+  rc = rl_conn_io_timeout(conn, conn->o.timeout_ms) == 0 ? rl_conn_write(conn, buf, (size_t)n) : -1;
   if (buf != stack) free(buf);
   if (rc != 0) {
     int timeout = errno == EAGAIN || errno == EWOULDBLOCK;
@@ -615,90 +433,83 @@ void rl_conn_set_timeout(rl_conn *conn, long long ms) {
 }
 
 /*
- * A take: 0 with out (RL_HELD and the fence; RL_OTHER when the lock is
- * held; RL_UNVERIFIED, with the era record's master ID in out->era, when it
- * took the lock but the connection had not confirmed that ID); 1 when the
- * acquire script must follow (the answer was lost on a reused connection:
- * the take may have landed, and only the script reconciles); -1 with err.
+ * Drives call (rl_call.h) over the connection: its bytes are written at
+ * once, and each read is fed to it, all within its read time; another
+ * connection, when it asks, is a fresh one. Returns 0 (RL_STEP_DONE) or -1
+ * (RL_STEP_FAILED, call->err).
  */
-static int take(rl_conn *conn, const rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]) {
-  char stack[1024], *buf, msg[RL_ERRLEN - 8];
-  redisReply *r[RL_TAKE_REPLIES];
-  long long n = rl_cmd_bytes(cmd, stack, sizeof stack, &buf);
-  int rc, want = rl_cmd_replies(cmd);
-  rl_decoded d = RL_DECODED;
-  if (n < 0) return format_failed(err);
-  rc = call(conn, buf, (size_t)n, want, 0, r, out, err);
-  if (buf != stack) free(buf);
-  if (rc == CALL_LOST_REUSED) return 1;
-  if (rc != CALL_OK) return -1;
-  if (r[0] != NULL) { /* else the common replies, read without a reader */
-    d = rl_decode_take(r, want, out, msg, sizeof msg);
-    free_replies(r, want);
+int rl_conn_call(rl_conn *conn, rl_call *call) {
+  char in[16384];
+  long long deadline = 0;
+  int reused, sent = 0;
+  rl_step step;
+  call->where = conn->where;
+  call->timeout_ms = conn->o.timeout_ms;
+  if (conn->asking) call->asking = 1;
+  /* After fork() the socket is shared with the parent: replies would mix. */
+  if (conn->fd >= 0 && (conn->gen != rl_fork_gen() || rl_conn_went_away(conn))) rl_conn_close(conn);
+  reused = conn->fd >= 0;
+  if (!reused && rl_conn_open(conn, call->err) != 0) return -1;
+  step = rl_call_start(call, reused, conn->reader);
+  for (;;) {
+    size_t len;
+    const char *bytes;
+    ssize_t n;
+    long long read_ms;
+    switch (step) {
+    case RL_STEP_SEND:
+      bytes = rl_call_bytes(call, &len);
+      read_ms = rl_call_read_ms(call);
+      deadline = rl_now_ms() + read_ms;
+      if (rl_conn_io_timeout(conn, read_ms) != 0 || rl_conn_write(conn, bytes, len) != 0) {
+        int timeout = errno == EAGAIN || errno == EWOULDBLOCK;
+        rl_conn_io_error(conn, 0, timeout, conn->o.timeout_ms, call->err);
+        step = rl_call_lost(call, timeout, call->err);
+        break;
+      }
+      sent = 1; /* the socket's timeout is the read time already */
+      step = RL_STEP_READ;
+      break;
+    case RL_STEP_READ:
+      if (!sent && (rl_now_ms() >= deadline || rl_conn_io_timeout(conn, deadline - rl_now_ms()) != 0)) {
+        /* A reply in pieces: the read time covers all of them. */
+        errno = EAGAIN;
+        rl_conn_io_error(conn, 0, 1, conn->o.timeout_ms, call->err);
+        step = rl_call_lost(call, 1, call->err);
+        break;
+      }
+      do n = conn->ssl != NULL ? rl_tls_read(conn->ssl, in, sizeof in) : recv(conn->fd, in, sizeof in, 0);
+      while (n < 0 && errno == EINTR);
+      if (n <= 0) {
+        int timeout = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+        rl_conn_io_error(conn, n == 0, timeout, conn->o.timeout_ms, call->err);
+        step = rl_call_lost(call, timeout, call->err);
+        break;
+      }
+      conn->answered = 1;
+      sent = 0;
+      step = rl_call_feed(call, in, (size_t)n);
+      break;
+    case RL_STEP_RECONNECT:
+      rl_conn_close(conn);
+      if (rl_conn_open(conn, call->err) != 0) return -1;
+      step = rl_call_start(call, 0, conn->reader);
+      break;
+    case RL_STEP_DONE:
+    case RL_STEP_FAILED:
+      if (!rl_call_keep(call)) rl_conn_close(conn);
+      return step == RL_STEP_DONE ? 0 : -1;
+    }
   }
-  if (d != RL_DECODED) {
-    snprintf(err, RL_ERRLEN, "redis: %s", msg);
-    return -1;
-  }
-  rl_take_vouch(out, conn->era);
-  return 0;
 }
 
 int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]) {
-  char msg[RL_ERRLEN - 8], stack[1024], *buf;
-  int attempt, claimed = 0;
-  if (cmd->op == RL_OP_TAKE) {
-    int rc = take(conn, cmd, out, err);
-    if (rc < 0 || (rc == 0 && out->status == RL_HELD)) return rc;
-    /* Taken, but the fence's era is for the acquire script to check (it
-       answers for our token), told the master ID the record names: when it
-       is this master's, the connection trusts that record from now on
-       (rl_script.c, "Fences across failovers"). Or held (tell its TTL, mark
-       a waiter), or lost on a reused connection. */
-    rl_cmd_use_acquire(cmd);
-    claimed = rc == 0 && out->status == RL_UNVERIFIED && out->era[0] != '\0' && rl_cmd_claim(cmd, out->era) == 0;
-  }
-  for (attempt = 0; attempt < 2; attempt++) {
-    rl_decoded d;
-    redisReply *r = NULL;
-    long long n = rl_cmd_bytes(cmd, stack, sizeof stack, &buf);
-    int rc;
-    if (n < 0) return format_failed(err);
-    /* Every script but the releases may be sent twice: the acquires treat
-       their own token as success, extend, pttl and leave repeat harmlessly.
-       A repeated release would find the hold gone and report it lost. */
-    rc = call(conn, buf, (size_t)n, 1, rl_op_resendable(cmd->op), &r, out, err);
-    if (buf != stack) free(buf);
-    if (rc != CALL_OK) return -1;
-    if (r == NULL) d = RL_DECODED; /* the common reply, read without a reader */
-    else {
-      d = rl_decode(r, out, msg, sizeof msg);
-      freeReplyObject(r);
-    }
-    if (d == RL_DECODED && claimed) {
-      /* The claim's master ID is this master's (held), or not (2). A
-         resend on a fresh connection answered for that one: the same
-         server. A connection closed since (bytes out of step) vouches for
-         nothing. */
-      if (out->status == RL_HELD && conn->fd >= 0) {
-        memcpy(conn->era, cmd->era, sizeof conn->era);
-      } else {
-        memset(conn->era, 0, sizeof conn->era);
-        if (out->status == RL_UNVERIFIED) out->status = RL_HELD;
-      }
-      return 0;
-    }
-    if (d == RL_DECODED && out->status != RL_UNVERIFIED) return 0;
-    if (d == RL_NOSCRIPT && attempt == 0) {
-      rl_cmd_use_eval(cmd); /* EVAL also caches the script for the next EVALSHA */
-      continue;
-    }
-    if (d == RL_DECODED) /* status 2 answers a claim only */
-      snprintf(msg, sizeof msg, "unexpected reply to a redislock script (status 2)");
-    else if (d == RL_NOSCRIPT)
-      snprintf(msg, sizeof msg, "NOSCRIPT after EVAL");
-    break;
-  }
-  snprintf(err, RL_ERRLEN, "redis: %s", msg);
-  return -1;
+  rl_call call;
+  int rc;
+  rl_call_init(&call, cmd, conn->era);
+  rc = rl_conn_call(conn, &call);
+  *out = call.out;
+  if (rc != 0) memcpy(err, call.err, RL_ERRLEN);
+  rl_call_free(&call);
+  return rc;
 }

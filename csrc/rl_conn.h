@@ -15,12 +15,11 @@
 
 #include <hiredis/hiredis.h>
 
+#include "rl_call.h"
 #include "rl_proto.h"
 #include "rl_tls.h"
 
 #pragma GCC visibility push(hidden)
-
-#define RL_ERRLEN 512
 
 /* Where and how to connect. Strings are owned by the rl_conn (see rl_conn_init). */
 typedef struct {
@@ -45,6 +44,7 @@ typedef struct {
   int answered;           /* a reply came on this connection */
   int asking;             /* while set, each command goes after an ASKING (a
                              cluster's ASK redirect), in the same write */
+  char where[128];        /* "host:port" or the socket path, for messages */
   char era[RL_REPLID_LEN + 1]; /* the master ID an acquire script confirmed on
                                   this connection ("" before): a take trusts
                                   the era records that name it (rl_script.c,
@@ -74,14 +74,16 @@ redisReply *rl_conn_command(rl_conn *conn, int argc, const char **argv,
                             const size_t *len, int resend, char err[RL_ERRLEN]);
 
 /*
- * Runs cmd (EVALSHA, then EVAL after NOSCRIPT) and decodes its answer into out.
- * A take that could not tell the fence is followed by the acquire script,
- * told the master ID the era record names: when the script confirms it,
- * the connection keeps it (conn->era, dropped when the connection closes)
- * and vouches for that record from then on (rl_script.c "Fences across
- * failovers"). Returns 0, or -1 with a "connection:" or "redis:" message
- * in err.
+ * Drives call (rl_call.h: a lock script with its take, NOSCRIPT, resend,
+ * ASKING and WAIT steps) over the connection, connecting first when needed;
+ * another connection, when the call asks, is a fresh one. An acquire's
+ * confirmed era record is kept beside the connection (conn->era; pass it to
+ * rl_call_init) and dropped when it closes. Returns 0 with the result in
+ * call, or -1 with call->err.
  */
+int rl_conn_call(rl_conn *conn, rl_call *call);
+
+/* rl_conn_call of cmd with no WAIT: 0 with out, or -1 with err. */
 int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]);
 
 /* The most connections rl_conn_eval_many takes at once. */
@@ -101,22 +103,18 @@ void rl_conn_eval_many(rl_conn *const *conns, rl_cmd *const *cmds, int n, long l
                        rl_result *out, int *rc, char (*err)[RL_ERRLEN]);
 
 /* For rl_many.c, which drives several connections itself (rl_conn.c):
-   sets how long a read or write on the open socket may block (0, or -1);
+   connects (TLS, AUTH, SELECT; 0, or -1 with err); writes all of buf (0,
+   or -1 with errno); sets how long a read or write on the open socket may
+   block (0, or -1);
    whether an idle connection can no longer be used (the server closed it,
    or sent bytes no command asked for); and describes why a read or write
    failed (errno, eof, or a timeout of timeout_ms) into err, closing the
    connection. */
+int rl_conn_open(rl_conn *conn, char err[RL_ERRLEN]);
+int rl_conn_write(rl_conn *conn, const char *buf, size_t len);
 int rl_conn_io_timeout(rl_conn *conn, long long ms);
 int rl_conn_went_away(const rl_conn *conn);
 void rl_conn_io_error(rl_conn *conn, int eof, int timeout, long long timeout_ms, char err[RL_ERRLEN]);
-
-/*
- * WAIT replicas ms on the connection the last command used (never a new one:
- * WAIT counts that connection's writes), with a reply timeout that covers ms.
- * Sets *acked to the replicas that acknowledged. Returns 0, or -1 and err.
- */
-int rl_conn_wait_replicas(rl_conn *conn, long long replicas, long long ms, long long *acked,
-                          char err[RL_ERRLEN]);
 
 /*
  * Points conn at another TCP host and port (a master named by Sentinel): the

@@ -323,18 +323,6 @@ static int core_era_tag(lua_State *L) {
   return 1;
 }
 
-/* core.setname(era) -> the bytes of CLIENT SETNAME naming a connection
-   after the master ID era (a take's, status 2): sent before the acquire
-   script that checks it (rl_script.c, "Fences across failovers"). */
-static int core_setname(lua_State *L) {
-  size_t len;
-  const char *era = luaL_checklstring(L, 1, &len);
-  char buf[RL_SETNAME_BYTES];
-  luaL_argcheck(L, len == RL_REPLID_LEN, 1, "a master ID is 40 hex digits");
-  lua_pushlstring(L, buf, rl_setname_bytes(era, buf));
-  return 1;
-}
-
 /* core.redirect(message) -> "MOVED" | "ASK", slot, host, port; or nil. The
    message is an error reply, with or without redislock's "redis: " before
    it. host is "" when the redirect names none (the node just asked). */
@@ -403,18 +391,6 @@ static void push_scripts(lua_State *L) {
   }
 }
 
-/* Pushes { release = true, ... }: the ops never sent twice (rl_op_resendable),
-   for the cosocket transport, which resends as the C one does. */
-static void push_once_only(lua_State *L) {
-  int op;
-  lua_newtable(L);
-  for (op = 0; op < RL_OP_COUNT; op++) {
-    if (rl_op_resendable((rl_op)op)) continue;
-    lua_pushboolean(L, 1);
-    lua_setfield(L, -2, rl_op_name((rl_op)op));
-  }
-}
-
 static const luaL_Reg core_functions[] = {
   { "token", core_token },
   { "fork_gen", core_fork_gen },
@@ -425,7 +401,6 @@ static const luaL_Reg core_functions[] = {
   { "lock_slot", core_lock_slot },
   { "guard_script", core_guard_script },
   { "era_tag", core_era_tag },
-  { "setname", core_setname },
   { "redirect", core_redirect },
   { "now", core_now },
   { "sleep", core_sleep },
@@ -450,6 +425,7 @@ static void keep_loaded(void) {
 RL_EXPORT int luaopen_redislock_core(lua_State *L) {
   keep_loaded();
   luaL_newlib(L, core_functions);
+  rl_lua_open_call(L);
   rl_lua_open_client(L);
   rl_lua_open_lease(L);
   rl_lua_open_reader(L);
@@ -461,7 +437,5 @@ RL_EXPORT int luaopen_redislock_core(lua_State *L) {
   lua_setfield(L, -2, "MAX_MS");
   push_scripts(L);
   lua_setfield(L, -2, "scripts");
-  push_once_only(L);
-  lua_setfield(L, -2, "once_only");
   return 1;
 }

@@ -35,6 +35,7 @@ void rl_lua_newtype(lua_State *L, const char *name, const luaL_Reg *meta, const 
 
 /* Each file's type and module functions: registered into the module table
    at the top of the stack. */
+void rl_lua_open_call(lua_State *L);
 void rl_lua_open_client(lua_State *L);
 void rl_lua_open_lease(lua_State *L);
 void rl_lua_open_reader(lua_State *L);

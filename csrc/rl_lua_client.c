@@ -199,10 +199,8 @@ static int client_eval(lua_State *L) {
   long long ms;
   long long n;
   rl_op op = rl_lua_check_script(L, 2, 8, &key, &klen, &token, &tlen, &ms, &n);
-  char err[RL_ERRLEN];
   rl_cmd cmd;
-  rl_result res;
-  long long acked = 0;
+  rl_call call;
   lua_Integer replicas = 0, replica_ms = 0;
   int rc, isnum = 0, isnum2 = 0;
   if (!lua_isnoneornil(L, 6)) {
@@ -215,26 +213,30 @@ static int client_eval(lua_State *L) {
   }
   if (rl_cmd_init(&cmd, op, c->prefix, c->plen, key, klen, token, tlen, ms, n) != 0)
     return luaL_error(L, "redislock: out of memory");
-  arm_asking(c, &c->conn);
-  rc = rl_conn_eval(&c->conn, &cmd, &res, err);
-  c->conn.asking = 0;
+  rl_call_init(&call, &cmd, c->conn.era);
+  call.asking = c->asking;
+  c->asking = 0;
+  call.replicas = replicas;
+  call.replica_ms = replica_ms;
+  rc = rl_conn_call(&c->conn, &call);
+  rl_call_free(&call);
   rl_cmd_free(&cmd);
   if (rc != 0) {
     lua_pushnil(L);
-    lua_pushstring(L, err);
+    lua_pushstring(L, call.err);
     return 2;
   }
-  lua_pushinteger(L, res.status);
-  lua_pushinteger(L, (lua_Integer)res.value);
-  if (replicas == 0 || res.status != RL_HELD) return 2;
+  lua_pushinteger(L, call.out.status);
+  lua_pushinteger(L, (lua_Integer)call.out.value);
+  if (replicas == 0 || call.out.status != RL_HELD) return 2;
   /* The lock is ours now: a failed WAIT is reported beside it, so that the
      caller can give the lock back rather than leave it to its TTL. */
-  if (rl_conn_wait_replicas(&c->conn, (long long)replicas, (long long)replica_ms, &acked, err) != 0) {
+  if (call.wait_err[0] != '\0') {
     lua_pushnil(L);
-    lua_pushstring(L, err);
+    lua_pushstring(L, call.wait_err);
     return 4;
   }
-  lua_pushinteger(L, (lua_Integer)acked);
+  lua_pushinteger(L, (lua_Integer)call.acked);
   return 3;
 }
 

@@ -1,102 +1,103 @@
 /* SPDX-License-Identifier: MIT */
 /* One lock script on several connections at once (rl_conn_eval_many, for
-   Redlock): all sent, then every reply read as it comes, one poll() over
-   all the sockets. */
+   Redlock): a call state machine per connection (rl_call.h), all sent,
+   then every reply read as it comes, one poll() over all the sockets. */
 #include "rl_conn.h"
 
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 
-/* rl_conn_eval_many's states of a connection. */
-enum { MANY_DONE = 0, MANY_FAILED = -1, MANY_PENDING = 1, MANY_NOSCRIPT = 2 };
+/* A call's I/O failed (timeout: it timed out): why, then what the call does. */
+static rl_step lost(rl_conn *conn, rl_call *call, int eof, int timeout) {
+  rl_conn_io_error(conn, eof, timeout, conn->o.timeout_ms, call->err);
+  return rl_call_lost(call, timeout, call->err);
+}
 
-/* Decodes a reply to the script sent on connection i (see rl_conn_eval_many). */
-static void many_decode(redisReply *r, rl_result *out, int *rc, char err[RL_ERRLEN]) {
-  char msg[RL_ERRLEN - 8];
-  rl_decoded d = rl_decode(r, out, msg, sizeof msg);
-  freeReplyObject(r);
-  if (d == RL_DECODED) {
-    *rc = MANY_DONE;
-  } else if (d == RL_NOSCRIPT) {
-    *rc = MANY_NOSCRIPT;
-  } else {
-    snprintf(err, RL_ERRLEN, "redis: %s", msg);
-    *rc = MANY_FAILED;
+/*
+ * Moves a call on until it waits for replies (RL_STEP_READ) or ends: its
+ * bytes written at once, another connection opened when it asks (bounded
+ * by the connect timeout).
+ */
+static rl_step advance(rl_conn *conn, rl_call *call, rl_step step) {
+  for (;;) {
+    size_t len;
+    const char *bytes;
+    switch (step) {
+    case RL_STEP_SEND:
+      bytes = rl_call_bytes(call, &len);
+      if (rl_conn_io_timeout(conn, rl_call_read_ms(call)) != 0 || rl_conn_write(conn, bytes, len) != 0) {
+        step = lost(conn, call, 0, errno == EAGAIN || errno == EWOULDBLOCK);
+        break;
+      }
+      return RL_STEP_READ;
+    case RL_STEP_RECONNECT:
+      rl_conn_close(conn);
+      if (rl_conn_open(conn, call->err) != 0) return RL_STEP_FAILED;
+      step = rl_call_start(call, 0, conn->reader);
+      break;
+    default:
+      return step;
+    }
   }
 }
 
-/* One read on a connection whose socket is readable, into its reader; 0, or
-   -1 with err and the connection closed. */
-static int many_read(rl_conn *conn, long long left_ms, long long timeout_ms, char err[RL_ERRLEN]) {
+/* One read on a connection whose socket is readable, fed to its call. */
+static rl_step many_read(rl_conn *conn, rl_call *call, long long left_ms) {
   char in[4096];
   ssize_t n;
   /* TLS may need the rest of a record: never longer than the time left. */
-  if (rl_conn_io_timeout(conn, left_ms) != 0) {
-    rl_conn_io_error(conn, 0, 0, timeout_ms, err);
-    return -1;
-  }
+  if (rl_conn_io_timeout(conn, left_ms) != 0) return advance(conn, call, lost(conn, call, 0, 0));
   do n = conn->ssl != NULL ? rl_tls_read(conn->ssl, in, sizeof in) : recv(conn->fd, in, sizeof in, 0);
   while (n < 0 && errno == EINTR);
-  if (n <= 0) {
-    int timeout = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-    rl_conn_io_error(conn, n == 0, timeout, timeout_ms, err);
-    return -1;
-  }
+  if (n <= 0) return advance(conn, call, lost(conn, call, n == 0, n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)));
   conn->answered = 1;
-  if (redisReaderFeed(conn->reader, in, (size_t)n) != REDIS_OK) {
-    snprintf(err, RL_ERRLEN, "connection: out of memory");
-    rl_conn_close(conn);
-    return -1;
-  }
-  return 0;
+  return advance(conn, call, rl_call_feed(call, in, (size_t)n));
 }
 
 void rl_conn_eval_many(rl_conn *const *conns, rl_cmd *const *cmds, int n, long long timeout_ms,
                        rl_result *out, int *rc, char (*err)[RL_ERRLEN]) {
   long long deadline = rl_now_ms() + timeout_ms;
   struct pollfd p[RL_MANY_MAX];
+  rl_step step[RL_MANY_MAX];
   int at[RL_MANY_MAX], pending = 0, i;
+  rl_call *calls;
   if (n > RL_MANY_MAX) n = RL_MANY_MAX;
+  calls = (rl_call *)malloc(sizeof *calls * (size_t)(n > 0 ? n : 1));
+  if (calls == NULL) {
+    for (i = 0; i < n; i++) {
+      rc[i] = -1;
+      snprintf(err[i], RL_ERRLEN, "connection: out of memory");
+    }
+    return;
+  }
   for (i = 0; i < n; i++) {
     rl_conn *c = conns[i];
+    int reused;
+    rl_call_init(&calls[i], cmds[i], c->era);
+    rl_conn_set_timeout(c, timeout_ms);
     /* A socket the server closed while idle, or a parent's: a fresh one. */
     if (c->fd >= 0 && (c->gen != rl_fork_gen() || rl_conn_went_away(c))) rl_conn_close(c);
-    rl_conn_set_timeout(c, timeout_ms);
-    rc[i] = rl_conn_send(c, cmds[i]->argc, cmds[i]->argv, cmds[i]->len, err[i]) == 0 ? MANY_PENDING : MANY_FAILED;
-    if (rc[i] == MANY_PENDING) pending++;
-  }
-  while (pending > 0) {
-    int k = 0, buffered = 0, ready;
-    long long left;
-    for (i = 0; i < n; i++) {
-      void *r = NULL;
-      if (rc[i] != MANY_PENDING) continue;
-      if (redisReaderGetReply(conns[i]->reader, &r) != REDIS_OK) {
-        char where[128];
-        rl_conn_describe(conns[i], where, sizeof where);
-        rl_read_error(conns[i]->reader->err, conns[i]->reader->errstr, where, err[i], RL_ERRLEN);
-        rl_conn_close(conns[i]);
-        rc[i] = MANY_FAILED;
-      } else if (r != NULL) {
-        many_decode((redisReply *)r, &out[i], &rc[i], err[i]);
-        /* Bytes past the reply were asked for by no command. */
-        if (conns[i]->reader->pos < conns[i]->reader->len) rl_conn_close(conns[i]);
-      } else {
-        continue;
-      }
-      pending--;
+    reused = c->fd >= 0;
+    if (!reused && rl_conn_open(c, calls[i].err) != 0) {
+      step[i] = RL_STEP_FAILED;
+      continue;
     }
-    if (pending == 0) break;
-    left = deadline - rl_now_ms();
-    for (i = 0; i < n; i++) {
-      if (rc[i] != MANY_PENDING) continue;
+    calls[i].timeout_ms = timeout_ms;
+    calls[i].where = c->where;
+    step[i] = advance(c, &calls[i], rl_call_start(&calls[i], reused, c->reader));
+  }
+  for (;;) {
+    int k = 0, buffered = 0, ready;
+    long long left = deadline - rl_now_ms();
+    for (pending = 0, i = 0; i < n; i++) {
+      if (step[i] != RL_STEP_READ) continue;
+      pending++;
       if (left <= 0) {
-        errno = EAGAIN;
-        rl_conn_io_error(conns[i], 0, 1, timeout_ms, err[i]);
-        rc[i] = MANY_FAILED;
-        pending--;
+        step[i] = lost(conns[i], &calls[i], 0, 1);
       } else if (conns[i]->ssl != NULL && rl_tls_pending(conns[i]->ssl) > 0) {
         p[k].fd = -1; /* TLS has bytes already: read below, without waiting */
         p[k].revents = POLLIN;
@@ -109,31 +110,25 @@ void rl_conn_eval_many(rl_conn *const *conns, rl_cmd *const *cmds, int n, long l
         at[k++] = i;
       }
     }
-    if (pending == 0) break;
+    if (pending == 0 || k == 0) break;
     if (!buffered) {
       ready = poll(p, (nfds_t)k, (int)(left > 60000 ? 60000 : left));
       if (ready < 0 && errno == EINTR) continue;
       if (ready < 0) {
-        for (int j = 0; j < k; j++) {
-          rl_conn_io_error(conns[at[j]], 0, 0, timeout_ms, err[at[j]]);
-          rc[at[j]] = MANY_FAILED;
-        }
-        break;
+        for (int j = 0; j < k; j++) step[at[j]] = advance(conns[at[j]], &calls[at[j]], lost(conns[at[j]], &calls[at[j]], 0, 0));
+        continue;
       }
     }
     for (int j = 0; j < k; j++) {
-      if (p[j].revents == 0) continue;
-      if (many_read(conns[at[j]], deadline - rl_now_ms(), timeout_ms, err[at[j]]) != 0) {
-        rc[at[j]] = MANY_FAILED;
-        pending--;
-      }
+      if (p[j].revents != 0) step[at[j]] = many_read(conns[at[j]], &calls[at[j]], deadline - rl_now_ms());
     }
   }
-  /* NOSCRIPT (a server's first use, or after SCRIPT FLUSH): EVAL, one by one. */
   for (i = 0; i < n; i++) {
-    if (rc[i] != MANY_NOSCRIPT) continue;
-    rl_cmd_use_eval(cmds[i]);
-    rc[i] = rl_conn_eval(conns[i], cmds[i], &out[i], err[i]) == 0 ? MANY_DONE : MANY_FAILED;
+    if (!rl_call_keep(&calls[i])) rl_conn_close(conns[i]);
+    rc[i] = step[i] == RL_STEP_DONE ? 0 : -1;
+    out[i] = calls[i].out;
+    if (rc[i] != 0) memcpy(err[i], calls[i].err, RL_ERRLEN);
+    rl_call_free(&calls[i]);
   }
+  free(calls);
 }
-

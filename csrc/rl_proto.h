@@ -85,6 +85,9 @@ typedef enum {
   RL_ERROR     /* the server answered an error, or an unexpected shape */
 } rl_decoded;
 
+/* The room for an error message (a "connection: ..." or "redis: ..." one). */
+#define RL_ERRLEN 512
+
 #define RL_TOKEN_BYTES 16               /* 128 bits from the OS CSPRNG */
 #define RL_TOKEN_HEX (2 * RL_TOKEN_BYTES)
 /* The longest time (ms): the largest whole number a Lua number (a double)

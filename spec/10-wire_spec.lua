@@ -1,8 +1,9 @@
 -- SPDX-License-Identifier: MIT
--- The core's wire functions (encode_script, encode, reader), which the
--- OpenResty transport sends over cosockets. Here they talk to a real
--- redis-server over a plain luasocket connection, so that they also run under
--- Lua 5.4, valgrind and ASan (nginx loads only the LuaJIT build).
+-- The core's wire functions (script_call and command_call, the call state
+-- machine the OpenResty transport drives over cosockets; encode, reader).
+-- Here they talk to a real redis-server over a plain luasocket connection,
+-- so that they also run under Lua 5.4, valgrind and ASan (nginx loads only
+-- the LuaJIT build).
 local core = require "redislock.core"
 local helpers = require "spec.helpers"
 local socket = require "socket"
@@ -19,28 +20,51 @@ describe("wire functions", function()
   after_each(function() conn:close() end)
 
   -- Sends bytes, then feeds the reader one byte at a time (the hardest split)
-  -- until reader[method] has a reply; checks it had none before.
-  local function round_trip(bytes, method)
+  -- until reader:reply() has a reply; checks it had none before.
+  local function round_trip(bytes)
     assert(conn:send(bytes))
     local reader = core.reader()
     while true do
-      local a, b = reader[method](reader)
+      local a, b = reader:reply()
       if a ~= nil or b ~= nil then return a, b end
       reader:feed(assert(conn:receive(1)))
     end
   end
 
-  -- Runs a lock script as the OpenResty transport does: EVALSHA, then EVAL
-  -- after NOSCRIPT. Returns its status and value as a list.
-  local function script(op, key, tok, ms)
-    local status, value = round_trip(core.encode_script(op, key, tok, ms, "lock:"), "script_reply")
-    if status == false then
-      status, value = round_trip(core.encode_script(op, key, tok, ms, "lock:", true), "script_reply")
+  -- What the transport looks like to core.script_call and core.command_call.
+  local function transport() return { prefix = "lock:", where = "127.0.0.1:" .. srv.port, timeout_ms = 5000 } end
+
+  -- Drives call as the OpenResty transport does (redislock/ngx.lua), over
+  -- the luasocket connection, fed one byte at a time; reused: whether the
+  -- connection served before. Returns what the call sent (a list), whether
+  -- the connection stays in step, and call:result() as a list.
+  local function drive(call, reused)
+    local sent, step, bytes = {}, call:start(reused or false)
+    while true do
+      if step == "send" then
+        sent[#sent + 1] = bytes
+        assert(conn:send(bytes))
+        step = "read"
+      elseif step == "read" then
+        step, bytes = call:feed(assert(conn:receive(1)))
+      elseif step == "reconnect" then
+        conn:close()
+        conn = assert(socket.connect("127.0.0.1", srv.port))
+        conn:settimeout(5)
+        step, bytes = call:start(false)
+      else
+        return sent, call:keep(), { call:result() }
+      end
     end
-    return { status, value }
   end
 
-  it("encodes the lock scripts and decodes their replies, fed byte by byte", function()
+  -- Runs a lock script through a call: its status and value as a list.
+  local function script(op, key, tok, ms)
+    local _, _, result = drive(core.script_call(transport(), op, key, tok, ms))
+    return result
+  end
+
+  it("drives the lock scripts through the core's call, fed byte by byte", function()
     local tok = core.token()
     assert.are.same({ 1, 1 }, script("acquire", "k", tok, 5000))
     assert.are.equal(tok, raw:command("GET", "lock:{k}"))
@@ -51,57 +75,118 @@ describe("wire functions", function()
     assert.is_true(busy[2] > 4000 and busy[2] <= 5000, tostring(busy[2]))
     assert.are.equal(1, script("release", "k", tok)[1])
     assert.are.equal(0, raw:command("EXISTS", "lock:{k}"))
-    assert.are.equal(0, script("pttl", "k", tok)[1]) -- 0: no such lock
+    assert.are.same({ 0, 0 }, script("pttl", "k", tok)) -- 0: no such lock
   end)
 
-  it("encodes a take (MULTI, SET, INCR, GET era[, CLIENT GETNAME], EXEC), decodes it fed byte by byte", function()
+  it("takes (MULTI, SET, INCR, GET era, CLIENT GETNAME, EXEC), names the connection after its master", function()
     local tok = core.token()
     local era = "lock:{" .. core.era_tag(core.lock_slot("k")) .. "}:era"
-    local head = core.encode("MULTI") .. core.encode("SET", "lock:{k}", tok, "NX", "PX", 5000)
+    local take = core.encode("MULTI") .. core.encode("SET", "lock:{k}", tok, "NX", "PX", 5000)
                  .. core.encode("INCR", "lock:{k}:fence") .. core.encode("GET", era)
-    -- A client's take: its connection vouches for the era record.
-    assert.are.equal(head .. core.encode("EXEC"), core.encode_script("take", "k", tok, 5000, "lock:"))
-    -- A pool's (OpenResty's): the connection's name vouches for it.
-    local bytes = core.encode_script("take", "k", tok, 5000, "lock:", false, nil, nil, true)
-    assert.are.equal(head .. core.encode("CLIENT", "GETNAME") .. core.encode("EXEC"), bytes)
-    -- No era record yet: taken, but the fence is the acquire script's to
-    -- tell (2, and the master the record names: none). The script writes
-    -- the record: this server was never a replica, so its offset is 0.
-    assert.are.same({ 2, "" }, { round_trip(bytes, "take_reply") })
-    assert.are.equal(tok, raw:command("GET", "lock:{k}"))
-    local pttl = raw:command("PTTL", "lock:{k}")
-    assert.is_true(pttl > 4000 and pttl <= 5000, tostring(pttl))
-    assert.are.same({ 1, 1 }, script("acquire", "k", tok, 5000))
+                 .. core.encode("CLIENT", "GETNAME") .. core.encode("EXEC")
+    local function take_call() return core.script_call(transport(), "take", "k", tok, 5000) end
+    -- No era record yet: taken, then the acquire script tells the fence
+    -- (it writes the record: this server was never a replica, offset 0).
+    local sent, keep, result = drive(take_call())
+    assert.are.same({ 1, 1 }, result)
+    assert.are.equal(take, sent[1])
+    assert.is_truthy(sent[2]:find("EVALSHA", 1, true))
+    assert.are.equal(2, #sent)
+    assert.is_true(keep)
     local id = raw:command("INFO", "replication"):match("master_replid:(%x+)")
     assert.are.equal(id .. " 0", raw:command("GET", era))
-    -- Still unnamed: 2 and that master; named after it, the take tells the fence.
+    -- The record named no master: nothing was claimed, the connection is unnamed.
+    assert.is_false(round_trip(core.encode("CLIENT", "GETNAME")))
     assert.are.equal(1, script("release", "k", tok)[1])
-    assert.are.same({ 2, id }, { round_trip(bytes, "take_reply") })
+    -- Now the record names this master: the script confirms the claim, after
+    -- CLIENT SETNAME in the same write; the next take needs no script.
+    sent, keep, result = drive(take_call())
+    assert.are.same({ 1, 2 }, result)
+    assert.is_true(keep)
+    local name = core.encode("CLIENT", "SETNAME", "redislock:" .. id)
+    assert.are.equal(name, sent[2]:sub(1, #name))
+    assert.are.equal("redislock:" .. id, round_trip(core.encode("CLIENT", "GETNAME")))
     assert.are.equal(1, script("release", "k", tok)[1])
-    assert.are.equal("OK", round_trip(core.setname(id), "reply"))
-    assert.are.same({ 1, 3 }, { round_trip(bytes, "take_reply") })
-    -- Held: -1 and -3 (its TTL unknown; the acquire script tells it), and the
-    -- counter counted the try: fences only grow, by more than one at times.
-    assert.are.same({ -1, -3 }, { round_trip(core.encode_script("take", "k", core.token(), 1000, "lock:", false, nil,
-                                                                 nil, true), "take_reply") })
-    assert.are.equal(tok, raw:command("GET", "lock:{k}"))
+    sent, keep, result = drive(take_call())
+    assert.are.same({ 1, 3 }, result)
+    assert.are.equal(1, #sent)
+    assert.is_true(keep)
+    -- Held: the acquire script follows and tells its TTL; the counter
+    -- counted the try (fences only grow, by more than one at times).
+    local busy = script("take", "k", core.token(), 1000)
+    assert.are.equal(-1, busy[1])
+    assert.is_true(busy[2] > 4000 and busy[2] <= 5000, tostring(busy[2]))
     assert.are.equal("4", raw:command("GET", "lock:{k}:fence"))
-    -- The record's offset is added (a record another master wrote: 2 again).
+    -- The record's offset is added.
     assert.are.equal(1, script("release", "k", tok)[1])
     assert.are.equal("OK", raw:command("SET", era, id .. " 7000000000"))
-    assert.are.same({ 1, 7000000005 }, { round_trip(bytes, "take_reply") })
+    assert.are.same({ 1, 7000000005 }, select(3, drive(take_call())))
     assert.are.equal(1, script("release", "k", tok)[1])
+    -- A record another master wrote: the claim fails, the script starts a
+    -- new era, and the name goes (CLIENT SETNAME "" after the script).
     assert.are.equal("OK", raw:command("SET", era, ("f"):rep(40) .. " 7000000000"))
-    assert.are.same({ 2, ("f"):rep(40) }, { round_trip(bytes, "take_reply") })
+    sent, keep, result = drive(take_call())
+    assert.are.equal(1, result[1])
+    assert.is_true(result[2] > 7000000005, tostring(result[2]))
+    assert.are.equal(core.encode("CLIENT", "SETNAME", ""), sent[3])
+    assert.is_true(keep)
+    assert.is_false(round_trip(core.encode("CLIENT", "GETNAME")))
     -- An error reply (here a fence counter that is not a number) is the error.
     assert.are.equal("OK", raw:command("SET", "lock:{w}:fence", "x"))
-    local none, err = round_trip(core.encode_script("take", "w", tok, 1000, "lock:", false, nil, nil, true),
-                                 "take_reply")
-    assert.is_nil(none)
-    assert.are.equal("redis: ERR value is not an integer or out of range", err)
-    -- With eval: the acquire script, which a take falls back on.
-    assert.are.equal(core.encode_script("acquire", "k", tok, 5000, "lock:", true),
-                     core.encode_script("take", "k", tok, 5000, "lock:", true))
+    assert.are.same({ nil, "redis: ERR value is not an integer or out of range" },
+                    script("take", "w", tok, 1000))
+  end)
+
+  it("resends once on a reused connection lost while idle, never a release, never after a timeout", function()
+    local t, tok = transport(), core.token()
+    local function lost(op, reused, timed_out)
+      local call = core.script_call(t, op, "k", tok, 1000)
+      local step, bytes = call:start(reused)
+      assert.are.equal("send", step)
+      return call:lost(timed_out, "connection: lost"), call, bytes
+    end
+    assert.are.equal("reconnect", (lost("acquire", 1, false)))
+    assert.are.equal("failed", (lost("acquire", 0, false))) -- a fresh connection: the server's doing
+    assert.are.equal("failed", (lost("acquire", 1, true)))
+    assert.are.equal("failed", (lost("release", 1, false)))
+    assert.are.equal("reconnect", (lost("extend", 1, false)))
+    -- A take may have landed: the acquire script follows, which reconciles.
+    local step, call, bytes = lost("take", 1, false)
+    assert.are.equal("reconnect", step)
+    assert.is_truthy(bytes:find("MULTI", 1, true))
+    local again, abytes = call:start(0)
+    assert.are.equal("send", again)
+    assert.is_truthy(abytes:find("EVALSHA", 1, true))
+    assert.are.equal("failed", call:lost(false, "connection: lost again")) -- once only
+    assert.are.same({ nil, "connection: lost again" }, { call:result() })
+  end)
+
+  it("sends ASKING first when asked, and a take as the acquire script then", function()
+    local call = core.script_call(transport(), "take", "k", core.token(), 1000)
+    call:asking()
+    local step, bytes = call:start(false)
+    assert.are.equal("send", step)
+    assert.are.equal(core.encode("ASKING"), bytes:sub(1, #core.encode("ASKING")))
+    assert.is_truthy(bytes:find("EVALSHA", 1, true))
+    -- Not a cluster: the server refuses ASKING, and that is the call's error.
+    local _, _, result = drive(call)
+    assert.is_nil(result[1])
+    assert.is_truthy(result[2]:match("^redis: ASKING: ERR"), result[2])
+  end)
+
+  it("sends WAIT on the same connection after a script that answered 1, when asked", function()
+    local call = core.script_call(transport(), "acquire", "k", core.token(), 5000)
+    call:replicas(1, 50)
+    local sent, keep, result = drive(call)
+    assert.are.same({ 1, 1, 0 }, result) -- no replica acknowledged
+    assert.are.equal(core.encode("WAIT", 1, 50), sent[2])
+    assert.is_true(keep)
+    call = core.script_call(transport(), "acquire", "k", core.token(), 5000)
+    call:replicas(1, 50)
+    sent, keep, result = drive(call)
+    assert.are.equal(-1, result[1]) -- not ours: no WAIT
+    assert.are.equal(1, #sent)
+    assert.is_true(keep)
   end)
 
   it("starts a new era at the master's clock, so two masters starting from one record differ", function()
@@ -187,29 +272,33 @@ describe("wire functions", function()
     assert.are.equal("0", core.era_tag(core.slot("0")))
   end)
 
-  it("says NOSCRIPT as false, and EVAL then works", function()
+  it("sends EVAL after NOSCRIPT, once", function()
     assert.are.equal("OK", raw:command("SCRIPT", "FLUSH"))
     local tok = core.token()
-    local status, err = round_trip(core.encode_script("acquire", "k", tok, 5000, "p:"), "script_reply")
-    assert.is_false(status)
-    assert.are.equal("redis: NOSCRIPT", err)
-    assert.are.same({ 1, 1 }, { round_trip(core.encode_script("acquire", "k", tok, 5000, "p:", true),
-                                           "script_reply") })
-    assert.are.equal(tok, raw:command("GET", "p:{k}"))
+    local sent, keep, result = drive(core.script_call(transport(), "acquire", "k", tok, 5000))
+    assert.are.same({ 1, 1 }, result)
+    assert.is_truthy(sent[1]:find("EVALSHA", 1, true))
+    assert.is_truthy(sent[2]:find("EVAL", 1, true) and not sent[2]:find("EVALSHA", 1, true))
+    assert.is_true(keep)
+    assert.are.equal(tok, raw:command("GET", "lock:{k}"))
   end)
 
   it("encodes any bytes and decodes every reply type", function()
     local bin = "a\0b\r\n\255"
-    assert.are.equal("OK", round_trip(core.encode("SET", "bin", bin), "reply"))
-    assert.are.equal(bin, round_trip(core.encode("GET", "bin"), "reply"))
-    assert.is_false(round_trip(core.encode("GET", "missing"), "reply"))
-    assert.are.equal(3, round_trip(core.encode("RPUSH", "list", "x", 2, 3.5), "reply"))
-    assert.are.same({ "x", "2", "3.5" }, round_trip(core.encode("LRANGE", "list", 0, -1), "reply"))
-    local none, err = round_trip(core.encode("NOSUCHCOMMAND"), "reply")
+    local sent, keep, result = drive(core.command_call(transport(), core.encode("SET", "bin", bin)))
+    assert.are.same({ "OK" }, result)
+    assert.are.equal(core.encode("SET", "bin", bin), sent[1])
+    assert.is_true(keep)
+    assert.are.equal(bin, round_trip(core.encode("GET", "bin")))
+    assert.is_false(round_trip(core.encode("GET", "missing")))
+    assert.are.equal(3, round_trip(core.encode("RPUSH", "list", "x", 2, 3.5)))
+    assert.are.same({ "x", "2", "3.5" }, round_trip(core.encode("LRANGE", "list", 0, -1)))
+    local none, err = round_trip(core.encode("NOSUCHCOMMAND"))
     assert.is_nil(none)
     assert.is_truthy(err:match("^redis: ERR unknown command"), err)
-    local _, serr = round_trip(core.encode("PING"), "script_reply")
-    assert.are.equal("redis: unexpected reply to a redislock script", serr)
+    result = select(3, drive(core.command_call(transport(), core.encode("NOSUCHCOMMAND"))))
+    assert.is_nil(result[1])
+    assert.is_truthy(result[2]:match("^redis: ERR unknown command"), result[2])
   end)
 
   it("writes RESP arrays of bulk strings exactly (empty, binary, 10+ and long arguments)", function()
@@ -222,7 +311,7 @@ describe("wire functions", function()
     end
     local unpack = table.unpack or unpack -- luacheck: ignore (LuaJIT's global)
     assert.are.equal(table.concat(want), core.encode(unpack(args)))
-    assert.are.equal(11, round_trip(core.encode("RPUSH", "long", unpack(args, 2)), "reply"))
+    assert.are.equal(11, round_trip(core.encode("RPUSH", "long", unpack(args, 2))))
   end)
 
   it("reports bytes that are not RESP, and a reply nested too deeply, without crashing", function()
@@ -252,11 +341,22 @@ describe("wire functions", function()
     end
     raises("command name expected", core.encode)
     raises("string or number expected, got table", core.encode, "SET", {})
-    raises("invalid option 'drop'", core.encode_script, "drop", "k", "t", 1, "p:")
-    raises("key must not be empty", core.encode_script, "acquire", "", "t", 1, "p:")
-    raises("token must not be empty", core.encode_script, "acquire", "k", "", 1, "p:")
-    raises("ttl must be an integer number of milliseconds >= 1", core.encode_script, "extend", "k", "t", 0, "p:")
-    raises("prefix must not contain '{' or '}'", core.encode_script, "release", "k", "t", nil, "p{")
+    local t = { prefix = "p:" }
+    raises("invalid option 'drop'", core.script_call, t, "drop", "k", "t", 1)
+    raises("key must not be empty", core.script_call, t, "acquire", "", "t", 1)
+    raises("token must not be empty", core.script_call, t, "acquire", "k", "", 1)
+    raises("ttl must be an integer number of milliseconds >= 1", core.script_call, t, "extend", "k", "t", 0)
+    raises("limit must be an integer >= 1", core.script_call, t, "sem_acquire", "k", "t", 1000, 0)
+    raises("prefix must not contain '{' or '}'", core.script_call, { prefix = "p{" }, "release", "k", "t")
+    raises("table expected, got nil", core.script_call, nil, "release", "k", "t")
+    raises("string expected", core.command_call, t)
+    local call = core.script_call(t, "acquire", "k", "t", 1000)
+    raises("replicas must be an integer >= 1", call.replicas, call, 0, 10)
+    raises("replica_ms must be an integer number of milliseconds >= 1", call.replicas, call, 1, 0.5)
+    call:close()
+    call:close() -- twice is harmless
+    assert.are.equal("redislock.Call (closed)", tostring(call))
+    raises("call is closed", call.start, call, false)
     raises("wait must be an integer number of milliseconds >= 1", core.encode_wait, "k", nil, 0, "p:")
     local reader = core.reader()
     raises("string expected, got nil", reader.feed, reader, nil)

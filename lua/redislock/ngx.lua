@@ -3,12 +3,12 @@
 --
 -- Under ngx_lua a blocking socket call would stall the nginx worker and every
 -- request on it, so `redislock.new` picks this transport when `ngx` is present.
--- It sends the bytes the C core makes (`core.encode_script`, `core.encode`)
--- over `ngx.socket.tcp` cosockets and feeds what it reads into the core's
--- reply reader: the scripts, commands and replies stay in one place, the C
--- core. The steps around a call (the take's fall-back, NOSCRIPT, the one
--- resend, ASKING, naming the connection after its master, WAIT) are, for
--- now, written here and in rl_conn.c alike.
+-- Each call is the C core's call state machine (rl_call.h, through
+-- `core.script_call` and `core.command_call`), which the C transport drives
+-- too: it makes the bytes, decodes the replies, and takes the steps around
+-- a call (the take's fall-back, NOSCRIPT, the one resend, ASKING, naming
+-- the connection after its master, WAIT). This transport only moves the
+-- bytes over `ngx.socket.tcp` cosockets and picks the connections.
 --
 -- Each call takes a connection from the nginx connection pool (or opens one,
 -- then sends AUTH and SELECT), runs its command, and puts the connection back
@@ -29,10 +29,12 @@ local ngx = ngx
 local ipairs, setmetatable, tostring, type = ipairs, setmetatable, tostring, type
 local string_format = string.format
 local get_phase = ngx.get_phase
-local encode, encode_script, encode_wait, new_reader = core.encode, core.encode_script, core.encode_wait, core.reader
-local setname = core.setname
-local open, round_trip, read_reply, io_message, keepalive, give_back = conn.open, conn.round_trip, conn.read_reply,
-      conn.io_message, conn.keepalive, conn.give_back
+local encode, encode_wait, new_reader = core.encode, core.encode_wait, core.reader
+local script_call, command_call = core.script_call, core.command_call
+local open, read_reply, io_message, give_back = conn.open, conn.read_reply, conn.io_message, conn.give_back
+
+-- The bytes one receiveany may return; replies to lock scripts are ~20 bytes.
+local READ_SIZE = 16384
 
 local _M = { _VERSION = core._VERSION }
 
@@ -75,10 +77,6 @@ function Transport.io_problem(_)
   return phase
 end
 
--- The ops never sent twice: a second release would find the hold gone (the
--- C core's list, which its own transport follows).
-local ONCE_ONLY = core.once_only
-
 -- Whether the call starting now goes after ASKING (transport:asking()).
 local function asking_now(self)
   local asking = self.asking_next
@@ -86,115 +84,57 @@ local function asking_now(self)
   return asking
 end
 
--- Sends bytes (from the core's encoders, which check the arguments) on a
--- connection of its own, reading the reply for at most read_ms. Returns the
--- reply, or nil and an error message.
-local function one_reply(self, bytes, read_ms)
-  local asking = asking_now(self)
-  local sock, err = open(self)
-  if not sock then return nil, err end
-  sock:settimeouts(self.connect_timeout_ms, self.timeout_ms, read_ms)
-  local v, msg, failed = round_trip(self, sock, bytes, "reply", asking)
-  give_back(self, sock, failed)
-  if v == nil then return nil, msg end
-  return v
-end
-
--- After a write that took the lock on sock: WAIT replicas replica_ms when
--- asked (WAIT counts the writes of this very connection; its reply may take
--- replica_ms), then the socket goes back. Returns eval's values.
-local function confirmed(self, sock, status, value, replicas, replica_ms)
-  if not replicas then
-    keepalive(self, sock)
-    return status, value
-  end
-  sock:settimeouts(self.connect_timeout_ms, self.timeout_ms, self.timeout_ms + replica_ms)
-  local acked, werr, wfailed = round_trip(self, sock, encode("WAIT", replicas, replica_ms), "reply")
-  give_back(self, sock, wfailed)
-  if acked == nil then return status, value, nil, werr end -- ours, but unconfirmed
-  return status, value, acked
-end
-
-local UNNAME = encode("CLIENT", "SETNAME", "")
-
--- After a take that took the lock on sock but whose fence's era is for the
--- acquire script to check (status 2; era: the master ID the era record
--- names, or ""): that script, on the same connection, after CLIENT SETNAME
--- naming the connection after that master; the script says whether that
--- is this master's ID, and when it does not say so the name goes (as in
--- rl_conn.c: rl_script.c, "Fences across failovers"). Returns eval's values.
-local function check_era(self, sock, key, token, ms, era, replicas, replica_ms)
-  local claim = era ~= "" and era or nil
-  local status, value, failed = round_trip(self, sock, encode_script("acquire", key, token, ms, self.prefix,
-                                                                     false, nil, claim),
-                                           "script_reply", false, claim and setname(claim))
-  if status == false then -- NOSCRIPT: EVAL also caches the script
-    status, value, failed = round_trip(self, sock, encode_script("acquire", key, token, ms, self.prefix, true, nil,
-                                                                 claim), "script_reply")
-    if status == false then status, value = nil, "redis: NOSCRIPT after EVAL" end
-  end
-  if claim and not failed and status ~= 1 then
-    -- Not confirmed: the name goes; if it cannot, the connection does
-    -- (a name left in place could pass a stale era record).
-    if not round_trip(self, sock, UNNAME, "reply") then failed = true end
-    if status == 2 then status = 1 end
-  end
-  if not failed and status == 1 then return confirmed(self, sock, status, value, replicas, replica_ms) end
-  give_back(self, sock, failed)
-  if status == 1 and replicas then return status, value, nil, "connection: closed before WAIT " .. self.where end
-  return status, value
-end
-
--- A take (see rl_script.c): eval's values when it took the lock or failed;
--- "again" when the acquire script must follow: the lock is held (the script
--- tells its TTL and marks a waiter), or the answer was lost on a pooled
--- connection (the take may have landed, and only the script reconciles;
--- never a take twice).
-local function take(self, key, token, ms, replicas, replica_ms)
-  local bytes = encode_script("take", key, token, ms, self.prefix, false, nil, nil, true)  -- checks the arguments
+-- Drives call (core.script_call's or core.command_call's: the C core's
+-- state machine for one call, rl_call.h) over cosockets: a connection from
+-- the pool (or a new one), its bytes sent, what comes read and fed to it;
+-- another connection when it asks (maybe another pooled one). The
+-- connection goes back to the pool when the call says it is in step.
+-- Returns call:result().
+local function drive(self, call)
+  if asking_now(self) then call:asking() end
   local sock, reused = open(self)
   if not sock then return nil, reused end
-  local status, value, failed, timed_out = round_trip(self, sock, bytes, "take_reply")
-  if status == 1 then return confirmed(self, sock, status, value, replicas, replica_ms) end
-  if status == 2 then return check_era(self, sock, key, token, ms, value, replicas, replica_ms) end
-  give_back(self, sock, failed)
-  if status == -1 or (failed and reused ~= 0 and not timed_out) then return "again" end
-  return nil, value
+  local step, bytes = call:start(reused)
+  while true do
+    if step == "send" then
+      sock:settimeouts(self.connect_timeout_ms, self.timeout_ms, call:read_ms())
+      local ok, err = sock:send(bytes)
+      if ok then
+        step = "read"
+      else
+        step = call:lost(err == "timeout", io_message(self, err))
+      end
+    elseif step == "read" then
+      local data, err = sock:receiveany(READ_SIZE)
+      if data then
+        step, bytes = call:feed(data)
+      else
+        step = call:lost(err == "timeout", io_message(self, err))
+      end
+    elseif step == "reconnect" then
+      sock:close()
+      sock, reused = open(self)
+      if not sock then
+        call:close()
+        return nil, reused
+      end
+      step, bytes = call:start(reused)
+    else -- "done", "failed"
+      give_back(self, sock, not call:keep())
+      return call:result()
+    end
+  end
 end
 
 --- transport:eval(op, key, token[, ms[, replicas, replica_ms[, n]]]) -> status, value[, acked | nil, err] | nil, err
--- Runs one lock script, as the C client's eval does: EVALSHA, then EVAL after
--- NOSCRIPT, and WAIT on the same connection after a success when replicas
--- is given; a take, then the acquire script when the lock is held. A command
--- lost on a pooled connection that the server had closed is sent once more
--- on another connection (maybe another pooled one; the C transport opens a
--- fresh one), except the releases (see rl_conn.c). n: sem_acquire's limit.
+-- Runs one lock script, as the C client's eval does (the C core's call:
+-- a take and its fall-back, NOSCRIPT, the one resend, ASKING, WAIT
+-- replicas replica_ms on the same connection after a success). n:
+-- sem_acquire's limit.
 function Transport:eval(op, key, token, ms, replicas, replica_ms, n)
-  local asking = asking_now(self)
-  if op == "take" and asking then op = "acquire" end -- a transaction after ASKING is refused whole
-  if op == "take" then
-    local status, value, acked, werr = take(self, key, token, ms, replicas, replica_ms)
-    if status ~= "again" then return status, value, acked, werr end
-    op = "acquire"
-  end
-  local bytes = encode_script(op, key, token, ms, self.prefix, false, n)  -- checks the arguments
-  local err
-  for _ = 1, 2 do
-    local sock, reused = open(self)
-    if not sock then return nil, reused end
-    local status, value, failed, timed_out = round_trip(self, sock, bytes, "script_reply", asking)
-    if status == false then -- NOSCRIPT: EVAL also caches the script (after ASKING again, if asked)
-      status, value, failed, timed_out = round_trip(self, sock, encode_script(op, key, token, ms, self.prefix, true, n),
-                                                    "script_reply", asking)
-      if status == false then status, value = nil, "redis: NOSCRIPT after EVAL" end
-    end
-    if not failed and status == 1 then return confirmed(self, sock, status, value, replicas, replica_ms) end
-    give_back(self, sock, failed)
-    if not failed then return status, value end
-    err = value
-    if reused == 0 or timed_out or ONCE_ONLY[op] then break end
-  end
-  return nil, err
+  local call = script_call(self, op, key, token, ms, n) -- checks the arguments
+  if replicas then call:replicas(replicas, replica_ms) end
+  return drive(self, call)
 end
 
 --- transport:wait(key, token, ms[, op]) -> true | false | nil, err (as the C client's
@@ -202,8 +142,9 @@ end
 -- op belongs to) for at most ms, on a connection of its own from the pool;
 -- true when woken, false when the time ran out.
 function Transport:wait(key, token, ms, op)
-  -- The server may take the whole wait before it answers.
-  local v, err = one_reply(self, encode_wait(key, token, ms, self.prefix, op), ms + self.timeout_ms)
+  local call = command_call(self, encode_wait(key, token, ms, self.prefix, op))
+  call:timeout(ms + self.timeout_ms) -- the server may take the whole wait before it answers
+  local v, err = drive(self, call)
   if v == nil then return nil, err end
   return v ~= false
 end
@@ -211,9 +152,7 @@ end
 --- transport:command(name, ...) -> reply | nil, err (as the C client's command).
 -- Never resent: INCR twice is wrong.
 function Transport:command(...)
-  local v, err = one_reply(self, encode(...), self.timeout_ms)
-  if v == nil then return nil, err end
-  return v
+  return drive(self, command_call(self, encode(...)))
 end
 
 --- transport:asking() -> true: the next eval, command or wait goes after

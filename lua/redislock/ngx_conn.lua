@@ -2,8 +2,7 @@
 --- redislock.ngx_conn: the connections of the OpenResty transport
 -- (redislock/ngx.lua): a pool per server and set of credentials and TLS
 -- settings, the TLS handshake, what a new connection is sent first (AUTH,
--- SELECT, ROLE), and one round trip of bytes the C core made, read with its
--- reply reader.
+-- SELECT, ROLE), and reading a reply with the C core's reader.
 
 local args = require "redislock.args"
 local core = require "redislock.core"
@@ -17,7 +16,7 @@ local encode, new_reader = core.encode, core.reader
 
 local _M = { _VERSION = core._VERSION }
 
--- The bytes one receiveany may return; replies to lock scripts are ~20 bytes.
+-- The bytes one receiveany may return (a subscription's messages, set-up replies).
 local READ_SIZE = 16384
 
 -- Salts the password's digest in pool names (pools live in one worker).
@@ -125,27 +124,6 @@ local function read_reply(self, sock, reader, method)
     if not data then return nil, io_message(self, err), true, err == "timeout" end
     reader:feed(data)
   end
-end
-
-local ASKING = encode("ASKING")
-
---- Sends bytes and reads one reply with reader[method] (see read_reply). With
--- asking, ASKING goes first in the same write (a cluster's ASK redirect),
--- its +OK read and dropped (an error in its place is the call's, and the
--- connection, out of step, is not pooled); with naming (the bytes of a
--- CLIENT SETNAME), that goes first, and a refusal leaves the connection
--- unnamed, which only costs the next take a round trip.
-local function round_trip(self, sock, bytes, method, asking, naming)
-  local pre = asking and ASKING or naming
-  local ok, err = sock:send(pre and { pre, bytes } or bytes)
-  if not ok then return nil, io_message(self, err), true, err == "timeout" end
-  local reader = new_reader()
-  if pre then
-    local v, msg, failed, timed_out = read_reply(self, sock, reader, "reply")
-    if failed then return nil, msg, true, timed_out end
-    if v == nil and asking then return nil, "redis: ASKING: " .. msg:sub(8), true end
-  end
-  return read_reply(self, sock, reader, method)
 end
 
 -- What nginx's handshake errors mean, for the message.
@@ -256,7 +234,6 @@ local function give_back(self, sock, failed)
   end
 end
 
-_M.io_message, _M.read_reply, _M.round_trip, _M.open, _M.keepalive, _M.give_back = io_message, read_reply, round_trip,
-  open, keepalive, give_back
+_M.io_message, _M.read_reply, _M.open, _M.give_back = io_message, read_reply, open, give_back
 
 return _M

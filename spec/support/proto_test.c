@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A unit test of the C core's protocol side, alone: rl_proto, rl_script,
- * rl_slot and rl_sys include no Lua header and do no I/O, so they are
+ * A unit test of the C core's protocol side, alone: rl_proto, rl_call,
+ * rl_script, rl_slot and rl_sys include no Lua header and do no I/O, so they are
  * linked here without Lua and without a server (built by make test as
  * build/proto_test, under the sanitizers; spec/01 runs it). Prints a line per
  * failed check and "proto_test: N checks, N failed"; exit status 0 when
@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rl_call.h"
 #include "rl_proto.h"
 #include "rl_sha1.h"
 
@@ -191,6 +192,156 @@ static void test_checks(void) {
   CHECK(ms > 0 && ms <= rl_now_ms());
 }
 
+/* Whether the bytes the call sends now contain s. */
+static int sends(const rl_call *call, const char *s) {
+  size_t len;
+  const char *b = rl_call_bytes(call, &len);
+  size_t n = strlen(s);
+  for (size_t i = 0; i + n <= len; i++)
+    if (memcmp(b + i, s, n) == 0) return 1;
+  return 0;
+}
+
+/* Feeds the C string s to the call. */
+static rl_step feed(rl_call *call, const char *s) {
+  return rl_call_feed(call, s, strlen(s));
+}
+
+/* A call made for op with the C transport's era (era) or a pool's name
+   (era NULL), started on a connection (reused or not) with reader rd. */
+static rl_step start(rl_call *call, rl_cmd *cmd, rl_op op, char *era, int reused, redisReader *rd) {
+  CHECK(rl_cmd_init(cmd, op, "lock:", 5, "job", 3, "tok", 3, 5000, 0) == 0);
+  rl_call_init(call, cmd, era);
+  return rl_call_start(call, reused, rd);
+}
+
+/* The call state machine, fed canned replies (no server, no I/O). */
+static void test_call(void) {
+  static const char took[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n+OK\r\n:7\r\n$-1\r\n";
+  static const char busy[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n$-1\r\n:8\r\n$-1\r\n";
+  char era[RL_REPLID_LEN + 1] = "", id[RL_REPLID_LEN + 1], rec[128];
+  redisReader *rd = redisReaderCreate();
+  rl_cmd cmd;
+  rl_call call;
+  memset(id, 'a', RL_REPLID_LEN);
+  id[RL_REPLID_LEN] = '\0';
+
+  /* A take that found the lock held: the acquire script follows on the
+     same connection; its reply is the result. */
+  CHECK(start(&call, &cmd, RL_OP_TAKE, era, 0, rd) == RL_STEP_SEND && sends(&call, "MULTI"));
+  CHECK(rl_call_feed(&call, busy, 10) == RL_STEP_READ); /* in pieces */
+  CHECK(feed(&call, busy + 10) == RL_STEP_SEND && sends(&call, "EVALSHA") && !sends(&call, "MULTI"));
+  CHECK(feed(&call, "*2\r\n:-1\r\n:4200\r\n") == RL_STEP_DONE);
+  CHECK(call.out.status == RL_OTHER && call.out.value == 4200 && rl_call_keep(&call));
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+
+  /* Taken, no era record: the script tells the fence; nothing to claim. */
+  CHECK(start(&call, &cmd, RL_OP_TAKE, era, 0, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, took) == RL_STEP_SEND && sends(&call, "EVALSHA"));
+  CHECK(feed(&call, ":7\r\n") == RL_STEP_DONE && call.out.status == RL_HELD && call.out.value == 7);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+
+  /* A record naming a master: the script claims it; confirmed, the
+     connection vouches for it (era), and the next take needs no script. */
+  snprintf(rec, sizeof rec, "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n+OK\r\n:9\r\n$%d\r\n%s 100\r\n",
+           RL_REPLID_LEN + 4, id);
+  CHECK(start(&call, &cmd, RL_OP_TAKE, era, 0, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, rec) == RL_STEP_SEND && sends(&call, id));
+  CHECK(feed(&call, ":109\r\n") == RL_STEP_DONE && call.out.value == 109 && strcmp(era, id) == 0);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+  CHECK(start(&call, &cmd, RL_OP_TAKE, era, 1, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, rec) == RL_STEP_DONE && call.out.status == RL_HELD && call.out.value == 109);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+  /* A record naming another master, claimed and denied (the script's 2):
+     the lock is ours with the script's fence, and the era goes. */
+  memset(id, 'b', RL_REPLID_LEN);
+  snprintf(rec, sizeof rec, "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n+OK\r\n:9\r\n$%d\r\n%s 100\r\n",
+           RL_REPLID_LEN + 4, id);
+  CHECK(start(&call, &cmd, RL_OP_TAKE, era, 1, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, rec) == RL_STEP_SEND && sends(&call, id));
+  CHECK(feed(&call, "*2\r\n:2\r\n:5000\r\n") == RL_STEP_DONE && call.out.status == RL_HELD);
+  CHECK(call.out.value == 5000 && era[0] == '\0' && rl_call_keep(&call));
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+
+  /* The pool's way: the claim goes after CLIENT SETNAME in one write, and
+     a denied claim is followed by CLIENT SETNAME "". */
+  snprintf(rec, sizeof rec, "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*4\r\n+OK\r\n:9\r\n$%d\r\n%s 100\r\n$-1\r\n",
+           RL_REPLID_LEN + 4, id);
+  CHECK(start(&call, &cmd, RL_OP_TAKE, NULL, 0, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, rec) == RL_STEP_SEND && sends(&call, "SETNAME") && sends(&call, "EVALSHA"));
+  CHECK(feed(&call, "+OK\r\n*2\r\n:2\r\n:5000\r\n") == RL_STEP_SEND && sends(&call, "$7\r\nSETNAME\r\n$0\r\n"));
+  CHECK(feed(&call, "+OK\r\n") == RL_STEP_DONE && call.out.status == RL_HELD && call.out.value == 5000);
+  CHECK(rl_call_keep(&call));
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+
+  /* NOSCRIPT: EVAL once; a second NOSCRIPT is the call's error. */
+  CHECK(start(&call, &cmd, RL_OP_EXTEND, NULL, 1, rd) == RL_STEP_SEND && sends(&call, "EVALSHA"));
+  CHECK(feed(&call, "-NOSCRIPT No matching script.\r\n") == RL_STEP_SEND && sends(&call, "$4\r\nEVAL\r\n"));
+  CHECK(feed(&call, "-NOSCRIPT No matching script.\r\n") == RL_STEP_FAILED);
+  CHECK(strcmp(call.err, "redis: NOSCRIPT after EVAL") == 0 && rl_call_keep(&call));
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+
+  /* The one resend: a reused connection lost, not timed out, and not a release. */
+  CHECK(start(&call, &cmd, RL_OP_EXTEND, NULL, 1, rd) == RL_STEP_SEND);
+  CHECK(rl_call_lost(&call, 0, "connection: lost") == RL_STEP_RECONNECT && !rl_call_keep(&call));
+  CHECK(rl_call_start(&call, 1, rd) == RL_STEP_SEND);
+  CHECK(rl_call_lost(&call, 0, "connection: lost again") == RL_STEP_FAILED);
+  CHECK(strcmp(call.err, "connection: lost again") == 0);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+  CHECK(start(&call, &cmd, RL_OP_RELEASE, NULL, 1, rd) == RL_STEP_SEND);
+  CHECK(rl_call_lost(&call, 0, "connection: lost") == RL_STEP_FAILED);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+  CHECK(start(&call, &cmd, RL_OP_ACQUIRE, NULL, 1, rd) == RL_STEP_SEND);
+  CHECK(rl_call_lost(&call, 1, "connection: timeout") == RL_STEP_FAILED);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+  /* A take lost: the acquire script reconciles on another connection. */
+  CHECK(start(&call, &cmd, RL_OP_TAKE, NULL, 1, rd) == RL_STEP_SEND);
+  CHECK(rl_call_lost(&call, 0, "connection: lost") == RL_STEP_RECONNECT);
+  CHECK(rl_call_start(&call, 0, rd) == RL_STEP_SEND && sends(&call, "EVALSHA") && !sends(&call, "MULTI"));
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+
+  /* ASKING first, a take as the script; its refusal is the call's error. */
+  CHECK(rl_cmd_init(&cmd, RL_OP_TAKE, "lock:", 5, "job", 3, "tok", 3, 5000, 0) == 0);
+  rl_call_init(&call, &cmd, NULL);
+  call.asking = 1;
+  CHECK(rl_call_start(&call, 0, rd) == RL_STEP_SEND && sends(&call, "ASKING") && sends(&call, "EVALSHA"));
+  CHECK(feed(&call, "-ERR not a cluster\r\n:1\r\n") == RL_STEP_FAILED);
+  CHECK(strcmp(call.err, "redis: ASKING: ERR not a cluster") == 0);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+
+  /* WAIT after a script that answered 1, on the same connection; a WAIT
+     lost leaves the lock ours, with why. Bytes past a reply: out of step. */
+  CHECK(rl_cmd_init(&cmd, RL_OP_ACQUIRE, "lock:", 5, "job", 3, "tok", 3, 5000, 0) == 0);
+  rl_call_init(&call, &cmd, NULL);
+  call.replicas = 2;
+  call.replica_ms = 300;
+  CHECK(rl_call_start(&call, 0, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, ":3\r\n") == RL_STEP_SEND && sends(&call, "WAIT") && rl_call_read_ms(&call) == 1300);
+  CHECK(rl_call_lost(&call, 1, "connection: timeout") == RL_STEP_DONE);
+  CHECK(call.out.value == 3 && strcmp(call.wait_err, "connection: timeout") == 0 && call.err[0] == '\0');
+  rl_call_free(&call);
+  rl_call_init(&call, &cmd, NULL);
+  call.replicas = 1;
+  call.replica_ms = 300;
+  CHECK(rl_call_start(&call, 0, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, ":3\r\n:1\r\n") == RL_STEP_DONE && !rl_call_keep(&call) && call.wait_err[0] != '\0');
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+  redisReaderFree(rd);
+}
+
 int main(void) {
   test_ops();
   test_commands();
@@ -198,6 +349,7 @@ int main(void) {
   test_takes();
   test_slots();
   test_checks();
+  test_call();
   printf("proto_test: %d checks, %d failed\n", checks, failed);
   return failed == 0 ? 0 : 1;
 }

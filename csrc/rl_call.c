@@ -1,0 +1,352 @@
+/* SPDX-License-Identifier: MIT */
+/* One lock script call as a state machine with no I/O (see rl_call.h). */
+#include "rl_call.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Where the call stands: what the bytes being sent are. */
+enum {
+  PH_TAKE,   /* the take's transaction */
+  PH_SCRIPT, /* the script (after ASKING, or CLIENT SETNAME when it claims an era record) */
+  PH_UNNAME, /* CLIENT SETNAME "": a claim failed, the connection's name must go */
+  PH_WAIT,   /* WAIT replicas ms */
+  PH_COMMAND /* a plain command (rl_call_init_command) */
+};
+
+static const char ASKING[] = "*1\r\n$6\r\nASKING\r\n";
+static const char UNNAME[] = "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$0\r\n\r\n";
+
+/* Frees the replies read so far. */
+static void drop_replies(rl_call *call) {
+  for (int i = 0; i < call->got; i++) freeReplyObject(call->r[i]);
+  call->got = 0;
+}
+
+static void drop_bytes(rl_call *call) {
+  if (call->bytes != NULL && call->bytes != call->stack) free(call->bytes);
+  call->bytes = NULL;
+  call->len = 0;
+}
+
+/* What both kinds of call start with. */
+static void init(rl_call *call, rl_cmd *cmd, char *era, int phase) {
+  call->asking = 0;
+  call->replicas = 0;
+  call->replica_ms = 0;
+  call->timeout_ms = 1000;
+  call->where = "?";
+  call->out.status = RL_FREE;
+  call->out.value = 0;
+  call->out.era[0] = '\0';
+  call->acked = 0;
+  call->wait_err[0] = '\0';
+  call->err[0] = '\0';
+  call->cmd = cmd;
+  call->era = era;
+  call->reader = NULL;
+  call->phase = phase;
+  call->reply = NULL;
+  call->reused = call->resent = call->evaled = call->claimed = call->prefixed = 0;
+  call->keep = 1;
+  call->want = call->got = 0;
+  call->len = 0;
+  call->bytes = NULL;
+}
+
+void rl_call_init(rl_call *call, rl_cmd *cmd, char *era) {
+  init(call, cmd, era, cmd->op == RL_OP_TAKE ? PH_TAKE : PH_SCRIPT);
+  /* A pooled connection's name vouches for the era record: the take asks it. */
+  cmd->ask_name = era == NULL;
+}
+
+void rl_call_init_command(rl_call *call, const char *bytes, size_t len, int resend) {
+  init(call, NULL, NULL, PH_COMMAND);
+  call->command = bytes;
+  call->command_len = len;
+  call->resend = resend;
+}
+
+void rl_call_free(rl_call *call) {
+  if (call->reply != NULL) freeReplyObject(call->reply);
+  call->reply = NULL;
+  drop_replies(call);
+  drop_bytes(call);
+}
+
+/* Fails the call with "redis: <what><len bytes of msg>" (what may be ""). */
+static rl_step fail(rl_call *call, const char *what, const char *msg, size_t len) {
+  snprintf(call->err, sizeof call->err, "redis: %s%.*s", what, (int)len, msg);
+  return RL_STEP_FAILED;
+}
+
+static rl_step out_of_memory(rl_call *call) {
+  call->keep = 0;
+  snprintf(call->err, sizeof call->err, "connection: out of memory");
+  return RL_STEP_FAILED;
+}
+
+/* The bytes of the current phase, with pre (plen bytes) before a lock
+   command's; want: the replies they are answered with. 0, or -1 when out
+   of memory. */
+static int make_bytes(rl_call *call) {
+  char setname[RL_SETNAME_BYTES], num[2][24];
+  const char *pre = NULL, *argv[3] = { "WAIT", num[0], num[1] };
+  size_t plen = 0, alen[3];
+  char *body;
+  long long n;
+  drop_bytes(call);
+  call->prefixed = 0;
+  switch (call->phase) {
+  case PH_UNNAME:
+    call->bytes = call->stack;
+    memcpy(call->stack, UNNAME, sizeof UNNAME - 1);
+    call->len = sizeof UNNAME - 1;
+    call->want = 1;
+    return 0;
+  case PH_WAIT:
+    alen[0] = 4;
+    alen[1] = (size_t)snprintf(num[0], sizeof num[0], "%lld", call->replicas);
+    alen[2] = (size_t)snprintf(num[1], sizeof num[1], "%lld", call->replica_ms);
+    call->len = rl_format(call->stack, sizeof call->stack, &call->bytes, 3, argv, alen);
+    call->want = 1;
+    return call->len < 0 ? -1 : 0;
+  case PH_COMMAND:
+  case PH_SCRIPT:
+    if (call->asking) {
+      pre = ASKING;
+      plen = sizeof ASKING - 1;
+    } else if (call->claimed && call->era == NULL) {
+      plen = rl_setname_bytes(call->cmd->era, setname);
+      pre = setname;
+    }
+    break;
+  default:
+    break;
+  }
+  call->prefixed = pre != NULL;
+  call->want = (call->cmd != NULL ? rl_cmd_replies(call->cmd) : 1) + call->prefixed;
+  if (plen > 0) memcpy(call->stack, pre, plen);
+  if (call->cmd != NULL) {
+    n = rl_cmd_bytes(call->cmd, call->stack + plen, sizeof call->stack - plen, &body);
+  } else if (plen + call->command_len <= sizeof call->stack) {
+    body = call->stack + plen;
+    n = (long long)call->command_len;
+    memcpy(body, call->command, call->command_len);
+  } else {
+    body = (char *)call->command; /* copied below, never freed */
+    n = (long long)call->command_len;
+  }
+  if (n < 0) return -1;
+  if (body == call->stack + plen) {
+    call->bytes = call->stack;
+  } else { /* EVAL with a script's text: prefix and body in one allocation */
+    call->bytes = (char *)malloc(plen + (size_t)n);
+    if (call->bytes != NULL) {
+      if (plen > 0) memcpy(call->bytes, pre, plen);
+      memcpy(call->bytes + plen, body, (size_t)n);
+    }
+    if (body != call->command) free(body);
+    if (call->bytes == NULL) return -1;
+  }
+  call->len = (long long)plen + n;
+  return 0;
+}
+
+/* The next bytes on this connection, or on another when it is out of step. */
+static rl_step next_bytes(rl_call *call) {
+  if (!call->keep) return RL_STEP_RECONNECT;
+  if (make_bytes(call) != 0) return out_of_memory(call);
+  return RL_STEP_SEND;
+}
+
+rl_step rl_call_start(rl_call *call, int reused, redisReader *reader) {
+  call->reused = reused;
+  call->reader = reader;
+  call->keep = 1;
+  drop_replies(call);
+  /* A transaction after ASKING is refused whole: the script instead. */
+  if (call->phase == PH_TAKE && call->asking) {
+    rl_cmd_use_acquire(call->cmd);
+    call->phase = PH_SCRIPT;
+  }
+  return next_bytes(call);
+}
+
+const char *rl_call_bytes(const rl_call *call, size_t *len) {
+  *len = (size_t)call->len;
+  return call->bytes;
+}
+
+long long rl_call_read_ms(const rl_call *call) {
+  /* The server may take replica_ms before it answers WAIT. */
+  return call->phase == PH_WAIT ? call->timeout_ms + call->replica_ms : call->timeout_ms;
+}
+
+int rl_call_keep(const rl_call *call) {
+  return call->keep;
+}
+
+/* The lock is ours: WAIT for replicas when asked, on this connection only
+   (WAIT counts the writes of the connection it is sent on). */
+static rl_step held(rl_call *call) {
+  if (call->replicas == 0 || call->out.status != RL_HELD) return RL_STEP_DONE;
+  if (!call->keep) {
+    snprintf(call->wait_err, sizeof call->wait_err, "connection: lost the connection to %s before WAIT",
+             call->where);
+    return RL_STEP_DONE;
+  }
+  call->phase = PH_WAIT;
+  return next_bytes(call);
+}
+
+/* The take's replies, decoded (d, with msg when it is an error). */
+static rl_step after_take(rl_call *call, rl_decoded d, const char *msg) {
+  if (d != RL_DECODED) return fail(call, "", msg, strlen(msg));
+  if (call->era != NULL) rl_take_vouch(&call->out, call->era);
+  if (call->out.status == RL_HELD) return held(call);
+  /* Held by another (the script tells its TTL and marks a waiter), or
+     taken with an era record for the script to check, told the master ID
+     the record names: when it is this master's, the connection vouches for
+     that record from now on. */
+  rl_cmd_use_acquire(call->cmd);
+  call->claimed = call->out.status == RL_UNVERIFIED && call->out.era[0] != '\0' &&
+                  rl_cmd_claim(call->cmd, call->out.era) == 0;
+  call->phase = PH_SCRIPT;
+  return next_bytes(call);
+}
+
+/* The script's reply, decoded (d, with msg when it is an error). */
+static rl_step after_script(rl_call *call, rl_decoded d, const char *msg) {
+  if (d == RL_NOSCRIPT) {
+    if (call->evaled) return fail(call, "NOSCRIPT after EVAL", "", 0);
+    call->evaled = 1;
+    rl_cmd_use_eval(call->cmd); /* EVAL also caches the script for the next EVALSHA */
+    return next_bytes(call);
+  }
+  if (d != RL_DECODED) return fail(call, "", msg, strlen(msg));
+  if (call->claimed) {
+    /* The claim's master ID is this master's (held), or not. A resend on
+       another connection answered for that one: the same server. A
+       connection out of step vouches for nothing (it is closed). */
+    if (call->out.status == RL_HELD) {
+      if (call->era != NULL && call->keep) memcpy(call->era, call->cmd->era, RL_REPLID_LEN + 1);
+      return held(call);
+    }
+    if (call->out.status == RL_UNVERIFIED) call->out.status = RL_HELD; /* ours; its fence from another era */
+    if (call->era != NULL) {
+      memset(call->era, 0, RL_REPLID_LEN + 1);
+    } else if (call->keep) { /* a name left in place could pass a stale era record */
+      call->phase = PH_UNNAME;
+      return next_bytes(call);
+    }
+    return held(call);
+  }
+  if (call->out.status == RL_UNVERIFIED) /* answers a claim only */
+    return fail(call, "unexpected reply to a redislock script (status 2)", "", 0);
+  return held(call);
+}
+
+/* All the replies to the bytes are in: what they say. */
+static rl_step replies_in(rl_call *call) {
+  char msg[RL_ERRLEN - 8];
+  redisReply **r = call->r;
+  rl_decoded d;
+  rl_step step;
+  switch (call->phase) {
+  case PH_TAKE:
+    d = rl_decode_take(r, call->want, &call->out, msg, sizeof msg);
+    drop_replies(call);
+    return after_take(call, d, msg);
+  case PH_UNNAME:
+    if (r[0]->type == REDIS_REPLY_ERROR) call->keep = 0; /* the name stays: not this connection */
+    drop_replies(call);
+    return held(call);
+  case PH_WAIT:
+    if (r[0]->type == REDIS_REPLY_INTEGER)
+      call->acked = r[0]->integer;
+    else
+      snprintf(call->wait_err, sizeof call->wait_err, "redis: WAIT: %.*s",
+               r[0]->type == REDIS_REPLY_ERROR ? (int)r[0]->len : 16,
+               r[0]->type == REDIS_REPLY_ERROR ? r[0]->str : "unexpected reply");
+    drop_replies(call);
+    return RL_STEP_DONE;
+  default:
+    break;
+  }
+  if (call->prefixed && call->asking && r[0]->type == REDIS_REPLY_ERROR) {
+    step = fail(call, "ASKING: ", r[0]->str, r[0]->len);
+    drop_replies(call);
+    return step;
+  }
+  if (call->phase == PH_COMMAND) { /* its reply, error or not, is the caller's */
+    call->reply = r[call->prefixed];
+    call->got = call->prefixed; /* the ASKING's +OK stays to be dropped */
+    drop_replies(call);
+    return RL_STEP_DONE;
+  }
+  /* A refused CLIENT SETNAME leaves the connection unnamed: the next take
+     costs a round trip more, nothing else. */
+  d = rl_decode(r[call->prefixed], &call->out, msg, sizeof msg);
+  drop_replies(call);
+  return after_script(call, d, msg);
+}
+
+rl_step rl_call_feed(rl_call *call, const char *in, size_t n) {
+  redisReader *rd = call->reader;
+  /* The common replies, read without the reader (no allocation). */
+  if (call->got == 0 && !call->prefixed && rd->pos == rd->len &&
+      (call->phase == PH_TAKE || call->phase == PH_SCRIPT) &&
+      rl_decode_bytes(in, n, call->phase == PH_TAKE ? call->want : 0, &call->out))
+    return call->phase == PH_TAKE ? after_take(call, RL_DECODED, "") : after_script(call, RL_DECODED, "");
+  if (redisReaderFeed(rd, in, n) != REDIS_OK) return out_of_memory(call);
+  while (call->got < call->want) {
+    void *r = NULL;
+    if (redisReaderGetReply(rd, &r) != REDIS_OK) {
+      call->keep = 0;
+      drop_replies(call);
+      rl_read_error(rd->err, rd->errstr, call->where, call->err, sizeof call->err);
+      return RL_STEP_FAILED;
+    }
+    if (r == NULL) return RL_STEP_READ;
+    call->r[call->got++] = (redisReply *)r;
+  }
+  /* Bytes past the replies were asked for by no command: out of step. */
+  if (rd->pos < rd->len) call->keep = 0;
+  return replies_in(call);
+}
+
+rl_step rl_call_lost(rl_call *call, int timeout, const char *msg) {
+  int again = call->reused && !timeout && !call->resent;
+  call->keep = 0;
+  drop_replies(call);
+  switch (call->phase) {
+  case PH_TAKE:
+    /* It may have landed: only the acquire script reconciles, never a take twice. */
+    if (!again) break;
+    call->resent = 1;
+    rl_cmd_use_acquire(call->cmd);
+    call->phase = PH_SCRIPT;
+    return RL_STEP_RECONNECT;
+  case PH_SCRIPT:
+    /* The connection died while idle in the pool, or the server closed it
+       while running the script: once more on another, when the script is
+       safe to run twice (every one but the releases). Not after a timeout:
+       the server is slow, and the caller's time bound must hold. */
+    if (!again || !rl_op_resendable(call->cmd->op)) break;
+    call->resent = 1;
+    return RL_STEP_RECONNECT;
+  case PH_UNNAME:
+    return held(call); /* the connection, and its name, are gone */
+  case PH_COMMAND:
+    if (!again || !call->resend) break;
+    call->resent = 1;
+    return RL_STEP_RECONNECT;
+  default: /* PH_WAIT */
+    snprintf(call->wait_err, sizeof call->wait_err, "%s", msg);
+    return RL_STEP_DONE;
+  }
+  if (msg != call->err) snprintf(call->err, sizeof call->err, "%s", msg);
+  return RL_STEP_FAILED;
+}

@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One lock script call (or one plain command) as a state machine with no I/O, driven by both
+ * transports (as hiredis' reader is by its sync and async contexts): the C
+ * transport (rl_conn.c) with its sockets, the OpenResty transport
+ * (lua/redislock/ngx.lua) through core.call (rl_lua_call.c). The machine
+ * says which bytes to send and on which connection; the transport sends
+ * them, feeds back what it reads, or says the connection failed. The steps
+ * around the script live here only:
+ *
+ * - a take (MULTI, SET NX PX, INCR, GET of the era record, EXEC) falls back
+ *   on the acquire script when the lock is held or the fence's era is for
+ *   the script to check (with the master ID the record names: rl_script.c,
+ *   "Fences across failovers");
+ * - EVALSHA, then EVAL after NOSCRIPT (which caches the script);
+ * - the one resend: bytes lost on a reused connection (not timed out) go
+ *   once more on another, except a release's (a second would find the hold
+ *   gone) and a take's (it may have landed: the acquire script reconciles);
+ * - ASKING before the command in the same write (a cluster's ASK redirect;
+ *   a take becomes the acquire script then);
+ * - WAIT for replicas on the connection that wrote, after a script that
+ *   answered RL_HELD.
+ *
+ * How a connection vouches for an era record depends on the transport: the
+ * C transport keeps the master ID an acquire script confirmed beside its
+ * connection (era, below); a pooled cosocket carries no state of ours, so
+ * its name does (CLIENT SETNAME before the claiming script, CLIENT GETNAME
+ * in the take, and the name dropped when the claim fails).
+ */
+#ifndef REDISLOCK_RL_CALL_H
+#define REDISLOCK_RL_CALL_H
+
+#include <stddef.h>
+
+#include <hiredis/hiredis.h>
+
+#include "rl_proto.h"
+
+#pragma GCC visibility push(hidden)
+
+/* What the transport does next. */
+typedef enum {
+  RL_STEP_SEND,      /* write rl_call_bytes() on the connection, then read: feed
+                        what comes (rl_call_feed) within rl_call_read_ms() */
+  RL_STEP_READ,      /* read more and feed it: the replies are not all in */
+  RL_STEP_RECONNECT, /* close the connection, take another (the C transport a
+                        fresh one, the cosockets one from the pool) and call
+                        rl_call_start again */
+  RL_STEP_DONE,      /* out (and acked or wait_err) hold the result */
+  RL_STEP_FAILED     /* err says why */
+} rl_step;
+
+typedef struct {
+  /* Set by the transport before the first rl_call_start (rl_call_init zeroes them). */
+  int asking;              /* ASKING before the command */
+  long long replicas;      /* WAIT for this many replicas after RL_HELD (0: none) */
+  long long replica_ms;    /* ... for at most this long */
+  long long timeout_ms;    /* a reply's time bound (WAIT's is this plus replica_ms) */
+  const char *where;       /* the server, for messages ("host:port") */
+
+  /* The result. */
+  rl_result out;
+  long long acked;             /* WAIT's count, when asked and wait_err is "" */
+  char wait_err[RL_ERRLEN]; /* why WAIT failed, the lock being ours all the same */
+  char err[RL_ERRLEN];      /* RL_STEP_FAILED's message: "connection: ..." or "redis: ..." */
+  redisReply *reply;            /* a plain command's (error replies too): the caller's to free */
+
+  /* The machine's own. */
+  rl_cmd *cmd;                  /* NULL for a plain command: */
+  const char *command;          /* its bytes */
+  size_t command_len;
+  int resend;                   /* a plain command safe to send twice */
+  char *era;          /* the C transport's: the master ID the connection vouches
+                         for (RL_REPLID_LEN + 1 bytes); NULL: its name does */
+  redisReader *reader;
+  int phase;
+  int reused;         /* the connection was used before this call */
+  int resent;         /* the one resend is spent */
+  int evaled;         /* EVAL was sent after a NOSCRIPT */
+  int claimed;        /* the script claims the take's era record */
+  int keep;           /* the connection is in step and may serve the next call */
+  int prefixed;       /* the bytes begin with ASKING or CLIENT SETNAME */
+  int want, got;      /* replies the bytes are answered with, and read so far */
+  redisReply *r[RL_TAKE_REPLIES + 1];
+  long long len;      /* of the bytes */
+  char *bytes;        /* stack, or an allocation */
+  char stack[1024];
+} rl_call;
+
+/*
+ * Prepares a call of cmd (rl_cmd_init'd; the call points at it, and may
+ * change it: a take into the acquire, EVALSHA into EVAL). era: see above.
+ * No I/O. Set the fields above it, then rl_call_start.
+ */
+void rl_call_init(rl_call *call, rl_cmd *cmd, char *era);
+
+/*
+ * Prepares a call of one plain command (its len bytes, kept by the caller
+ * until the call ends), answered by one reply
+ * (call->reply, which the caller takes: set it to NULL before
+ * rl_call_free). It goes after ASKING when asked, and is resent like a
+ * script when resend says it is safe to run twice. No I/O.
+ */
+void rl_call_init_command(rl_call *call, const char *bytes, size_t len, int resend);
+
+/*
+ * A connection is ready (reused: it served an earlier call), with its reader
+ * (empty): makes the bytes of the current step. RL_STEP_SEND, or
+ * RL_STEP_FAILED when out of memory.
+ */
+rl_step rl_call_start(rl_call *call, int reused, redisReader *reader);
+
+/* The bytes to send now, and their length. */
+const char *rl_call_bytes(const rl_call *call, size_t *len);
+
+/* How long the replies to those bytes may take (ms). */
+long long rl_call_read_ms(const rl_call *call);
+
+/*
+ * n bytes read from the connection: RL_STEP_READ (more), RL_STEP_SEND (the
+ * next bytes, on this connection), RL_STEP_RECONNECT, RL_STEP_DONE or
+ * RL_STEP_FAILED. Bytes that cannot be read fail the call (the connection
+ * must be closed).
+ */
+rl_step rl_call_feed(rl_call *call, const char *in, size_t n);
+
+/*
+ * The write or a read failed (timeout: it timed out), described by msg (a
+ * "connection: ..." message; it may be call->err itself); the transport
+ * closes the connection.
+ * RL_STEP_RECONNECT (the one resend), RL_STEP_DONE (the lock was ours
+ * already: the failure is wait_err's) or RL_STEP_FAILED.
+ */
+rl_step rl_call_lost(rl_call *call, int timeout, const char *msg);
+
+/* After RL_STEP_DONE or RL_STEP_FAILED: whether the connection may serve
+   another call (in step, and its name, if any, right); else close it. */
+int rl_call_keep(const rl_call *call);
+
+/* Frees what the call holds (replies read, its bytes). Idempotent. */
+void rl_call_free(rl_call *call);
+
+#pragma GCC visibility pop
+
+#endif
