@@ -178,37 +178,49 @@ static int core_new(lua_State *L) {
 }
 
 /*
- * client:eval(op, key, token[, ms[, replicas, replica_ms[, n]]]) -> status, value[, acked | nil, err] | nil, err
+ * client:eval(op, key, token[, ms[, more]]) -> status, value[, acked | nil, err] | nil, err
  * Runs one script. op is "acquire", "release", "extend", "pttl",
  * "acquire_fair", "leave" or "release_one" (a release of the lock's key
  * alone, for a cluster slot half moved), or "take": the first try of an
  * acquire, the acquire script's work without a script (see rl_script.c),
  * followed by the acquire script when the lock is held; or one of the
  * semaphore's and read-write lock's ("sem_acquire" ... "write_leave"). ms is
- * the ttl of the ops that take one; n the limit of sem_acquire. Leaves two values: status 1 (ours), 0 (no such lock) or -1 (another
- * owner's), and the fence (acquire when ours) or milliseconds left; or nil
- * and a "connection: ..." / "redis: ..." message. With replicas, a script
- * that answered 1 is followed by WAIT replicas replica_ms on the same
- * connection, and a third value: how many replicas acknowledged (or nil and
- * why the WAIT failed, the lock being ours all the same).
+ * the ttl of the ops that take one; more a table of what else: n (the limit
+ * of sem_acquire), replicas and replica_ms. Leaves two values: status 1
+ * (ours), 0 (no such lock) or -1 (another owner's), and the fence (acquire
+ * when ours) or milliseconds left; or nil and a "connection: ..." /
+ * "redis: ..." message. With more.replicas, a script that answered 1 is
+ * followed by WAIT replicas replica_ms on the same connection, and a third
+ * value: how many replicas acknowledged (or nil and why the WAIT failed,
+ * the lock being ours all the same).
  */
 static int client_eval(lua_State *L) {
   rl_client *c = rl_lua_check_client(L, 1);
   const char *key, *token;
   size_t klen, tlen;
-  long long ms;
-  long long n;
-  rl_op op = rl_lua_check_script(L, 2, 8, &key, &klen, &token, &tlen, &ms, &n);
+  long long ms, n;
+  rl_op op;
   rl_cmd cmd;
   rl_call call;
   lua_Integer replicas = 0, replica_ms = 0;
   int rc, isnum = 0, isnum2 = 0;
-  if (!lua_isnoneornil(L, 6)) {
-    replicas = lua_tointegerx(L, 6, &isnum);
-    replica_ms = lua_tointegerx(L, 7, &isnum2);
-    luaL_argcheck(L, lua_type(L, 6) == LUA_TNUMBER && isnum && replicas >= 1 && replicas <= 1000000, 6,
+  /* more's fields at 7, 8 and 9, where the checks below name them */
+  lua_settop(L, 6);
+  if (lua_isnil(L, 6)) {
+    lua_settop(L, 9);
+  } else {
+    luaL_checktype(L, 6, LUA_TTABLE);
+    lua_getfield(L, 6, "n");
+    lua_getfield(L, 6, "replicas");
+    lua_getfield(L, 6, "replica_ms");
+  }
+  op = rl_lua_check_script(L, 2, 7, &key, &klen, &token, &tlen, &ms, &n);
+  if (!lua_isnil(L, 8)) {
+    replicas = lua_tointegerx(L, 8, &isnum);
+    replica_ms = lua_tointegerx(L, 9, &isnum2);
+    luaL_argcheck(L, lua_type(L, 8) == LUA_TNUMBER && isnum && replicas >= 1 && replicas <= 1000000, 6,
                   "replicas must be an integer >= 1");
-    luaL_argcheck(L, lua_type(L, 7) == LUA_TNUMBER && isnum2 && replica_ms >= 1 && replica_ms <= RL_MAX_MS, 7,
+    luaL_argcheck(L, lua_type(L, 9) == LUA_TNUMBER && isnum2 && replica_ms >= 1 && replica_ms <= RL_MAX_MS, 6,
                   "replica_ms must be an integer number of milliseconds >= 1");
   }
   if (rl_cmd_init(&cmd, op, c->prefix, c->plen, key, klen, token, tlen, ms, n) != 0)

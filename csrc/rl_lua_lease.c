@@ -13,12 +13,14 @@ typedef struct {
 } rl_lease_ud;
 
 /*
- * client:lease(key, token, ttl_ms[, max_hold_ms[, sent_ms[, _, _, op]]]) -> lease | nil, err
+ * client:lease(key, token, ttl_ms[, opts]) -> lease | nil, err
  * Has the watchdog thread renew the lock key/token to ttl_ms every ttl_ms/3
- * (with op: "extend", the default, or "sem_extend", "read_extend", "write_extend"),
- * on a connection of its own made like the client's, until lease:stop() or
- * the lease is collected; max_hold_ms > 0 ends the renewals that long from
- * now. sent_ms: when the acquire was sent (monotonic ms; default now).
+ * (with opts.op: "extend", the default, or "sem_extend", "read_extend",
+ * "write_extend"), on a connection of its own made like the client's, until
+ * lease:stop() or the lease is collected; opts.max_hold_ms > 0 ends the
+ * renewals that long from now. opts.sent_ms: when the acquire was sent
+ * (monotonic ms; default now). The Lua transports' scoped and notify are
+ * not read: the watchdog leaves losses to lock:check and with_lock's hook.
  */
 int rl_lua_client_lease(lua_State *L) {
   rl_client *c = rl_lua_check_client(L, 1);
@@ -28,10 +30,23 @@ int rl_lua_client_lease(lua_State *L) {
   const char *why = rl_check_key(key, klen);
   int isnum = 0;
   lua_Integer ttl = lua_tointegerx(L, 4, &isnum);
-  long long max_hold = rl_lua_opt_ms(L, 5, "max_hold", 0), sent = rl_lua_opt_ms(L, 6, "sent", rl_now_ms());
   static const char *const extends[] = { "extend", "sem_extend", "read_extend", "write_extend", NULL };
-  rl_op op = rl_lua_opt_op(L, 9, extends); /* 7 and 8: the Lua transports' scoped and on_lost */
+  long long max_hold, sent;
+  rl_op op;
   char err[RL_ERRLEN];
+  /* opts' fields at 6, 7 and 8, where the checks below name them */
+  lua_settop(L, 5);
+  if (lua_isnil(L, 5)) {
+    lua_settop(L, 8);
+  } else {
+    luaL_checktype(L, 5, LUA_TTABLE);
+    lua_getfield(L, 5, "max_hold_ms");
+    lua_getfield(L, 5, "sent_ms");
+    lua_getfield(L, 5, "op");
+  }
+  max_hold = rl_lua_opt_ms(L, 6, "max_hold", 0);
+  sent = rl_lua_opt_ms(L, 7, "sent", rl_now_ms());
+  op = rl_lua_opt_op(L, 8, extends);
   rl_lease_ud *ud;
   if (why != NULL) luaL_argerror(L, 2, why);
   luaL_argcheck(L, tlen > 0, 3, "token must not be empty");

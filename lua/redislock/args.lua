@@ -204,17 +204,17 @@ local ACQUIRE_OPTS = {
 }
 local WAIT_MODES = { notify = true, poll = true }
 
--- The options of acquire and with_lock, checked; returns how to take and
--- hold the lock: { wait = seconds, mode = "notify" | "poll", fair = boolean,
--- renew = boolean (default `renew`), max_hold_ms, on_lost, replicas,
--- replica_ms }.
+-- The options of acquire and with_lock, checked (scoped: for with_lock or
+-- another with_ form); returns how to take and hold the lock: { wait =
+-- seconds, mode = "notify" | "poll", fair = boolean, renew = boolean
+-- (default: scoped), scoped, max_hold_ms, on_lost, replicas, replica_ms }.
 local DEFAULT_HOW = {
-  [false] = { wait = 0, mode = "notify", fair = false, renew = false },
-  [true] = { wait = 0, mode = "notify", fair = false, renew = true },
+  [false] = { wait = 0, mode = "notify", fair = false, renew = false, scoped = false },
+  [true] = { wait = 0, mode = "notify", fair = false, renew = true, scoped = true },
 }
 
-local function check_acquire_opts(n, fname, opts, renew)
-  if opts == nil then return DEFAULT_HOW[renew] end -- shared, never changed
+local function check_acquire_opts(n, fname, opts, scoped)
+  if opts == nil then return DEFAULT_HOW[scoped] end -- shared, never changed
   if type(opts) ~= "table" then
     argerror(n, fname, "options must be a table, got " .. type(opts))
   end
@@ -222,10 +222,11 @@ local function check_acquire_opts(n, fname, opts, renew)
     if not ACQUIRE_OPTS[k] then argerror(n, fname, "unknown option " .. show(k)) end
   end
   -- Every field at once: a table built whole is allocated once.
-  local on_lost, max_hold, replicas = opts.on_lost, opts.max_hold, opts.replicas
-  if opts.renew ~= nil then renew = opts.renew end
+  local on_lost, max_hold, replicas, renew = opts.on_lost, opts.max_hold, opts.replicas, opts.renew
+  if renew == nil then renew = scoped end -- the scoped forms renew by default
   local how = { wait = opts.wait or 0, mode = opts.wait_mode or "notify", fair = opts.fair or false,
-                renew = renew, on_lost = on_lost, max_hold_ms = false, replicas = false, replica_ms = false }
+                renew = renew, scoped = scoped, on_lost = on_lost, max_hold_ms = false, replicas = false,
+                replica_ms = false }
   if type(renew) ~= "boolean" then
     argerror(n, fname, "option 'renew' must be a boolean, got " .. type(renew))
   end
@@ -268,8 +269,9 @@ _M.check_opts, _M.is_whole, _M.check_whole, _M.is_callable = check_opts, is_whol
 --- The connection options that reach the C core as C strings (no NUL bytes).
 _M.CSTRING_OPTS = { "host", "path", "username", "password" }
 
---- The options of acquire and with_lock (n: their argument number; renew:
--- the default of `renew`), checked: returns how to take and hold the lock.
+--- The options of acquire and with_lock (n: their argument number; scoped:
+-- for a with_ form, which renews by default), checked: returns how to take
+-- and hold the lock.
 _M.lock_opts = check_acquire_opts
 
 -- The acquire options a topology or a primitive may refuse.

@@ -264,7 +264,7 @@ function Client:acquire(key, ttl, opts, ...)
     local how = lock_opts(3, "acquire", opts, false)
     check_nargs("acquire", 3, ...)
     multilock.check_how(3, "acquire", how)
-    return multilock.acquire(self, keys, sorted, ms, how, false)
+    return multilock.acquire(self, keys, sorted, ms, how)
   end
   check_key(1, "acquire", key)
   local ms = check_seconds(2, "acquire", "ttl", ttl)
@@ -316,7 +316,7 @@ end
 -- keys, sorted; key then the list).
 function _M.with_lock(self, key, ms, fn, how, sorted)
   if not sorted then return with_hold(self, key, ms, how, nil, fn) end
-  local lock, err = multilock.acquire(self, key, sorted, ms, how, true)
+  local lock, err = multilock.acquire(self, key, sorted, ms, how)
   if not lock then error(err, 0) end
   return scope.hold(lock, fn)
 end

@@ -256,8 +256,8 @@ local function route(self, slot, retry_here, method, first, ...)
   end
 end
 
-function Cluster:eval(op, key, token, ms, replicas, replica_ms, n)
-  return route(self, lock_slot(key), not ACQUIRES[op], "eval", op, key, token, ms, replicas, replica_ms, n)
+function Cluster:eval(op, key, token, ms, more)
+  return route(self, lock_slot(key), not ACQUIRES[op], "eval", op, key, token, ms, more)
 end
 
 --- cluster:wait(key, token, ms[, op]): blocks on the node that owns the lock's

@@ -60,7 +60,7 @@ _M.check_not_closed, _M.check_open = check_not_closed, check_open
 -- Makes the lock object for a hold just taken (fence: its fence; sent:
 -- core.now() when the successful attempt was sent) and, with how.renew,
 -- starts its renewal; notes it for messages and with_lock's scope.
-local function adopt(self, key, tok, fence, sent, ms, how, scoped, kind)
+local function adopt(self, key, tok, fence, sent, ms, how, kind)
   local t = self._transport
   -- The lock cannot expire on the server before sent + ms (the TTL started
   -- after the send), by the monotonic clock.
@@ -68,7 +68,7 @@ local function adopt(self, key, tok, fence, sent, ms, how, scoped, kind)
                             kind and kind.ops)
   lock._since = sent
   if how.renew then
-    lock_mod.lease(lock, how, ms, sent, scoped)
+    lock_mod.lease(lock, how, ms, sent)
     self._renewed[lock] = true
   end
   if not kind then
@@ -110,13 +110,13 @@ local function observe_take(self, began, key, kind, fence, sent)
 end
 _M.observe_take = observe_take
 
--- acquire after its arguments were checked. scoped: with_lock's lock, which
--- must not outlive the running thread (see redislock/ngx_lease.lua); kind:
--- how to take it (wait.take's; nil for a lock).
-local function acquire(self, key, ms, how, scoped, kind)
+-- acquire after its arguments were checked (how.scoped: with_lock's lock,
+-- which must not outlive the running thread, see redislock/ngx_lease.lua);
+-- kind: how to take it (wait.take's; nil for a lock).
+local function acquire(self, key, ms, how, kind)
   local tok, t = new_token(self), self._transport
   local began = self._link.observer and now()
-  local fence, sent, acked, werr = take(t, self._sleep, self._held, self._hot, key, tok, ms, how, kind)
+  local fence, sent, acked, werr = take(self, key, tok, ms, how, kind)
   if began then observe_take(self, began, key, kind and kind.ops.kind or "lock", fence, sent) end
   if not fence then return nil, sent end
   if how.replicas and (not acked or acked < how.replicas) then
@@ -127,10 +127,10 @@ local function acquire(self, key, ms, how, scoped, kind)
                               kind and kind.ops.label:format(quote(key)) or quote(key), acked, how.replicas,
                               how.replicas == 1 and "" or "s", how.replica_ms / 1000)
   end
-  return adopt(self, key, tok, fence, sent, ms, how, scoped, kind)
+  return adopt(self, key, tok, fence, sent, ms, how, kind)
 end
 
---- hold(client, key, ms, how, scoped, kind) -> hold | nil, err: takes
+--- hold(client, key, ms, how, kind) -> hold | nil, err: takes
 -- key as kind says (redislock/wait.lua's kind, with ops: the hold's scripts,
 -- redislock/lock.lua's), waiting, renewing and noting it as a lock; for
 -- the primitives (redislock/semaphore.lua, redislock/rwlock.lua).
@@ -140,7 +140,7 @@ _M.hold = acquire
 -- takes it (kind nil: a lock), or raises why not; then fn(hold) under
 -- scope.hold (released on every way out, fn's results or error passed on).
 function _M.with_hold(self, key, ms, how, kind, fn)
-  local h, err = acquire(self, key, ms, how, true, kind)
+  local h, err = acquire(self, key, ms, how, kind)
   if not h then error(err, 0) end
   return scope.hold(h, fn)
 end

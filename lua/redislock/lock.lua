@@ -310,10 +310,10 @@ lock_mt.__close = function(self, err)
 end
 
 --- Renews lock every ttl/3 from now on (how: renew options as args.lock_opts
--- makes them; ms its TTL; sent: core.now() when the acquire was sent; scoped:
--- the lock must not outlive the running thread, as with_lock's). Raises when
+-- makes them, how.scoped: the lock must not outlive the running thread, as
+-- with_lock's; ms its TTL; sent: core.now() when the acquire was sent). Raises when
 -- renewal cannot start (the watchdog thread, or memory).
-function _M.lease(lock, how, ms, sent, scoped)
+function _M.lease(lock, how, ms, sent)
   -- A transport that reports_loss (OpenResty's timer) calls the last
   -- argument as it finds the lock lost; the C watchdog leaves that to check
   -- and with_lock's hook.
@@ -325,8 +325,10 @@ function _M.lease(lock, how, ms, sent, scoped)
       observe(lock._link, event, { key = lock.key, kind = lock._ops.kind, why = why })
     end
   end or nil
-  local lease, err = t:lease(lock.key, lock.token, ms, how.max_hold_ms, math_floor(sent * 1000), scoped, notify,
-                             lock._ops.extend)
+  local lease, err = t:lease(lock.key, lock.token, ms, {
+    max_hold_ms = how.max_hold_ms, sent_ms = math_floor(sent * 1000), scoped = how.scoped, notify = notify,
+    op = lock._ops.extend,
+  })
   if not lease then
     lock:release()
     error("redislock: " .. err, 0)

@@ -123,9 +123,9 @@ local function try_one_by_one(state, t, tok, ms)
   return 1, fences
 end
 
---- acquire(client, keys, sorted, ms, how, scoped) -> multi-key lock | nil, err:
+--- acquire(client, keys, sorted, ms, how) -> multi-key lock | nil, err:
 -- keys and sorted as check_keys made them; how as args.lock_opts.
-function _M.acquire(client, keys, sorted, ms, how, scoped)
+function _M.acquire(client, keys, sorted, ms, how)
   local t = client._transport
   local state = { sorted = sorted, client = client, busy = sorted[1] }
   local try = t.spread and try_one_by_one or try_atomic
@@ -140,7 +140,7 @@ function _M.acquire(client, keys, sorted, ms, how, scoped)
   }
   local tok = new_token(client)
   local began = client._link.observer and now()
-  local fences, sent = wait.take(t, client._sleep, client._held, client._hot, sorted[1], tok, ms, how, kind)
+  local fences, sent = wait.take(client, sorted[1], tok, ms, how, kind)
   if began then -- the observer hears of each key, as of single locks (their releases come one by one)
     if fences then
       for i, key in ipairs(sorted) do observe_take(client, began, key, "lock", fences[i], sent) end
@@ -151,7 +151,7 @@ function _M.acquire(client, keys, sorted, ms, how, scoped)
   if not fences then return nil, sent end
   local locks, by_key = {}, {}
   for i, key in ipairs(sorted) do
-    local ok, lock = pcall(adopt, client, key, tok, fences[i], sent, ms, how, scoped)
+    local ok, lock = pcall(adopt, client, key, tok, fences[i], sent, ms, how)
     if not ok then -- renewal could not start: give every key back
       for _, l in ipairs(locks) do l:release() end
       for j = i + 1, #sorted do t:eval("release", sorted[j], tok) end

@@ -126,14 +126,14 @@ local function drive(self, call)
   end
 end
 
---- transport:eval(op, key, token[, ms[, replicas, replica_ms[, n]]]) -> status, value[, acked | nil, err] | nil, err
+--- transport:eval(op, key, token[, ms[, more]]) -> status, value[, acked | nil, err] | nil, err
 -- Runs one lock script, as the C client's eval does (the C core's call:
 -- a take and its fall-back, NOSCRIPT, the one resend, ASKING, WAIT
--- replicas replica_ms on the same connection after a success). n:
--- sem_acquire's limit.
-function Transport:eval(op, key, token, ms, replicas, replica_ms, n)
-  local call = script_call(self, op, key, token, ms, n) -- checks the arguments
-  if replicas then call:replicas(replicas, replica_ms) end
+-- more.replicas more.replica_ms on the same connection after a success).
+-- more.n: sem_acquire's limit.
+function Transport:eval(op, key, token, ms, more)
+  local call = script_call(self, op, key, token, ms, more and more.n) -- checks the arguments
+  if more and more.replicas then call:replicas(more.replicas, more.replica_ms) end
   return drive(self, call)
 end
 
@@ -227,7 +227,7 @@ function Transport:listen(channel, heard, stop)
   end
 end
 
---- transport:lease(key, token, ttl_ms[, max_hold_ms[, sent_ms[, scoped[, notify[, op]]]]]) -> lease:
+--- transport:lease(key, token, ttl_ms[, opts]) -> lease:
 -- renewed by this worker's timer (redislock/ngx_lease.lua).
 function Transport:lease(...)
   return ngx_lease.start(self, ...)

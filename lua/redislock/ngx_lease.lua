@@ -187,18 +187,20 @@ schedule = function()
   end
 end
 
---- start(t, key, token, ttl_ms[, max_hold_ms[, sent_ms[, scoped[, notify[, op]]]]]) -> lease,
--- as the C client's (state, extended, expires, stop), renewed by this worker's
--- timer over transport t (its eval). sent_ms: when the acquire was sent
--- (core.now() * 1000). scoped: the lock must not outlive the running request
+--- start(t, key, token, ttl_ms[, opts]) -> lease, as the C client's
+-- (state, extended, expires, stop), renewed by this worker's timer over
+-- transport t (its eval). opts: max_hold_ms (> 0: the renewals end that
+-- long from now); sent_ms: when the acquire was sent
+-- (core.now() * 1000); scoped: the lock must not outlive the running request
 -- thread (with_lock): it gets a sentinel (see above) when that thread is one
 -- nginx ends with the request. notify("lost", why) is called (in the timer)
 -- when a renewal finds the lock lost, notify("renew_failed", err) when one
 -- failed and will be tried again. op: the script that renews it ("extend", the
 -- default, or a permit's or read-write hold's "sem_extend" ...); the
 -- release that goes with it gives the hold back.
-function _M.start(t, key, token, ttl_ms, max_hold_ms, sent_ms, scoped, notify, op)
-  op = op or "extend"
+function _M.start(t, key, token, ttl_ms, opts)
+  opts = opts or {}
+  local op, max_hold_ms, sent_ms, notify = opts.op or "extend", opts.max_hold_ms, opts.sent_ms, opts.notify
   local now = core.now()
   local sent = sent_ms and sent_ms / 1000 or now
   local lease = setmetatable({
@@ -208,7 +210,7 @@ function _M.start(t, key, token, ttl_ms, max_hold_ms, sent_ms, scoped, notify, o
     stop_at = max_hold_ms and max_hold_ms > 0 and now + max_hold_ms / 1000 or nil,
     status = "held", notify = notify,
   }, lease_mt)
-  if scoped and request_thread() then
+  if opts.scoped and request_thread() then
     semaphore = semaphore or require "ngx.semaphore"
     lease.sema = semaphore.new(0)
     lease.sentinel = spawn(sentinel, lease.sema, co_running()) -- waits at once: spawn returns then

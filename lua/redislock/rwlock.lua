@@ -134,7 +134,7 @@ function RWLock:read(ttl, opts, ...)
   check_self(self, rwlock_mt, "read", "redislock rwlock")
   local ms, how = take_args(self, "read", ttl, opts, false, 2)
   check_nargs("read", 2, ...)
-  return hold(self._client, self.name, ms, how, false, kind_for(self._client, self.name, READER))
+  return hold(self._client, self.name, ms, how, kind_for(self._client, self.name, READER))
 end
 
 --- Takes the write hold for ttl seconds: no other writer, no reader.
@@ -144,7 +144,7 @@ function RWLock:write(ttl, opts, ...)
   check_self(self, rwlock_mt, "write", "redislock rwlock")
   local ms, how = take_args(self, "write", ttl, opts, false, 2)
   check_nargs("write", 2, ...)
-  return hold(self._client, self.name, ms, how, false, kind_for(self._client, self.name, WRITER))
+  return hold(self._client, self.name, ms, how, kind_for(self._client, self.name, WRITER))
 end
 
 -- with_read and with_write: fn(hold) under a hold, with with_lock's

@@ -72,7 +72,7 @@ function Semaphore:acquire(ttl, opts, ...)
   check_self(self, semaphore_mt, "acquire", "redislock semaphore")
   local ms, how = hold_args(self._client, "acquire", ttl, opts, 2, false, REFUSES, "for a semaphore")
   check_nargs("acquire", 2, ...)
-  return hold(self._client, self.name, ms, how, false, self._kind)
+  return hold(self._client, self.name, ms, how, self._kind)
 end
 
 --- Calls fn(permit) while holding a permit, then gives it back, with

@@ -6,14 +6,16 @@
 -- waiting, with_lock, and the topologies to come) talks to a node only
 -- through this interface, which both transports implement:
 --
---   t:eval(op, key, token[, ms[, replicas, replica_ms[, n]]])  one script (of
---        the lock, a semaphore or a read-write lock; n: sem_acquire's limit) ->
---        status, value[, acked | nil, err] | nil, "connection: ..." / "redis: ..."
+--   t:eval(op, key, token[, ms[, more]])  one script (of the lock, a
+--        semaphore or a read-write lock; more: { n = sem_acquire's limit,
+--        replicas = WAIT for this many after a success, replica_ms = ... this
+--        long }) -> status, value[, acked | nil, err] | nil, "connection: ..." / "redis: ..."
 --   t:wait(key, token, ms[, op]) block on a wake-up list (op: whose; the lock's
 --                                by default) -> true | false | nil, err
 --   t:command(name, ...)         one plain command -> reply | nil, err
---   t:lease(key, token, ttl_ms, max_hold_ms, sent_ms, scoped, notify[, op]) -> lease
---        (op: the script that renews it, "extend" by default)
+--   t:lease(key, token, ttl_ms[, opts]) -> lease; opts: { max_hold_ms, sent_ms,
+--        scoped, notify, op } (op: the script that renews it, "extend" by
+--        default; see redislock/ngx_lease.lua's start)
 --        (lease:state(), :extended(ttl_ms, sent_ms), :expires(), :stop(), which
 --        also answers what expires() said)
 --   t:close(), t:closed()

@@ -119,10 +119,13 @@ _M.LOCK = { take = "take", acquire = "acquire", fair = "acquire_fair", leave = "
 -- Returns the fence, the time the successful attempt was sent and (with
 -- how.replicas) how many replicas acknowledged it, or nil and why the WAIT
 -- failed; or nil and an error message.
-local function take(c, sleep, held, hot, key, tok, ms, how, kind)
+local function take(client, key, tok, ms, how, kind)
   kind = kind or _M.LOCK
+  local c, sleep, held, hot = client._transport, client._sleep, client._held, client._hot
   local wait, fair = how.wait, how.fair
-  local stays, n = fair or kind.stays, kind.n
+  local stays = fair or kind.stays
+  -- What else each try tells the script: a semaphore's limit, the replicas to WAIT for.
+  local more = (kind.n or how.replicas) and { n = kind.n, replicas = how.replicas, replica_ms = how.replica_ms }
   -- The first try is a take (no script, the cheapest for Redis); the tries
   -- after it are the acquire script, which also marks a waiter. A caller
   -- that will wait for a key this client found busy lately starts with the
@@ -134,7 +137,7 @@ local function take(c, sleep, held, hot, key, tok, ms, how, kind)
   local step = FIRST_STEP
   while true do
     local sent = now()
-    local status, value, acked, werr = eval(c, op, key, tok, ms, how.replicas, how.replica_ms, n)
+    local status, value, acked, werr = eval(c, op, key, tok, ms, more)
     if status == 1 then
       if first and hot.keys[key] then -- free at once: cooled down
         hot.keys[key] = nil
@@ -180,12 +183,12 @@ local function take(c, sleep, held, hot, key, tok, ms, how, kind)
 end
 
 
---- take(t, sleep, held, hot, key, tok, ms, how[, kind]) -> fence, sent, acked, werr | nil, err
--- Tries to take key with tok on transport t until how.wait seconds passed
--- (see above); sleep is the transport's sleep; held maps keys to the locks
--- this client holds (for the "held by this client" message); hot is the
--- client's { keys = {}, n = 0 }: keys it found busy lately; kind: how the
--- primitive is taken (_M.LOCK by default).
+--- take(client, key, tok, ms, how[, kind]) -> fence, sent, acked, werr | nil, err
+-- Tries to take key with tok through the client's transport until how.wait
+-- seconds passed (see above), sleeping with its sleep; it reads the
+-- client's _held (the locks it holds, for the "held by this client"
+-- message) and _hot ({ keys = {}, n = 0 }: keys it found busy lately);
+-- kind: how the primitive is taken (_M.LOCK by default).
 _M.take = take
 
 --- busy_message(key, value, waited, mine): the "busy: ..." message of a
