@@ -56,7 +56,8 @@ describe("argument checks", function()
         { { prefix = false }, "option 'prefix' must be a string, got boolean" },
         { { username = "u" }, "option 'username' needs a 'password'" },
         { { host = "h", path = "/p" }, "options 'host' and 'path' exclude each other" },
-        { { host = "" }, "options 'host' and 'path' must not be empty" },
+        { { host = "" }, "option 'host' must not be empty" },
+        { { path = "" }, "option 'path' must not be empty" },
         { { password = {} }, "option 'password' must be a string, got table" },
         { { host = "a\0b" }, "option 'host' must not contain NUL bytes" },
         { { url = "redis://:p%00w@h" }, "option 'password' must not contain NUL bytes" },
@@ -68,6 +69,13 @@ describe("argument checks", function()
         { { pool_size = 2000000 }, "option 'pool_size' must be a whole number in 1..1000000, got 2000000)" },
         { { keepalive_timeout = -1 }, "option 'keepalive_timeout' must be > 0" },
         { { keepalive_timeout = 86401 }, "option 'keepalive_timeout' must be at most 86400 (one day)" },
+        -- Redlock's servers are checked as the client's own address is.
+        { { redlock = { "redis://h:1", { host = "h", username = "u" }, "redis://h:3" } },
+          "option 'redlock' item 2: username needs a 'password'" },
+        { { redlock = { "redis://h:1", "redis://h:2", { host = "", port = 3 } } },
+          "option 'redlock' item 3: host must not be empty" },
+        { { redlock = { "redis://h:1", "redis://h:2", { host = "h", port = 70000 } } },
+          "option 'redlock' item 3: port must be a whole number in 1..65535" },
       }
       for _, c in ipairs(cases) do
         raises("bad argument #1 to 'new' (" .. c[2], redislock.new, c[1])

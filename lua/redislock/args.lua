@@ -267,7 +267,26 @@ end
 _M.check_opts, _M.is_whole, _M.check_whole, _M.is_callable = check_opts, is_whole, check_whole, is_callable
 
 --- The connection options that reach the C core as C strings (no NUL bytes).
-_M.CSTRING_OPTS = { "host", "path", "username", "password" }
+local CSTRING_OPTS = { "host", "path", "username", "password" }
+
+--- Checks the fields f of one server (host, port, path, username,
+-- password, db, from options or a URL) for new; name(field) is how a
+-- message names a field ("option 'port'", "option 'redlock' item 2: port").
+-- Every server a client talks to is checked here: the client's own, and
+-- each of Redlock's.
+function _M.check_server(f, name)
+  if f.port ~= nil then check_whole(1, "new", name("port"), f.port, 1, 65535) end
+  if f.db ~= nil then check_whole(1, "new", name("db"), f.db, 0, 1000000) end
+  if f.username and not f.password then argerror(1, "new", name("username") .. " needs a 'password'") end
+  if f.host == "" or f.path == "" then
+    argerror(1, "new", name(f.host == "" and "host" or "path") .. " must not be empty")
+  end
+  for _, field in ipairs(CSTRING_OPTS) do
+    if type(f[field]) == "string" and f[field]:find("\0", 1, true) then
+      argerror(1, "new", name(field) .. " must not contain NUL bytes")
+    end
+  end
+end
 
 --- The options of acquire and with_lock (n: their argument number; scoped:
 -- for a with_ form, which renews by default), checked: returns how to take

@@ -50,7 +50,6 @@ local function check_client(self, fname)
   check_phase(self._transport, fname)
 end
 
-local CSTRING_OPTS = args.CSTRING_OPTS
 local MAX_TIMEOUT_MS = 86400 * 1000
 
 local NEW_OPTS = {
@@ -115,21 +114,10 @@ function _M.new(opts, ...)
   elseif opts.path then
     c.host, c.port = nil, nil
   end
-  if c.port ~= nil then check_whole(1, "new", "option 'port'", c.port, 1, 65535) end
-  if c.db ~= nil then
-    check_whole(1, "new", opts.db ~= nil and "option 'db'" or "the URL's database", c.db, 0, 1000000)
-  end
-  if c.username and not c.password then
-    argerror(1, "new", "option 'username' needs a 'password'")
-  end
-  if c.host == "" or c.path == "" then
-    argerror(1, "new", "options 'host' and 'path' must not be empty")
-  end
-  for _, name in pairs(CSTRING_OPTS) do
-    if c[name] and c[name]:find("\0", 1, true) then
-      argerror(1, "new", string_format("option '%s' must not contain NUL bytes", name))
-    end
-  end
+  args.check_server(c, function(field)
+    if field == "db" and opts.db == nil then return "the URL's database" end
+    return "option '" .. field .. "'"
+  end)
   if opts.pool_size ~= nil then check_whole(1, "new", "option 'pool_size'", opts.pool_size, 1, 1000000) end
   c.pool_size = opts.pool_size
   for _, name in pairs({ "connect_timeout", "timeout", "keepalive_timeout" }) do

@@ -22,7 +22,6 @@ local _M = { _VERSION = core._VERSION }
 
 args.own(debug.getinfo(1, "S").source)
 
-local CSTRING_OPTS = args.CSTRING_OPTS
 
 -- The sentinels or cluster option (name): a non-empty list of "host:port"
 -- (default port default_port) or { host =, port = }; returns { { host =,
@@ -88,14 +87,7 @@ local function redlock_servers(opts, common)
     for _, name in ipairs({ "username", "password", "db" }) do
       if f[name] == nil then f[name] = common[name] end
     end
-    local which = string_format("option 'redlock' item %d: ", i)
-    if f.port ~= nil then args.check_whole(1, "new", which .. "port", f.port, 1, 65535) end
-    if f.db ~= nil then args.check_whole(1, "new", which .. "db", f.db, 0, 1000000) end
-    for _, name in ipairs(CSTRING_OPTS) do
-      if type(f[name]) == "string" and f[name]:find("\0", 1, true) then
-        argerror(1, "new", string_format("option 'redlock' item %d: %s must not contain NUL bytes", i, name))
-      end
-    end
+    args.check_server(f, function(field) return string_format("option 'redlock' item %d: %s", i, field) end)
     f.tls = tls.settings(type(item) == "table" and item.tls or opts.tls, f.tls, f.path)
     f.connect_timeout_ms, f.prefix, f.pool_size = common.connect_timeout_ms, common.prefix, common.pool_size
     f.keepalive_timeout_ms = common.keepalive_timeout_ms
