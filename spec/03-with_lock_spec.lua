@@ -3,6 +3,7 @@
 local core = require "redislock.core"
 local redislock = require "redislock"
 local helpers = require "spec.helpers"
+local http = require "spec.support.http"
 
 describe("with_lock", function()
   local srv, client, raw
@@ -290,5 +291,153 @@ describe("with_lock", function()
     local callable = setmetatable({}, { __call = function(_, lock) return lock.key end })
     assert.are.equal("k", client:with_lock("k", 5, callable))
     assert.is_truthy(redislock._VERSION)
+  end)
+
+  -- Under OpenResty, in a real nginx with the lua module: with_lock's error
+  -- paths, renewal by the worker's timer, and the phases without cosockets.
+  -- The handlers are spec/support/ngx_app.lua's. LuaJIT pass only (nginx
+  -- loads that build).
+  describe("under OpenResty", function()
+    if not jit then
+      pending("runs in the LuaJIT pass of make test (nginx loads the LuaJIT build)")
+      return
+    end
+    before_each(function() assert.are.equal("OK", raw:command("FLUSHALL")) end)
+
+    describe("errors", function()
+      local ngx
+
+      lazy_setup(function() ngx = helpers.start_app_nginx(srv, 1) end)
+      lazy_teardown(function() if ngx then ngx:stop() end end)
+
+      it("answers connection when Redis is down", function()
+        local status, body = http.request(ngx.port, "GET", "/dead/acquire?key=k")
+        assert.are.equal(503, status)
+        assert.is_truthy(body:match("^connection: cannot connect to 127%.0%.0%.1:%d+ %(connection refused%)"), body)
+        -- lua_socket_log_errors off: nothing in nginx's log either.
+        assert.is_nil(ngx:error_log():find("connect() failed", 1, true), ngx:error_log())
+      end)
+
+      it("answers connection when Redis does not answer within the timeout", function()
+        -- Scripts wait while the server is paused (and CLIENT PAUSE takes
+        -- effect before it answers).
+        assert.are.equal("OK", raw:command("CLIENT", "PAUSE", 1000, "WRITE"))
+        local status, body = http.request(ngx.port, "GET", "/slow/acquire?key=k")
+        assert.are.equal(503, status)
+        assert.is_truthy(body:match("^connection: 127%.0%.0%.1:%d+ did not answer within 0%.2 s %(timeout%)"), body)
+        -- The server answers again afterwards, on a fresh connection. (Each
+        -- try takes another key: one that timed out may still run once the
+        -- server wakes, and then holds its key until the TTL.)
+        local last, try = nil, 0
+        assert.is_truthy(helpers.eventually(3, function()
+          try = try + 1
+          local st, b = http.request(ngx.port, "GET", "/slow/acquire?key=k" .. try)
+          last = b
+          return st == 200
+        end), last)
+      end)
+
+      it("raises lost from with_lock when the lock expired while fn ran (renew = false)", function()
+        local status, body = http.request(ngx.port, "GET", "/with_lock?key=short&ttl=0.1&hold=0.3&renew=0")
+        assert.are.equal(409, status)
+        assert.is_truthy(body:match('^lost: "short" is no longer ours %(it expired or was deleted'), body)
+      end)
+
+      it("raises lost from with_lock when another owner took the lock meanwhile (renew = false)", function()
+        local req = http.start(ngx.port, "GET", "/with_lock?key=taken&ttl=0.2&hold=3&renew=0")
+        assert.is_truthy(helpers.eventually(1, function() return raw:command("EXISTS", "lock:{taken}") == 1 end))
+        local other = srv:client()
+        local lock = helpers.eventually(2, function() return other:acquire("taken", 10) end)
+        assert.is_truthy(lock, "the lock never expired")
+        local status, body = req:finish()
+        assert.are.equal(409, status)
+        assert.is_truthy(body:match('^lost: "taken" is no longer ours %(another owner holds it now'), body)
+        assert.are.equal(lock.token, raw:command("GET", "lock:{taken}"))
+        other:close()
+      end)
+
+      it("renews the lock while fn runs past its TTL (the worker's renewal timer)", function()
+        local req = http.start(ngx.port, "GET", "/with_lock?key=renewed&ttl=0.5&hold=1.8")
+        assert.is_truthy(helpers.eventually(2, function() return raw:command("EXISTS", "lock:{renewed}") == 1 end))
+        local other = srv:client()
+        core.sleep(1) -- two TTLs
+        local lock, err = other:acquire("renewed", 5)
+        assert.is_nil(lock)
+        assert.is_truthy(err:match("^busy: "), err)
+        local status, body = req:finish()
+        assert.are.equal(200, status, body)
+        assert.are.equal(0, raw:command("EXISTS", "lock:{renewed}"))
+        other:close()
+      end)
+
+      it("reports a lease the renewal timer found lost, through with_lock and on_lost", function()
+        -- Deleted once fn runs: before, the acquire may still be at work (a
+        -- take whose era the acquire script then checks, and which sets the
+        -- lock again if it is gone).
+        local req = http.start(ngx.port, "GET", "/with_lock?key=vanished&ttl=0.3&hold=1&on_lost=1&mark=1")
+        assert.is_truthy(helpers.eventually(2, function() return raw:command("GET", "inside:vanished") == "1" end))
+        assert.are.equal(1, raw:command("DEL", "lock:{vanished}"))
+        local status, body = req:finish()
+        assert.are.equal(409, status)
+        assert.is_truthy(body:match('^lost: "vanished" is no longer ours %(it expired or was deleted; found by the '
+                                    .. 'renewal timer%) | on_lost: lost: "vanished"'), body)
+      end)
+
+      -- ngx.exit, ngx.exec, ngx.redirect and ngx.thread.kill end fn's thread
+      -- without unwinding: the lock must not outlive it (it was renewed for
+      -- ever by the worker's timer before). Released at the next renewal (a
+      -- third of the TTL), so well within the TTL of 1 s.
+      for _, case in ipairs({ { "exit", 200, "bye" }, { "exec", 200, "pong" }, { "redirect", 302 },
+                              { "kill", 200, "killed" }, { "access", 403, nil, "/guarded" } }) do
+        local how, want_status, want_body, path = case[1], case[2], case[3], case[4] or "/leave"
+        it("gives the lock back after " .. how .. " inside fn, within its TTL", function()
+          local key = "left-" .. how
+          local started = core.now()
+          local status, body = http.request(ngx.port, "GET", path .. "?key=" .. key .. "&ttl=1&how=" .. how)
+          assert.are.equal(want_status, status, body)
+          if want_body then assert.are.equal(want_body .. "\n", body) end
+          assert.is_true(core.now() - started < 0.9, "the request itself was held up")
+          local gone = helpers.eventually(1, function() return raw:command("EXISTS", "lock:{" .. key .. "}") == 0 end)
+          assert.is_truthy(gone, "the lock outlived its request thread")
+          -- Released, not expired: gone before a TTL passed since the request.
+          assert.is_true(core.now() - started < 1, string.format("gone only after %.2f s", core.now() - started))
+        end)
+      end
+
+      it("does not hold up a request that dropped a coroutine suspended inside fn; the lock runs out", function()
+        local started = core.now()
+        local status, body = http.request(ngx.port, "GET", "/drop?key=dropped&ttl=0.5")
+        assert.are.equal(200, status, body)
+        assert.is_true(core.now() - started < 0.4, "the request was held up")
+        -- Collected, so no longer renewed: it runs out by its TTL.
+        assert.is_truthy(helpers.eventually(2, function() return raw:command("EXISTS", "lock:{dropped}") == 0 end))
+      end)
+
+      it("releases the lock when fn raises, and nginx answers 500 and logs the error", function()
+        local status = http.request(ngx.port, "GET", "/raise")
+        assert.are.equal(500, status)
+        assert.are.equal(0, raw:command("EXISTS", "lock:{raising}"))
+        assert.is_truthy(helpers.eventually(2, function() return ngx:error_log():find("boom from fn", 1, true) end))
+        local _, body = http.request(ngx.port, "GET", "/raise_table")
+        assert.are.equal("true\n", body)
+        assert.are.equal(0, raw:command("EXISTS", "lock:{raising}"))
+      end)
+
+      it("refuses to do I/O in phases without cosockets, with a clear error", function()
+        local status, _, headers = http.request(ngx.port, "GET", "/phase")
+        assert.are.equal(200, status)
+        local err = headers["x-redislock-error"]
+        assert.is_truthy(err and err:find("redislock: 'acquire' cannot run in nginx's header_filter phase:"
+                                          .. " cosockets are not available there", 1, true), err)
+        assert.is_truthy(helpers.eventually(2, function()
+          return ngx:error_log():find("log phase: redislock: 'acquire' cannot run in nginx's log phase", 1, true)
+        end), ngx:error_log())
+        assert.is_truthy(helpers.eventually(2, function()
+          return ngx:error_log():find("log phase, module: redislock: 'with_lock' cannot run in nginx's log phase",
+                                      1, true)
+        end), ngx:error_log())
+        assert.are.equal(0, raw:command("EXISTS", "lock:{phase}"))
+      end)
+    end)
   end)
 end)

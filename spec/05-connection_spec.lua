@@ -3,6 +3,7 @@
 -- connections killed by the server, command timeouts, AUTH (password and ACL
 -- user), SELECT, unix sockets, fork() and closed clients.
 local helpers = require "spec.helpers"
+local http = require "spec.support.http"
 local redislock = require "redislock"
 local core = require "redislock.core"
 
@@ -406,5 +407,84 @@ describe("a closed client", function()
     assert.truthy(helpers.eventually(2, function()
       return srv:cli("CLIENT", "LIST", "ID", tostring(id)) == ""
     end), "the server still lists client " .. id)
+  end)
+end)
+
+-- Connections under OpenResty, in a real nginx with the lua module: by
+-- token, NOSCRIPT, an ACL user and a db, a unix socket, the examples, and
+-- the default client from REDIS_URL. The handlers are
+-- spec/support/ngx_app.lua's. LuaJIT pass only (nginx loads that build).
+describe("connections under OpenResty", function()
+  if not jit then
+    pending("runs in the LuaJIT pass of make test (nginx loads the LuaJIT build)")
+    return
+  end
+
+  local srv, raw
+
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
+  lazy_setup(function()
+    assert(raw:command("ACL", "SETUSER", "locker", "on", ">s3cret", "~*", "&*", "+@all"))
+  end)
+  before_each(function()
+    assert.are.equal("OK", raw:command("FLUSHALL"))
+  end)
+
+  local ngx
+
+  lazy_setup(function() ngx = helpers.start_app_nginx(srv, 1) end)
+  lazy_teardown(function() if ngx then ngx:stop() end end)
+
+  it("releases by key and token, and refuses a token that is not the holder's", function()
+    local status, body = http.request(ngx.port, "GET", "/acquire?key=svc&ttl=30")
+    assert.are.equal(200, status, body)
+    local fence, token = body:match("^(%d+) (%S+)\n$")
+    assert.are.equal("1", fence)
+    assert.are.equal(token, raw:command("GET", "lock:{svc}"))
+    local wrong = ("0"):rep(32)
+    status, body = http.request(ngx.port, "GET", "/release?key=svc&token=" .. wrong)
+    assert.are.equal(409, status)
+    assert.is_truthy(body:match("^lost: "), body)
+    status = http.request(ngx.port, "GET", "/release?key=svc&token=" .. token)
+    assert.are.equal(200, status)
+    assert.are.equal(0, raw:command("EXISTS", "lock:{svc}"))
+  end)
+
+  it("falls back to EVAL when the server lost its script cache", function()
+    assert.are.equal(200, (http.request(ngx.port, "GET", "/acquire?key=a&ttl=1")))
+    assert.are.equal("OK", raw:command("SCRIPT", "FLUSH"))
+    local status, body = http.request(ngx.port, "GET", "/acquire?key=b&ttl=1")
+    assert.are.equal(200, status, body)
+  end)
+
+  it("authenticates as an ACL user and selects the db on new connections", function()
+    local status, body = http.request(ngx.port, "GET", "/auth/acquire?key=authed&ttl=30")
+    assert.are.equal(200, status, body)
+    assert.are.equal(0, raw:command("EXISTS", "lock:{authed}"))
+    assert.are.equal("OK", raw:command("SELECT", 3))
+    assert.are.equal(1, raw:command("EXISTS", "lock:{authed}"))
+    assert.are.equal("OK", raw:command("SELECT", 0))
+    status, body = http.request(ngx.port, "GET", "/badauth/acquire?key=k")
+    assert.are.equal(502, status)
+    assert.is_truthy(body:match("^redis: AUTH refused by 127%.0%.0%.1:%d+: WRONGPASS"), body)
+  end)
+
+  it("talks over a unix socket", function()
+    local status, body = http.request(ngx.port, "GET", "/unix/acquire?key=u&ttl=30")
+    assert.are.equal(200, status, body)
+    assert.are.equal(1, raw:command("EXISTS", "lock:{u}"))
+  end)
+
+  it("examples/openresty/run.sh: every example does what it says", function()
+    local out, ok = helpers.run("sh " .. helpers.sh_quote(helpers.root() .. "/examples/openresty/run.sh"))
+    assert.is_true(ok, out)
+    assert.is_truthy(out:find("stampede:  20 concurrent GET /report (2 workers): 20 x 200, 1 rebuild", 1, true), out)
+    assert.is_truthy(out:find("ok: every example did what it says", 1, true), out)
+  end)
+
+  it("runs redislock.with_lock on the default client from REDIS_URL", function()
+    local status, body = http.request(ngx.port, "GET", "/module")
+    assert.are.equal(200, status, body)
+    assert.are.equal("1 redislock.Client (127.0.0.1:" .. srv.port .. ", cosockets)\n", body)
   end)
 end)

@@ -188,4 +188,37 @@ describe("semaphore", function()
     closed:close()
     assert.has_error(function() closed:semaphore("pool", 1) end, "bad self to 'semaphore' (client is closed)")
   end)
+
+  -- Under OpenResty: a real nginx with 2 workers in front of the same
+  -- server, 200 requests in flight at once over cosockets; holds renewed by
+  -- the worker's timer. The handler is spec/support/ngx_app.lua's
+  -- primitive. LuaJIT pass only (nginx loads that build).
+  describe("under OpenResty", function()
+    if not jit then
+      pending("runs in the LuaJIT pass of make test (nginx loads the LuaJIT build)")
+      return
+    end
+
+    local nginx
+
+    lazy_setup(function() nginx = helpers.start_primitive_nginx(srv) end)
+    lazy_teardown(function() if nginx then nginx:stop() end end)
+    before_each(function() raw:command("MSET", "readers", 0, "writers", 0, "overlaps", 0) end)
+
+    it("lets at most 3 of 200 concurrent requests hold a permit, and reaches 3", function()
+      local paths = {}
+      for i = 1, 200 do paths[i] = "/primitive?kind=sem&limit=3" end
+      nginx:all_ok(paths)
+      local seen = raw:command("LRANGE", "seen", 0, -1)
+      assert.are.equal(200, #seen)
+      local most = 0
+      for _, n in ipairs(seen) do most = math.max(most, tonumber(n)) end
+      assert.are.equal(3, most)
+      assert.are.equal(0, raw:command("EXISTS", "lock:{pool}:permits"))
+    end)
+
+    it("renews permits with the worker's timer", function()
+      nginx:all_ok({ "/primitive?kind=sem&limit=1&ttl=0.3&hold=1" })
+    end)
+  end)
 end)

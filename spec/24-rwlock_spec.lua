@@ -160,4 +160,34 @@ describe("read-write lock", function()
     assert.has_error(function() rw.with_write(5, function() end) end)
     assert.has_error(function() rw:read(5, nil, 1) end)
   end)
+
+  -- Under OpenResty: a real nginx with 2 workers in front of the same
+  -- server, 200 requests in flight at once over cosockets; holds renewed by
+  -- the worker's timer. The handler is spec/support/ngx_app.lua's
+  -- primitive. LuaJIT pass only (nginx loads that build).
+  describe("under OpenResty", function()
+    if not jit then
+      pending("runs in the LuaJIT pass of make test (nginx loads the LuaJIT build)")
+      return
+    end
+
+    local nginx
+
+    lazy_setup(function() nginx = helpers.start_primitive_nginx(srv) end)
+    lazy_teardown(function() if nginx then nginx:stop() end end)
+    before_each(function() raw:command("MSET", "readers", 0, "writers", 0, "overlaps", 0) end)
+
+    it("lets readers overlap and writers overlap nothing under 200 concurrent requests", function()
+      local paths = {}
+      for i = 1, 200 do paths[i] = "/primitive?kind=" .. (i % 5 == 0 and "write" or "read") .. "&hold=0.005" end
+      nginx:all_ok(paths)
+      assert.are.equal("0", raw:command("GET", "overlaps"))
+      assert.are.equal(0, raw:command("EXISTS", "lock:{doc}:rw:readers", "lock:{doc}:rw:writer"))
+    end)
+
+    it("renews read and write holds with the worker's timer", function()
+      nginx:all_ok({ "/primitive?kind=read&ttl=0.3&hold=1" })
+      nginx:all_ok({ "/primitive?kind=write&ttl=0.3&hold=1" })
+    end)
+  end)
 end)

@@ -1,5 +1,5 @@
 -- SPDX-License-Identifier: MIT
--- What the failover-fence specs (spec/30, spec/31) share: cutting a replica
+-- What spec/30's failover-fence tests (plain Lua and OpenResty) share: cutting a replica
 -- off its master, waiting for one to catch up, and comparing fences.
 local helpers = require "spec.helpers"
 

@@ -1,5 +1,5 @@
 -- SPDX-License-Identifier: MIT
--- The handlers the OpenResty specs (spec/09, 15, 17) put behind
+-- The handlers the specs' OpenResty parts ("under OpenResty") put behind
 -- nginx locations, e.g. `content_by_lua_block { require("spec.support.ngx_app").counter() }`.
 -- The Redis URL comes from `set $redis_url ...;` in the location or server; a
 -- client per URL is made once per worker and shared by its requests, as an

@@ -1,0 +1,202 @@
+-- SPDX-License-Identifier: MIT
+-- spec/helpers.lua's Sentinel groups: a master, a replica and three
+-- sentinels on loopback (helpers.start_sentinels), failovers, a master
+-- demoted without a word (group:quiet_master), loops across a failover.
+local core = require "redislock.core"
+
+return function(helpers)
+  local tmpdir = helpers.tmpdir
+  local Server = helpers.Server
+  local run = helpers.run
+  local sh_quote = helpers.sh_quote
+  local read_file = helpers.read_file
+
+  local Group = {}
+  Group.__index = Group
+
+  --- Starts a Sentinel group on loopback: a master, a replica of it and three
+  -- sentinels (quorum 2, down-after-milliseconds 1000, failover-timeout 5000)
+  -- watching it as "mymaster", each by PID under a folder of its own. Returns
+  -- once every sentinel knows the replica and the two other sentinels (until
+  -- then SENTINEL FAILOVER answers NOGOODSLAVE). group.nodes = { master,
+  -- replica } (Servers; which is master changes with a failover),
+  -- group.sentinels = { Server-like { port, pid, dir } ... }, group.addrs =
+  -- { "127.0.0.1:<port>", ... } (the sentinels, for the client option).
+  -- Raises when it cannot start.
+  -- Starts one sentinel watching master_port as "mymaster" (quorum 2), with
+  -- more configuration lines; returns it (a Server), or raises.
+  local function start_sentinel(master_port, more)
+    local dir, port = tmpdir(), helpers.free_port()
+    local lines = {
+      "port " .. port, "bind 127.0.0.1", "daemonize yes",
+      "pidfile " .. dir .. "/sentinel.pid", "logfile " .. dir .. "/sentinel.log", "dir " .. dir,
+      "sentinel monitor mymaster 127.0.0.1 " .. master_port .. " 2",
+      "sentinel down-after-milliseconds mymaster 1000",
+      "sentinel failover-timeout mymaster 5000",
+      "sentinel parallel-syncs mymaster 1" }
+    for _, l in ipairs(more or {}) do lines[#lines + 1] = l end
+    local f = assert(io.open(dir .. "/sentinel.conf", "w"))
+    f:write(table.concat(lines, "\n"), "\n")
+    f:close()
+    run("redis-server " .. sh_quote(dir .. "/sentinel.conf") .. " --sentinel")
+    local up = helpers.eventually(5, function()
+      local pid = tonumber(read_file(dir .. "/sentinel.pid") or "")
+      return pid and (read_file(dir .. "/sentinel.log") or ""):find("+monitor master", 1, true) and pid
+    end)
+    if not up then
+      local log = read_file(dir .. "/sentinel.log") or ""
+      local pid = tonumber(read_file(dir .. "/sentinel.pid") or "")
+      if pid then os.execute("kill " .. pid .. " 2>/dev/null") end
+      error("cannot start redis-server --sentinel; its log says:\n" .. log)
+    end
+    return setmetatable({ host = "127.0.0.1", port = port, dir = dir, pid = up }, Server)
+  end
+
+  function helpers.start_sentinels()
+    local master = helpers.start_redis()
+    local replica = helpers.start_redis({ "--replicaof", "127.0.0.1", tostring(master.port) })
+    local g = setmetatable({ nodes = { master, replica }, sentinels = {}, addrs = {}, extra = {}, name = "mymaster" },
+                           Group)
+    for i = 1, 3 do
+      local ok, s = pcall(start_sentinel, master.port)
+      if not ok then
+        g:stop()
+        error(s)
+      end
+      g.sentinels[i] = s
+      g.addrs[i] = "127.0.0.1:" .. s.port
+    end
+    local ready = helpers.eventually(30, function()
+      for _, s in ipairs(g.sentinels) do
+        local replicas = s:cli("SENTINEL", "replicas", "mymaster")
+        local others = s:cli("SENTINEL", "sentinels", "mymaster")
+        if not replicas:find(tostring(replica.port), 1, true) then return false end
+        local n = 0
+        for _ in others:gmatch("\nrunid\n") do n = n + 1 end
+        if others:match("^runid\n") then n = n + 1 end
+        if n < 2 then return false end
+      end
+      return true
+    end)
+    if not ready then
+      g:stop()
+      error("the sentinels never saw the replica and each other")
+    end
+    return g
+  end
+
+  --- The node the sentinels name as master now (a Server of group.nodes).
+  function Group:master()
+    local out = self.sentinels[1]:cli("SENTINEL", "get-master-addr-by-name", self.name)
+    local port = tonumber(out:match("\n(%d+)$"))
+    for _, n in ipairs(self.nodes) do
+      if n.port == port then return n end
+    end
+    error("the sentinels name no node of the group: " .. out)
+  end
+
+  --- Waits until the node that is not the master has its replication link up
+  -- (after a failover it first resynchronizes); true, or false after 30 s.
+  function Group:caught_up()
+    local m = self:master()
+    local replica = m == self.nodes[1] and self.nodes[2] or self.nodes[1]
+    return helpers.eventually(30, function()
+      return replica:cli("INFO", "replication"):find("master_link_status:up", 1, true) ~= nil
+    end)
+  end
+
+  --- Runs SENTINEL FAILOVER on the first sentinel and waits until every
+  -- sentinel names the other node; returns the old master and the new one.
+  function Group:failover()
+    local old = self:master()
+    local new = old == self.nodes[1] and self.nodes[2] or self.nodes[1]
+    local said = helpers.eventually(30, function()
+      local out = self.sentinels[1]:cli("SENTINEL", "FAILOVER", self.name)
+      return out == "OK" and out
+    end)
+    assert(said, "SENTINEL FAILOVER never said OK")
+    local switched = helpers.eventually(15, function()
+      for _, s in ipairs(self.sentinels) do
+        local out = s:cli("SENTINEL", "get-master-addr-by-name", self.name)
+        if tonumber(out:match("\n(%d+)$")) ~= new.port then return false end
+      end
+      return true
+    end)
+    assert(switched, "the sentinels never named the new master")
+    return old, new
+  end
+
+  --- Starts one more sentinel for the group's master now, with more
+  -- configuration lines (e.g. { "requirepass pw" }); it votes in no failover
+  -- of the group's (the others cannot talk to it when it wants AUTH) and is
+  -- stopped with the group. Returns it (a Server).
+  function Group:extra_sentinel(more)
+    local s = start_sentinel(self:master().port, more)
+    self.extra[#self.extra + 1] = s
+    return s
+  end
+
+  --- helpers.loops_across a SENTINEL FAILOVER of the group: also checks that
+  -- more than 10 sections ran on the new master, and none on the demoted
+  -- master once every sentinel named the new one (0.1 s for the
+  -- announcement to arrive).
+  function Group:loops_across_failover(spawn)
+    local old, new, named = self:master(), nil, nil
+    local sections = helpers.loops_across(spawn, function()
+      local _
+      _, new = self:failover()
+      named = core.now()
+    end)
+    local on_new = 0
+    for _, s in ipairs(sections) do if s.port == new.port then on_new = on_new + 1 end end
+    assert(on_new > 10, "sections on the new master: " .. on_new)
+    for _, s in ipairs(sections) do
+      assert(not (s.port == old.port and s.enter > named + 0.1),
+             string.format("a section on the demoted master %.3f s after the switch", s.enter - named))
+    end
+    return sections
+  end
+
+  local Quiet = {}
+  Quiet.__index = Quiet
+
+  --- A master the group's first sentinel knows as "quiet" (a redis-server of
+  -- its own, watched with quorum 2, so never failed over), for a demotion no
+  -- +switch-master announces: quiet:demote() makes a second server the master
+  -- (the sentinel named it instead) and the first its replica, and closes the
+  -- first's client connections, as a restart would. Fields: old, new
+  -- (Servers), addr (the sentinel, for the client option). quiet:stop().
+  function Group:quiet_master()
+    local q = setmetatable({ old = helpers.start_redis(), new = helpers.start_redis(), sentinel = self.sentinels[1],
+                             addr = self.addrs[1] }, Quiet)
+    local said = q.sentinel:cli("SENTINEL", "MONITOR", "quiet", "127.0.0.1", q.old.port, 2)
+    if said ~= "OK" then
+      q:stop()
+      error("SENTINEL MONITOR said " .. said)
+    end
+    return q
+  end
+
+  function Quiet:demote()
+    for _, step in ipairs({ { self.sentinel, "SENTINEL", "REMOVE", "quiet" },
+                            { self.old, "REPLICAOF", "127.0.0.1", self.new.port },
+                            { self.sentinel, "SENTINEL", "MONITOR", "quiet", "127.0.0.1", self.new.port, 2 } }) do
+      local said = step[1]:cli((table.unpack or unpack)(step, 2)) -- luacheck: ignore (unpack: LuaJIT)
+      assert(said == "OK", step[2] .. " said " .. said)
+    end
+    self.old:cli("CLIENT", "KILL", "TYPE", "normal")
+  end
+
+  function Quiet:stop()
+    self.sentinel:cli("SENTINEL", "REMOVE", "quiet")
+    self.old:stop()
+    self.new:stop()
+  end
+
+  --- Stops every process of the group, by PID.
+  function Group:stop()
+    for _, s in ipairs(self.extra or {}) do s:stop() end
+    for _, s in ipairs(self.sentinels) do s:stop() end
+    for _, n in ipairs(self.nodes) do n:stop() end
+  end
+end
