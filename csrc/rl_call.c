@@ -48,7 +48,7 @@ static void init(rl_call *call, rl_cmd *cmd, char *era, int phase) {
   call->reader = NULL;
   call->phase = phase;
   call->reply = NULL;
-  call->reused = call->resent = call->evaled = call->claimed = call->prefixed = 0;
+  call->reused = call->resent = call->evaled = call->claimed = call->prefixed = call->fresh = 0;
   call->keep = 1;
   call->want = call->got = 0;
   call->len = 0;
@@ -158,6 +158,7 @@ static int make_bytes(rl_call *call) {
 static rl_step next_bytes(rl_call *call) {
   if (!call->keep) return RL_STEP_RECONNECT;
   if (make_bytes(call) != 0) return out_of_memory(call);
+  call->fresh = 1;
   return RL_STEP_SEND;
 }
 
@@ -219,6 +220,8 @@ static rl_step after_take(rl_call *call, rl_decoded d, const char *msg) {
 
 /* The script's reply, decoded (d, with msg when it is an error). */
 static rl_step after_script(rl_call *call, rl_decoded d, const char *msg) {
+  /* A claim that failed leaves a name no script confirmed: not for the pool. */
+  if (d != RL_DECODED && call->claimed && call->era == NULL && (d != RL_NOSCRIPT || call->evaled)) call->keep = 0;
   if (d == RL_NOSCRIPT) {
     if (call->evaled) return fail(call, "NOSCRIPT after EVAL", "", 0);
     call->evaled = 1;
@@ -295,11 +298,17 @@ static rl_step replies_in(rl_call *call) {
 
 rl_step rl_call_feed(rl_call *call, const char *in, size_t n) {
   redisReader *rd = call->reader;
-  /* The common replies, read without the reader (no allocation). */
-  if (call->got == 0 && !call->prefixed && rd->pos == rd->len &&
+  int fresh = call->fresh;
+  call->fresh = 0;
+  /* The common replies, read without the reader (no allocation): only the
+     first read after a send, into an empty reader, and only when it holds
+     the whole answer (a reply in pieces goes to the reader). */
+  if (fresh && call->got == 0 && !call->prefixed && rd->pos == rd->len &&
       (call->phase == PH_TAKE || call->phase == PH_SCRIPT) &&
-      rl_decode_bytes(in, n, call->phase == PH_TAKE ? call->want : 0, &call->out))
+      rl_decode_bytes(in, n, call->phase == PH_TAKE ? call->want : 0, &call->out)) {
+    call->reused = 1;
     return call->phase == PH_TAKE ? after_take(call, RL_DECODED, "") : after_script(call, RL_DECODED, "");
+  }
   if (redisReaderFeed(rd, in, n) != REDIS_OK) return out_of_memory(call);
   while (call->got < call->want) {
     void *r = NULL;
@@ -314,6 +323,7 @@ rl_step rl_call_feed(rl_call *call, const char *in, size_t n) {
   }
   /* Bytes past the replies were asked for by no command: out of step. */
   if (rd->pos < rd->len) call->keep = 0;
+  call->reused = 1; /* the connection answered: the next bytes go on a used one */
   return replies_in(call);
 }
 

@@ -2,8 +2,9 @@
 /*
  * One lock script call (or one plain command) as a state machine with no I/O, driven by both
  * transports (as hiredis' reader is by its sync and async contexts): the C
- * transport (rl_conn.c) with its sockets, the OpenResty transport
- * (lua/redislock/ngx.lua) through core.call (rl_lua_call.c). The machine
+ * transport (rl_conn.c) with its sockets, Redlock's calls to several
+ * servers (rl_many.c), the OpenResty transport (lua/redislock/ngx.lua)
+ * through core.script_call and core.command_call (rl_lua_call.c). The machine
  * says which bytes to send and on which connection; the transport sends
  * them, feeds back what it reads, or says the connection failed. The steps
  * around the script live here only:
@@ -13,9 +14,11 @@
  *   the script to check (with the master ID the record names: rl_script.c,
  *   "Fences across failovers");
  * - EVALSHA, then EVAL after NOSCRIPT (which caches the script);
- * - the one resend: bytes lost on a reused connection (not timed out) go
- *   once more on another, except a release's (a second would find the hold
- *   gone) and a take's (it may have landed: the acquire script reconciles);
+ * - the one resend per call: bytes lost on a connection that had answered
+ *   before (idle in a pool, or the server closed it meanwhile), not timed
+ *   out, go once more on another, except a release's (a second would find
+ *   the hold gone) and a take's (it may have landed: the acquire script
+ *   follows instead, and reconciles);
  * - ASKING before the command in the same write (a cluster's ASK redirect;
  *   a take becomes the acquire script then);
  * - WAIT for replicas on the connection that wrote, after a script that
@@ -51,7 +54,8 @@ typedef enum {
 } rl_step;
 
 typedef struct {
-  /* Set by the transport before the first rl_call_start (rl_call_init zeroes them). */
+  /* Set by the transport before the first rl_call_start (rl_call_init
+     sets none, no WAIT, a 1 s timeout and "?"). */
   int asking;              /* ASKING before the command */
   long long replicas;      /* WAIT for this many replicas after RL_HELD (0: none) */
   long long replica_ms;    /* ... for at most this long */
@@ -73,8 +77,9 @@ typedef struct {
   char *era;          /* the C transport's: the master ID the connection vouches
                          for (RL_REPLID_LEN + 1 bytes); NULL: its name does */
   redisReader *reader;
-  int phase;
-  int reused;         /* the connection was used before this call */
+  int phase;          /* what the bytes being sent are (rl_call.c's PH_*) */
+  int reused;         /* the connection answered before these bytes were sent */
+  int fresh;          /* nothing was read since the bytes were made */
   int resent;         /* the one resend is spent */
   int evaled;         /* EVAL was sent after a NOSCRIPT */
   int claimed;        /* the script claims the take's era record */

@@ -202,9 +202,9 @@ static int set_blocking(int fd) {
 
 /* Describes why a round trip failed (errno from the read or write, or eof) into err. */
 void rl_conn_io_error(rl_conn *conn, int eof, int timeout, long long timeout_ms, char err[RL_ERRLEN]) {
-  char where[128], why[256];
+  char why[256];
+  const char *where = conn->where;
   int e = errno;
-  rl_conn_describe(conn, where, sizeof where);
   if (timeout)
     snprintf(err, RL_ERRLEN, "connection: %s did not answer within %g s (timeout)", where,
              (double)timeout_ms / 1000.0);
@@ -440,7 +440,7 @@ void rl_conn_set_timeout(rl_conn *conn, long long ms) {
  */
 int rl_conn_call(rl_conn *conn, rl_call *call) {
   char in[16384];
-  long long deadline = 0;
+  long long deadline = 0, read_ms = conn->o.timeout_ms;
   int reused, sent = 0;
   rl_step step;
   call->where = conn->where;
@@ -455,7 +455,6 @@ int rl_conn_call(rl_conn *conn, rl_call *call) {
     size_t len;
     const char *bytes;
     ssize_t n;
-    long long read_ms;
     switch (step) {
     case RL_STEP_SEND:
       bytes = rl_call_bytes(call, &len);
@@ -463,7 +462,7 @@ int rl_conn_call(rl_conn *conn, rl_call *call) {
       deadline = rl_now_ms() + read_ms;
       if (rl_conn_io_timeout(conn, read_ms) != 0 || rl_conn_write(conn, bytes, len) != 0) {
         int timeout = errno == EAGAIN || errno == EWOULDBLOCK;
-        rl_conn_io_error(conn, 0, timeout, conn->o.timeout_ms, call->err);
+        rl_conn_io_error(conn, 0, timeout, read_ms, call->err);
         step = rl_call_lost(call, timeout, call->err);
         break;
       }
@@ -474,7 +473,7 @@ int rl_conn_call(rl_conn *conn, rl_call *call) {
       if (!sent && (rl_now_ms() >= deadline || rl_conn_io_timeout(conn, deadline - rl_now_ms()) != 0)) {
         /* A reply in pieces: the read time covers all of them. */
         errno = EAGAIN;
-        rl_conn_io_error(conn, 0, 1, conn->o.timeout_ms, call->err);
+        rl_conn_io_error(conn, 0, 1, read_ms, call->err);
         step = rl_call_lost(call, 1, call->err);
         break;
       }
@@ -482,7 +481,7 @@ int rl_conn_call(rl_conn *conn, rl_call *call) {
       while (n < 0 && errno == EINTR);
       if (n <= 0) {
         int timeout = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-        rl_conn_io_error(conn, n == 0, timeout, conn->o.timeout_ms, call->err);
+        rl_conn_io_error(conn, n == 0, timeout, read_ms, call->err);
         step = rl_call_lost(call, timeout, call->err);
         break;
       }

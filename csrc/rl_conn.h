@@ -66,9 +66,10 @@ void rl_conn_free(rl_conn *conn);
  * Sends one command and returns its reply (free it with freeReplyObject), which
  * may be an error reply. Returns NULL with a message in err, beginning with
  * "connection:" (refused, timed out, closed) or "redis:" (AUTH or SELECT
- * refused), when no reply could be had. With resend set, a command that failed
- * on a reused connection for any reason but a timeout is sent once more on a
- * fresh one: pass it only for commands that are safe to run twice.
+ * refused), when no reply could be had. It is an rl_call (rl_conn_call):
+ * with resend set, a command lost on a connection that had answered
+ * before, not timed out, is sent once more on a fresh one; pass it only for
+ * commands that are safe to run twice.
  */
 redisReply *rl_conn_command(rl_conn *conn, int argc, const char **argv,
                             const size_t *len, int resend, char err[RL_ERRLEN]);

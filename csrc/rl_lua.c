@@ -206,6 +206,22 @@ long long rl_lua_opt_ms(lua_State *L, int idx, const char *what, long long def) 
   return (long long)v;
 }
 
+/*
+ * Sets the stack's top to idx, then pushes the fields names (NULL ends the
+ * list) of the table at idx, or as many nils when idx is nil; raises a bad
+ * argument idx for anything else. A method's options table, read into
+ * stack slots that its checks can name.
+ */
+void rl_lua_push_fields(lua_State *L, int idx, const char *const names[]) {
+  int i;
+  lua_settop(L, idx);
+  if (!lua_isnil(L, idx)) luaL_checktype(L, idx, LUA_TTABLE);
+  for (i = 0; names[i] != NULL; i++) {
+    if (lua_isnil(L, idx)) lua_pushnil(L);
+    else lua_getfield(L, idx, names[i]);
+  }
+}
+
 /* core.token([suffix]) -> 32 hex digits (128 bits) from the OS random
    source, then suffix (who holds it: one string made in one step). */
 static int core_token(lua_State *L) {

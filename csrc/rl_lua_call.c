@@ -26,6 +26,7 @@ typedef struct {
   rl_cmd cmd;            /* a lock script's */
   redisReader *reader;   /* the connection's replies; a new one per connection */
   char *command;         /* a plain command's bytes, copied */
+  char *token;           /* a script's token, copied: cmd points at it */
   int open;              /* call (and cmd, for a script) hold what close frees */
   char where[128];
 } call_ud;
@@ -43,8 +44,10 @@ static int call_close(lua_State *L) {
   }
   if (c->reader != NULL) redisReaderFree(c->reader);
   free(c->command);
+  free(c->token);
   c->reader = NULL;
   c->command = NULL;
+  c->token = NULL;
   return 0;
 }
 
@@ -65,11 +68,16 @@ static call_ud *new_call(lua_State *L, long long *timeout_ms) {
   c->open = 0;
   c->reader = NULL;
   c->command = NULL;
+  c->token = NULL;
   luaL_setmetatable(L, CALL_MT);
   lua_getfield(L, 1, "where");
   lua_getfield(L, 1, "timeout_ms");
   snprintf(c->where, sizeof c->where, "%s", lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?");
-  *timeout_ms = lua_type(L, -1) == LUA_TNUMBER ? (long long)lua_tointeger(L, -1) : 1000;
+  {
+    int isnum = 0;
+    lua_Integer ms = lua_tointegerx(L, -1, &isnum);
+    *timeout_ms = isnum && ms >= 1 && ms <= RL_MAX_MS ? (long long)ms : 1000;
+  }
   lua_pop(L, 2);
   return c;
 }
@@ -100,7 +108,11 @@ static int core_script_call(lua_State *L) {
   why = rl_check_prefix(prefix, plen);
   if (why != NULL) luaL_argerror(L, 1, lua_pushfstring(L, "prefix %s", why));
   c = new_call(L, &timeout); /* at 8 */
-  if (rl_cmd_init(&c->cmd, op, prefix, plen, key, klen, token, tlen, ms, n) != 0)
+  /* The command points at its token: a copy that lives as long as the call. */
+  c->token = (char *)malloc(tlen);
+  if (c->token == NULL) return luaL_error(L, "redislock: out of memory");
+  memcpy(c->token, token, tlen);
+  if (rl_cmd_init(&c->cmd, op, prefix, plen, key, klen, c->token, tlen, ms, n) != 0)
     return luaL_error(L, "redislock: out of memory");
   rl_call_init(&c->call, &c->cmd, NULL); /* a pooled connection's name vouches for an era */
   set_fields(c, timeout);

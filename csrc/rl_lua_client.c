@@ -204,16 +204,8 @@ static int client_eval(lua_State *L) {
   rl_call call;
   lua_Integer replicas = 0, replica_ms = 0;
   int rc, isnum = 0, isnum2 = 0;
-  /* more's fields at 7, 8 and 9, where the checks below name them */
-  lua_settop(L, 6);
-  if (lua_isnil(L, 6)) {
-    lua_settop(L, 9);
-  } else {
-    luaL_checktype(L, 6, LUA_TTABLE);
-    lua_getfield(L, 6, "n");
-    lua_getfield(L, 6, "replicas");
-    lua_getfield(L, 6, "replica_ms");
-  }
+  static const char *const more[] = { "n", "replicas", "replica_ms", NULL };
+  rl_lua_push_fields(L, 6, more); /* at 7, 8 and 9, where the checks below name them */
   op = rl_lua_check_script(L, 2, 7, &key, &klen, &token, &tlen, &ms, &n);
   if (!lua_isnil(L, 8)) {
     replicas = lua_tointegerx(L, 8, &isnum);

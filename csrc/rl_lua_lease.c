@@ -34,16 +34,8 @@ int rl_lua_client_lease(lua_State *L) {
   long long max_hold, sent;
   rl_op op;
   char err[RL_ERRLEN];
-  /* opts' fields at 6, 7 and 8, where the checks below name them */
-  lua_settop(L, 5);
-  if (lua_isnil(L, 5)) {
-    lua_settop(L, 8);
-  } else {
-    luaL_checktype(L, 5, LUA_TTABLE);
-    lua_getfield(L, 5, "max_hold_ms");
-    lua_getfield(L, 5, "sent_ms");
-    lua_getfield(L, 5, "op");
-  }
+  static const char *const fields[] = { "max_hold_ms", "sent_ms", "op", NULL };
+  rl_lua_push_fields(L, 5, fields); /* at 6, 7 and 8, where the checks below name them */
   max_hold = rl_lua_opt_ms(L, 6, "max_hold", 0);
   sent = rl_lua_opt_ms(L, 7, "sent", rl_now_ms());
   op = rl_lua_opt_op(L, 8, extends);

@@ -262,7 +262,7 @@ void rl_read_error(int err, const char *errstr, const char *where, char *out, si
     snprintf(out, len, "redis: the reply%s%s nests arrays deeper than hiredis 0.14 can read"
              " (8 levels at most; %s)", where ? " of " : "", where ? where : "", errstr);
   else if (where != NULL)
-    snprintf(out, len, "connection: lost %s (%s)", where, errstr);
+    snprintf(out, len, "connection: the reply of %s is not RESP (%s)", where, errstr);
   else
     snprintf(out, len, "connection: the server's reply is not RESP (%s)", errstr);
 }

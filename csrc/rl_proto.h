@@ -111,9 +111,10 @@ typedef enum {
 /*
  * One command ready to send: EVALSHA sha numkeys keys... token [ms [stay]], or
  * the same with EVAL and the script text after rl_cmd_use_eval; or, from
- * rl_wait_init, BLPOP on a signal list. argv/len point into the struct and
- * into the script table; the key names live in one buffer, the struct's own
- * when they fit (so the struct must not be copied), else the heap's.
+ * rl_wait_init, BLPOP on a signal list. argv/len point into the struct, into
+ * the script table and at the caller's token (which must outlive the
+ * command); the key names live in one buffer, the struct's own when they
+ * fit (so the struct must not be copied), else the heap's.
  */
 typedef struct {
   int argc;

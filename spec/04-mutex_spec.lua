@@ -55,10 +55,7 @@ describe("mutual exclusion across processes", function()
   -- that does not block the worker. The handlers are
   -- spec/support/ngx_app.lua's. LuaJIT pass only (nginx loads that build).
   describe("under OpenResty", function()
-    if not jit then
-      pending("runs in the LuaJIT pass of make test (nginx loads the LuaJIT build)")
-      return
-    end
+    if helpers.no_nginx(pending) then return end
     before_each(function() assert.are.equal("OK", raw:command("FLUSHALL")) end)
 
   -- n concurrent GETs of path; returns the responses.

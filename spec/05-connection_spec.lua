@@ -415,10 +415,7 @@ end)
 -- the default client from REDIS_URL. The handlers are
 -- spec/support/ngx_app.lua's. LuaJIT pass only (nginx loads that build).
 describe("connections under OpenResty", function()
-  if not jit then
-    pending("runs in the LuaJIT pass of make test (nginx loads the LuaJIT build)")
-    return
-  end
+  if helpers.no_nginx(pending) then return end
 
   local srv, raw
 

@@ -278,10 +278,7 @@ describe("TLS", function()
   -- The handlers are spec/support/ngx_app.lua's; the server is a real
   -- redis-server with mutual TLS. LuaJIT pass only (nginx loads that build).
   describe("under OpenResty", function()
-    if not jit then
-      pending("runs in the LuaJIT pass of make test (nginx loads the LuaJIT build)")
-      return
-    end
+    if helpers.no_nginx(pending) then return end
 
     local srv, nginx
 

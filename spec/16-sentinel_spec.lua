@@ -233,10 +233,7 @@ describe("Sentinel", function()
   -- +switch-master and moves the client, and renewals follow. The handlers are
   -- spec/support/ngx_app.lua's. LuaJIT pass only (nginx loads that build).
   describe("under OpenResty", function()
-    if not jit then
-      pending("runs in the LuaJIT pass of make test (nginx loads the LuaJIT build)")
-      return
-    end
+    if helpers.no_nginx(pending) then return end
 
     local nginx, tls_sentinel, tls_port
 
@@ -250,10 +247,7 @@ describe("Sentinel", function()
                                         "tls-key-file " .. certs .. "/server.key",
                                         "tls-ca-cert-file " .. certs .. "/ca.crt", "tls-auth-clients yes" })
       tls_sentinel.password = "s3cret"
-      local function location(path, name, more)
-        return string.format("location = %s { %s content_by_lua_block { require('spec.support.ngx_app').%s() } }",
-                             path, more or "", name)
-      end
+      local location = helpers.location
       nginx = helpers.start_nginx({
         workers = 2,
         http = table.concat({

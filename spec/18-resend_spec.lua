@@ -99,10 +99,7 @@ describe("a command whose reply is lost", function()
   end)
 
   describe("under OpenResty", function()
-    if not jit then
-      pending("runs in the LuaJIT pass of make test (nginx loads the LuaJIT build)")
-      return
-    end
+    if helpers.no_nginx(pending) then return end
     local http = require "spec.support.http"
 
     it("reconciles an acquire whose reply was lost, and a with_lock goes on", function()

@@ -408,19 +408,13 @@ describe("Redis Cluster", function()
   -- renewal timer follows a slot that moves. The handlers are
   -- spec/support/ngx_app.lua's. LuaJIT pass only (nginx loads that build).
   describe("under OpenResty", function()
-    if not jit then
-      pending("runs in the LuaJIT pass of make test (nginx loads the LuaJIT build)")
-      return
-    end
+    if helpers.no_nginx(pending) then return end
 
     local nginx, c
 
     lazy_setup(function()
       c = redislock.new({ cluster = cl.seeds })
-      local function location(path, name, more)
-        return string.format("location = %s { %s content_by_lua_block { require('spec.support.ngx_app').%s() } }",
-                             path, more or "", name)
-      end
+      local location = helpers.location
       nginx = helpers.start_nginx({
         workers = 2,
         http = table.concat({

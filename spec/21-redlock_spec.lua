@@ -288,19 +288,13 @@ describe("Redlock", function()
   -- handlers are spec/support/ngx_app.lua's. LuaJIT pass only (nginx loads
   -- that build).
   describe("under OpenResty", function()
-    if not jit then
-      pending("runs in the LuaJIT pass of make test (nginx loads the LuaJIT build)")
-      return
-    end
+    if helpers.no_nginx(pending) then return end
 
     local nginx, raw
 
     lazy_setup(function()
       raw = servers[1]:raw()
-      local function location(path, name)
-        return string.format("location = %s { content_by_lua_block { require('spec.support.ngx_app').%s() } }",
-                             path, name)
-      end
+      local location = helpers.location
       nginx = helpers.start_nginx({
         workers = 2,
         http = table.concat({

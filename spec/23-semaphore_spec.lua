@@ -189,15 +189,10 @@ describe("semaphore", function()
     assert.has_error(function() closed:semaphore("pool", 1) end, "bad self to 'semaphore' (client is closed)")
   end)
 
-  -- Under OpenResty: a real nginx with 2 workers in front of the same
-  -- server, 200 requests in flight at once over cosockets; holds renewed by
-  -- the worker's timer. The handler is spec/support/ngx_app.lua's
-  -- primitive. LuaJIT pass only (nginx loads that build).
+  -- The permits under OpenResty: many requests at once in a real nginx
+  -- (helpers.start_primitive_nginx), renewed by the worker's timer.
   describe("under OpenResty", function()
-    if not jit then
-      pending("runs in the LuaJIT pass of make test (nginx loads the LuaJIT build)")
-      return
-    end
+    if helpers.no_nginx(pending) then return end
 
     local nginx
 

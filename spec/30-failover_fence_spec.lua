@@ -233,10 +233,7 @@ end)
 -- are started once more for it: each test above consumed its own (a replica
 -- promoted). LuaJIT pass only (nginx loads that build).
 describe("OpenResty across a failover", function()
-  if not jit then
-    pending("runs in the LuaJIT pass of make test (nginx loads the LuaJIT build)")
-    return
-  end
+  if helpers.no_nginx(pending) then return end
 
   local master, replica, dir, g, cl, nginx
 

@@ -105,10 +105,7 @@ describe("a release refused by a passing server state", function()
 end)
 
 describe("OpenResty: with_lock's release refused by a busy script", function()
-  if not jit then
-    pending("runs in the LuaJIT pass of make test (nginx loads the LuaJIT build)")
-    return
-  end
+  if helpers.no_nginx(pending) then return end
 
   local srv, raw, nginx, servers
 

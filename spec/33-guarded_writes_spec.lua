@@ -256,10 +256,7 @@ describe("guarded writes with a Redlock lock", function()
 end)
 
 describe("guarded writes under OpenResty", function()
-  if not jit then
-    pending("runs in the LuaJIT pass of make test (nginx loads the LuaJIT build)")
-    return
-  end
+  if helpers.no_nginx(pending) then return end
 
   local srv, other, cl, client, data, cluster, nginx
 

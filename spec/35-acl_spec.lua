@@ -191,10 +191,7 @@ describe("the README's ACL users behind Sentinel and in a cluster", function()
 end)
 
 describe("the README's ACL user under OpenResty", function()
-  if not jit then
-    pending("runs in the LuaJIT pass of make test (nginx loads the LuaJIT build)")
-    return
-  end
+  if helpers.no_nginx(pending) then return end
 
   local srv, nginx
 

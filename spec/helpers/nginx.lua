@@ -180,11 +180,6 @@ return function(helpers)
     return results
   end
 
-  -- nginx.conf lines for a location running handler `name` of ngx_app.
-  local function handler(path, name, extra)
-    return string.format('location = %s { %s content_by_lua_block { require("spec.support.ngx_app").%s() } }',
-                         path, extra or "", name)
-  end
 
   -- The server block every instance gets; %s are the redis URLs.
   local function server_conf(url, dead_url, unix_url, auth_url, badauth_url)
@@ -194,24 +189,24 @@ return function(helpers)
       "  listen 127.0.0.1:{{port}} reuseport;",
       '  set $redis_url "' .. url .. '";',
       '  set $redis_timeout "";',
-      handler("/counter", "counter"),
-      handler("/acquire", "acquire"),
-      handler("/reenter", "reenter"),
-      handler("/release", "release"),
-      handler("/ping", "ping"),
-      handler("/with_lock", "with_lock"),
-      handler("/module", "module"),
-      handler("/raise", "raise"),
-      handler("/raise_table", "raise_table"),
-      handler("/leave", "leave"),
-      handler("/drop", "drop"),
+      helpers.location("/counter", "counter"),
+      helpers.location("/acquire", "acquire"),
+      helpers.location("/reenter", "reenter"),
+      helpers.location("/release", "release"),
+      helpers.location("/ping", "ping"),
+      helpers.location("/with_lock", "with_lock"),
+      helpers.location("/module", "module"),
+      helpers.location("/raise", "raise"),
+      helpers.location("/raise_table", "raise_table"),
+      helpers.location("/leave", "leave"),
+      helpers.location("/drop", "drop"),
       '  location = /guarded { access_by_lua_block { require("spec.support.ngx_app").leave() }',
       '                        content_by_lua_block { ngx.say("not reached") } }',
-      handler("/dead/acquire", "acquire", 'set $redis_url "' .. dead_url .. '";'),
-      handler("/slow/acquire", "acquire", 'set $redis_timeout 0.2;'),
-      handler("/unix/acquire", "acquire", 'set $redis_url "' .. unix_url .. '";'),
-      handler("/auth/acquire", "acquire", 'set $redis_url "' .. auth_url .. '";'),
-      handler("/badauth/acquire", "acquire", 'set $redis_url "' .. badauth_url .. '";'),
+      helpers.location("/dead/acquire", "acquire", 'set $redis_url "' .. dead_url .. '";'),
+      helpers.location("/slow/acquire", "acquire", 'set $redis_timeout 0.2;'),
+      helpers.location("/unix/acquire", "acquire", 'set $redis_url "' .. unix_url .. '";'),
+      helpers.location("/auth/acquire", "acquire", 'set $redis_url "' .. auth_url .. '";'),
+      helpers.location("/badauth/acquire", "acquire", 'set $redis_url "' .. badauth_url .. '";'),
       "  location = /phase {",
       '    content_by_lua_block { ngx.say("body") }',
       '    header_filter_by_lua_block { require("spec.support.ngx_app").header_filter() }',
@@ -235,5 +230,21 @@ return function(helpers)
                          "redis://locker:s3cret@127.0.0.1:" .. srv.port .. "/3",
                          "redis://locker:wrong@127.0.0.1:" .. srv.port),
     })
+  end
+
+  --- For a spec's "under OpenResty" block: true, after marking the block
+  -- pending (pending: busted's), when nginx cannot run in this pass (the
+  -- Lua 5.4 one: nginx loads the LuaJIT build of the C core).
+  function helpers.no_nginx(pending)
+    if jit then return false end
+    pending("runs in the LuaJIT pass of make test (nginx loads the LuaJIT build)")
+    return true
+  end
+
+  --- An nginx.conf location running spec/support/ngx_app.lua's handler
+  -- name at path, after the directives more.
+  function helpers.location(path, name, more)
+    return string.format('location = %s { %s content_by_lua_block { require("spec.support.ngx_app").%s() } }',
+                         path, more or "", name)
   end
 end

@@ -236,6 +236,24 @@ static void test_call(void) {
   rl_call_free(&call);
   rl_cmd_free(&cmd);
 
+  /* A reply split where a read may split it: the reader assembles it (the
+     shortcut without a reader takes only a whole first read). */
+  CHECK(start(&call, &cmd, RL_OP_ACQUIRE, era, 0, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, "*2\r\n:-1\r\n") == RL_STEP_READ);
+  CHECK(feed(&call, ":4200\r\n") == RL_STEP_DONE && call.out.status == RL_OTHER && call.out.value == 4200);
+  CHECK(rl_call_keep(&call) && rd->pos == rd->len);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+
+  /* The script after a take lost on the fresh connection the take went on
+     (it answered): resent once on another. */
+  CHECK(start(&call, &cmd, RL_OP_TAKE, era, 0, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, busy) == RL_STEP_SEND);
+  CHECK(rl_call_lost(&call, 0, "connection: lost") == RL_STEP_RECONNECT);
+  CHECK(rl_call_start(&call, 0, rd) == RL_STEP_SEND && sends(&call, "EVALSHA"));
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+
   /* Taken, no era record: the script tells the fence; nothing to claim. */
   CHECK(start(&call, &cmd, RL_OP_TAKE, era, 0, rd) == RL_STEP_SEND);
   CHECK(feed(&call, took) == RL_STEP_SEND && sends(&call, "EVALSHA"));
@@ -277,6 +295,14 @@ static void test_call(void) {
   CHECK(feed(&call, "+OK\r\n*2\r\n:2\r\n:5000\r\n") == RL_STEP_SEND && sends(&call, "$7\r\nSETNAME\r\n$0\r\n"));
   CHECK(feed(&call, "+OK\r\n") == RL_STEP_DONE && call.out.status == RL_HELD && call.out.value == 5000);
   CHECK(rl_call_keep(&call));
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+  /* A claim the server refused (an error in the script's place): the
+     connection keeps a name no script confirmed, and must not be pooled. */
+  CHECK(start(&call, &cmd, RL_OP_TAKE, NULL, 0, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, rec) == RL_STEP_SEND && sends(&call, "SETNAME"));
+  CHECK(feed(&call, "+OK\r\n-OOM command not allowed\r\n") == RL_STEP_FAILED && !rl_call_keep(&call));
+  CHECK(strcmp(call.err, "redis: OOM command not allowed") == 0);
   rl_call_free(&call);
   rl_cmd_free(&cmd);
 
