@@ -206,8 +206,7 @@ void rl_conn_io_error(rl_conn *conn, int eof, int timeout, long long timeout_ms,
   const char *where = conn->where;
   int e = errno;
   if (timeout)
-    snprintf(err, RL_ERRLEN, "connection: %s did not answer within %g s (timeout)", where,
-             (double)timeout_ms / 1000.0);
+    rl_io_message(RL_IO_TIMEOUT, where, NULL, timeout_ms, err, RL_ERRLEN);
   else if (!conn->answered && conn->o.tls == NULL && conn->o.path == NULL && (eof || e == ECONNRESET))
     /* A TLS port ends a connection whose first bytes are not a handshake. */
     snprintf(err, RL_ERRLEN, "connection: %s closed the connection before any answer"
@@ -221,13 +220,16 @@ void rl_conn_io_error(rl_conn *conn, int eof, int timeout, long long timeout_ms,
              rl_tls_cert_requested(conn->ssl) && strstr(why, "client certificate") == NULL
                  ? "; it asked for a client certificate and none is set: tls.cert and tls.key"
                  : "");
-  } else if (eof)
-    snprintf(err, RL_ERRLEN, "connection: %s closed the connection", where);
-  else if (e == EPROTO && conn->ssl != NULL) {
+  } else if (eof) {
+    rl_io_message(RL_IO_CLOSED, where, NULL, 0, err, RL_ERRLEN);
+  } else if (e == EPROTO && conn->ssl != NULL) {
+    char tls[sizeof why + 8];
     rl_tls_error(why, sizeof why);
-    snprintf(err, RL_ERRLEN, "connection: lost %s (TLS: %s)", where, why);
-  } else
-    snprintf(err, RL_ERRLEN, "connection: lost %s (%s)", where, strerror(e));
+    snprintf(tls, sizeof tls, "TLS: %s", why);
+    rl_io_message(RL_IO_LOST, where, tls, 0, err, RL_ERRLEN);
+  } else {
+    rl_io_message(RL_IO_LOST, where, strerror(e), 0, err, RL_ERRLEN);
+  }
   rl_conn_close(conn);
 }
 

@@ -339,6 +339,20 @@ static int core_era_tag(lua_State *L) {
   return 1;
 }
 
+/* core.io_message(where, err, timeout_ms) -> the "connection: ..." message
+   of a cosocket that failed with err ("timeout", "closed", or another
+   reason), as the C transport words it (rl_io_message). */
+static int core_io_message(lua_State *L) {
+  const char *where = luaL_checkstring(L, 1), *err = luaL_checkstring(L, 2);
+  long long ms = rl_lua_opt_ms(L, 3, "timeout", 0);
+  char out[RL_ERRLEN];
+  rl_io_failure f = strcmp(err, "timeout") == 0 ? RL_IO_TIMEOUT : strcmp(err, "closed") == 0 ? RL_IO_CLOSED
+                                                                                             : RL_IO_LOST;
+  rl_io_message(f, where, err, ms, out, sizeof out);
+  lua_pushstring(L, out);
+  return 1;
+}
+
 /* core.redirect(message) -> "MOVED" | "ASK", slot, host, port; or nil. The
    message is an error reply, with or without redislock's "redis: " before
    it. host is "" when the redirect names none (the node just asked). */
@@ -418,6 +432,7 @@ static const luaL_Reg core_functions[] = {
   { "guard_script", core_guard_script },
   { "era_tag", core_era_tag },
   { "redirect", core_redirect },
+  { "io_message", core_io_message },
   { "now", core_now },
   { "sleep", core_sleep },
   { NULL, NULL }

@@ -267,6 +267,16 @@ void rl_read_error(int err, const char *errstr, const char *where, char *out, si
     snprintf(out, len, "connection: the server's reply is not RESP (%s)", errstr);
 }
 
+void rl_io_message(rl_io_failure f, const char *where, const char *why, long long timeout_ms, char *out,
+                   size_t len) {
+  if (f == RL_IO_TIMEOUT)
+    snprintf(out, len, "connection: %s did not answer within %g s (timeout)", where, (double)timeout_ms / 1000.0);
+  else if (f == RL_IO_CLOSED)
+    snprintf(out, len, "connection: %s closed the connection", where);
+  else
+    snprintf(out, len, "connection: lost %s (%s)", where, why);
+}
+
 /* Reads ":<integer>\r\n" at *p (before end) into *v, moving *p past it; 0 or -1. */
 static int read_int_line(const char **p, const char *end, long long *v) {
   const char *s = *p;

@@ -273,6 +273,18 @@ int rl_decode_bytes(const char *buf, size_t len, int take, rl_result *out);
  */
 void rl_read_error(int err, const char *errstr, const char *where, char *out, size_t len);
 
+/* How a connection failed, for rl_io_message. */
+typedef enum { RL_IO_TIMEOUT, RL_IO_CLOSED, RL_IO_LOST } rl_io_failure;
+
+/*
+ * The message of a connection to where that failed, both transports' (no
+ * I/O here): "connection: <where> did not answer within <timeout_ms> s
+ * (timeout)", "... closed the connection", or "connection: lost <where>
+ * (<why>)".
+ */
+void rl_io_message(rl_io_failure f, const char *where, const char *why, long long timeout_ms, char *out,
+                   size_t len);
+
 /* Redis Cluster's hash slots: 16384, of CRC16-XMODEM. */
 #define RL_SLOTS 16384
 

@@ -109,7 +109,7 @@ local function drive(self, call)
       if data then
         step, bytes = call:feed(data)
       else
-        step = call:lost(err == "timeout", io_message(self, err))
+        step = call:lost(err == "timeout", io_message(self, err, call:read_ms()))
       end
     elseif step == "reconnect" then
       sock:close()

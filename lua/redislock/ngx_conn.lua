@@ -12,7 +12,7 @@ local ngx = ngx
 local io_open, ipairs, tostring, type = io.open, ipairs, tostring, type
 local string_format, table_concat = string.format, table.concat
 local tcp, md5 = ngx.socket.tcp, ngx.md5
-local encode, new_reader = core.encode, core.reader
+local encode, new_reader, core_io_message = core.encode, core.reader, core.io_message
 
 local _M = { _VERSION = core._VERSION }
 
@@ -101,14 +101,10 @@ function _M.repool(self)
   self.pool_opts = { pool = "redislock/" .. self.where .. "/" .. self.pool_rest, pool_size = self.pool_opts.pool_size }
 end
 
---- A cosocket error as a "connection: ..." message.
-local function io_message(self, err)
-  if err == "timeout" then
-    return string_format("connection: %s did not answer within %g s (timeout)", self.where, self.timeout_ms / 1000)
-  elseif err == "closed" then
-    return string_format("connection: %s closed the connection", self.where)
-  end
-  return string_format("connection: lost %s (%s)", self.where, err)
+--- A cosocket error as a "connection: ..." message, worded as the C
+-- transport words its own (core.io_message).
+local function io_message(self, err, read_ms)
+  return core_io_message(self.where, tostring(err), read_ms or self.timeout_ms)
 end
 
 --- Reads until reader[method] has a complete reply. Returns what it returned;
