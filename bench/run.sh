@@ -17,6 +17,7 @@
 #                      and vs node-redlock (npm, into a temporary folder)
 #   bench/handoff.lua  release-to-next-holder latency per waiting mode vs a PING
 #   bench/contend.lua  2, 8, 32 processes on one key: acquisitions/s, violations
+#   bench/callgrind.sh the client's instructions per acquire+release (Lua 5.4)
 #   bench/memory.lua   client RSS before and after 10^6 cycles
 #   bench/peers.lua    redis-py's Lock, lua-resty-redis in nginx (nginx and the
 #                      client on another core, then on core 0 too)
@@ -98,6 +99,7 @@ BENCH_SERVER_CPU=0 BENCH_CLIENT_CPU=$last
 export BENCH_SERVER_CPU BENCH_CLIENT_CPU
 step handoff "handoff latency" taskset -c "$last" lua5.4 bench/handoff.lua
 step contend "contended throughput" lua5.4 bench/contend.lua
+step callgrind "client instructions per cycle (callgrind), Lua 5.4" sh bench/callgrind.sh
 step memory "memory, Lua 5.4" taskset -c 0 lua5.4 bench/memory.lua same-core
 step memory "memory, LuaJIT" env LUA_CPATH="$JIT_CPATH" taskset -c 0 luajit bench/memory.lua same-core
 step peers "peers: redis-py, lua-resty-redis in nginx, different cores" taskset -c "$last" lua5.4 bench/peers.lua different-cores
