@@ -108,13 +108,13 @@ torture: deps all
 # The Lua 5.4 suite under valgrind (LuaJIT is left out: it needs a valgrind build).
 # --fair-sched: valgrind runs one thread at a time, and the watchdog thread must
 # get its turn while a spec computes.
-valgrind: deps $(LUA54_MOD) build/lua5.4/spec_fork.so
+valgrind: deps $(LUA54_MOD) build/lua5.4/spec_fork.so build/proto_test
 	@REDISLOCK_WRAP="valgrind --quiet --fair-sched=yes --leak-check=full --show-leak-kinds=definite,indirect \
 	  --errors-for-leak-kinds=definite,indirect --error-exitcode=99 --keep-debuginfo=yes" \
 	  REDISLOCK_SLOW=1 sh spec/run.sh lua5.4:build/lua5.4
 
 # The Lua 5.4 suite with the module built under ASan and UBSan.
-asan: deps $(ASAN_MOD) build/asan/spec_fork.so build/nodlclose.so
+asan: deps $(ASAN_MOD) build/asan/spec_fork.so build/nodlclose.so build/proto_test
 	@REDISLOCK_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so) $(CURDIR)/build/nodlclose.so" \
 	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan.supp:print_suppressions=0 \

@@ -44,6 +44,9 @@ static void init(rl_call *call, rl_cmd *cmd, char *era, int phase) {
   call->wait_err[0] = '\0';
   call->err[0] = '\0';
   call->cmd = cmd;
+  call->command = NULL;
+  call->command_len = 0;
+  call->resend = 0;
   call->era = era;
   call->reader = NULL;
   call->phase = phase;
