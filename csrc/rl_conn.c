@@ -434,6 +434,11 @@ void rl_conn_set_timeout(rl_conn *conn, long long ms) {
   conn->o.timeout_ms = ms; /* the socket's own follows at the next command */
 }
 
+rl_step rl_conn_lost(rl_conn *conn, rl_call *call, int eof, int timeout, long long timeout_ms) {
+  rl_conn_io_error(conn, eof, timeout, timeout_ms, call->err);
+  return rl_call_lost(call, timeout, call->err);
+}
+
 /*
  * Drives call (rl_call.h) over the connection: its bytes are written at
  * once, and each read is fed to it, all within its read time; another
@@ -464,8 +469,7 @@ int rl_conn_call(rl_conn *conn, rl_call *call) {
       deadline = rl_now_ms() + read_ms;
       if (rl_conn_io_timeout(conn, read_ms) != 0 || rl_conn_write(conn, bytes, len) != 0) {
         int timeout = errno == EAGAIN || errno == EWOULDBLOCK;
-        rl_conn_io_error(conn, 0, timeout, read_ms, call->err);
-        step = rl_call_lost(call, timeout, call->err);
+        step = rl_conn_lost(conn, call, 0, timeout, read_ms);
         break;
       }
       sent = 1; /* the socket's timeout is the read time already */
@@ -475,16 +479,14 @@ int rl_conn_call(rl_conn *conn, rl_call *call) {
       if (!sent && (rl_now_ms() >= deadline || rl_conn_io_timeout(conn, deadline - rl_now_ms()) != 0)) {
         /* A reply in pieces: the read time covers all of them. */
         errno = EAGAIN;
-        rl_conn_io_error(conn, 0, 1, read_ms, call->err);
-        step = rl_call_lost(call, 1, call->err);
+        step = rl_conn_lost(conn, call, 0, 1, read_ms);
         break;
       }
       do n = conn->ssl != NULL ? rl_tls_read(conn->ssl, in, sizeof in) : recv(conn->fd, in, sizeof in, 0);
       while (n < 0 && errno == EINTR);
       if (n <= 0) {
         int timeout = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-        rl_conn_io_error(conn, n == 0, timeout, read_ms, call->err);
-        step = rl_call_lost(call, timeout, call->err);
+        step = rl_conn_lost(conn, call, n == 0, timeout, read_ms);
         break;
       }
       conn->answered = 1;

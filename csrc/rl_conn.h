@@ -112,6 +112,9 @@ void rl_conn_eval_many(rl_conn *const *conns, rl_cmd *const *cmds, int n, long l
    failed (errno, eof, or a timeout of timeout_ms) into err, closing the
    connection. */
 int rl_conn_open(rl_conn *conn, char err[RL_ERRLEN]);
+/* A call's write or read on conn failed (eof; timeout: after timeout_ms):
+   why, into call->err (the connection closed), then what the call does. */
+rl_step rl_conn_lost(rl_conn *conn, rl_call *call, int eof, int timeout, long long timeout_ms);
 int rl_conn_write(rl_conn *conn, const char *buf, size_t len);
 int rl_conn_io_timeout(rl_conn *conn, long long ms);
 int rl_conn_went_away(const rl_conn *conn);

@@ -13,8 +13,7 @@
 
 /* A call's I/O failed (timeout: it timed out): why, then what the call does. */
 static rl_step lost(rl_conn *conn, rl_call *call, int eof, int timeout) {
-  rl_conn_io_error(conn, eof, timeout, conn->o.timeout_ms, call->err);
-  return rl_call_lost(call, timeout, call->err);
+  return rl_conn_lost(conn, call, eof, timeout, conn->o.timeout_ms);
 }
 
 /*

@@ -32,9 +32,7 @@ local get_phase = ngx.get_phase
 local encode, encode_wait, new_reader = core.encode, core.encode_wait, core.reader
 local script_call, command_call = core.script_call, core.command_call
 local open, read_reply, io_message, give_back = conn.open, conn.read_reply, conn.io_message, conn.give_back
-
--- The bytes one receiveany may return; replies to lock scripts are ~20 bytes.
-local READ_SIZE = 16384
+local READ_SIZE = conn.READ_SIZE
 
 local _M = { _VERSION = core._VERSION }
 
@@ -200,7 +198,7 @@ function Transport:listen(channel, heard, stop)
   end
   local reader, idle = new_reader(), 0
   while true do
-    local v, msg, _, timed_out = read_reply(self, sock, reader, "reply")
+    local v, msg, _, timed_out = read_reply(self, sock, reader)
     if timed_out then
       if stop() then
         sock:close()

@@ -16,7 +16,7 @@ local encode, new_reader, core_io_message = core.encode, core.reader, core.io_me
 
 local _M = { _VERSION = core._VERSION }
 
--- The bytes one receiveany may return (a subscription's messages, set-up replies).
+-- The bytes one receiveany may return (a call's replies, a subscription's messages).
 local READ_SIZE = 16384
 
 -- Salts the password's digest in pool names (pools live in one worker).
@@ -107,13 +107,13 @@ local function io_message(self, err, read_ms)
   return core_io_message(self.where, tostring(err), read_ms or self.timeout_ms)
 end
 
---- Reads until reader[method] has a complete reply. Returns what it returned;
+--- Reads until reader:reply() has a complete reply. Returns what it returned;
 -- or nil, a message, and true when the connection failed or sent bytes that
 -- cannot be read (then it must be closed, never pooled) and, fourth, true when
 -- that failure was a timeout.
-local function read_reply(self, sock, reader, method)
+local function read_reply(self, sock, reader)
   while true do
-    local a, b, unreadable = reader[method](reader)
+    local a, b, unreadable = reader:reply()
     if unreadable then return nil, b, true end
     if a ~= nil or b ~= nil then return a, b end
     local data, err = sock:receiveany(READ_SIZE)
@@ -192,7 +192,7 @@ local function open(self, pool_opts)
     end
     local reader = new_reader()
     for _, what in ipairs(self.setup_names) do
-      local v, msg, failed = read_reply(self, sock, reader, "reply")
+      local v, msg, failed = read_reply(self, sock, reader)
       if v == nil then
         sock:close()
         if not failed then -- the server refused: "redis: WRONGPASS ..."
@@ -231,5 +231,6 @@ local function give_back(self, sock, failed)
 end
 
 _M.io_message, _M.read_reply, _M.open, _M.give_back = io_message, read_reply, open, give_back
+_M.READ_SIZE = READ_SIZE
 
 return _M
