@@ -17,9 +17,9 @@
 -- free loopback port, and is stopped by its PID (kill -QUIT).
 -- usage (from bench/run.sh, pinned by taskset): peers.lua <placement name>
 local redislock = require "redislock"
-local socket = require "socket"
 local http = require "socket.http"
 local B = require "benchlib"
+local ngxlib = require "ngxlib"
 
 local PLACEMENT = arg[1] or "unpinned"
 local N = B.knob("BENCH_CYCLES", 4000)
@@ -88,102 +88,23 @@ end
 ------------------------------------------------------------------------------
 -- nginx: redislock over cosockets vs lua-resty-redis
 
-local function read_file(path)
-  local f = io.open(path)
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
-local function alive(pid)
-  local stat = read_file("/proc/" .. pid .. "/stat")
-  return stat ~= nil and not stat:match("^%d+ %b() Z")
-end
-
 local function nginx_conf(prefix, port)
-  local q = function(s) return '"' .. s .. '"' end
-  local lines = {
-    "load_module /usr/lib/nginx/modules/ndk_http_module.so;",
-    "load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;",
-    -- As root the worker would run as nobody, who may not enter the checkout.
-    (B.run("id -u")):match("^0%s") and "user root;" or "",
-    "worker_processes 1;",
-    "daemon on;",
-    "pid " .. q(prefix .. "/nginx.pid") .. ";",
-    "error_log " .. q(prefix .. "/logs/error.log") .. " warn;",
-    "events { worker_connections 64; }",
-    "http {",
-    "  access_log off;",
-  }
-  for _, kind in ipairs({ "client_body", "proxy", "fastcgi", "uwsgi", "scgi" }) do
-    lines[#lines + 1] = "  " .. kind .. "_temp_path " .. q(prefix .. "/temp/" .. kind) .. ";"
-  end
-  local root = B.root
-  lines[#lines + 1] = "  lua_package_path " .. q(root .. "/lua/?.lua;" .. root .. "/bench/?.lua;;") .. ";"
-  lines[#lines + 1] = "  lua_package_cpath " .. q(root .. "/build/luajit/?.so;;") .. ";"
-  lines[#lines + 1] = "  server {"
-  lines[#lines + 1] = "    listen 127.0.0.1:" .. port .. ";"
-  lines[#lines + 1] = "    location / { content_by_lua_block { require('ngx_bench').handle(" .. B.port .. ") } }"
-  lines[#lines + 1] = "  }"
-  lines[#lines + 1] = "}"
-  return table.concat(lines, "\n") .. "\n"
+  return ngxlib.conf(prefix, { http = table.concat({
+    "  server {",
+    "    listen 127.0.0.1:" .. port .. ";",
+    "    location / { content_by_lua_block { require('ngx_bench').handle(" .. B.port .. ") } }",
+    "  }",
+  }, "\n") })
 end
 
--- Starts nginx, pinned where this process is; returns its port, master PID
--- and prefix, or raises with its error log.
-local function start_nginx()
-  local prefix = (B.run("mktemp -d")):gsub("%s+$", "")
-  assert(prefix:match("^/"), "cannot make a temporary folder")
-  assert(B.run("mkdir -p " .. B.sh_quote(prefix .. "/conf") .. " " .. B.sh_quote(prefix .. "/logs") .. " "
-               .. B.sh_quote(prefix .. "/temp")))
-  for _ = 1, 5 do
-    local port = B.free_port()
-    local conf = prefix .. "/conf/nginx.conf"
-    local f = assert(io.open(conf, "w"))
-    f:write(nginx_conf(prefix, port))
-    f:close()
-    -- Output to a file: the daemon would hold a pipe open. LUA_PATH/LUA_CPATH
-    -- would leak the Lua 5.4 build into the lua module's ";;".
-    B.run("env -u LUA_PATH -u LUA_CPATH nginx -p " .. B.sh_quote(prefix .. "/") .. " -c " .. B.sh_quote(conf)
-          .. " > " .. B.sh_quote(prefix .. "/logs/nginx.out") .. " 2>&1")
-    local deadline = B.now() + 5
-    while B.now() < deadline do
-      local pid = tonumber(read_file(prefix .. "/nginx.pid") or "")
-      local c = socket.tcp()
-      c:settimeout(0.2)
-      local up = pid and alive(pid) and c:connect("127.0.0.1", port)
-      c:close()
-      if up then return port, pid, prefix end
-      local log = (read_file(prefix .. "/logs/nginx.out") or "") .. (read_file(prefix .. "/logs/error.log") or "")
-      if log:find("Address already in use", 1, true) then break end
-      if pid == nil and log:find("emerg", 1, true) then error("nginx did not start:\n" .. log) end
-      socket.sleep(0.02)
-    end
-  end
-  error("nginx did not start:\n" .. (read_file(prefix .. "/logs/error.log") or ""))
-end
-
--- Stops nginx by its PID: QUIT (graceful), then TERM; removes the prefix.
-local function stop_nginx(pid, prefix)
-  for _, sig in ipairs({ "QUIT", "TERM" }) do
-    if pid and alive(pid) then
-      os.execute("kill -" .. sig .. " " .. pid .. " 2>/dev/null")
-      local deadline = B.now() + 5
-      while alive(pid) and B.now() < deadline do socket.sleep(0.02) end
-    end
-  end
-  os.execute("rm -rf " .. B.sh_quote(prefix))
-end
-
-local port, pid, prefix = start_nginx()
+local port, pid, prefix = ngxlib.start(nginx_conf)
 local ok, err = pcall(function()
   local function get(path)
     return function()
       local body, code = http.request(string.format("http://127.0.0.1:%d/%s?n=%d", port, path, N))
       local rate = code == 200 and tonumber(body:match("cycles_per_s=([%d.]+)"))
       return (assert(rate, path .. " in nginx failed (" .. tostring(code) .. "): " .. tostring(body)
-                                .. (read_file(prefix .. "/logs/error.log") or "")))
+                                .. (ngxlib.read_file(prefix .. "/logs/error.log") or "")))
     end
   end
   for _, path in ipairs({ "redislock", "resty", "resty-one" }) do -- warm up: connections, scripts
@@ -231,6 +152,6 @@ local ok, err = pcall(function()
            note = string.format("slice ratios %.2f-%.2f", lo, hi),
            label = "lua-resty-redis 0.27, one cycle per request, concurrent" .. where })
 end)
-stop_nginx(pid, prefix)
+ngxlib.stop(pid, prefix)
 floor:close()
 if not ok then error(err, 0) end

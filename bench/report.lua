@@ -17,6 +17,7 @@ local SECTIONS = {
   { "Redlock over 5 servers of its own (no persistence), client unpinned", { "redlock." } },
   { "Handoff latency: release to the next holder (ratio to a PING round trip)", { "rtt.", "handoff." } },
   { "Contended throughput, one key (mutual-exclusion violations must be 0)", { "contended/", "violations/" } },
+  { "OpenResty under a stampede: examples/openresty's GET /report, 2 nginx workers", { "stampede." } },
   { "Memory: client RSS over many cycles", { "rss." } },
   { "Peers on the same server, one client", { "peer." } },
 }

@@ -17,6 +17,10 @@
 #                      and vs node-redlock (npm, into a temporary folder)
 #   bench/handoff.lua  release-to-next-holder latency per waiting mode vs a PING
 #   bench/contend.lua  2, 8, 32 processes on one key: acquisitions/s, violations
+#   bench/stampede.lua examples/openresty's cache-stampede guard, 3,000 requests
+#                      at once on 2 nginx workers: slowest answer, failures,
+#                      peak Redis connections, coalesced or not, vs a
+#                      shared-dict lock; and against maxclients 64
 #   bench/callgrind.sh the client's instructions per acquire+release (Lua 5.4)
 #   bench/memory.lua   client RSS before and after 10^6 cycles
 #   bench/peers.lua    redis-py's Lock, lua-resty-redis in nginx (nginx and the
@@ -26,6 +30,7 @@
 # Knobs (environment): BENCH_CYCLES (4000 per slice), BENCH_SLICES (15),
 # BENCH_PEER_SLICES (9), BENCH_HANDOFF_ROUNDS (300), BENCH_HANDOFF_PY_ROUNDS (100), BENCH_HOLD_MS (15),
 # BENCH_CONTEND_PROCS ("2 8 32"), BENCH_CONTEND_SECONDS (2),
+# BENCH_STAMPEDE (3000), BENCH_STAMPEDE_CAPPED (1000), BENCH_STAMPEDE_MAXCLIENTS (64), BENCH_STAMPEDE_ROUNDS (3),
 # BENCH_MEMORY_CYCLES (1000000), BENCH_SERVER_CPU (0, for tls.lua), BENCH_ONLY (a list of the script names above,
 # without .lua, to run only those).
 cd "$(dirname "$0")/.." || exit 2
@@ -99,6 +104,7 @@ BENCH_SERVER_CPU=0 BENCH_CLIENT_CPU=$last
 export BENCH_SERVER_CPU BENCH_CLIENT_CPU
 step handoff "handoff latency" taskset -c "$last" lua5.4 bench/handoff.lua
 step contend "contended throughput" lua5.4 bench/contend.lua
+step stampede "OpenResty stampede: waiters coalesced, connections bounded" lua5.4 bench/stampede.lua
 step callgrind "client instructions per cycle (callgrind), Lua 5.4" sh bench/callgrind.sh
 step memory "memory, Lua 5.4" taskset -c 0 lua5.4 bench/memory.lua same-core
 step memory "memory, LuaJIT" env LUA_CPATH="$JIT_CPATH" taskset -c 0 luajit bench/memory.lua same-core

@@ -53,6 +53,7 @@ build = {
     ["redislock.multilock"] = "lua/redislock/multilock.lua",
     ["redislock.ngx"] = "lua/redislock/ngx.lua",
     ["redislock.ngx_conn"] = "lua/redislock/ngx_conn.lua",
+    ["redislock.ngx_gate"] = "lua/redislock/ngx_gate.lua",
     ["redislock.ngx_lease"] = "lua/redislock/ngx_lease.lua",
     ["redislock.ngx_watch"] = "lua/redislock/ngx_watch.lua",
     ["redislock.scope"] = "lua/redislock/scope.lua",

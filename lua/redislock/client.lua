@@ -19,6 +19,7 @@ local scope = require "redislock.scope"
 local semaphore = require "redislock.semaphore"
 local tls = require "redislock.tls"
 local topology = require "redislock.topology"
+local transport = require "redislock.transport"
 local url = require "redislock.url"
 
 local error, pairs, select, setmetatable, tostring, type = error, pairs, select, setmetatable, tostring, type
@@ -55,7 +56,7 @@ local MAX_TIMEOUT_MS = 86400 * 1000
 local NEW_OPTS = {
   url = true, host = true, port = true, path = true, username = true, password = true,
   db = true, connect_timeout = true, timeout = true, prefix = true, tls = true,
-  pool_size = true, keepalive_timeout = true,
+  pool_size = true, keepalive_timeout = true, wait_connections = true, coalesce = true,
   sentinels = true, master = true, sentinel_username = true, sentinel_password = true, sentinel_tls = true,
   cluster = true, redlock = true, label = true, holder = true, observer = true,
 }
@@ -70,7 +71,9 @@ local HOLDER_CHARS = "[^%w%._:@%-]"
 -- @param opts table (or a URL string): url, host, port, path, username, password,
 --   db, connect_timeout, timeout (seconds), prefix (default "lock:"), tls
 --   (true, or { ca, cert, key, server_name, verify }: redislock/tls.lua); under
---   OpenResty also pool_size and keepalive_timeout (seconds) for setkeepalive;
+--   OpenResty also pool_size and keepalive_timeout (seconds) for setkeepalive,
+--   wait_connections (the waits that block at once, per worker; default 2)
+--   and coalesce (false: every waiting request waits on Redis itself);
 --   behind Sentinel, sentinels and master instead of url, host,
 --   port and path, and sentinel_username, sentinel_password, sentinel_tls for
 --   the sentinels (redislock/sentinel.lua); for Redis Cluster, cluster (a
@@ -120,6 +123,13 @@ function _M.new(opts, ...)
   end)
   if opts.pool_size ~= nil then check_whole(1, "new", "option 'pool_size'", opts.pool_size, 1, 1000000) end
   c.pool_size = opts.pool_size
+  if opts.wait_connections ~= nil then
+    check_whole(1, "new", "option 'wait_connections'", opts.wait_connections, 1, 1000000)
+  end
+  c.wait_connections = opts.wait_connections
+  if opts.coalesce ~= nil and type(opts.coalesce) ~= "boolean" then
+    argerror(1, "new", "option 'coalesce' must be a boolean, got " .. type(opts.coalesce))
+  end
   for _, name in pairs({ "connect_timeout", "timeout", "keepalive_timeout" }) do
     if opts[name] ~= nil then
       local ms = check_seconds(1, "new", "option '" .. name .. "'", opts[name])
@@ -145,6 +155,8 @@ function _M.new(opts, ...)
   -- _renewed: its locks with a lease, weakly (close stops their renewal).
   -- _held: key -> its lock taken by this client, weakly (for messages).
   -- _hot: keys this client found busy lately (redislock/wait.lua).
+  -- _gates: where waiters of one nginx worker queue (redislock/ngx_gate.lua),
+  -- or nil (plain Lua, or coalesce = false).
   -- _link: shared with its locks, which read whether it was closed.
   -- _holder: "/<host>/" for the tokens (nil: holder = false), _label: "/<label>" or "".
   local self = { prefix = c.prefix, _renewed = setmetatable({}, { __mode = "k" }),
@@ -153,6 +165,7 @@ function _M.new(opts, ...)
                  _holder = opts.holder ~= false and "/" .. core.hostname():gsub(HOLDER_CHARS, "_") .. "/" or nil,
                  _label = opts.label and "/" .. opts.label or "" }
   self._transport, self._sleep = topology.transport(opts, c)
+  self._gates = opts.coalesce ~= false and transport.gates and transport.gates() or nil
   self._link.sleep, self._link.timeout = self._sleep, (c.timeout_ms or 1000) / 1000 -- the transports' default
   return setmetatable(self, client_mt)
 end

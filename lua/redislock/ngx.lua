@@ -22,6 +22,7 @@
 local args = require "redislock.args"
 local core = require "redislock.core"
 local conn = require "redislock.ngx_conn"
+local ngx_gate = require "redislock.ngx_gate"
 local ngx_lease = require "redislock.ngx_lease"
 local ngx_watch = require "redislock.ngx_watch"
 
@@ -32,6 +33,7 @@ local get_phase = ngx.get_phase
 local encode, encode_wait, new_reader = core.encode, core.encode_wait, core.reader
 local script_call, command_call = core.script_call, core.command_call
 local open, read_reply, io_message, give_back = conn.open, conn.read_reply, conn.io_message, conn.give_back
+local busy_for = conn.busy_for
 local READ_SIZE = conn.READ_SIZE
 
 local _M = { _VERSION = core._VERSION }
@@ -49,7 +51,7 @@ args.own(debug.getinfo(1, "S").source)
 
 --- Makes a transport from the checked fields redislock.new gathered: host,
 -- port, path, username, password, db, connect_timeout_ms, timeout_ms, prefix,
--- tls, pool_size, keepalive_timeout_ms, and master_only (Sentinel's: each
+-- tls, pool_size, wait_connections, keepalive_timeout_ms, and master_only (Sentinel's: each
 -- new connection asks ROLE along with AUTH and SELECT, and is refused
 -- unless the node says master, see open). No I/O but reading TLS files.
 function _M.new(c)
@@ -87,14 +89,15 @@ end
 -- the pool (or a new one), its bytes sent, what comes read and fed to it;
 -- another connection when it asks (maybe another pooled one). The
 -- connection goes back to the pool when the call says it is in step.
--- Returns call:result().
-local function drive(self, call)
+-- pool_opts: the wait pool, or nil for the calls' pool. Returns call:result().
+local function drive(self, call, pool_opts)
   if asking_now(self) then call:asking() end
-  local sock, reused = open(self)
+  local sock, reused, ticket = open(self, pool_opts)
   if not sock then return nil, reused end
   local step, bytes = call:start(reused)
   while true do
     if step == "send" then
+      busy_for(ticket, self.timeout_ms + call:read_ms())
       sock:settimeouts(self.connect_timeout_ms, self.timeout_ms, call:read_ms())
       local ok, err = sock:send(bytes)
       if ok then
@@ -103,6 +106,7 @@ local function drive(self, call)
         step = call:lost(err == "timeout", io_message(self, err))
       end
     elseif step == "read" then
+      busy_for(ticket, call:read_ms())
       local data, err = sock:receiveany(READ_SIZE)
       if data then
         step, bytes = call:feed(data)
@@ -111,14 +115,15 @@ local function drive(self, call)
       end
     elseif step == "reconnect" then
       sock:close()
-      sock, reused = open(self)
-      if not sock then
+      busy_for(ticket, self.connect_timeout_ms + 2 * self.timeout_ms)
+      sock, reused = open(self, pool_opts, ticket)
+      if not sock then -- open gave its place back
         call:close()
         return nil, reused
       end
       step, bytes = call:start(reused)
     else -- "done", "failed"
-      give_back(self, sock, not call:keep())
+      give_back(self, sock, not call:keep(), ticket)
       return call:result()
     end
   end
@@ -138,11 +143,13 @@ end
 --- transport:wait(key, token, ms[, op]) -> true | false | nil, err (as the C client's
 -- wait): blocks on the wake-up list (the lock's, or that of the primitive
 -- op belongs to) for at most ms, on a connection of its own from the pool;
--- true when woken, false when the time ran out.
+-- true when woken, false when the time ran out. Its connection comes from
+-- the wait pool: nil and an error at once when the worker already blocks on
+-- wait_connections of them (its waiter then polls).
 function Transport:wait(key, token, ms, op)
   local call = command_call(self, encode_wait(key, token, ms, self.prefix, op))
   call:timeout(ms + self.timeout_ms) -- the server may take the whole wait before it answers
-  local v, err = drive(self, call)
+  local v, err = drive(self, call, self.wait_pool_opts)
   if v == nil then return nil, err end
   return v ~= false
 end
@@ -271,6 +278,7 @@ _M.runtime = {
     return w
   end,
   moved = function() end,
+  gates = ngx_gate.new,
   check_names = function(t, message, host)
     if t and t.verify and not t.server_name and (not host or host:find("^[%d.]+$") or host:find(":", 1, true)) then
       args.argerror(1, "new", message)

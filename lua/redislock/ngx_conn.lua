@@ -6,13 +6,14 @@
 
 local args = require "redislock.args"
 local core = require "redislock.core"
+local semaphore = require "ngx.semaphore"
 local tls_mod = require "redislock.tls"
 
 local ngx = ngx
-local io_open, ipairs, tostring, type = io.open, ipairs, tostring, type
+local io_open, ipairs, pairs, tostring, type = io.open, ipairs, pairs, tostring, type
 local string_format, table_concat = string.format, table.concat
 local tcp, md5 = ngx.socket.tcp, ngx.md5
-local encode, new_reader, core_io_message = core.encode, core.reader, core.io_message
+local encode, new_reader, core_io_message, now = core.encode, core.reader, core.io_message, core.now
 
 local _M = { _VERSION = core._VERSION }
 
@@ -21,6 +22,14 @@ local READ_SIZE = 16384
 
 -- Salts the password's digest in pool names (pools live in one worker).
 local POOL_SALT = core.token()
+
+-- Connections a worker opens to one pool at most when pool_size is not
+-- given (nginx's default lua_socket_pool_size).
+local POOL_SIZE = 30
+
+-- Seconds a connection's user is given past its step's timeout before its
+-- place is taken back (its request ended without giving the connection back).
+local SLACK = 1
 
 args.own(debug.getinfo(1, "S").source)
 
@@ -76,7 +85,8 @@ function _M.configure(self, c, host)
   local tls = c.tls and tls_setup(self, c.tls, host) or "plain"
   self.tls_name_fixed = c.tls and c.tls.server_name ~= nil
   self.pool_rest = table_concat({ db, c.username or "", c.password and md5(POOL_SALT .. c.password) or "", tls }, "/")
-  self.pool_opts = { pool = "redislock/" .. self.where .. "/" .. self.pool_rest, pool_size = c.pool_size }
+  self.pool_size, self.wait_connections = c.pool_size, c.wait_connections or 2
+  _M.repool(self)
   -- What a fresh connection is sent first, in one write.
   local setup, names = {}, {}
   if c.password then
@@ -96,10 +106,80 @@ function _M.configure(self, c, host)
   end
 end
 
---- After self's address changed (retarget): a pool of the new address.
+--- Sets the pools of self for its address (again after retarget): one for
+-- the calls, at most pool_size connections a worker (30 when nil), and one
+-- for the waits that block (BLPOP), at most wait_connections: a wait that
+-- finds them all in use fails at once (wait_s 0), and its waiter polls.
 function _M.repool(self)
-  self.pool_opts = { pool = "redislock/" .. self.where .. "/" .. self.pool_rest, pool_size = self.pool_opts.pool_size }
+  local name = self.where .. "/" .. self.pool_rest
+  self.pool_opts = { pool = "redislock/" .. name, pool_size = self.pool_size or POOL_SIZE,
+                     wait_s = self.connect_timeout_ms / 1000 }
+  self.wait_pool_opts = { pool = "redislock-wait/" .. name, pool_size = self.wait_connections, wait_s = 0 }
 end
+
+------------------------------------------------------------------------------
+-- How many connections a worker has open to each pool: never more than its
+-- size. nginx's own bound (connect's backlog option) lets a few more
+-- through under load (ngx_lua 0.10.23: with pool_size 4, 1,000 concurrent
+-- requests had 9 connections open at once, and closed 296), so the bound is
+-- kept here. A place is a ticket; a call that finds every place taken
+-- queues (FIFO, on an ngx.semaphore) for at most its connect timeout, and a
+-- place given back goes to the first in the queue, never to a newcomer. A
+-- request that ends while it holds a place (ngx.exit from another thread)
+-- cannot give it back: a place whose holder is overdue (ticket.due, set
+-- before each step) is taken back by whoever waits for one.
+
+-- pool name -> { size, used, queue (ngx.semaphore), tickets (ticket -> true) }
+local places = {}
+
+-- Takes back the places whose holders are overdue.
+local function reclaim(p)
+  local t = now()
+  for ticket in pairs(p.tickets) do
+    if ticket.due < t then
+      p.tickets[ticket] = nil
+      p.used = p.used - 1
+    end
+  end
+end
+
+-- A place in pool opts (its pool, pool_size and wait_s) for a holder whose
+-- first step may take due_s seconds: a ticket, or nil and why not.
+local function take_place(opts, due_s)
+  local p = places[opts.pool]
+  if not p then
+    p = { size = opts.pool_size, used = 0, queue = semaphore.new(0), tickets = {} }
+    places[opts.pool] = p
+  end
+  if p.used >= p.size then reclaim(p) end
+  if p.used < p.size then
+    p.used = p.used + 1
+  elseif opts.wait_s <= 0 or not p.queue:wait(opts.wait_s) then -- else given the place of one that left
+    reclaim(p)
+    if p.used >= p.size then
+      return nil, string_format("its %d connections of this nginx worker were all in use%s", p.size,
+                                opts.wait_s > 0 and string_format(" for %.3g s", opts.wait_s) or "")
+    end
+    p.used = p.used + 1
+  end
+  local ticket = { pool = p, due = now() + due_s }
+  p.tickets[ticket] = true
+  return ticket
+end
+
+-- Gives ticket's place back: to the first call that waits for one, if any.
+-- Nothing when it was taken back meanwhile.
+local function give_place(ticket)
+  local p = ticket.pool
+  if not p.tickets[ticket] then return end
+  p.tickets[ticket] = nil
+  if p.queue:count() < 0 then
+    p.queue:post(1)
+  else
+    p.used = p.used - 1
+  end
+end
+
 
 --- A cosocket error as a "connection: ..." message, worded as the C
 -- transport words its own (core.io_message).
@@ -160,18 +240,18 @@ end
 -- sent (redislock/sentinel.lua resolves the master and tries again at once).
 local NOT_MASTER = "redis: READONLY %s says ROLE %s on a new connection, not master (nothing was sent)"
 
---- A connection, pooled or new; a new one has been authenticated and has its
--- db selected (and, master_only, said ROLE master). pool_opts: another pool than the transport's (a subscription
--- takes one of its own). Returns the socket and how often it was reused, or
--- nil and a "connection: ..." / "redis: ..." message.
-local function open(self, pool_opts)
+-- A connection, pooled or new, in pool opts; a new one has been
+-- authenticated and has its db selected (and, master_only, said ROLE master).
+-- Returns the socket and how often it was reused, or nil and a
+-- "connection: ..." / "redis: ..." message.
+local function connect(self, opts)
   local sock = tcp()
   sock:settimeouts(self.connect_timeout_ms, self.timeout_ms, self.timeout_ms)
   local ok, err
   if self.path then
-    ok, err = sock:connect("unix:" .. self.path, pool_opts or self.pool_opts)
+    ok, err = sock:connect("unix:" .. self.path, opts)
   else
-    ok, err = sock:connect(self.host, self.port, pool_opts or self.pool_opts)
+    ok, err = sock:connect(self.host, self.port, opts)
   end
   if not ok then
     return nil, string_format("connection: cannot connect to %s (%s)", self.where, err)
@@ -209,6 +289,30 @@ local function open(self, pool_opts)
   return sock, reused
 end
 
+--- open(self[, pool_opts[, ticket]]) -> sock, reused, ticket | nil, err: a
+-- connection (see connect above) in pool_opts (the transport's calls' pool
+-- when nil; or its wait pool), and the ticket of its place there (a place
+-- of its own: a new one unless ticket, the one a call already holds, is
+-- given). give_back gives both back. A subscription's pool (one of its own,
+-- no pool_size) takes no place.
+local function open(self, pool_opts, ticket)
+  local opts = pool_opts or self.pool_opts
+  if opts.pool_size and not ticket then
+    local why
+    ticket, why = take_place(opts, (self.connect_timeout_ms + 2 * self.timeout_ms) / 1000 + SLACK)
+    if not ticket then return nil, string_format("connection: cannot connect to %s (%s)", self.where, why) end
+  end
+  local sock, reused = connect(self, opts)
+  if not sock and ticket then give_place(ticket) end
+  return sock, reused, ticket
+end
+
+--- Says that the call holding ticket (if any) takes a step of at most ms
+-- milliseconds now: its place is not taken back before.
+local function busy_for(ticket, ms)
+  if ticket then ticket.due = now() + ms / 1000 + SLACK end
+end
+
 --- Puts a healthy connection back into the pool, whose size connect() set.
 -- No explicit nil: older ngx_lua refuses it (nginx's default applies then).
 local function keepalive(self, sock)
@@ -221,16 +325,18 @@ local function keepalive(self, sock)
   if not ok then sock:close() end
 end
 
---- After a round trip: a failed connection is closed, a healthy one pooled.
-local function give_back(self, sock, failed)
+--- After a call: a failed connection is closed, a healthy one pooled; then
+-- its place (ticket, if any) is given back.
+local function give_back(self, sock, failed, ticket)
   if failed then
     sock:close()
   else
     keepalive(self, sock)
   end
+  if ticket then give_place(ticket) end
 end
 
-_M.io_message, _M.read_reply, _M.open, _M.give_back = io_message, read_reply, open, give_back
+_M.io_message, _M.read_reply, _M.open, _M.give_back, _M.busy_for = io_message, read_reply, open, give_back, busy_for
 _M.READ_SIZE = READ_SIZE
 
 return _M

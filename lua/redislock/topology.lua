@@ -90,7 +90,7 @@ local function redlock_servers(opts, common)
     args.check_server(f, function(field) return string_format("option 'redlock' item %d: %s", i, field) end)
     f.tls = tls.settings(type(item) == "table" and item.tls or opts.tls, f.tls, f.path)
     f.connect_timeout_ms, f.prefix, f.pool_size = common.connect_timeout_ms, common.prefix, common.pool_size
-    f.keepalive_timeout_ms = common.keepalive_timeout_ms
+    f.keepalive_timeout_ms, f.wait_connections = common.keepalive_timeout_ms, common.wait_connections
     out[i] = f
   end
   return out

@@ -64,10 +64,10 @@ _M.context = ngx_transport and require("resty.core.base").get_request or functio
 -- connect_timeout_ms, timeout_ms, prefix, tls (redislock/tls.lua's
 -- settings, or nil), and (OpenResty only; dropped in
 -- plain Lua, where a client has one connection) pool_size,
--- keepalive_timeout_ms; all checked by the caller.
+-- wait_connections, keepalive_timeout_ms; all checked by the caller.
 function _M.node(fields)
   if ngx_transport then return ngx_transport.new(fields), ngx.sleep end
-  fields.pool_size, fields.keepalive_timeout_ms = nil, nil
+  fields.pool_size, fields.keepalive_timeout_ms, fields.wait_connections = nil, nil, nil
   return tls.core_new(fields), core.sleep
 end
 
@@ -82,6 +82,7 @@ local c_runtime = {
   watch = function(master, sentinels) return core.sentinel_watch(master, unpack(sentinels)) end,
   moved = core.move_leases,
   check_names = function() end,
+  gates = nil,
 }
 local runtime = ngx_transport and ngx_transport.runtime or c_runtime
 
@@ -108,6 +109,12 @@ _M.watch = runtime.watch
 -- renewals of the locks on the old one go to the new one (plain Lua's
 -- watchdog; under OpenResty the transport's retarget did it).
 _M.moved = runtime.moved
+
+--- gates() -> gates | nil: where the waiting requests of one nginx
+-- worker queue, so that one of them waits on Redis for all
+-- (redislock/ngx_gate.lua); nil in plain Lua, where the calls on a client
+-- block the process one at a time.
+_M.gates = runtime.gates
 
 --- check_names(tls, message[, host]): raises message, a bad argument to
 -- 'new', when nodes named by address (the topology's, or host when it is

@@ -39,6 +39,20 @@ local BLPOP_SLACK = 0.1
 -- keeps it: the server drops one that stays away 3 s (RL_FAIR_STAY_MS).
 local FAIR_STEP = 1
 
+-- A gate's representative (redislock/ngx_gate.lua) blocks at most
+-- GATE_STEP seconds at a time, and the next in its queue takes its place
+-- when it did not come back GATE_SLACK seconds (and the client's timeout)
+-- after its step should have ended: its request ended without leaving.
+local GATE_STEP, GATE_SLACK = 1, 0.5
+
+-- What the representative of gate g last heard (as an attempt's value),
+-- aged since: for the busy message of a request that gave up in its queue.
+local function gate_news(g)
+  local v = g.value or 0
+  if v > 0 then v = math_max(0, v - (now() - g.at) * 1000) end
+  return v
+end
+
 -- Whole milliseconds, at least 1, for a wait of s seconds.
 local function wait_ms(s)
   return math_max(1, math_floor(s * 1000 + 0.5))
@@ -124,6 +138,12 @@ local function take(client, key, tok, ms, how, kind)
   local c, sleep, held, hot = client._transport, client._sleep, client._held, client._hot
   local wait, fair = how.wait, how.fair
   local stays = fair or kind.stays
+  -- Under OpenResty the waiters of one worker queue behind the one that
+  -- waits on Redis for them (redislock/ngx_gate.lua), each primitive and
+  -- key on its own; not a multi-key lock (kind.eval), whose key changes.
+  local gates = wait > 0 and not kind.eval and client._gates
+  local gate_name = gates and (kind.wait or "lock") .. "/" .. (kind.n or "") .. "/" .. key
+  local gate, gen
   -- What else each try tells the script: a semaphore's limit, the replicas to WAIT for.
   local more = (kind.n or how.replicas) and { n = kind.n, replicas = how.replicas, replica_ms = how.replica_ms }
   -- The first try is a take (no script, the cheapest for Redis); the tries
@@ -135,32 +155,66 @@ local function take(client, key, tok, ms, how, kind)
   local first = true
   local deadline = now() + wait
   local step = FIRST_STEP
+  -- How long one try may take, at most (a step's due, for the gate).
+  local try_s = client._link.timeout + GATE_SLACK
+  -- The busy answer when the wait ran out after an attempt that answered value.
+  local function busy(value)
+    if kind.busy then return nil, kind.busy(key, value, wait) end
+    local mine = held[key]
+    return nil, busy_message(key, value, wait, ours_by_clock(mine) and mine or nil)
+  end
+  if gates and gates:find(gate_name) then -- another request of this worker waits there: queue behind it
+    local g
+    gate, g = gates:enter(gate_name, deadline)
+    if not gate then return busy(gate_news(g)) end
+    gen = g
+  end
   while true do
     local sent = now()
+    if gate then gate.due = sent + try_s end
     local status, value, acked, werr = eval(c, op, key, tok, ms, more)
     if status == 1 then
       if first and hot.keys[key] then -- free at once: cooled down
         hot.keys[key] = nil
         hot.n = hot.n - 1
       end
+      if gate then gates:leave(gate_name, gate, gen) end
       return value, sent, acked, werr
     end
     if status == -1 and wait > 0 then note_hot(hot, key) end
     if op == kind.take then op = kind.acquire end
     first = false
+    local queued = false
+    if gates and status ~= nil then
+      if gate then
+        gate.value, gate.at = value, now()
+      else -- busy: wait on Redis for the worker's requests, or behind the one that does
+        queued = gates:find(gate_name) ~= nil
+        if queued and stays then c:eval(kind.leave, key, tok) end -- its place is the worker's queue
+        local g
+        gate, g = gates:enter(gate_name, deadline, value)
+        if not gate then return busy(gate_news(g)) end
+        gen = g
+      end
+    end
     local left = deadline - now()
     if left <= 0 or (status == nil and not retryable(value)) then
       if stays then c:eval(kind.leave, key, tok) end -- best effort: else it drops out in 3 s
+      if gate then gates:leave(gate_name, gate, gen) end
       if status == nil then return nil, value end
-      if kind.busy then return nil, kind.busy(key, value, wait) end
-      local mine = held[key]
-      return nil, busy_message(key, value, wait, ours_by_clock(mine) and mine or nil)
+      return busy(value)
     end
     -- How long the lock can stay as it is: until the holder's TTL runs out.
     local block = left
     if status == -1 and value >= 0 then block = math_min(block, value / 1000 + 0.001) end
     if stays then block = math_min(block, FAIR_STEP) end
-    if status == nil or how.mode == "poll" then
+    if gate then -- others of the worker may be queued behind it: it says how long it will be
+      block = math_min(block, GATE_STEP)
+      gate.due = now() + block + try_s
+    end
+    if queued then -- its turn came after a wait in the worker's queue: it tries again at once
+      step = FIRST_STEP
+    elseif status == nil or how.mode == "poll" then
       -- At least 1 ms: nginx's timers have millisecond resolution, and
       -- ngx.sleep(0) only yields.
       sleep(math_max(math_min(step * jitter(), block), 0.001))

@@ -18,8 +18,14 @@ local _M = {}
 -- os.getenv returns nil here and the client uses 127.0.0.1:6379. A URL that
 -- names a host (not an IP address) also needs a `resolver` in nginx.conf.
 -- Its observer counts lock events for GET /metrics (example (d), metrics.lua).
+-- A worker opens at most pool_size connections for its calls, and
+-- wait_connections (2 by default) for the waits that block, however many
+-- requests it serves: the requests waiting for one lock queue in the worker,
+-- and one of them waits on Redis for all (coalesce, on by default; the
+-- benchmark turns it off with REDISLOCK_COALESCE=off to compare).
 local url = os.getenv("REDIS_URL")
-_M.client = redislock.new{ url = url ~= "" and url or nil, pool_size = 64, keepalive_timeout = 60,
+_M.client = redislock.new{ url = url ~= "" and url or nil, pool_size = 16, keepalive_timeout = 60,
+                           coalesce = os.getenv("REDISLOCK_COALESCE") ~= "off",
                            observer = require("redislock_examples.metrics").observe }
 
 ------------------------------------------------------------------------------
