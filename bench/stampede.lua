@@ -44,8 +44,11 @@ end
 
 -- nginx.conf: the example's redislock.conf (a listen backlog of 4096, so
 -- that the burst of connections is not dropped by the kernel and sent again
--- a second later) and, on a second port, the shared-dict lock's /report.
+-- a second later) and, on a second port (second_port, set here), the
+-- shared-dict lock's /report.
+local second_port
 local function conf_of(prefix, port)
+  second_port = B.free_port()
   local root = B.root
   local example = assert(ngxlib.read_file(root .. "/examples/openresty/redislock.conf"))
   example = example:gsub("listen 127%.0%.0%.1:__PORT__;", "listen 127.0.0.1:" .. port .. " backlog=4096;")
@@ -60,7 +63,7 @@ local function conf_of(prefix, port)
       "  include " .. ngxlib.quote(prefix .. "/conf/redislock.conf") .. ";",
       "  lua_shared_dict stampede_locks 1m;",
       "  server {",
-      "    listen 127.0.0.1:" .. port + 1 .. " backlog=4096;", -- taken: start tries another port
+      "    listen 127.0.0.1:" .. second_port .. " backlog=4096;", -- taken: start tries other ports
       "    location = /report { content_by_lua_block { require('stampede_ngx').handle() } }",
       "  }",
     }, "\n"),
@@ -136,7 +139,7 @@ local function round(way)
   local port, pid, prefix = ngxlib.start(conf_of, "REDIS_URL=redis://127.0.0.1:" .. B.port .. " " .. way.env)
   local r = {}
   local ok, err = pcall(function()
-    local url = string.format("http://127.0.0.1:%d%s", way.second_port and port + 1 or port, way.path)
+    local url = string.format("http://127.0.0.1:%d%s", way.second_port and second_port or port, way.path)
     r.cold = burst(url, N, true)
     r.warm = burst(url, N, false)
     command("CONFIG", "SET", "maxclients", tostring(MAXCLIENTS))

@@ -4,7 +4,7 @@
 -- with a lock local to the machine in place of redislock's, the floor a
 -- Redis lock can be held to: lua-resty-lock's algorithm (Debian does not
 -- package lua-resty-lock), an ngx.shared.DICT:add that expires, tried again
--- after a sleep that grows 1.5 times from 1 ms up to 0.5 s, and a delete.
+-- after a sleep that doubles from 1 ms up to 0.5 s, and a delete.
 -- The cache and the rebuild count stay in Redis, through the example's own
 -- client, as in the example.
 -- luacheck: read globals ngx
@@ -14,7 +14,7 @@ local M = {}
 
 local CACHE_KEY, REBUILDS_KEY = "example:report", "example:report:rebuilds"
 local REBUILD, LOCK_TTL, LOCK_WAIT = 0.2, 5, 3 -- as report.lua's
-local STEP, RATIO, MAX_STEP = 0.001, 1.5, 0.5  -- lua-resty-lock's defaults
+local STEP, RATIO, MAX_STEP = 0.001, 2, 0.5  -- lua-resty-lock's defaults
 
 local function lock(dict, key)
   local step, waited = STEP, 0

@@ -58,17 +58,21 @@ _M.check_not_closed, _M.check_open = check_not_closed, check_open
 
 
 -- Makes the lock object for a hold just taken (fence: its fence; sent:
--- core.now() when the successful attempt was sent) and, with how.renew,
--- starts its renewal; notes it for messages and with_lock's scope.
-local function adopt(self, key, tok, fence, sent, ms, how, kind)
+-- core.now() when the successful attempt was sent; cohort: the gate it
+-- keeps in its nginx worker, see wait.take) and, with how.renew, starts its
+-- renewal; notes it for messages and with_lock's scope.
+local function adopt(self, key, tok, fence, sent, ms, how, kind, cohort)
   local t = self._transport
   -- The lock cannot expire on the server before sent + ms (the TTL started
-  -- after the send), by the monotonic clock.
-  local lock = lock_mod.new(t, self._link, key, tok, fence, sent + (t.validity_ms and t:validity_ms(ms) or ms) / 1000,
-                            kind and kind.ops)
-  lock._since = sent
+  -- after the send), by the monotonic clock; a lock handed down as it is
+  -- (cohort.expires) when its last holder's could, and its renewal is due
+  -- as if it had been taken then with this TTL.
+  local inherited = cohort and cohort.expires
+  local lock = lock_mod.new(t, self._link, key, tok, fence,
+                            inherited or sent + (t.validity_ms and t:validity_ms(ms) or ms) / 1000, kind and kind.ops)
+  lock._since, lock._cohort = sent, cohort
   if how.renew then
-    lock_mod.lease(lock, how, ms, sent)
+    lock_mod.lease(lock, how, ms, inherited and inherited - ms / 1000 or sent)
     self._renewed[lock] = true
   end
   if not kind then
@@ -116,18 +120,20 @@ _M.observe_take = observe_take
 local function acquire(self, key, ms, how, kind)
   local tok, t = new_token(self), self._transport
   local began = self._link.observer and now()
-  local fence, sent, acked, werr = take(self, key, tok, ms, how, kind)
+  local fence, sent, acked, werr, held, cohort = take(self, key, tok, ms, how, kind)
   if began then observe_take(self, began, key, kind and kind.ops.kind or "lock", fence, sent) end
   if not fence then return nil, sent end
+  tok = held
   if how.replicas and (not acked or acked < how.replicas) then
     lock_mod.new(t, self._link, key, tok, nil, nil, kind and kind.ops):release() -- give it back
+    if cohort then cohort.gates:leave(cohort.name, cohort.gate, cohort.gen, cohort) end
     if not acked then return nil, werr end -- taken, but the WAIT failed
     -- not durable enough to count as taken
     return nil, string_format("redis: %s reached %d of %d replica%s within %.3g s (WAIT), so it was released",
                               kind and kind.ops.label:format(quote(key)) or quote(key), acked, how.replicas,
                               how.replicas == 1 and "" or "s", how.replica_ms / 1000)
   end
-  return adopt(self, key, tok, fence, sent, ms, how, kind)
+  return adopt(self, key, tok, fence, sent, ms, how, kind, cohort)
 end
 
 --- hold(client, key, ms, how, kind) -> hold | nil, err: takes

@@ -234,8 +234,21 @@ function Lock:release(...)
   check_self(self, lock_mt, "release", "redislock lock")
   check_nargs("release", 0, ...)
   if self._state == "released" then return true end
-  local ok, err = lock_eval(self, "release", "release")
-  if not ok then return nil, err end
+  -- Under OpenResty a lock that keeps its worker's gate is handed down to the
+  -- next request queued there, when the lock is still ours by the clock: no
+  -- word to Redis (redislock/ngx_gate.lua). Else it is released on Redis,
+  -- and the gate left, whatever the release says.
+  local cohort = self._cohort
+  self._cohort = nil
+  local expires = cohort and expires_of(self)
+  if cohort and not unusable(self) and now() < (expires or 0)
+     and cohort.gates:hand(cohort, { token = self.token, fence = self.fence, expires = expires }) then
+    stop_lease(self)
+  else
+    local ok, err = lock_eval(self, "release", "release")
+    if cohort then cohort.gates:leave(cohort.name, cohort.gate, cohort.gen, cohort) end
+    if not ok then return nil, err end
+  end
   self._state = "released"
   if self._link.observer then
     observe(self._link, "released", { key = self.key, kind = self._ops.kind,
@@ -359,6 +372,8 @@ local WEAK_VALUES = { __mode = "v" }
 function _M.note(lock)
   local note = { stand_in = _M.new(lock._t, lock._link, lock.key, lock.token, lock.fence, nil, lock._ops),
                  ref = setmetatable({ lock }, WEAK_VALUES) }
+  -- The stand-in leaves the lock's gate when it releases (redislock/ngx_gate.lua).
+  note.stand_in._cohort = lock._cohort
   lock._note = note
   return note
 end

@@ -4,9 +4,18 @@
 -- write hold) queue here, on an ngx.semaphore, and only the one at the head
 -- of the queue (the gate's representative) tries and waits on Redis for
 -- them: one blocked connection per worker and key, however many requests
--- wait. When it leaves (it took the lock, or gave up), the next in the
--- queue becomes the representative and tries at once. Exclusion stays
--- Redis's alone: a gate only decides which request of the worker asks.
+-- wait. When it leaves (it gave up, or took a permit or read hold), the next
+-- in the queue becomes the representative and tries at once. Exclusion
+-- stays Redis's alone: a gate only decides which request of the worker asks.
+--
+-- A lock (not a fair one) goes further, as the cohort locks of Dice, Marathe
+-- and Shavit ("Lock Cohorting", PPoPP 2012) do: the request that took it
+-- keeps the gate while it holds the lock, and its release hands the lock to
+-- the next request in the queue without a word to Redis (hand), at most
+-- COHORT times in a row; then it releases it on Redis, where the other
+-- workers and machines wait, and leaves the gate. The request handed the
+-- lock takes it over as it is, token, fence and TTL (its renewal extends
+-- it), or on Redis with its own TTL (redislock/wait.lua).
 --
 -- A representative's request may end without leaving (the client went
 -- away, ngx.exit from another light thread): it says before each step
@@ -29,23 +38,37 @@ local mt = { __index = Gates }
 -- Seconds a representative has for its first step, before it said more.
 local FIRST_DUE = 2
 
+-- Hand-downs of a lock in a row within a worker, before it goes back to
+-- Redis (where other workers and machines wait for it).
+local COHORT = 16
+_M.COHORT = COHORT
+
 --- A client's gates: none yet.
 function _M.new()
   return setmetatable({ by_name = {} }, mt)
 end
 
 --- gates:find(name) -> the gate called name (what is waited for: the
--- primitive and its key), or nil when no request of this worker waits there.
+-- primitive and its key), or nil when no request of this worker waits or
+-- holds there.
 function Gates:find(name)
   return self.by_name[name]
 end
 
---- gates:enter(name, deadline, value) -> gate, gen | nil, gate: makes the
--- caller the representative of the gate called name: at once when there is
--- none (a new one, whose gate.value is value: what the caller's last try
--- answered), else once the requests before it left, or the one before it is
--- overdue; nil (and the gate, whose gate.value the caller may report) when
--- deadline (core.now() seconds) came first. gen: what leave must be given.
+-- Requests queued on gate g (the semaphore made when the first one queued).
+local function queued(g)
+  local sema = g.sema
+  return sema ~= nil and sema:count() < 0
+end
+
+--- gates:enter(name, deadline, value) -> gate, gen, handed | nil, gate:
+-- makes the caller the representative of the gate called name: at once
+-- when there is none (a new one, whose gate.value is value: what the
+-- caller's last try answered), else once the requests before it left, or
+-- the one before it is overdue; nil (and the gate, whose gate.value the
+-- caller may report) when deadline (core.now() seconds) came first. gen:
+-- what leave and hold must be given; handed: a lock handed down to the
+-- caller (hand: { token, fence, expires }), which it takes over, or nil.
 -- The representative keeps gate.due (core.now() seconds by which it leaves
 -- or says more) and gate.value, gate.at (its last answer, and when) current.
 function Gates:enter(name, deadline, value)
@@ -54,39 +77,83 @@ function Gates:enter(name, deadline, value)
     local g = gates[name]
     if not g then
       local t = now()
-      g = { sema = semaphore.new(0), gen = 0, due = t + FIRST_DUE, value = value, at = t }
+      g = { gen = 0, due = t + FIRST_DUE, value = value, at = t, passes = 0 }
       gates[name] = g
       return g, 0
     end
     local left = deadline - now()
     if left <= 0 then return nil, g end
-    local ok = g.sema:wait(math_min(left, math_max(g.due - now(), 0.001)))
-    if ok then
-      g.due = now() + FIRST_DUE
-      return g, g.gen
+    local sema = g.sema
+    if not sema then
+      sema = semaphore.new(0)
+      g.sema = sema
+    end
+    if sema:wait(math_min(left, math_max(g.due - now(), 0.001))) then
+      local handed = g.handed
+      g.due, g.holding, g.handed = now() + FIRST_DUE, nil, nil
+      return g, g.gen, handed
     end
     -- Timed out: at the deadline (the next turn returns), or the
     -- representative is overdue: its request ended without leaving.
     if gates[name] == g and now() >= g.due then
       g.gen = g.gen + 1
       g.due = now() + FIRST_DUE
+      g.holding, g.handed = nil, nil
       return g, g.gen
     end
   end
 end
 
---- gates:leave(name, gate, gen): the representative leaves; the next
--- request in the queue, if any, becomes it. Nothing when gen is no longer
--- the gate's (another took its place).
-function Gates:leave(name, g, gen)
+--- gates:leave(name, gate, gen[, cohort]): the representative (or the
+-- holder, whose cohort record is then given) leaves; the next request in the
+-- queue, if any, becomes the representative. Nothing when gen is no longer
+-- the gate's (another took its place), or the holder left or handed the lock
+-- down already (through another object of the same lock: with_lock's
+-- stand-in, redislock/lock.lua's note).
+function Gates:leave(name, g, gen, cohort)
   local gates = self.by_name
+  if cohort then
+    if cohort.done then return end
+    cohort.done = true
+  end
   if gates[name] ~= g or g.gen ~= gen then return end
-  if g.sema:count() < 0 then -- requests wait on it
+  g.holding, g.passes = nil, 0
+  if queued(g) then
     g.due = now() + FIRST_DUE
     g.sema:post(1)
   else
     gates[name] = nil
   end
+end
+
+--- gates:hold(name, gate, gen, until_s, handed) -> a cohort record: the
+-- representative took a lock (handed: the one handed down to it) and keeps
+-- the gate while it holds it, until until_s (core.now() seconds: after that
+-- the next in the queue may take its place, and wait on Redis). The record
+-- goes with the lock, for hand and leave: { gates, name, gate, gen, done }.
+function Gates:hold(name, g, gen, until_s, handed)
+  g.holding, g.due = true, until_s
+  if not handed then g.passes = 0 end
+  return { gates = self, name = name, gate = g, gen = gen }
+end
+
+--- gates:hand(cohort, lock) -> true | false: hands the lock that the
+-- cohort record's holder releases (lock: { token, fence, expires }, expires:
+-- core.now() seconds before which it cannot have expired) to the first
+-- request in the queue, which takes it over; false (nothing done) when none
+-- waits, the lock was handed down COHORT times in a row already, or the gate
+-- is no longer the holder's.
+function Gates:hand(cohort, lock)
+  local g = cohort.gate
+  if cohort.done or self.by_name[cohort.name] ~= g or g.gen ~= cohort.gen or not g.holding or g.passes >= COHORT
+     or not queued(g) then
+    return false
+  end
+  cohort.done = true
+  g.passes = g.passes + 1
+  g.handed, g.due = lock, now() + FIRST_DUE
+  g.sema:post(1)
+  return true
 end
 
 return _M

@@ -130,9 +130,11 @@ _M.LOCK = { take = "take", acquire = "acquire", fair = "acquire_fair", leave = "
 -- when it gives up. The same token is resent after a connection error: the
 -- acquire scripts treat "the key already holds my token" as success, so a
 -- send that landed is not counted twice.
--- Returns the fence, the time the successful attempt was sent and (with
+-- Returns the fence, the time the successful attempt was sent, (with
 -- how.replicas) how many replicas acknowledged it, or nil and why the WAIT
--- failed; or nil and an error message.
+-- failed, the token the lock is held with (tok, or that of a lock handed
+-- down within the worker) and, for a lock that keeps its worker's gate, its
+-- cohort record (redislock/ngx_gate.lua's hold); or nil and an error message.
 local function take(client, key, tok, ms, how, kind)
   kind = kind or _M.LOCK
   local c, sleep, held, hot = client._transport, client._sleep, client._held, client._hot
@@ -143,7 +145,10 @@ local function take(client, key, tok, ms, how, kind)
   -- key on its own; not a multi-key lock (kind.eval), whose key changes.
   local gates = wait > 0 and not kind.eval and client._gates
   local gate_name = gates and (kind.wait or "lock") .. "/" .. (kind.n or "") .. "/" .. key
-  local gate, gen
+  local gate, gen, handed
+  -- A lock (not a fair one) taken through its gate keeps it, and may be
+  -- handed down to the next request queued there (a cohort).
+  local cohort = gates and kind == _M.LOCK and not fair
   -- What else each try tells the script: a semaphore's limit, the replicas to WAIT for.
   local more = (kind.n or how.replicas) and { n = kind.n, replicas = how.replicas, replica_ms = how.replica_ms }
   -- The first try is a take (no script, the cheapest for Redis); the tries
@@ -163,11 +168,27 @@ local function take(client, key, tok, ms, how, kind)
     local mine = held[key]
     return nil, busy_message(key, value, wait, ours_by_clock(mine) and mine or nil)
   end
+  -- A lock handed down by the request before (redislock/ngx_gate.lua's
+  -- hand) is taken over as it is when its renewal (how.renew) can extend it
+  -- in time, else with this request's TTL by the acquire script, which finds
+  -- its token there. Returns the fence, the time and the cohort record of
+  -- a lock taken over as it is, or nil to try the script.
+  local function take_over()
+    tok, op = handed.token, kind.acquire
+    if not how.renew or how.replicas or handed.expires - now() < ms / 3000 then return nil end
+    local cohort_rec = gates:hold(gate_name, gate, gen, handed.expires + try_s, true)
+    cohort_rec.expires = handed.expires
+    return handed.fence, now(), cohort_rec
+  end
   if gates and gates:find(gate_name) then -- another request of this worker waits there: queue behind it
     local g
-    gate, g = gates:enter(gate_name, deadline)
+    gate, g, handed = gates:enter(gate_name, deadline)
     if not gate then return busy(gate_news(g)) end
     gen = g
+    if handed then
+      local fence, sent, cohort_rec = take_over()
+      if fence then return fence, sent, nil, nil, tok, cohort_rec end
+    end
   end
   while true do
     local sent = now()
@@ -178,9 +199,16 @@ local function take(client, key, tok, ms, how, kind)
         hot.keys[key] = nil
         hot.n = hot.n - 1
       end
+      if cohort and not gate and not gates:find(gate_name) then -- taken at once: hold the gate
+        gate, gen = gates:enter(gate_name, deadline)
+      end
+      if cohort and gate then
+        return value, sent, acked, werr, tok, gates:hold(gate_name, gate, gen, now() + ms / 1000 + try_s, handed)
+      end
       if gate then gates:leave(gate_name, gate, gen) end
-      return value, sent, acked, werr
+      return value, sent, acked, werr, tok
     end
+    handed = nil
     if status == -1 and wait > 0 then note_hot(hot, key) end
     if op == kind.take then op = kind.acquire end
     first = false
@@ -192,9 +220,13 @@ local function take(client, key, tok, ms, how, kind)
         queued = gates:find(gate_name) ~= nil
         if queued and stays then c:eval(kind.leave, key, tok) end -- its place is the worker's queue
         local g
-        gate, g = gates:enter(gate_name, deadline, value)
+        gate, g, handed = gates:enter(gate_name, deadline, value)
         if not gate then return busy(gate_news(g)) end
         gen = g
+        if handed then
+          local fence, at, cohort_rec = take_over()
+          if fence then return fence, at, nil, nil, tok, cohort_rec end
+        end
       end
     end
     local left = deadline - now()
@@ -237,7 +269,7 @@ local function take(client, key, tok, ms, how, kind)
 end
 
 
---- take(client, key, tok, ms, how[, kind]) -> fence, sent, acked, werr | nil, err
+--- take(client, key, tok, ms, how[, kind]) -> fence, sent, acked, werr, token, cohort | nil, err
 -- Tries to take key with tok through the client's transport until how.wait
 -- seconds passed (see above), sleeping with its sleep; it reads the
 -- client's _held (the locks it holds, for the "held by this client"

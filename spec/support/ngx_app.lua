@@ -36,12 +36,14 @@ end
 -- with the name "localhost", "nonamemtls" for mtls with none, and
 -- $redis_sentinel_password); or, with $redis_cluster ("host:port,..."), for
 -- that cluster; or, with $redis_redlock ("url,url,..."), for Redlock over
--- those servers.
+-- those servers. $redis_pool_size, $redis_wait_connections and
+-- $redis_coalesce ("off") set those options of a single server's client.
 local function client()
   local id = table.concat({ var("redis_url") or "", var("redis_timeout") or "", var("redis_tls") or "",
                             var("redis_tls_name") or "", var("redis_sentinels") or "", var("redis_master") or "",
                             var("redis_sentinel_tls") or "", var("redis_sentinel_password") or "",
-                            var("redis_cluster") or "", var("redis_redlock") or "" }, "|")
+                            var("redis_cluster") or "", var("redis_redlock") or "", var("redis_pool_size") or "",
+                            var("redis_wait_connections") or "", var("redis_coalesce") or "" }, "|")
   if clients[id] then return clients[id] end
   local tls = tls_option(var("redis_tls"), var("redis_tls_name"))
   if var("redis_redlock") then -- "url,url,..."
@@ -60,7 +62,10 @@ local function client()
                                    and tls_option("mtls") or tls_option(var("redis_sentinel_tls"), "localhost"),
                                  sentinel_password = var("redis_sentinel_password") }
   else
-    clients[id] = redislock.new{ url = var("redis_url"), timeout = tonumber(var("redis_timeout") or ""), tls = tls }
+    clients[id] = redislock.new{ url = var("redis_url"), timeout = tonumber(var("redis_timeout") or ""), tls = tls,
+                                 pool_size = tonumber(var("redis_pool_size") or ""),
+                                 wait_connections = tonumber(var("redis_wait_connections") or ""),
+                                 coalesce = var("redis_coalesce") ~= "off" }
   end
   return clients[id]
 end
@@ -333,14 +338,15 @@ function app.fences()
   return reply(200, table.concat(out, " "))
 end
 
---- GET /leave?key=k&ttl=s&how=exit|exec|redirect|kill|access: fn ends its
+--- GET /leave?key=k&ttl=s&how=exit|exec|redirect|kill|access[&wait=s]: fn ends its
 -- request thread without unwinding: ngx.exit (after a line of output),
 -- ngx.exec or ngx.redirect to /ping, or (kill) fn runs in a light thread
 -- that the entry thread kills once the lock is held; access: ngx.exit(403)
--- from an access handler (see /guarded).
+-- from an access handler (see /guarded). wait: with_lock's (0).
 function app.leave()
   local c, how = client(), ngx.var.arg_how
   local key, ttl = ngx.var.arg_key, arg_number("ttl", 1)
+  local opts = { wait = arg_number("wait", 0) }
   if how == "kill" then
     -- Killed once fn runs (its lease started): a kill while with_lock still
     -- acquires (the key set, the answer not back) would leave the lock to
@@ -349,7 +355,7 @@ function app.leave()
     local t = ngx.thread.spawn(c.with_lock, c, key, ttl, function()
       running = true
       ngx.sleep(30)
-    end)
+    end, opts)
     while not running do ngx.sleep(0.01) end
     assert(ngx.thread.kill(t))
     return reply(200, "killed")
@@ -360,8 +366,44 @@ function app.leave()
     if how == "access" then return ngx.exit(403) end
     ngx.say("bye")
     return ngx.exit(200)
-  end)
+  end, opts)
   return reply(500, "with_lock returned")
+end
+
+--- GET /crowd?key=k&wait=s[&hold=s][&ttl=s][&fair=1]: one section under
+-- with_lock on k (waiting up to wait s; ttl 5): "inside:<k>" counts the
+-- requests inside at once, "overlaps:<k>" how often it was found above one,
+-- and each section appends "<fence> <token> <worker pid>" to the list
+-- "sections:<k>" as it begins and "<enter> <leave>" (core.now(), a clock
+-- all processes share) to "spans:<k>" as it ends -> 200 "<fence>" | the
+-- error's status and message.
+function app.crowd()
+  local c, key = client(), ngx.var.arg_key
+  local function cmd(...) return assert(c:command(...)) end
+  local ok, res = pcall(c.with_lock, c, key, arg_number("ttl", 5), function(lock)
+    local enter = core.now()
+    if cmd("INCR", "inside:" .. key) > 1 then cmd("INCR", "overlaps:" .. key) end
+    cmd("RPUSH", "sections:" .. key, lock.fence .. " " .. lock.token .. " " .. ngx.worker.pid())
+    ngx.sleep(arg_number("hold", 0.001))
+    assert(lock:check())
+    cmd("DECR", "inside:" .. key)
+    cmd("RPUSH", "spans:" .. key, string.format("%.6f %.6f", enter, core.now()))
+    return lock.fence
+  end, { wait = arg_number("wait", 10), fair = ngx.var.arg_fair == "1" or nil })
+  if not ok then return reply(status_for(res), tostring(res)) end
+  return reply(200, tostring(res))
+end
+
+--- GET /abandon?key=k&after=s: a light thread waits for k (up to 30 s; the
+-- worker's first waiter for it waits on Redis for the others); after s
+-- seconds the entry thread ends the request with ngx.exit, which kills
+-- that thread mid-wait, leaving nothing -> 200 "abandoned".
+function app.abandon()
+  local c = client()
+  ngx.thread.spawn(c.acquire, c, ngx.var.arg_key, 5, { wait = 30 })
+  ngx.sleep(arg_number("after", 0.2))
+  ngx.say("abandoned")
+  return ngx.exit(200)
 end
 
 --- GET /drop?key=k&ttl=s: with_lock inside a coroutine of the handler's own,
