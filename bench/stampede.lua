@@ -24,6 +24,7 @@
 -- (rejected_connections) are added to the failures.
 -- usage (from bench/run.sh): stampede.lua
 local redislock = require "redislock"
+local http = require "socket.http"
 local socket = require "socket"
 local B = require "benchlib"
 local ngxlib = require "ngxlib"
@@ -33,6 +34,7 @@ local CAPPED = B.knob("BENCH_STAMPEDE_CAPPED", 1000)
 local MAXCLIENTS = B.knob("BENCH_STAMPEDE_MAXCLIENTS", 64)
 local ROUNDS = B.knob("BENCH_STAMPEDE_ROUNDS", 3)
 local WORKERS = 2
+local REBUILD = 0.2 -- seconds the example's rebuild takes (report.lua)
 -- The example's client (examples/openresty/lua/redislock_examples/common.lua).
 local POOL_SIZE, WAIT_CONNECTIONS = 16, 2
 
@@ -141,6 +143,11 @@ local function round(way)
   local ok, err = pcall(function()
     local url = string.format("http://127.0.0.1:%d%s", way.second_port and second_port or port, way.path)
     r.cold = burst(url, N, true)
+    if way.path == "/report" and not way.second_port then -- the example's observer (GET /metrics)
+      local m = http.request(string.format("http://127.0.0.1:%d/metrics", port)) or ""
+      r.sections = tonumber(m:match('event="acquired",kind="lock"} (%d+)'))
+      r.held = tonumber(m:match('redislock_hold_seconds_total{kind="lock"} ([%d.e+-]+)'))
+    end
     r.warm = burst(url, N, false)
     command("CONFIG", "SET", "maxclients", tostring(MAXCLIENTS))
     r.capped = burst(url, CAPPED, true)
@@ -206,6 +213,14 @@ for _, way in ipairs(WAYS) do
            target = redislock_way and { "<=", bound } or nil,
            label = string.format("peak Redis connections, %s (target: workers x (pool_size + %d) = %d)",
                                  way.label, WAIT_CONNECTIONS, bound) })
+  if list[1].sections then
+    local ms = {}
+    -- The filling request and the stampede each rebuilt once.
+    for i, r in ipairs(list) do ms[i] = (r.held - 2 * REBUILD) / (r.sections - 2) * 1000 end
+    B.emit({ name = id .. ".section", value = B.percentile(ms, 50), unit = "ms", note = note,
+             label = string.format("the time one section held the lock, %s (the rebuild's left out; from the"
+                                   .. " example's observer, GET /metrics)", way.label) })
+  end
   B.emit({ name = id .. ".commands", value = median(list, "cold", "calls"), unit = "commands", note = note,
            label = string.format("Redis commands per stampede, %s (%d answered from the cache when warm)",
                                  way.label, N) })

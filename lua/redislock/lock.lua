@@ -238,6 +238,7 @@ function Lock:release(...)
   -- next request queued there, when the lock is still ours by the clock: no
   -- word to Redis (redislock/ngx_gate.lua). Else it is released on Redis,
   -- and the gate left, whatever the release says.
+  check_phase(self._t, "release") -- whether or not it needs I/O
   local cohort = self._cohort
   self._cohort = nil
   local expires = cohort and expires_of(self)

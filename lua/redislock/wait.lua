@@ -146,9 +146,11 @@ local function take(client, key, tok, ms, how, kind)
   local gates = wait > 0 and not kind.eval and client._gates
   local gate_name = gates and (kind.wait or "lock") .. "/" .. (kind.n or "") .. "/" .. key
   local gate, gen, handed
-  -- A lock (not a fair one) taken through its gate keeps it, and may be
-  -- handed down to the next request queued there (a cohort).
-  local cohort = gates and kind == _M.LOCK and not fair
+  -- A lock (not a fair one) that with_lock takes through its gate keeps it,
+  -- and may be handed down to the next request queued there (a cohort).
+  -- Not one from acquire: it may be released elsewhere (another request,
+  -- from_token), which the gate would not hear of.
+  local cohort = gates and kind == _M.LOCK and not fair and how.scoped
   -- What else each try tells the script: a semaphore's limit, the replicas to WAIT for.
   local more = (kind.n or how.replicas) and { n = kind.n, replicas = how.replicas, replica_ms = how.replica_ms }
   -- The first try is a take (no script, the cheapest for Redis); the tries
