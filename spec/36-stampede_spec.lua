@@ -227,9 +227,10 @@ describe("a stampede under OpenResty", function()
     holder:close()
   end)
 
-  it("frees the queue of a lock whose holder's request ended: within its TTL and the client's timeout", function()
+  it("frees the queue of a lock whose holder's request ended, once its renewal timer released it", function()
     -- The holder waited (so it keeps its worker's gate) and ends its request
-    -- inside fn: its renewal timer releases the lock, its stand-in the gate.
+    -- inside fn: its renewal timer releases the lock (within a third of its
+    -- TTL), and the requests queued behind it go on.
     local began = core.now()
     local status = http.request(one.port, "GET", "/leave?key=left&ttl=1&how=exit&wait=1")
     assert.are.equal(200, status)
@@ -237,7 +238,7 @@ describe("a stampede under OpenResty", function()
     for i = 1, 20 do list[i] = { one.port, "/crowd?key=left&wait=8" } end
     local done = stampede(list)
     for i, r in ipairs(done) do assert.are.equal(200, r.status, "request " .. i .. ": " .. tostring(r.body)) end
-    assert.is_true(core.now() - began < (1 + 1 + 1) * helpers.slow, "took " .. core.now() - began .. " s")
+    assert.is_true(core.now() - began < 1.5 * helpers.slow, "took " .. core.now() - began .. " s")
   end)
 
   it("never strands the lock when a worker is killed with its queue", function()

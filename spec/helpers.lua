@@ -284,14 +284,16 @@ end
 
 --- Runs four looping workers across event() and checks what they printed
 -- (spec/workers/loop.lua): one line per section that returned ok, "ok
--- <enter> <leave> <port> <fence>" (core.now() times; port: the node it ran
--- on), and "err ..." lines. spawn(start_at) starts one worker
+-- <enter> <leave> <port> <fence>[ <token>]" (core.now() times; port: the
+-- node it ran on), and "err ..." lines. spawn(start_at) starts one worker
 -- (helpers.spawn), looping from start_at for some seconds (6 in most
 -- specs); event() runs 2 s in.
 -- Checks (with busted's assert): every worker ended with "done"; errors
 -- only with code words; no two sections overlapped; with fences, every
--- section's fence larger than the one of the section before. Returns the
--- sections ({ enter, leave, port, fence, worker }) in order of entry.
+-- section's fence larger than the one of the section before, or equal when
+-- both give the same token (a lock handed down within an nginx worker,
+-- redislock/ngx_gate.lua). Returns the sections ({ enter, leave, port,
+-- fence, worker, token }) in order of entry.
 function helpers.loops_across(spawn, event, fences)
   local start_at = core.now() + 0.5
   local procs = {}
@@ -303,10 +305,10 @@ function helpers.loops_across(spawn, event, fences)
     local out, ok = procs[i].wait()
     assert(ok and out:match("done\n?$"), "worker " .. i .. ": " .. out)
     for line in out:gmatch("[^\n]+") do
-      local enter, leave, port, fence = line:match("^ok (%S+) (%S+) (%d+) (%d+)$")
+      local enter, leave, port, fence, token = line:match("^ok (%S+) (%S+) (%d+) (%d+) ?(%S*)$")
       if enter then
         sections[#sections + 1] = { enter = tonumber(enter), leave = tonumber(leave), port = tonumber(port),
-                                    fence = tonumber(fence), worker = i }
+                                    fence = tonumber(fence), worker = i, token = token ~= "" and token or nil }
       elseif line:match("^err ") then
         assert(codes[line:match("(%a+): ") or ""], "an error without its code word: " .. line)
       end
@@ -317,8 +319,8 @@ function helpers.loops_across(spawn, event, fences)
     local a, b = sections[i - 1], sections[i]
     assert(b.enter >= a.leave, string.format("worker %d (%.4f-%.4f on %d) and worker %d (%.4f-%.4f on %d) overlap",
                                              a.worker, a.enter, a.leave, a.port, b.worker, b.enter, b.leave, b.port))
-    assert(not fences or b.fence > a.fence, string.format("fence %d (worker %d) after fence %d (worker %d)",
-                                                          b.fence, b.worker, a.fence, a.worker))
+    assert(not fences or b.fence > a.fence or (b.fence == a.fence and b.token and b.token == a.token),
+           string.format("fence %d (worker %d) after fence %d (worker %d)", b.fence, b.worker, a.fence, a.worker))
   end
   return sections
 end

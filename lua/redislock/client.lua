@@ -166,7 +166,9 @@ function _M.new(opts, ...)
                  _label = opts.label and "/" .. opts.label or "" }
   self._transport, self._sleep = topology.transport(opts, c)
   self._gates = opts.coalesce ~= false and transport.gates and transport.gates() or nil
-  self._link.sleep, self._link.timeout = self._sleep, (c.timeout_ms or 1000) / 1000 -- the transports' default
+  -- (the transports' defaults)
+  self._link.sleep, self._link.timeout = self._sleep, (c.timeout_ms or 1000) / 1000
+  self._link.connect_timeout = (c.connect_timeout_ms or 1000) / 1000
   return setmetatable(self, client_mt)
 end
 

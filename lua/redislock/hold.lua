@@ -120,13 +120,13 @@ _M.observe_take = observe_take
 local function acquire(self, key, ms, how, kind)
   local tok, t = new_token(self), self._transport
   local began = self._link.observer and now()
-  local fence, sent, acked, werr, held, cohort = take(self, key, tok, ms, how, kind)
+  local fence, sent, acked, werr, held_with, cohort = take(self, key, tok, ms, how, kind)
   if began then observe_take(self, began, key, kind and kind.ops.kind or "lock", fence, sent) end
   if not fence then return nil, sent end
-  tok = held
+  tok = held_with -- a lock handed down within the worker keeps its token
   if how.replicas and (not acked or acked < how.replicas) then
     lock_mod.new(t, self._link, key, tok, nil, nil, kind and kind.ops):release() -- give it back
-    if cohort then cohort.gates:leave(cohort.name, cohort.gate, cohort.gen, cohort) end
+    if cohort then cohort.gates:done(cohort) end
     if not acked then return nil, werr end -- taken, but the WAIT failed
     -- not durable enough to count as taken
     return nil, string_format("redis: %s reached %d of %d replica%s within %.3g s (WAIT), so it was released",

@@ -241,13 +241,15 @@ function Lock:release(...)
   check_phase(self._t, "release") -- whether or not it needs I/O
   local cohort = self._cohort
   self._cohort = nil
-  local expires = cohort and expires_of(self)
-  if cohort and not unusable(self) and now() < (expires or 0)
+  -- Not while its renewal is on its way: it could land after the next
+  -- holder's, with this TTL.
+  local expires, lease = cohort and expires_of(self), self._lease
+  if cohort and not unusable(self) and now() < (expires or 0) and not (lease and lease.in_flight and lease:in_flight())
      and cohort.gates:hand(cohort, { token = self.token, fence = self.fence, expires = expires }) then
     stop_lease(self)
   else
     local ok, err = lock_eval(self, "release", "release")
-    if cohort then cohort.gates:leave(cohort.name, cohort.gate, cohort.gen, cohort) end
+    if cohort then cohort.gates:done(cohort) end
     if not ok then return nil, err end
   end
   self._state = "released"
@@ -335,6 +337,10 @@ function _M.lease(lock, how, ms, sent)
   local notify = t.reports_loss and function(event, why)
     if event == "lost" then
       lease_lost(lock)
+    elseif event == "released" then -- its request ended inside with_lock: its worker's queue goes on
+      local cohort = lock._cohort
+      lock._cohort = nil
+      if cohort then cohort.gates:done(cohort) end
     else
       observe(lock._link, event, { key = lock.key, kind = lock._ops.kind, why = why })
     end
@@ -373,8 +379,6 @@ local WEAK_VALUES = { __mode = "v" }
 function _M.note(lock)
   local note = { stand_in = _M.new(lock._t, lock._link, lock.key, lock.token, lock.fence, nil, lock._ops),
                  ref = setmetatable({ lock }, WEAK_VALUES) }
-  -- The stand-in leaves the lock's gate when it releases (redislock/ngx_gate.lua).
-  note.stand_in._cohort = lock._cohort
   lock._note = note
   return note
 end

@@ -116,7 +116,7 @@ local function drive(self, call, pool_opts)
     elseif step == "reconnect" then
       sock:close()
       busy_for(ticket, self.connect_timeout_ms + 2 * self.timeout_ms)
-      sock, reused = open(self, pool_opts, ticket)
+      sock, reused, ticket = open(self, pool_opts, ticket)
       if not sock then -- open gave its place back
         call:close()
         return nil, reused

@@ -132,13 +132,22 @@ end
 -- pool name -> { size, used, queue (ngx.semaphore), tickets (ticket -> true) }
 local places = {}
 
--- Takes back the places whose holders are overdue.
+-- Frees a place of p: to the first call that waits for one, if any.
+local function free(p)
+  if p.queue:count() < 0 then
+    p.queue:post(1)
+  else
+    p.used = p.used - 1
+  end
+end
+
+-- Takes back the places whose holders are overdue, for the calls that wait.
 local function reclaim(p)
   local t = now()
   for ticket in pairs(p.tickets) do
     if ticket.due < t then
       p.tickets[ticket] = nil
-      p.used = p.used - 1
+      free(p)
     end
   end
 end
@@ -154,13 +163,18 @@ local function take_place(opts, due_s)
   if p.used >= p.size then reclaim(p) end
   if p.used < p.size then
     p.used = p.used + 1
-  elseif opts.wait_s <= 0 or not p.queue:wait(opts.wait_s) then -- else given the place of one that left
-    reclaim(p)
-    if p.used >= p.size then
-      return nil, string_format("its %d connections of this nginx worker were all in use%s", p.size,
-                                opts.wait_s > 0 and string_format(" for %.3g s", opts.wait_s) or "")
+  else
+    local given = opts.wait_s > 0 and p.queue:wait(opts.wait_s) -- the place of one that left
+    -- A place given as the wait ran out stays with the semaphore: take it.
+    if not given and p.queue:count() > 0 then given = p.queue:wait(0) end
+    if not given then
+      reclaim(p)
+      if p.used >= p.size then
+        return nil, string_format("its %d connections of this nginx worker were all in use%s", p.size,
+                                  opts.wait_s > 0 and string_format(" for %.3g s", opts.wait_s) or "")
+      end
+      p.used = p.used + 1
     end
-    p.used = p.used + 1
   end
   local ticket = { pool = p, due = now() + due_s }
   p.tickets[ticket] = true
@@ -173,11 +187,7 @@ local function give_place(ticket)
   local p = ticket.pool
   if not p.tickets[ticket] then return end
   p.tickets[ticket] = nil
-  if p.queue:count() < 0 then
-    p.queue:post(1)
-  else
-    p.used = p.used - 1
-  end
+  free(p)
 end
 
 
@@ -293,11 +303,11 @@ end
 -- connection (see connect above) in pool_opts (the transport's calls' pool
 -- when nil; or its wait pool), and the ticket of its place there (a place
 -- of its own: a new one unless ticket, the one a call already holds, is
--- given). give_back gives both back. A subscription's pool (one of its own,
--- no pool_size) takes no place.
+-- given, and still its: not taken back). give_back gives both back. A
+-- subscription's pool (one of its own, no pool_size) takes no place.
 local function open(self, pool_opts, ticket)
   local opts = pool_opts or self.pool_opts
-  if opts.pool_size and not ticket then
+  if opts.pool_size and not (ticket and ticket.pool.tickets[ticket]) then
     local why
     ticket, why = take_place(opts, (self.connect_timeout_ms + 2 * self.timeout_ms) / 1000 + SLACK)
     if not ticket then return nil, string_format("connection: cannot connect to %s (%s)", self.where, why) end

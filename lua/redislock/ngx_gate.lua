@@ -48,17 +48,23 @@ function _M.new()
   return setmetatable({ by_name = {} }, mt)
 end
 
---- gates:find(name) -> the gate called name (what is waited for: the
--- primitive and its key), or nil when no request of this worker waits or
--- holds there.
-function Gates:find(name)
-  return self.by_name[name]
-end
-
 -- Requests queued on gate g (the semaphore made when the first one queued).
 local function queued(g)
   local sema = g.sema
   return sema ~= nil and sema:count() < 0
+end
+
+--- gates:find(name) -> the gate called name (what is waited for: the
+-- primitive and its key), or nil when no request of this worker waits or
+-- holds there. A gate nobody queues on whose holder is overdue (its request
+-- ended inside with_lock, or it dropped its lock) is forgotten here.
+function Gates:find(name)
+  local g = self.by_name[name]
+  if g and now() >= g.due and (g.sema == nil or g.sema:count() == 0) then
+    self.by_name[name] = nil
+    return nil
+  end
+  return g
 end
 
 --- gates:enter(name, deadline, value) -> gate, gen, handed | nil, gate:
@@ -88,7 +94,10 @@ function Gates:enter(name, deadline, value)
       sema = semaphore.new(0)
       g.sema = sema
     end
-    if sema:wait(math_min(left, math_max(g.due - now(), 0.001))) then
+    local given = sema:wait(math_min(left, math_max(g.due - now(), 0.001)))
+    -- A turn given as the wait ran out stays with the semaphore: take it.
+    if not given and sema:count() > 0 then given = sema:wait(0) end
+    if given then
       local handed = g.handed
       g.due, g.holding, g.handed = now() + FIRST_DUE, nil, nil
       return g, g.gen, handed
@@ -126,15 +135,23 @@ function Gates:leave(name, g, gen, cohort)
   end
 end
 
---- gates:hold(name, gate, gen, until_s, handed) -> a cohort record: the
+--- gates:hold(name, gate, gen, until_s, handed) -> a cohort record | nil: the
 -- representative took a lock (handed: the one handed down to it) and keeps
 -- the gate while it holds it, until until_s (core.now() seconds: after that
 -- the next in the queue may take its place, and wait on Redis). The record
--- goes with the lock, for hand and leave: { gates, name, gate, gen, done }.
+-- goes with the lock, for hand and done: { gates, name, gate, gen, done };
+-- nil when another request took the caller's place meanwhile.
 function Gates:hold(name, g, gen, until_s, handed)
+  if self.by_name[name] ~= g or g.gen ~= gen then return nil end -- another took its place
   g.holding, g.due = true, until_s
   if not handed then g.passes = 0 end
   return { gates = self, name = name, gate = g, gen = gen }
+end
+
+--- gates:done(cohort): the holder of a cohort record released its lock on
+-- Redis, or its request ended: it leaves the gate (once).
+function Gates:done(cohort)
+  self:leave(cohort.name, cohort.gate, cohort.gen, cohort)
 end
 
 --- gates:hand(cohort, lock) -> true | false: hands the lock that the

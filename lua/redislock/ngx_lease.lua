@@ -128,6 +128,7 @@ local function release_gone(premature, lease)
     ngx_log(ERR, "redislock: cannot release a lock whose request ended inside with_lock (it runs out by its TTL): ",
             err)
   end
+  if lease.notify then pcall(lease.notify, "released") end -- the requests of its worker queued behind it go on
 end
 
 -- The timer: renews what is due, then schedules the next run.
@@ -155,16 +156,25 @@ local function tick(premature, gen)
       due[#due + 1] = lease
     end
   end
+  -- A lease stopped while an earlier one was renewed is left alone: its
+  -- lock may have been handed down to another request, token and all
+  -- (redislock/ngx_gate.lua).
   for _, lease in ipairs(due) do
-    if abandoned(lease) then gone[#gone + 1] = lease else renew(lease, now) end
+    if leases[lease] ~= nil then
+      if abandoned(lease) then gone[#gone + 1] = lease else renew(lease, now) end
+    end
   end
   for _, lease in ipairs(gone) do
     -- Its request's thread ended without unwinding: give the lock back, in
     -- a timer of its own (a refusal that passes is tried again meanwhile).
-    leases[lease] = nil
-    lease.status = "ended"
-    local ok, err = timer_at(0, release_gone, lease)
-    if not ok then ngx_log(ERR, "redislock: cannot start a timer to release a lock (it runs out by its TTL): ", err) end
+    if leases[lease] ~= nil then
+      leases[lease] = nil
+      lease.status = "ended"
+      local ok, err = timer_at(0, release_gone, lease)
+      if not ok then
+        ngx_log(ERR, "redislock: cannot start a timer to release a lock (it runs out by its TTL): ", err)
+      end
+    end
   end
   ticking = false
   schedule()
@@ -195,7 +205,8 @@ end
 -- thread (with_lock): it gets a sentinel (see above) when that thread is one
 -- nginx ends with the request. notify("lost", why) is called (in the timer)
 -- when a renewal finds the lock lost, notify("renew_failed", err) when one
--- failed and will be tried again. op: the script that renews it ("extend", the
+-- failed and will be tried again, notify("released") once the timer
+-- released the lock of a request that ended inside with_lock. op: the script that renews it ("extend", the
 -- default, or a permit's or read-write hold's "sem_extend" ...); the
 -- release that goes with it gives the hold back.
 function _M.start(t, key, token, ttl_ms, opts)
@@ -250,6 +261,11 @@ function Lease:extended(ttl_ms, sent_ms)
   -- landed after it and cut the TTL back: renew with the new TTL at once.
   if self.renewing or (self.renewed or 0) >= sent then self.due = core.now() end
   schedule()
+end
+
+--- Whether a renewal is on its way now.
+function Lease:in_flight()
+  return self.renewing == true
 end
 
 --- The latest time (core.now()) the lock lasts to without another renewal.

@@ -122,6 +122,59 @@ end
 -- block on when one is busy. The lock's:
 _M.LOCK = { take = "take", acquire = "acquire", fair = "acquire_fair", leave = "leave" }
 
+-- The busy answer of take when the wait ran out after an attempt that
+-- answered value (kind.busy's, or the lock's; held: the client's _held).
+local function busy_answer(kind, key, value, wait, held)
+  if kind.busy then return nil, kind.busy(key, value, wait) end
+  local mine = held[key]
+  return nil, busy_message(key, value, wait, ours_by_clock(mine) and mine or nil)
+end
+
+-- Under OpenResty a take that waits goes through its worker's gate for
+-- what it takes (redislock/ngx_gate.lua): w = { gates, name, cohort (with_lock
+-- may keep the gate while it holds, and be handed the lock), try_s (how long
+-- one try may take), gate, gen (once in), handed (a lock handed down to it,
+-- until it is taken over) }. These are its steps.
+
+-- Whether w still is its gate's representative (none took its place).
+local function in_gate(w)
+  local g = w.gate
+  return g ~= nil and g.gen == w.gen and w.gates:find(w.name) == g
+end
+
+-- Enters w's gate (at once when none, else behind the requests there) by
+-- deadline; value: what the caller's last try answered, if any. Returns
+-- true, or false and the gate's last news (for the busy answer).
+local function join(w, deadline, value)
+  local g, gen, handed = w.gates:enter(w.name, deadline, value)
+  if not g then return false, gate_news(gen) end
+  w.gate, w.gen, w.handed = g, gen, handed
+  return true
+end
+
+-- Says when w's representative will be back from a step: by t (core.now()).
+local function due(w, t)
+  if in_gate(w) then w.gate.due = t end
+end
+
+-- Leaves w's gate, if in it.
+local function quit(w)
+  if w.gate then w.gates:leave(w.name, w.gate, w.gen) end
+end
+
+-- A lock handed down to w (ngx_gate's hand) is taken over as it is when its
+-- renewal (how.renew) can extend it in time: returns its fence and cohort
+-- record. Else nil: the acquire script takes it over with this request's
+-- TTL, finding its token there.
+local function take_over(w, how, ms)
+  local handed = w.handed
+  if not how.renew or how.replicas or handed.expires - now() < ms / 3000 then return nil end
+  local cohort = w.gates:hold(w.name, w.gate, w.gen, now() + ms / 1000 + w.try_s, true)
+  if not cohort then return nil end
+  w.handed, cohort.expires = nil, handed.expires
+  return handed.fence, cohort
+end
+
 -- Tries to take key with token until how.wait seconds have passed. Between
 -- attempts it blocks on the lock's wake-up list (mode "notify": release
 -- wakes one waiter, and a block never outlasts the holder's TTL or the
@@ -129,7 +182,8 @@ _M.LOCK = { take = "take", acquire = "acquire", fair = "acquire_fair", leave = "
 -- connection error). A fair waiter queues on the server and leaves the queue
 -- when it gives up. The same token is resent after a connection error: the
 -- acquire scripts treat "the key already holds my token" as success, so a
--- send that landed is not counted twice.
+-- send that landed is not counted twice. Under OpenResty it goes through its
+-- worker's gate (see above).
 -- Returns the fence, the time the successful attempt was sent, (with
 -- how.replicas) how many replicas acknowledged it, or nil and why the WAIT
 -- failed, the token the lock is held with (tok, or that of a lock handed
@@ -140,17 +194,19 @@ local function take(client, key, tok, ms, how, kind)
   local c, sleep, held, hot = client._transport, client._sleep, client._held, client._hot
   local wait, fair = how.wait, how.fair
   local stays = fair or kind.stays
-  -- Under OpenResty the waiters of one worker queue behind the one that
-  -- waits on Redis for them (redislock/ngx_gate.lua), each primitive and
-  -- key on its own; not a multi-key lock (kind.eval), whose key changes.
+  -- The gate: each primitive and key has its own; not a multi-key lock
+  -- (kind.eval), whose key changes. A lock (not a fair one) that with_lock
+  -- takes keeps its gate and may be handed down within the worker (a
+  -- cohort, under a name of its own); not one from acquire, which may be
+  -- released elsewhere (another request, from_token) unheard by the gate.
   local gates = wait > 0 and not kind.eval and client._gates
-  local gate_name = gates and (kind.wait or "lock") .. "/" .. (kind.n or "") .. "/" .. key
-  local gate, gen, handed
-  -- A lock (not a fair one) that with_lock takes through its gate keeps it,
-  -- and may be handed down to the next request queued there (a cohort).
-  -- Not one from acquire: it may be released elsewhere (another request,
-  -- from_token), which the gate would not hear of.
-  local cohort = gates and kind == _M.LOCK and not fair and how.scoped
+  local w
+  if gates then
+    local cohort = kind == _M.LOCK and not fair and how.scoped
+    w = { gates = gates, cohort = cohort,
+          name = (cohort and "cohort" or kind.wait or "lock") .. "/" .. (kind.n or "") .. "/" .. key,
+          try_s = client._link.timeout + client._link.connect_timeout + GATE_SLACK }
+  end
   -- What else each try tells the script: a semaphore's limit, the replicas to WAIT for.
   local more = (kind.n or how.replicas) and { n = kind.n, replicas = how.replicas, replica_ms = how.replica_ms }
   -- The first try is a take (no script, the cheapest for Redis); the tries
@@ -162,91 +218,67 @@ local function take(client, key, tok, ms, how, kind)
   local first = true
   local deadline = now() + wait
   local step = FIRST_STEP
-  -- How long one try may take, at most (a step's due, for the gate).
-  local try_s = client._link.timeout + GATE_SLACK
-  -- The busy answer when the wait ran out after an attempt that answered value.
-  local function busy(value)
-    if kind.busy then return nil, kind.busy(key, value, wait) end
-    local mine = held[key]
-    return nil, busy_message(key, value, wait, ours_by_clock(mine) and mine or nil)
-  end
-  -- A lock handed down by the request before (redislock/ngx_gate.lua's
-  -- hand) is taken over as it is when its renewal (how.renew) can extend it
-  -- in time, else with this request's TTL by the acquire script, which finds
-  -- its token there. Returns the fence, the time and the cohort record of
-  -- a lock taken over as it is, or nil to try the script.
-  local function take_over()
-    tok, op = handed.token, kind.acquire
-    if not how.renew or how.replicas or handed.expires - now() < ms / 3000 then return nil end
-    local cohort_rec = gates:hold(gate_name, gate, gen, handed.expires + try_s, true)
-    cohort_rec.expires = handed.expires
-    return handed.fence, now(), cohort_rec
-  end
-  if gates and gates:find(gate_name) then -- another request of this worker waits there: queue behind it
-    local g
-    gate, g, handed = gates:enter(gate_name, deadline)
-    if not gate then return busy(gate_news(g)) end
-    gen = g
-    if handed then
-      local fence, sent, cohort_rec = take_over()
-      if fence then return fence, sent, nil, nil, tok, cohort_rec end
-    end
+  if w and gates:find(w.name) then -- another request of this worker waits there: queue behind it
+    local ok, news = join(w, deadline)
+    if not ok then return busy_answer(kind, key, news, wait, held) end
   end
   while true do
+    if w and w.handed then
+      tok, op = w.handed.token, kind.acquire
+      local fence, cohort = take_over(w, how, ms)
+      if fence then return fence, now(), nil, nil, tok, cohort end
+    end
     local sent = now()
-    if gate then gate.due = sent + try_s end
+    if w then due(w, sent + w.try_s) end
     local status, value, acked, werr = eval(c, op, key, tok, ms, more)
     if status == 1 then
       if first and hot.keys[key] then -- free at once: cooled down
         hot.keys[key] = nil
         hot.n = hot.n - 1
       end
-      if cohort and not gate and not gates:find(gate_name) then -- taken at once: hold the gate
-        gate, gen = gates:enter(gate_name, deadline)
+      if w and w.cohort then
+        if not w.gate and not gates:find(w.name) then join(w, deadline) end -- taken at once: hold the gate
+        local cohort = w.gate and gates:hold(w.name, w.gate, w.gen, now() + ms / 1000 + w.try_s, w.handed)
+        if cohort then return value, sent, acked, werr, tok, cohort end
       end
-      if cohort and gate then
-        return value, sent, acked, werr, tok, gates:hold(gate_name, gate, gen, now() + ms / 1000 + try_s, handed)
-      end
-      if gate then gates:leave(gate_name, gate, gen) end
+      if w then quit(w) end
       return value, sent, acked, werr, tok
     end
-    handed = nil
+    -- A lock handed down and found gone, or another's: not this request's.
+    if status ~= nil and w then w.handed = nil end
     if status == -1 and wait > 0 then note_hot(hot, key) end
     if op == kind.take then op = kind.acquire end
     first = false
     local queued = false
-    if gates and status ~= nil then
-      if gate then
-        gate.value, gate.at = value, now()
+    if w and status ~= nil then
+      if w.gate then
+        if in_gate(w) then w.gate.value, w.gate.at = value, now() end
       else -- busy: wait on Redis for the worker's requests, or behind the one that does
-        queued = gates:find(gate_name) ~= nil
+        queued = gates:find(w.name) ~= nil
         if queued and stays then c:eval(kind.leave, key, tok) end -- its place is the worker's queue
-        local g
-        gate, g, handed = gates:enter(gate_name, deadline, value)
-        if not gate then return busy(gate_news(g)) end
-        gen = g
-        if handed then
-          local fence, at, cohort_rec = take_over()
-          if fence then return fence, at, nil, nil, tok, cohort_rec end
-        end
+        local ok, news = join(w, deadline, value)
+        if not ok then return busy_answer(kind, key, news, wait, held) end
       end
     end
     local left = deadline - now()
-    if left <= 0 or (status == nil and not retryable(value)) then
+    -- A lock just handed down is taken over first, whatever the deadline says.
+    if (left <= 0 and not (queued and w.handed)) or (status == nil and not retryable(value)) then
       if stays then c:eval(kind.leave, key, tok) end -- best effort: else it drops out in 3 s
-      if gate then gates:leave(gate_name, gate, gen) end
+      -- A lock handed down and not taken over goes back to Redis (best effort).
+      if w and w.handed then c:eval("release", key, tok) end
+      if w then quit(w) end
       if status == nil then return nil, value end
-      return busy(value)
+      return busy_answer(kind, key, value, wait, held)
     end
     -- How long the lock can stay as it is: until the holder's TTL runs out.
     local block = left
     if status == -1 and value >= 0 then block = math_min(block, value / 1000 + 0.001) end
     if stays then block = math_min(block, FAIR_STEP) end
-    if gate then -- others of the worker may be queued behind it: it says how long it will be
+    if w and w.gate then -- others of the worker may be queued behind it: it says how long it will be
       block = math_min(block, GATE_STEP)
-      gate.due = now() + block + try_s
+      due(w, now() + block + w.try_s)
     end
-    if queued then -- its turn came after a wait in the worker's queue: it tries again at once
+    if queued then -- its turn came in the worker's queue: it tries again at once
       step = FIRST_STEP
     elseif status == nil or how.mode == "poll" then
       -- At least 1 ms: nginx's timers have millisecond resolution, and

@@ -191,18 +191,18 @@ function app.release()
 end
 
 --- GET /section?key=k: with_lock (waiting up to 5 s) around a 2 ms section;
--- 200 "ok <enter> <leave> <port> <fence>" (core.now() times; port: the
--- master it ran on) or the error's status and message.
+-- 200 "ok <enter> <leave> <port> <fence> <token>" (core.now() times; port:
+-- the master it ran on) or the error's status and message.
 function app.section()
   local c = client()
-  local enter, leave, port, fence
+  local enter, leave, port, fence, token
   local ok, err = pcall(c.with_lock, c, ngx.var.arg_key, 2, function(lock)
-    enter, port, fence = core.now(), node_port(c, ngx.var.arg_key), lock.fence
+    enter, port, fence, token = core.now(), node_port(c, ngx.var.arg_key), lock.fence, lock.token
     ngx.sleep(0.002)
     leave = core.now()
   end, { wait = 5 })
   if not ok then return reply(status_for(err), tostring(err)) end
-  return reply(200, string.format("ok %.6f %.6f %d %d", enter, leave, port, fence))
+  return reply(200, string.format("ok %.6f %.6f %d %d %s", enter, leave, port, fence, token))
 end
 
 --- GET /master: the port of the master the worker's client uses now (after
