@@ -71,6 +71,7 @@ local function adopt(self, key, tok, fence, sent, ms, how, kind, cohort)
   local lock = lock_mod.new(t, self._link, key, tok, fence,
                             inherited or sent + (t.validity_ms and t:validity_ms(ms) or ms) / 1000, kind and kind.ops)
   lock._since, lock._cohort = sent, cohort
+  if cohort then cohort.gates:keep(cohort, lock) end
   if how.renew then
     lock_mod.lease(lock, how, ms, inherited and inherited - ms / 1000 or sent)
     self._renewed[lock] = true

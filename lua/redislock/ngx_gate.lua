@@ -126,7 +126,7 @@ function Gates:leave(name, g, gen, cohort)
     cohort.done = true
   end
   if gates[name] ~= g or g.gen ~= gen then return end
-  g.holding, g.passes = nil, 0
+  g.holding, g.holder, g.passes = nil, nil, 0
   if queued(g) then
     g.due = now() + FIRST_DUE
     g.sema:post(1)
@@ -148,6 +148,14 @@ function Gates:hold(name, g, gen, until_s, handed)
   return { gates = self, name = name, gate = g, gen = gen }
 end
 
+--- gates:keep(cohort, lock): the gate keeps the holder's lock object (and
+-- so its renewal) alive while it holds the gate: when its request ends
+-- inside with_lock the renewal timer must find it to release the lock and
+-- let the queue go on (redislock/ngx_lease.lua), not the garbage collector.
+function Gates:keep(cohort, lock)
+  if self.by_name[cohort.name] == cohort.gate then cohort.gate.holder = lock end
+end
+
 --- gates:done(cohort): the holder of a cohort record released its lock on
 -- Redis, or its request ended: it leaves the gate (once).
 function Gates:done(cohort)
@@ -166,7 +174,7 @@ function Gates:hand(cohort, lock)
      or not queued(g) then
     return false
   end
-  cohort.done = true
+  cohort.done, g.holder = true, nil
   g.passes = g.passes + 1
   g.handed, g.due = lock, now() + FIRST_DUE
   g.sema:post(1)

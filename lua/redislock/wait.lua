@@ -41,8 +41,9 @@ local FAIR_STEP = 1
 
 -- A gate's representative (redislock/ngx_gate.lua) blocks at most
 -- GATE_STEP seconds at a time, and the next in its queue takes its place
--- when it did not come back GATE_SLACK seconds (and the client's timeout)
--- after its step should have ended: its request ended without leaving.
+-- when it did not come back GATE_SLACK seconds (and the client's timeouts)
+-- after its step should have ended: its request ended without leaving. A
+-- holder is given its TTL and GATE_SLACK.
 local GATE_STEP, GATE_SLACK = 1, 0.5
 
 -- What the representative of gate g last heard (as an attempt's value),
@@ -169,7 +170,7 @@ end
 local function take_over(w, how, ms)
   local handed = w.handed
   if not how.renew or how.replicas or handed.expires - now() < ms / 3000 then return nil end
-  local cohort = w.gates:hold(w.name, w.gate, w.gen, now() + ms / 1000 + w.try_s, true)
+  local cohort = w.gates:hold(w.name, w.gate, w.gen, now() + ms / 1000 + GATE_SLACK, true)
   if not cohort then return nil end
   w.handed, cohort.expires = nil, handed.expires
   return handed.fence, cohort
@@ -238,7 +239,7 @@ local function take(client, key, tok, ms, how, kind)
       end
       if w and w.cohort then
         if not w.gate and not gates:find(w.name) then join(w, deadline) end -- taken at once: hold the gate
-        local cohort = w.gate and gates:hold(w.name, w.gate, w.gen, now() + ms / 1000 + w.try_s, w.handed)
+        local cohort = w.gate and gates:hold(w.name, w.gate, w.gen, now() + ms / 1000 + GATE_SLACK, w.handed)
         if cohort then return value, sent, acked, werr, tok, cohort end
       end
       if w then quit(w) end
