@@ -235,16 +235,15 @@ function Lock:release(...)
   check_nargs("release", 0, ...)
   if self._state == "released" then return true end
   -- Under OpenResty a lock that keeps its worker's gate is handed down to the
-  -- next request queued there, when the lock is still ours by the clock: no
-  -- word to Redis (redislock/ngx_gate.lua). Else it is released on Redis,
-  -- and the gate left, whatever the release says.
+  -- next request queued there when it is still ours by the clock, and its
+  -- renewal is neither on its way (it could land after the next holder's)
+  -- nor due (a Sentinel switch): no word to Redis (redislock/ngx_gate.lua).
+  -- Else it is released on Redis and the gate left, whatever the answer.
   check_phase(self._t, "release") -- whether or not it needs I/O
   local cohort = self._cohort
   self._cohort = nil
-  -- Not while its renewal is on its way: it could land after the next
-  -- holder's, with this TTL.
   local expires, lease = cohort and expires_of(self), self._lease
-  if cohort and not unusable(self) and now() < (expires or 0) and not (lease and lease.in_flight and lease:in_flight())
+  if cohort and not unusable(self) and now() < (expires or 0) and not (lease and lease.due_now and lease:due_now())
      and cohort.gates:hand(cohort, { token = self.token, fence = self.fence, expires = expires }) then
     stop_lease(self)
   else
@@ -336,6 +335,8 @@ function _M.lease(lock, how, ms, sent)
   local t = lock._t
   local notify = t.reports_loss and function(event, why)
     if event == "lost" then
+      local cohort = lock._cohort
+      if cohort then cohort.gates:lost(cohort) end
       lease_lost(lock)
     elseif event == "released" then -- its request ended inside with_lock: its worker's queue goes on
       local cohort = lock._cohort

@@ -26,7 +26,7 @@
 local core = require "redislock.core"
 local semaphore = require "ngx.semaphore"
 
-local setmetatable = setmetatable
+local pairs, setmetatable = pairs, setmetatable
 local math_max, math_min = math.max, math.min
 local now = core.now
 
@@ -37,6 +37,9 @@ local mt = { __index = Gates }
 
 -- Seconds a representative has for its first step, before it said more.
 local FIRST_DUE = 2
+
+-- Gates made between two sweeps of the overdue ones.
+local SWEEP = 256
 
 -- Hand-downs of a lock in a row within a worker, before it goes back to
 -- Redis (where other workers and machines wait for it).
@@ -52,6 +55,12 @@ end
 local function queued(g)
   local sema = g.sema
   return sema ~= nil and sema:count() < 0
+end
+
+--- gates:sweep(): forgets every overdue gate nobody queues on (see find):
+-- those of keys not waited for again.
+function Gates:sweep()
+  for name in pairs(self.by_name) do self:find(name) end
 end
 
 --- gates:find(name) -> the gate called name (what is waited for: the
@@ -85,6 +94,8 @@ function Gates:enter(name, deadline, value)
       local t = now()
       g = { gen = 0, due = t + FIRST_DUE, value = value, at = t, passes = 0 }
       gates[name] = g
+      self.made = (self.made or 0) + 1
+      if self.made % SWEEP == 0 then self:sweep() end
       return g, 0
     end
     local left = deadline - now()
@@ -107,7 +118,7 @@ function Gates:enter(name, deadline, value)
     if gates[name] == g and now() >= g.due then
       g.gen = g.gen + 1
       g.due = now() + FIRST_DUE
-      g.holding, g.handed = nil, nil
+      g.holding, g.holder, g.handed = nil, nil, nil
       return g, g.gen
     end
   end
@@ -135,15 +146,17 @@ function Gates:leave(name, g, gen, cohort)
   end
 end
 
---- gates:hold(name, gate, gen, until_s, handed) -> a cohort record | nil: the
--- representative took a lock (handed: the one handed down to it) and keeps
--- the gate while it holds it, until until_s (core.now() seconds: after that
--- the next in the queue may take its place, and wait on Redis). The record
+--- gates:hold(name, gate, gen, until_s, handed, ttl_ms) -> a cohort record |
+-- nil: the representative took a lock (handed: the one handed down to it;
+-- ttl_ms: its TTL) and keeps the gate while it holds it, until until_s
+-- (core.now() seconds, math.huge while its renewal runs: after that the next
+-- in the queue may take its place, and wait on Redis). The record
 -- goes with the lock, for hand and done: { gates, name, gate, gen, done };
 -- nil when another request took the caller's place meanwhile.
-function Gates:hold(name, g, gen, until_s, handed)
+function Gates:hold(name, g, gen, until_s, handed, ttl_ms)
   if self.by_name[name] ~= g or g.gen ~= gen then return nil end -- another took its place
   g.holding, g.due = true, until_s
+  g.value, g.at = ttl_ms, now() -- for the busy answer of a request that gives up behind it
   if not handed then g.passes = 0 end
   return { gates = self, name = name, gate = g, gen = gen }
 end
@@ -154,6 +167,15 @@ end
 -- let the queue go on (redislock/ngx_lease.lua), not the garbage collector.
 function Gates:keep(cohort, lock)
   if self.by_name[cohort.name] == cohort.gate then cohort.gate.holder = lock end
+end
+
+--- gates:lost(cohort): the holder's lock was found lost; the next in the
+-- queue may take its place soon, should the holder not come back.
+function Gates:lost(cohort)
+  local g = cohort.gate
+  if not cohort.done and self.by_name[cohort.name] == g and g.gen == cohort.gen then
+    g.due = math_min(g.due, now() + FIRST_DUE)
+  end
 end
 
 --- gates:done(cohort): the holder of a cohort record released its lock on

@@ -263,9 +263,10 @@ function Lease:extended(ttl_ms, sent_ms)
   schedule()
 end
 
---- Whether a renewal is on its way now.
-function Lease:in_flight()
-  return self.renewing == true
+--- Whether a renewal is on its way now, or due (also: at once, after a
+-- Sentinel switch).
+function Lease:due_now()
+  return self.renewing == true or self.due <= core.now()
 end
 
 --- The latest time (core.now()) the lock lasts to without another renewal.

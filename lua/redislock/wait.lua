@@ -12,7 +12,7 @@ local lock_mod = require "redislock.lock"
 local transport = require "redislock.transport"
 
 local string_format = string.format
-local math_max, math_min, math_floor = math.max, math.min, math.floor
+local math_max, math_min, math_floor, math_huge = math.max, math.min, math.floor, math.huge
 local now = core.now
 local quote = args.quote
 local ours_by_clock = lock_mod.ours_by_clock
@@ -163,6 +163,16 @@ local function quit(w)
   if w.gate then w.gates:leave(w.name, w.gate, w.gen) end
 end
 
+-- How long a holder keeps w's gate before the next in its queue may take
+-- its place (and wait on Redis): while its renewal runs, until the gate is
+-- left (its release, or its renewal timer's when its request ended; a lost
+-- renewal cuts it short, see redislock/lock.lua); else for its TTL, or its
+-- max_hold and TTL, and GATE_SLACK.
+local function held_until(how, ms)
+  if how.renew and not how.max_hold_ms then return math_huge end
+  return now() + ((how.max_hold_ms or 0) + ms) / 1000 + GATE_SLACK
+end
+
 -- A lock handed down to w (ngx_gate's hand) is taken over as it is when its
 -- renewal (how.renew) can extend it in time: returns its fence and cohort
 -- record. Else nil: the acquire script takes it over with this request's
@@ -170,7 +180,7 @@ end
 local function take_over(w, how, ms)
   local handed = w.handed
   if not how.renew or how.replicas or handed.expires - now() < ms / 3000 then return nil end
-  local cohort = w.gates:hold(w.name, w.gate, w.gen, now() + ms / 1000 + GATE_SLACK, true)
+  local cohort = w.gates:hold(w.name, w.gate, w.gen, held_until(how, ms), true, ms)
   if not cohort then return nil end
   w.handed, cohort.expires = nil, handed.expires
   return handed.fence, cohort
@@ -192,6 +202,7 @@ end
 -- cohort record (redislock/ngx_gate.lua's hold); or nil and an error message.
 local function take(client, key, tok, ms, how, kind)
   kind = kind or _M.LOCK
+  local own_tok = tok
   local c, sleep, held, hot = client._transport, client._sleep, client._held, client._hot
   local wait, fair = how.wait, how.fair
   local stays = fair or kind.stays
@@ -206,7 +217,7 @@ local function take(client, key, tok, ms, how, kind)
     local cohort = kind == _M.LOCK and not fair and how.scoped
     w = { gates = gates, cohort = cohort,
           name = (cohort and "cohort" or kind.wait or "lock") .. "/" .. (kind.n or "") .. "/" .. key,
-          try_s = client._link.timeout + client._link.connect_timeout + GATE_SLACK }
+          try_s = 2 * (client._link.timeout + client._link.connect_timeout) + GATE_SLACK }
   end
   -- What else each try tells the script: a semaphore's limit, the replicas to WAIT for.
   local more = (kind.n or how.replicas) and { n = kind.n, replicas = how.replicas, replica_ms = how.replica_ms }
@@ -239,14 +250,15 @@ local function take(client, key, tok, ms, how, kind)
       end
       if w and w.cohort then
         if not w.gate and not gates:find(w.name) then join(w, deadline) end -- taken at once: hold the gate
-        local cohort = w.gate and gates:hold(w.name, w.gate, w.gen, now() + ms / 1000 + GATE_SLACK, w.handed)
+        local cohort = w.gate and gates:hold(w.name, w.gate, w.gen, held_until(how, ms), w.handed, ms)
         if cohort then return value, sent, acked, werr, tok, cohort end
       end
       if w then quit(w) end
       return value, sent, acked, werr, tok
     end
-    -- A lock handed down and found gone, or another's: not this request's.
-    if status ~= nil and w then w.handed = nil end
+    -- A lock handed down and found gone, or another's: not this request's,
+    -- nor its token (after a connection error it may be, and is kept).
+    if status ~= nil and w and w.handed then tok, w.handed = own_tok, nil end
     if status == -1 and wait > 0 then note_hot(hot, key) end
     if op == kind.take then op = kind.acquire end
     first = false
