@@ -10,7 +10,9 @@
 -- empty makes no stampede here: ab takes about as long to open its 3000
 -- connections as the rebuild takes.) Then the same without the expiry (all
 -- hits, no lock: the floor of the machine for that load, the load generator
--- included), and BENCH_STAMPEDE_CAPPED (1000) in flight against Redis with
+-- included); N requests at once starting with the cache empty (ab -c N -n N:
+-- few of them wait, see above) and the same with it full; and
+-- BENCH_STAMPEDE_CAPPED (1000) in flight against Redis with
 -- maxclients BENCH_STAMPEDE_MAXCLIENTS (64). Three ways, each on an nginx of
 -- its own, BENCH_STAMPEDE_ROUNDS (3) rounds taken in turn:
 --   coalesced      redislock, the waiters of a worker queued in the worker
@@ -87,14 +89,20 @@ end
 -- slowest (ms), failed (ab's failures and non-2xx answers), refused
 -- (connections Redis refused), peak (Redis connections, the poller's left
 -- out), calls (the commands Redis ran), rebuilds.
-local function burst(url, n, expire)
+-- With empty, the cache is empty when ab starts, and n requests in all are
+-- sent (the issue's first measure); with filled_once, the same with the
+-- cache full: its floor.
+local function burst(url, n, expire, empty, filled_once)
   command("DEL", "example:report", "example:report:rebuilds")
-  assert(os.execute("ab -q -n 1 " .. url .. " > /dev/null 2>&1"), "ab failed") -- the cache filled
-  command("DEL", "example:report:rebuilds")
+  if not empty then
+    assert(os.execute("ab -q -n 1 " .. url .. " > /dev/null 2>&1"), "ab failed") -- the cache filled
+    command("DEL", "example:report:rebuilds")
+  end
+  local total = (empty or filled_once) and n or 4 * n
   local out = os.tmpname()
   command("CONFIG", "RESETSTAT") -- the command and rejection counts start from 0
   local rejected = info("stats", "rejected_connections")
-  os.execute(string.format("(ab -q -s 30 -c %d -n %d %s > %s 2>&1; echo ab-done >> %s) &", n, 4 * n, url, out, out))
+  os.execute(string.format("(ab -q -s 30 -c %d -n %d %s > %s 2>&1; echo ab-done >> %s) &", n, total, url, out, out))
   local peak, expired, text = 0, not expire
   repeat
     peak = math.max(peak, info("clients", "connected_clients") - 1)
@@ -113,7 +121,7 @@ local function burst(url, n, expire)
   -- one's: reports built at other times, not failures.
   local connect, receive, exceptions = text:match("Connect: (%d+), Receive: (%d+), Length: %d+, Exceptions: (%d+)")
   local why = { ab = (tonumber(connect) or 0) + (tonumber(receive) or 0) + (tonumber(exceptions) or 0)
-                     + (4 * n - complete),
+                     + (total - complete),
                 non2xx = tonumber(text:match("Non%-2xx responses:%s*(%d+)")) or 0,
                 refused = info("stats", "rejected_connections") - rejected }
   local failed = why.ab + why.non2xx
@@ -137,7 +145,8 @@ local WAYS = {
     env = "", second_port = true },
 }
 
--- One round of one way: a fresh nginx; the stampede, the same warm, the
+-- One round of one way: a fresh nginx; the stampede, the same warm; N
+-- requests starting with the cache empty, the same with it full; the
 -- stampede against maxclients.
 local function round(way)
   local port, pid, prefix = ngxlib.start(conf_of, "REDIS_URL=redis://127.0.0.1:" .. B.port .. " " .. way.env)
@@ -151,6 +160,8 @@ local function round(way)
       r.held = tonumber(m:match('redislock_hold_seconds_total{kind="lock"} ([%d.e+-]+)'))
     end
     r.warm = burst(url, N, false)
+    r.empty = burst(url, N, false, true)
+    r.empty_warm = burst(url, N, false, false, true)
     command("CONFIG", "SET", "maxclients", tostring(MAXCLIENTS))
     r.capped = burst(url, CAPPED, true)
   end)
@@ -209,6 +220,14 @@ for _, way in ipairs(WAYS) do
            label = string.format("slowest answer, %s, %d requests, cache empty", way.label, N) })
   -- The targets are the default way's; the others are there to compare.
   local default = way.id == "coalesced"
+  B.emit({ name = id .. ".empty_slowest", value = median(list, "empty", "slowest"), unit = "ms",
+           baseline = id .. ".empty_warm", baseline_value = median(list, "empty_warm", "slowest"),
+           note = string.format("ab -c %d -n %d, the cache empty at the start, %d rounds", N, N, ROUNDS),
+           label = string.format("slowest answer, %s, %d requests, the cache empty at the start (ratio: to the same"
+                                 .. " with it full)", way.label, N) })
+  B.emit({ name = id .. ".empty_warm", value = median(list, "empty_warm", "slowest"), unit = "ms",
+           note = string.format("ab -c %d -n %d, the cache full, %d rounds", N, N, ROUNDS),
+           label = string.format("slowest answer, %s, %d requests, the cache full", way.label, N) })
   B.emit({ name = id .. ".failed", value = sum(list, "cold", "failed"), unit = "requests", note = note,
            target = default and { "==", 0 } or nil,
            label = string.format("failed answers, %s (all rounds)", way.label) })
@@ -225,6 +244,13 @@ for _, way in ipairs(WAYS) do
     B.emit({ name = id .. ".section", value = B.percentile(ms, 50), unit = "ms", note = note,
              label = string.format("the time one section held the lock, %s (the rebuild's left out; from the"
                                    .. " example's observer, GET /metrics)", way.label) })
+    local n, held = {}, {}
+    for i, r in ipairs(list) do n[i], held[i] = r.sections - 1, r.held - REBUILD end
+    B.emit({ name = id .. ".sections", value = B.percentile(n, 50), unit = "sections", note = note,
+             label = string.format("sections per stampede (the filling request's left out), %s", way.label) })
+    B.emit({ name = id .. ".held", value = B.percentile(held, 50) * 1000, unit = "ms", note = note,
+             label = string.format("the lock held in all, one section after another (the filling request's"
+                                   .. " left out), %s", way.label) })
   end
   B.emit({ name = id .. ".commands", value = median(list, "cold", "calls"), unit = "commands", note = note,
            label = string.format("Redis commands per stampede, %s (%d answered from the cache when warm)",
