@@ -121,12 +121,10 @@ function _M.new(opts, ...)
     if field == "db" and opts.db == nil then return "the URL's database" end
     return "option '" .. field .. "'"
   end)
-  if opts.pool_size ~= nil then check_whole(1, "new", "option 'pool_size'", opts.pool_size, 1, 1000000) end
-  c.pool_size = opts.pool_size
-  if opts.wait_connections ~= nil then
-    check_whole(1, "new", "option 'wait_connections'", opts.wait_connections, 1, 1000000)
+  for _, name in pairs({ "pool_size", "wait_connections" }) do
+    if opts[name] ~= nil then check_whole(1, "new", "option '" .. name .. "'", opts[name], 1, 1000000) end
+    c[name] = opts[name]
   end
-  c.wait_connections = opts.wait_connections
   if opts.coalesce ~= nil and type(opts.coalesce) ~= "boolean" then
     argerror(1, "new", "option 'coalesce' must be a boolean, got " .. type(opts.coalesce))
   end

@@ -63,7 +63,7 @@ function _M.new(c)
     host = addr, port = port, path = c.path, where = where, db = c.db or 0,
     prefix = c.prefix or "lock:",
     connect_timeout_ms = c.connect_timeout_ms or 1000, timeout_ms = c.timeout_ms or 1000,
-    keepalive_ms = c.keepalive_timeout_ms, pool_size = c.pool_size, closed_ = false,
+    keepalive_ms = c.keepalive_timeout_ms, closed_ = false,
   }
   conn.configure(self, c, host)
   return setmetatable(self, mt)

@@ -44,7 +44,6 @@ local SWEEP = 256
 -- Hand-downs of a lock in a row within a worker, before it goes back to
 -- Redis (where other workers and machines wait for it).
 local COHORT = 16
-_M.COHORT = COHORT
 
 --- A client's gates: none yet.
 function _M.new()

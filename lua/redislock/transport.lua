@@ -82,7 +82,6 @@ local c_runtime = {
   watch = function(master, sentinels) return core.sentinel_watch(master, unpack(sentinels)) end,
   moved = core.move_leases,
   check_names = function() end,
-  gates = nil,
 }
 local runtime = ngx_transport and ngx_transport.runtime or c_runtime
 
