@@ -170,6 +170,11 @@ rl_step rl_call_start(rl_call *call, int reused, redisReader *reader) {
   call->reader = reader;
   call->keep = 1;
   drop_replies(call);
+  /* A connection that vouches for its master's ID (one kept open since an
+     acquire script checked it) tells a release, whose handoff then needs
+     no INFO; a new one does not, nor a release moved to one. */
+  if (call->cmd != NULL && call->cmd->op == RL_OP_RELEASE)
+    rl_cmd_trust(call->cmd, reused && call->era != NULL ? call->era : NULL);
   /* A transaction after ASKING is refused whole: the script instead. */
   if (call->phase == PH_TAKE && call->asking) {
     rl_cmd_use_acquire(call->cmd);

@@ -71,7 +71,8 @@ rl_op rl_lua_check_script(lua_State *L, int idx, int nidx, const char **key, siz
     lua_Integer v = lua_tointegerx(L, nidx, &isnum);
     luaL_argcheck(L, nidx > 0, idx, "this op needs a count, which this call cannot take");
     luaL_argcheck(L, lua_type(L, nidx) == LUA_TNUMBER && isnum && v >= 1 && v <= RL_MAX_MS, nidx,
-                  "limit must be an integer >= 1");
+                  op == RL_OP_SEM_ACQUIRE || op == RL_OP_SEM_ACQUIRE_WAIT ? "limit must be an integer >= 1"
+                                          : "the TTL to hand over must be an integer number of milliseconds >= 1");
     *n = (long long)v;
   }
   return op;

@@ -180,13 +180,14 @@ static int core_new(lua_State *L) {
 /*
  * client:eval(op, key, token[, ms[, more]]) -> status, value[, acked | nil, err] | nil, err
  * Runs one script. op is "acquire", "release", "extend", "pttl",
- * "acquire_fair", "leave" or "release_one" (a release of the lock's key
+ * "acquire_wait", "acquire_fair", "leave" or "release_one" (a release of the lock's key
  * alone, for a cluster slot half moved), or "take": the first try of an
  * acquire, the acquire script's work without a script (see rl_script.c),
  * followed by the acquire script when the lock is held; or one of the
  * semaphore's and read-write lock's ("sem_acquire" ... "write_leave"). ms is
  * the ttl of the ops that take one; more a table of what else: n (the limit
- * of sem_acquire), replicas and replica_ms. Leaves two values: status 1
+ * of sem_acquire; the TTL a handoff gives, in ms, of acquire_wait and
+ * acquire_fair), replicas and replica_ms. Leaves two values: status 1
  * (ours), 0 (no such lock) or -1 (another owner's), and the fence (acquire
  * when ours) or milliseconds left; or nil and a "connection: ..." /
  * "redis: ..." message. With more.replicas, a script that answered 1 is
@@ -283,11 +284,13 @@ static int client_command(lua_State *L) {
 }
 
 /*
- * client:wait(key, token, ms[, op]) -> true | false | nil, err
+ * client:wait(key, token, ms[, op]) -> wake-up | false | nil, err
  * Blocks on the wake-up list of the lock (or of the semaphore or read-write
- * lock op belongs to; the shared one, or a fair waiter's own when token is
- * not nil) for at most ms, on the client's second connection so that the
- * first stays free. true when woken, false when the time ran out.
+ * lock op belongs to; the shared one, or a registered waiter's own when
+ * token is not nil) for at most ms, on the client's second connection so
+ * that the first stays free. When woken, what woke it (a string: "1", or a
+ * handoff's "<fence> <age> <at>", see rl_script.c); false when the time
+ * ran out.
  */
 static int client_wait(lua_State *L) {
   rl_client *c = rl_lua_check_client(L, 1);
@@ -312,6 +315,14 @@ static int client_wait(lua_State *L) {
   }
   if (r->type == REDIS_REPLY_ERROR) return rl_lua_push_command_reply(L, r, 6);
   type = r->type;
+  if (type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_STRING &&
+      r->element[1]->len < sizeof err) { /* copied out: nothing may raise while r is alive */
+    size_t len = r->element[1]->len;
+    memcpy(err, r->element[1]->str, len);
+    freeReplyObject(r);
+    lua_pushlstring(L, err, len);
+    return 1;
+  }
   freeReplyObject(r);
   lua_pushboolean(L, type == REDIS_REPLY_ARRAY);
   return 1;

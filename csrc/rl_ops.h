@@ -14,15 +14,16 @@
 /* The names of the scripts' keys, as indexes into rl_cmd.key/klen and
    rl_key_suffix (their suffixes after "<prefix>{<key>}"). Each primitive has
    names of its own: a semaphore and a lock of the same name do not meet. */
-enum { K_LOCK, K_FENCE, K_SIGNAL, K_QUEUE, K_ALIVE, K_WAITERS,
-       K_PERMITS, K_PFENCE, K_PSIGNAL, K_PWAITERS,
+enum { K_LOCK, K_FENCE, K_SIGNAL, K_QUEUE, K_HAND, K_WAITERS,
+       K_PERMITS, K_PFENCE, K_PSIGNAL, K_PWAITERS, K_PQUEUE, K_PHAND, K_PHANDED,
        K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWSIGNAL, K_RWWAITERS,
        K_ERA /* the slot's era record: "<prefix>{<era tag>}:era", not the key's */ };
 
 extern const char *const rl_key_suffix[RL_NAMES];
 
 /* An op's flags: it takes a time (ms >= 1: a ttl, or fence_up's fence) and
-   a count (n >= 1: sem_acquire's limit); it is never sent twice (a release:
+   a count (n >= 1: sem_acquire's limit; a registering try's TTL to hand
+   over, in ms); it is never sent twice (a release:
    a second one would find the hold gone); it waits with a stay (a fair
    waiter, or a waiting writer, leaves the queue unless it comes back
    within RL_FAIR_STAY_MS). */

@@ -228,13 +228,28 @@ void rl_cmd_use_acquire(rl_cmd *cmd) {
   if (cmd->op == RL_OP_TAKE) cmd->op = RL_OP_ACQUIRE; /* argv is acquire's already */
 }
 
-int rl_cmd_claim(rl_cmd *cmd, const char *era) {
+/* Appends a master ID (RL_REPLID_LEN hex digits) to cmd's arguments, kept
+   in cmd->era: 0, or -1 when era is not one or there is no room. */
+static int add_era(rl_cmd *cmd, const char *era) {
   size_t n = strlen(era);
-  if (cmd->op != RL_OP_ACQUIRE || n != RL_REPLID_LEN || cmd->argc >= RL_CMD_MAXARGS) return -1;
+  if (n != RL_REPLID_LEN || cmd->argc >= RL_CMD_MAXARGS) return -1;
   memcpy(cmd->era, era, n + 1);
   cmd->argv[cmd->argc] = cmd->era;
   cmd->len[cmd->argc++] = n;
   return 0;
+}
+
+int rl_cmd_claim(rl_cmd *cmd, const char *era) {
+  return cmd->op == RL_OP_ACQUIRE ? add_era(cmd, era) : -1;
+}
+
+int rl_cmd_trust(rl_cmd *cmd, const char *era) {
+  if (cmd->op != RL_OP_RELEASE) return -1;
+  if (cmd->era[0] != '\0') { /* the ID told before goes */
+    cmd->argc--;
+    cmd->era[0] = '\0';
+  }
+  return era != NULL && era[0] != '\0' ? add_era(cmd, era) : 0;
 }
 
 void rl_cmd_use_eval(rl_cmd *cmd) {

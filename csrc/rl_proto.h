@@ -44,6 +44,9 @@ typedef enum {
   RL_OP_WRITE_EXTEND,
   RL_OP_WRITE_PTTL,
   RL_OP_WRITE_LEAVE,   /* a waiting writer gives up: readers may come in again */
+  RL_OP_ACQUIRE_WAIT,  /* acquire, else register for a handoff (the release hands the lock over) */
+  RL_OP_SEM_ACQUIRE_WAIT, /* sem_acquire, else register for a permit handed over */
+  RL_OP_SEM_LEAVE,     /* a registered semaphore waiter gives up; a permit handed to it goes on */
   RL_OP_COUNT
 } rl_op;
 
@@ -94,12 +97,15 @@ typedef enum {
    holds exactly, 2^53, about 285,000 years. Redis takes more (SET PX and
    PEXPIRE to LLONG_MAX less the clock), and script numbers are doubles. */
 #define RL_MAX_MS 9007199254740992LL
-#define RL_MAX_KEYS 6                    /* the most keys one script uses */
-#define RL_NAMES 17                     /* the names of all scripts' keys (rl_ops.h) */
+#define RL_MAX_KEYS 8                    /* the most keys one script uses */
+#define RL_NAMES 20                     /* the names of all scripts' keys (rl_ops.h) */
 #define RL_CMD_MAXARGS (3 + RL_MAX_KEYS + 4)
 #define RL_SIGNAL_MS 1000               /* a wake-up signal waits this long for a taker */
 #define RL_WAITERS_SLACK_MS 1000        /* the waiters mark outlives the lock's TTL by this */
 #define RL_FAIR_STAY_MS 3000            /* a fair waiter not back by then leaves the queue */
+/* A lock handed to a waiter that did not take up its wake-up within this
+   (it died, or gave up meanwhile) may be taken by another (rl_script.c). */
+#define RL_CLAIM_MS 500
 /* A new era's offset is the master's clock in milliseconds, and at least the
    last era's offset plus this (rl_script.c, "Fences across failovers"). */
 #define RL_ERA_STEP 1000
@@ -223,6 +229,13 @@ void rl_cmd_use_acquire(rl_cmd *cmd);
    write): the script answers RL_UNVERIFIED when this master's ID is
    another. 0, or -1 when cmd is not an acquire or era not an ID. */
 int rl_cmd_claim(rl_cmd *cmd, const char *era);
+
+/* Tells a release the master ID era (RL_REPLID_LEN hex digits) its
+   connection vouches for (as it does for a take), in place of any told
+   before; era NULL or "" tells none. A handoff then trusts an era record
+   that names it without reading INFO (rl_script.c). 0, or -1 when cmd is
+   not a release or era not an ID. */
+int rl_cmd_trust(rl_cmd *cmd, const char *era);
 
 /* Switches cmd from EVALSHA to EVAL (after a NOSCRIPT reply); a take becomes
    the acquire script. */

@@ -16,14 +16,17 @@
  * lock's hash tag, so Redis Cluster runs each script on one node:
  *   <prefix>{<key>}          the lock: its value is the owner's token
  *   <prefix>{<key>}:fence    the fencing counter (never expires)
- *   <prefix>{<key>}:signal   wake-one list waiters block on (BLPOP); a fair
- *                            waiter blocks on <...>:signal:<its token>
- *   <prefix>{<key>}:queue    fair waiters by arrival (score: server time, us)
- *   <prefix>{<key>}:alive    fair waiters by deadline (score: ms); one that
- *                            stops coming back by then leaves the queue
+ *   <prefix>{<key>}:signal   wake-one list waiters block on (BLPOP); a
+ *                            registered waiter blocks on <...>:signal:<its token>
+ *   <prefix>{<key>}:queue    registered waiters by arrival (score: server
+ *                            time, us)
+ *   <prefix>{<key>}:hand     each registered waiter's registration: "<the ms
+ *                            (server time) by which it must be back> <the
+ *                            TTL to hand it>"; one that stops coming back
+ *                            by then leaves the queue
  *   <prefix>{<key>}:waiters  the waiters mark: set by every acquire that
  *                            fails, for the holder's TTL and a second (for a
- *                            fair waiter: as long as it stays queued)
+ *                            registered waiter: as long as it stays queued)
  *
  * The first try of an acquire is a take, no script: MULTI, SET key token NX
  * PX ms, INCR fence, GET of the slot's era record, EXEC, one atomic step
@@ -55,6 +58,29 @@
  * it was told (wait.lua), and one that tries again and fails sets the mark
  * again. The signal key of a fair waiter is built in the script (from
  * KEYS[2] and the queue's token); it has the same hash tag.
+ *
+ * Handing over. A waiter that will block registers for a handoff on each
+ * try that finds the lock held (acquire_wait; a fair waiter's acquire_fair
+ * too): in the queue (by arrival), and in <prefix>{<key>}:hand with the
+ * time it must be back by and the TTL to hand it; then it blocks on its
+ * own list <...>:signal:<token>. A release that finds a live registered
+ * waiter at the queue's head gives it the lock
+ * in the same script: the key takes its token with its TTL, the fence
+ * grows, and its list gets "<fence> <age> <at>" (age: ms since it
+ * registered, for its clock; at: the server's ms then). Its BLPOP is served
+ * as the script ends, and it returns holding the lock: no second round
+ * trip. A waiter may not be there to take it: its process died, or it gave
+ * up as the release came. It cannot block on its list any more, so the
+ * element stays; a try by another that finds the lock held by a token whose
+ * list still holds a handoff older than RL_CLAIM_MS takes that handoff back
+ * (deletes the lock and the element, in one step: the late waiter, if any,
+ * then finds nothing and tries again). A waiter that gives up (leave) passes
+ * on a lock handed to it meanwhile; one whose block ended as the lock came
+ * finds its own token on its next try, which takes it and drops the element.
+ * Nothing tells a paused waiter from a live one (Redis serves its BLPOP
+ * all the same): it holds the lock for the TTL it registered, as a holder
+ * paused in its section does (README: limits); a waiter that renews
+ * registers a short one, which its renewal extends at once (wait.lua).
  *
  * Fences across failovers. Replication is asynchronous: a promoted replica
  * may lack the last INCRs of the master it replaces, and that master may
@@ -108,28 +134,94 @@
  * master wrote (README: limits).
  */
 
-/* Drops fair waiters whose deadline passed, and a head of the queue with no
-   deadline at all (left by an eviction or a partial delete); leaves `now`
-   (ms, server time). */
-#define PRUNE_QUEUE(queue, alive)                                          \
-  "local t = redis.call('TIME')\n"                                         \
-  "local now = t[1] * 1000 + math.floor(t[2] / 1000)\n"                    \
-  "local dead = redis.call('ZRANGEBYSCORE', " alive ", '-inf', now)\n"     \
-  "for _, w in ipairs(dead) do redis.call('ZREM', " queue ", w) end\n"   \
-  "if #dead > 0 then redis.call('ZREMRANGEBYSCORE', " alive ", '-inf', now) end\n" \
+/* With `now` set (NOW): finds the queue's first live waiter, heir (nil when
+   none), with hms, the TTL to hand it, and since, when it registered (ms,
+   server time); waiters found dead on the way (past their deadline, or
+   with no registration: left by an eviction or a partial delete) leave the
+   queue. A registration is "<deadline> <ttl>", its deadline RL_FAIR_STAY_MS
+   after it was made. */
+#define FIRST_LIVE(queue, hand)                                            \
+  "local heir, hms, since\n"                                               \
   "while true do\n"                                                        \
-  "  local h = redis.call('ZRANGE', " queue ", 0, 0)[1]\n"                 \
-  "  if not h or redis.call('ZSCORE', " alive ", h) then break end\n"      \
-  "  redis.call('ZREM', " queue ", h)\n"                                   \
+  "  heir = redis.call('ZRANGE', " queue ", 0, 0)[1]\n"                    \
+  "  if not heir then break end\n"                                         \
+  "  local r = redis.call('HGET', " hand ", heir)\n"                       \
+  "  local due, ttl = string.match(r or '', '^(%d+) (%d+)$')\n"            \
+  "  if due and tonumber(due) > now then\n"                                \
+  "    hms, since = ttl, tonumber(due) - " RL_STR(RL_FAIR_STAY_MS) "\n"      \
+  "    break\n"                                                            \
+  "  end\n"                                                                \
+  "  redis.call('ZREM', " queue ", heir)\n"                                \
+  "  if r then redis.call('HDEL', " hand ", heir) end\n"                   \
   "end\n"
 
-/* Wakes one waiter: the fair queue's head, else the shared list. */
-#define SIGNAL_ONE(signal, queue)                                          \
-  "local head = redis.call('ZRANGE', " queue ", 0, 0)[1]\n"                \
-  "local sig = head and (" signal " .. ':' .. head) or " signal "\n"       \
+/* Wakes one waiter with "1" (it tries again): heir's own list, or the
+   shared one when heir is nil. */
+#define WAKE_ONE(signal)                                                   \
+  "local sig = heir and (" signal " .. ':' .. heir) or " signal "\n"       \
   "redis.call('DEL', sig)\n"                                               \
   "redis.call('RPUSH', sig, 1)\n"                                          \
   "redis.call('PEXPIRE', sig, " RL_STR(RL_SIGNAL_MS) ")\n"
+
+/* After FIRST_LIVE found heir, with the lock free: hands it the lock (see
+   "Handing over") and sets handed. Needs era() (ERA_FN). No DEL before
+   the RPUSH: a plain wake-up left in the list ("1") only makes the waiter
+   try once more, which finds its own token. The lock is written after
+   the fence's INCR, so that a failure there hands nothing over. */
+#define HAND_TO_HEIR(lock, signal, queue, hand, fence, rec)                \
+  "local f = redis.call('INCR', " fence ") + era(" rec ")\n"                \
+  "redis.call('SET', " lock ", heir, 'PX', hms)\n"                          \
+  "handed = true\n"                                                        \
+  "redis.call('ZREM', " queue ", heir)\n"                                   \
+  "redis.call('HDEL', " hand ", heir)\n"                                    \
+  "local sig = " signal " .. ':' .. heir\n"                                 \
+  "redis.call('RPUSH', sig, " FMT "f) .. ' ' .. " FMT "math.max(now - since, 0)) .. ' ' .. " FMT "now))\n" \
+  "redis.call('PEXPIRE', sig, hms)\n"
+
+/* With the lock free and `now` set: hands it to the first live registered
+   waiter, or wakes one waiter of the shared list (those that did not
+   register: a multi-key lock's, or an older version's). */
+#define HAND_NEXT(lock, signal, queue, hand, fence, rec)                   \
+  FIRST_LIVE(queue, hand)                                                  \
+  "if heir then\n"                                                         \
+  HAND_TO_HEIR(lock, signal, queue, hand, fence, rec)                      \
+  "else\n"                                                                 \
+  WAKE_ONE(signal)                                                         \
+  "end\n"
+
+/* Registers waiter ARGV[1] for a handoff of hms ms (an ARGV: see "Handing
+   over"): in the queue by arrival (kept when it is there already), and
+   its registration, which lasts ARGV[4] ms; and the waiters mark for as
+   long as the lock may stay as it is (left ms) or the registration lasts,
+   and a second. Its own list is emptied: the try found the lock not its
+   own, so a handoff left there is of a lock it no longer holds (taken
+   back, force-released, evicted), and must not be taken for one. */
+#define REGISTER(lock, queue, hand, waiters, hms)                          \
+  "redis.call('DEL', " lock " .. ':signal:' .. ARGV[1])\n"                  \
+  "redis.call('ZADD', " queue ", 'NX', t[1] .. string.format('%06d', t[2]), ARGV[1])\n" \
+  "redis.call('HSET', " hand ", ARGV[1], " FMT "now + tonumber(ARGV[4])) .. ' ' .. " hms ")\n" \
+  "redis.call('PEXPIRE', " queue ", ARGV[4])\n"                             \
+  "redis.call('PEXPIRE', " hand ", ARGV[4])\n"                              \
+  "redis.call('SET', " waiters ", 1, 'PX', math.max(left, tonumber(ARGV[4])) + " RL_STR(RL_WAITERS_SLACK_MS) ")\n"
+
+/* Defines stale(v): whether the lock (KEYS[1]), held by token v, was
+   handed to a waiter that has not taken up its wake-up (the last element
+   of its list: a plain wake-up may be before it): nil when not (or not a
+   handoff); the ms until it may be taken back (RL_CLAIM_MS after the
+   handoff); or 0 when it was older and has just been taken back (the lock
+   and the element deleted: the lock is free). */
+#define STALE_FN                                                           \
+  "local function stale(v)\n"                                              \
+  "  local sig = KEYS[1] .. ':signal:' .. v\n"                              \
+  "  local e = redis.call('LINDEX', sig, -1)\n"                              \
+  "  local at = e and tonumber(string.match(e, ' (%d+)$'))\n"               \
+  "  if not at then return nil end\n"                                      \
+  "  local t = redis.call('TIME')\n"                                       \
+  "  local age = t[1] * 1000 + math.floor(t[2] / 1000) - at\n"             \
+  "  if age < " RL_STR(RL_CLAIM_MS) " then return " RL_STR(RL_CLAIM_MS) " - age end\n" \
+  "  redis.call('DEL', KEYS[1], sig)\n"                                    \
+  "  return 0\n"                                                           \
+  "end\n"
 
 /* Leaves `now` (ms, server time) and `t` (TIME's reply). */
 #define NOW                                                                \
@@ -142,16 +234,19 @@
 /* Defines era(rec): the fence offset of this master's era in the slot whose
    era record is rec (see "Fences across failovers"), starting a new era
    there when the record names another master; it leaves era_id, this
-   master's ID. INFO is read once a script. */
+   master's ID. INFO is read once a script, and not at all when the record
+   names era_trust (set by a script whose connection vouches for that ID as
+   this master's, as a take's does). */
 #define ERA_FN                                                             \
-  "local era_info, era_id\n"                                               \
+  "local era_info, era_id, era_trust\n"                                    \
   "local function era(rec)\n"                                              \
+  "  local r = redis.call('GET', rec)\n"                                   \
+  "  local off = r and tonumber(string.match(r, ' (%d+)$')) or 0\n"        \
+  "  if era_trust and r and string.sub(r, 1, #era_trust + 1) == era_trust .. ' ' then return off end\n" \
   "  era_info = era_info or redis.call('INFO', 'replication')\n"           \
   "  local id = string.match(era_info, 'master_replid:(%x+)')\n"           \
   "  if not id then error('redislock: INFO replication names no master_replid') end\n" \
   "  era_id = id\n"                                                        \
-  "  local r = redis.call('GET', rec)\n"                                   \
-  "  local off = r and tonumber(string.match(r, ' (%d+)$')) or 0\n"        \
   "  if r and string.sub(r, 1, #id + 1) == id .. ' ' then return off end\n" \
   "  local promoted = not string.find(era_info, 'master_replid2:' .. string.rep('0', 40), 1, true)\n" \
   "  if r or promoted then\n"                                              \
@@ -239,40 +334,91 @@
    on when it is this master's (rl_cmd_claim). Replies one integer: the
    fence, or -2 - the holder's PTTL; or {2, the fence} when the lock is
    ours but this master's ID is not ARGV[3] (an earlier master wrote the
-   record: not to be trusted). */
+   record: not to be trusted). A lock handed to a waiter that never took
+   it up is taken back (stale, see "Handing over"). */
 static const char acquire_script[] =
   ERA_FN
+  STALE_FN
   "local function ours(fence)\n"
   "  if ARGV[3] and ARGV[3] ~= era_id then return {2, fence} end\n"
   "  return fence\n"
   "end\n"
-  "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
+  "local function take()\n"
+  "  return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\n"
+  "end\n"
+  "if take() then\n"
   "  return ours(redis.call('INCR', KEYS[2]) + era(KEYS[4]))\n"
   "end\n"
-  "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+  "local v = redis.call('GET', KEYS[1])\n"
+  "if v == ARGV[1] then\n"
   "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+  "  redis.call('DEL', KEYS[1] .. ':signal:' .. ARGV[1])\n"
   "  local fence = tonumber(redis.call('GET', KEYS[2]))\n"
   "  if fence and fence >= 1 then return ours(fence + era(KEYS[4])) end\n"
   "  return ours(redis.call('INCR', KEYS[2]) + era(KEYS[4]))\n"
   "end\n"
   "local left = redis.call('PTTL', KEYS[1])\n"
+  "local s = v and stale(v)\n"
+  "if s == 0 and take() then return ours(redis.call('INCR', KEYS[2]) + era(KEYS[4])) end\n"
+  "if s and s > 0 and s < left then left = s end\n"
   "redis.call('SET', KEYS[3], 1, 'PX', math.max(left, 0) + " RL_STR(RL_WAITERS_SLACK_MS) ")\n"
   "return -2 - left\n";
 
-/* release: KEYS lock, signal, queue, alive, waiters; ARGV[1] token.
-   The wake-up runs only when the waiters mark is set, and under pcall:
-   once the lock is deleted, a failure there (a key of the wrong type, no
-   memory) must not turn the release into an error, as Redis does not
-   undo the DEL. Replies one integer: 1, 0 (no lock), or -2 - the PTTL
-   of another owner's. */
-static const char release_script[] =
+/* acquire_wait: KEYS lock, fence, queue, hand, waiters, era; ARGV[1]
+   token, ARGV[2] ttl (ms), ARGV[3] the TTL a handoff gives it (ms: the
+   ttl, or less for a waiter whose renewal extends it at once), ARGV[4]
+   how long its registration lasts (ms).
+   A waiter's try: acquire's, which registers the waiter for a handoff when
+   the lock is held (see "Handing over"), and drops its registration when
+   it takes the lock. Replies as acquire. */
+static const char acquire_wait_script[] =
+  ERA_FN
+  STALE_FN
+  "local function taken(fence)\n"
+  "  redis.call('ZREM', KEYS[3], ARGV[1])\n"
+  "  redis.call('HDEL', KEYS[4], ARGV[1])\n"
+  "  return fence + era(KEYS[6])\n"
+  "end\n"
+  "local function take()\n"
+  "  return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\n"
+  "end\n"
+  "if take() then return taken(redis.call('INCR', KEYS[2])) end\n"
   "local v = redis.call('GET', KEYS[1])\n"
   "if v == ARGV[1] then\n"
-  "  redis.call('DEL', KEYS[1])\n"
+  "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+  "  redis.call('DEL', KEYS[1] .. ':signal:' .. ARGV[1])\n"
+  "  local fence = tonumber(redis.call('GET', KEYS[2]))\n"
+  "  if fence and fence >= 1 then return taken(fence) end\n"
+  "  return taken(redis.call('INCR', KEYS[2]))\n"
+  "end\n"
+  "local left = redis.call('PTTL', KEYS[1])\n"
+  "local s = v and stale(v)\n"
+  "if s == 0 and take() then return taken(redis.call('INCR', KEYS[2])) end\n"
+  "if s and s > 0 and s < left then left = s end\n"
+  NOW
+  REGISTER("KEYS[1]", "KEYS[3]", "KEYS[4]", "KEYS[5]", "ARGV[3]")
+  "return -2 - left\n";
+
+/* release: KEYS lock, signal, queue, hand, waiters, fence, era; ARGV[1]
+   token, and ARGV[2], when the connection vouches for this master's ID
+   (see "Fences across failovers"), that ID: a handoff then trusts an era
+   record that names it without reading INFO. The handoff or wake-up runs
+   only when the waiters mark is set, and under pcall: a failure there (a
+   key of the wrong type, no memory) must not turn the release into an
+   error, as Redis does not undo what ran before it; the lock is deleted
+   after it unless it was handed over. Replies one integer: 1, 0 (no
+   lock), or -2 - the PTTL of another owner's. */
+static const char release_script[] =
+  ERA_FN
+  "local v = redis.call('GET', KEYS[1])\n"
+  "if v == ARGV[1] then\n"
+  "  local handed = false\n"
+  "  era_trust = ARGV[2]\n"
   "  if redis.call('EXISTS', KEYS[5]) == 1 then pcall(function()\n"
-  PRUNE_QUEUE("KEYS[3]", "KEYS[4]")
-  SIGNAL_ONE("KEYS[2]", "KEYS[3]")
+  NOW
+  HAND_NEXT("KEYS[1]", "KEYS[2]", "KEYS[3]", "KEYS[4]", "KEYS[6]", "KEYS[7]")
   "  end) end\n"
+  "  if not handed then redis.call('DEL', KEYS[1]) end\n"
   "  return 1\n"
   "end\n"
   "if v then return -2 - redis.call('PTTL', KEYS[1]) end\n"
@@ -284,49 +430,65 @@ static const char extend_script[] = KEY_EXTEND;
 /* pttl: KEYS lock; ARGV[1] token */
 static const char pttl_script[] = KEY_PTTL;
 
-/* acquire_fair: KEYS lock, fence, queue, alive, waiters, era; ARGV[1] token,
-   ARGV[2] ttl (ms), ARGV[3] how long a waiter stays queued without coming
+/* acquire_fair: KEYS lock, fence, queue, hand, waiters, era; ARGV[1] token,
+   ARGV[2] ttl (ms), ARGV[3] the TTL a handoff gives it (ms, as
+   acquire_wait's), ARGV[4] how long a waiter stays queued without coming
    back (ms). Takes the lock only when it is free and no live waiter came
-   first; else queues the token (keeping its first arrival) and answers
-   {-1, PTTL of the holder, or -2 when the lock is free}. */
+   first (when one did, and the lock is free, it is handed to that one);
+   else queues the token (keeping its first arrival), registered for a
+   handoff (see "Handing over"), and answers {-1, PTTL of the holder, or -2
+   when the lock is free}. */
 static const char acquire_fair_script[] =
   ERA_FN
-  PRUNE_QUEUE("KEYS[3]", "KEYS[4]")
+  STALE_FN
+  NOW
   "local v = redis.call('GET', KEYS[1])\n"
   "if v == ARGV[1] then\n"
   "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+  "  redis.call('DEL', KEYS[1] .. ':signal:' .. ARGV[1])\n"
+  "  redis.call('ZREM', KEYS[3], ARGV[1])\n"
+  "  redis.call('HDEL', KEYS[4], ARGV[1])\n"
   "  local fence = redis.call('GET', KEYS[2])\n"
   "  if fence then return {1, tonumber(fence) + era(KEYS[6])} end\n"
   "  return {1, redis.call('INCR', KEYS[2]) + era(KEYS[6])}\n"
   "end\n"
+  "local s = v and stale(v)\n"
+  "if s == 0 then v = false end\n"
   "if not v then\n"
-  "  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]\n"
-  "  if head == nil or head == ARGV[1] then\n"
+  FIRST_LIVE("KEYS[3]", "KEYS[4]")
+  "  if heir == nil or heir == ARGV[1] then\n"
   "    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
   "    redis.call('ZREM', KEYS[3], ARGV[1])\n"
-  "    redis.call('ZREM', KEYS[4], ARGV[1])\n"
+  "    redis.call('HDEL', KEYS[4], ARGV[1])\n"
   "    return {1, redis.call('INCR', KEYS[2]) + era(KEYS[6])}\n"
   "  end\n"
+  "  local handed\n"
+  "  local signal = KEYS[1] .. ':signal'\n"
+  HAND_TO_HEIR("KEYS[1]", "signal", "KEYS[3]", "KEYS[4]", "KEYS[2]", "KEYS[6]")
+  "  v = heir\n"
   "end\n"
-  "if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then\n"
-  "  redis.call('ZADD', KEYS[3], t[1] .. string.format('%06d', t[2]), ARGV[1])\n"
-  "end\n"
-  "redis.call('ZADD', KEYS[4], now + ARGV[3], ARGV[1])\n"
-  "redis.call('PEXPIRE', KEYS[3], ARGV[3])\n"
-  "redis.call('PEXPIRE', KEYS[4], ARGV[3])\n"
-  "local left = v and redis.call('PTTL', KEYS[1]) or -2\n"
-  "redis.call('SET', KEYS[5], 1, 'PX', math.max(left, tonumber(ARGV[3])) + " RL_STR(RL_WAITERS_SLACK_MS) ")\n"
+  "local left = redis.call('PTTL', KEYS[1])\n"
+  "if s and s > 0 and s < left then left = s end\n"
+  REGISTER("KEYS[1]", "KEYS[3]", "KEYS[4]", "KEYS[5]", "ARGV[3]")
   "return {-1, left}\n";
 
-/* leave: KEYS lock, signal, queue, alive; ARGV[1] token. A fair
-   waiter gives up: it leaves the queue, and if the lock is free the next
-   waiter is woken (it would otherwise wait for its own timeout). */
+/* leave: KEYS lock, signal, queue, hand, fence, era; ARGV[1] token. A
+   registered waiter gives up: it leaves the queue; a lock handed to it
+   meanwhile is passed on; and if the lock is free the next waiter is
+   handed it or woken (it would otherwise wait for its own timeout). */
 static const char leave_script[] =
+  ERA_FN
   "redis.call('ZREM', KEYS[3], ARGV[1])\n"
-  "redis.call('ZREM', KEYS[4], ARGV[1])\n"
-  "if redis.call('EXISTS', KEYS[1]) == 0 then\n"
-  PRUNE_QUEUE("KEYS[3]", "KEYS[4]")
-  SIGNAL_ONE("KEYS[2]", "KEYS[3]")
+  "redis.call('HDEL', KEYS[4], ARGV[1])\n"
+  "local v = redis.call('GET', KEYS[1])\n"
+  "if v == ARGV[1] then\n"
+  "  redis.call('DEL', KEYS[1], KEYS[2] .. ':' .. ARGV[1])\n"
+  "  v = false\n"
+  "end\n"
+  "if not v then\n"
+  "  local handed\n"
+  NOW
+  HAND_NEXT("KEYS[1]", "KEYS[2]", "KEYS[3]", "KEYS[4]", "KEYS[5]", "KEYS[6]")
   "end\n"
   "return {0, 0}\n";
 
@@ -362,40 +524,137 @@ static const char fence_up_script[] =
   "if v then return -2 - redis.call('PTTL', KEYS[1]) end\n"
   "return 0\n";
 
-/* sem_acquire: KEYS permits, fence, waiters, era; ARGV[1] token, ARGV[2]
-   ttl (ms), ARGV[3] the limit. Expired permits are dropped first (by the
-   server's clock); a token already holding a permit (a resend) keeps it.
-   Replies as acquire: the fence, or -2 - the ms until the first permit
-   expires (and sets the waiters mark). */
+/* With `now` set: drops the semaphore's expired permits, and takes back
+   those handed to a waiter (KEYS[1] the permits, handed: permits handed
+   over by when, ms) that did not take up its wake-up within RL_CLAIM_MS
+   (see "Handing over"; a permit's wake-up list is
+   <prefix>{<name>}:permits:signal:<token>). */
+#define SEM_RECLAIM(handed)                                                \
+  "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"                 \
+  "for _, h in ipairs(redis.call('ZRANGEBYSCORE', " handed ", '-inf', now - " RL_STR(RL_CLAIM_MS) ")) do\n" \
+  "  local sig = KEYS[1] .. ':signal:' .. h\n"                              \
+  "  if redis.call('LLEN', sig) > 0 then redis.call('ZREM', KEYS[1], h) redis.call('DEL', sig) end\n" \
+  "  redis.call('ZREM', " handed ", h)\n"                                   \
+  "end\n"
+
+/* In a semaphore's take that found the permit its own (resent): the fence
+   of a handoff whose wake-up it did not wait for, which is its fence (the
+   counter may have grown since, for other holders), or nil; its wake-up
+   list is emptied either way. */
+#define SEM_HANDED_FENCE                                                   \
+  "  local handed_fence\n"                                                 \
+  "  if resent then\n"                                                     \
+  "    local own = KEYS[1] .. ':signal:' .. ARGV[1]\n"                      \
+  "    local e = redis.call('LINDEX', own, -1)\n"                           \
+  "    handed_fence = e and tonumber(string.match(e, '^(%d+) '))\n"         \
+  "    redis.call('DEL', own)\n"                                           \
+  "  end\n"
+
+/* With `now` set and a permit free: hands it to the first live registered
+   waiter of the semaphore (its own expiry, the fence that grows, the
+   wake-up, as HAND_TO_HEIR does for a lock; noted in handed), or wakes
+   one waiter of the shared list. Needs era() (ERA_FN). */
+#define SEM_HAND_NEXT(signal, queue, hand, fence, rec, handed)             \
+  FIRST_LIVE(queue, hand)                                                  \
+  "if heir then\n"                                                         \
+  "  local f = redis.call('INCR', " fence ") + era(" rec ")\n"              \
+  "  redis.call('ZADD', KEYS[1], " FMT "now + tonumber(hms)), heir)\n"      \
+  ZSET_EXPIRE("KEYS[1]")                                                   \
+  "  redis.call('ZREM', " queue ", heir)\n"                                 \
+  "  redis.call('HDEL', " hand ", heir)\n"                                  \
+  "  redis.call('ZADD', " handed ", now, heir)\n"                           \
+  "  if redis.call('PTTL', " handed ") < tonumber(hms) then redis.call('PEXPIRE', " handed ", hms) end\n" \
+  "  local sig = " signal " .. ':' .. heir\n"                               \
+  "  redis.call('RPUSH', sig, " FMT "f) .. ' ' .. " FMT "math.max(now - since, 0)) .. ' ' .. " FMT "now))\n" \
+  "  redis.call('PEXPIRE', sig, hms)\n"                                     \
+  "else\n"                                                                 \
+  WAKE_ONE(signal)                                                         \
+  "end\n"
+
+/* sem_acquire: KEYS permits, fence, waiters, era, handed; ARGV[1] token,
+   ARGV[2] ttl (ms), ARGV[3] the limit. Expired permits are dropped first
+   (by the server's clock), and permits handed to waiters gone are taken
+   back; a token already holding a permit (a resend, or a permit handed to
+   it whose wake-up it did not wait for) keeps it. Replies as acquire: the
+   fence, or -2 - the ms until a permit may be free (the first one
+   expires, or one handed over lately may be taken back), and sets the
+   waiters mark. */
 static const char sem_acquire_script[] =
   ERA_FN
   NOW
-  "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
+  SEM_RECLAIM("KEYS[5]")
   "local resent = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
   "if resent or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then\n"
   "  redis.call('ZADD', KEYS[1], " FMT "now + tonumber(ARGV[2])), ARGV[1])\n"
   ZSET_EXPIRE("KEYS[1]")
+  SEM_HANDED_FENCE
+  "  if handed_fence then return handed_fence end\n"
   FENCE_OF("KEYS[2]", "KEYS[4]", "resent")
   "end\n"
   "local left = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]) - now\n"
+  "local oldest = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')[2]\n"
+  "if oldest then left = math.min(left, math.max(tonumber(oldest) + " RL_STR(RL_CLAIM_MS) " - now, 1)) end\n"
   "redis.call('SET', KEYS[3], 1, 'PX', " FMT "math.max(left, 0) + " RL_STR(RL_WAITERS_SLACK_MS) "))\n"
   "return -2 - left\n";
 
-/* sem_release: KEYS permits, signal, waiters; ARGV[1] token. Wakes
-   one waiter when the mark says somebody may wait. Replies 1, or 0 when
-   the permit is gone (expired, or taken back). */
+/* sem_acquire_wait: KEYS permits, fence, queue, hand, waiters, era, handed;
+   ARGV[1] token, ARGV[2] ttl (ms), ARGV[3] the limit, ARGV[4] how long its
+   registration lasts (ms). A waiter's try: sem_acquire's, which registers
+   the waiter for a handoff (of a permit for its ttl) when none is free,
+   and drops its registration when it takes one. Replies as acquire. */
+static const char sem_acquire_wait_script[] =
+  ERA_FN
+  NOW
+  SEM_RECLAIM("KEYS[7]")
+  "local resent = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
+  "if resent or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then\n"
+  "  redis.call('ZADD', KEYS[1], " FMT "now + tonumber(ARGV[2])), ARGV[1])\n"
+  ZSET_EXPIRE("KEYS[1]")
+  SEM_HANDED_FENCE
+  "  redis.call('ZREM', KEYS[3], ARGV[1])\n"
+  "  redis.call('HDEL', KEYS[4], ARGV[1])\n"
+  "  if handed_fence then return handed_fence end\n"
+  FENCE_OF("KEYS[2]", "KEYS[6]", "resent")
+  "end\n"
+  "local left = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]) - now\n"
+  REGISTER("KEYS[1]", "KEYS[3]", "KEYS[4]", "KEYS[5]", "ARGV[2]")
+  "return -2 - left\n";
+
+/* sem_release: KEYS permits, signal, waiters, queue, hand, fence, era,
+   handed; ARGV[1] token. When the mark says somebody may wait, the permit
+   goes to the first live registered waiter, else one waiter is woken.
+   Replies 1, or 0 when the permit is gone (expired, or taken back). */
 static const char sem_release_script[] =
+  ERA_FN
   NOW
   "local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
   "if not s then return 0 end\n"
   "redis.call('ZREM', KEYS[1], ARGV[1])\n"
   "if tonumber(s) <= now then return 0 end\n"
   "if redis.call('EXISTS', KEYS[3]) == 1 then pcall(function()\n"
-  "  redis.call('DEL', KEYS[2])\n"
-  "  redis.call('RPUSH', KEYS[2], 1)\n"
-  "  redis.call('PEXPIRE', KEYS[2], " RL_STR(RL_SIGNAL_MS) ")\n"
+  SEM_HAND_NEXT("KEYS[2]", "KEYS[4]", "KEYS[5]", "KEYS[6]", "KEYS[7]", "KEYS[8]")
   "end) end\n"
   "return 1\n";
+
+/* sem_leave: KEYS permits, signal, queue, hand, fence, era, handed;
+   ARGV[1] token. A registered waiter gives up: it leaves the queue, and a
+   permit its token holds (handed to it meanwhile, or taken by a try whose
+   answer was lost: the client counts on neither) is passed on. */
+static const char sem_leave_script[] =
+  ERA_FN
+  NOW
+  "redis.call('ZREM', KEYS[3], ARGV[1])\n"
+  "redis.call('HDEL', KEYS[4], ARGV[1])\n"
+  "redis.call('DEL', KEYS[2] .. ':' .. ARGV[1])\n"
+  "redis.call('ZREM', KEYS[7], ARGV[1])\n"
+  "local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
+  "if s then\n"
+  "  redis.call('ZREM', KEYS[1], ARGV[1])\n"
+  "  if tonumber(s) > now then\n"
+  SEM_HAND_NEXT("KEYS[2]", "KEYS[3]", "KEYS[4]", "KEYS[5]", "KEYS[6]", "KEYS[7]")
+  "  end\n"
+  "end\n"
+  "return {0, 0}\n";
 
 /* sem_extend: KEYS permits; ARGV[1] token, ARGV[2] ttl (ms) */
 static const char sem_extend_script[] = ZSET_EXTEND;
@@ -519,19 +778,20 @@ static const char write_leave_script[] =
 const rl_op_row rl_ops[RL_OP_COUNT] = {
   [RL_OP_ACQUIRE] = { "acquire", acquire_script, { K_LOCK, K_FENCE, K_WAITERS, K_ERA, -1 }, RL_F_MS },
   [RL_OP_RELEASE] = { "release", release_script,
-                    { K_LOCK, K_SIGNAL, K_QUEUE, K_ALIVE, K_WAITERS, -1 }, RL_F_ONCE },
+                    { K_LOCK, K_SIGNAL, K_QUEUE, K_HAND, K_WAITERS, K_FENCE, K_ERA, -1 }, RL_F_ONCE },
   [RL_OP_EXTEND] = { "extend", extend_script, { K_LOCK, -1 }, RL_F_MS },
   [RL_OP_PTTL] = { "pttl", pttl_script, { K_LOCK, -1 }, 0 },
   [RL_OP_ACQUIRE_FAIR] = { "acquire_fair", acquire_fair_script,
-                    { K_LOCK, K_FENCE, K_QUEUE, K_ALIVE, K_WAITERS, K_ERA, -1 }, RL_F_MS | RL_F_STAY },
-  [RL_OP_LEAVE] = { "leave", leave_script, { K_LOCK, K_SIGNAL, K_QUEUE, K_ALIVE, -1 }, 0 },
+                    { K_LOCK, K_FENCE, K_QUEUE, K_HAND, K_WAITERS, K_ERA, -1 }, RL_F_MS | RL_F_N | RL_F_STAY },
+  [RL_OP_LEAVE] = { "leave", leave_script, { K_LOCK, K_SIGNAL, K_QUEUE, K_HAND, K_FENCE, K_ERA, -1 }, 0 },
   [RL_OP_TAKE] = { "take", NULL, { K_LOCK, K_FENCE, K_WAITERS, K_ERA, -1 }, RL_F_MS },
   [RL_OP_RELEASE_ONE] = { "release_one", release_one_script, { K_LOCK, -1 }, RL_F_ONCE },
   [RL_OP_FENCE_UP] = { "fence_up", fence_up_script, { K_LOCK, K_FENCE, K_ERA, -1 }, RL_F_MS },
   [RL_OP_SEM_ACQUIRE] = { "sem_acquire", sem_acquire_script,
-                    { K_PERMITS, K_PFENCE, K_PWAITERS, K_ERA, -1 }, RL_F_MS | RL_F_N },
+                    { K_PERMITS, K_PFENCE, K_PWAITERS, K_ERA, K_PHANDED, -1 }, RL_F_MS | RL_F_N },
   [RL_OP_SEM_RELEASE] = { "sem_release", sem_release_script,
-                    { K_PERMITS, K_PSIGNAL, K_PWAITERS, -1 }, RL_F_ONCE },
+                    { K_PERMITS, K_PSIGNAL, K_PWAITERS, K_PQUEUE, K_PHAND, K_PFENCE, K_ERA, K_PHANDED, -1 },
+                    RL_F_ONCE },
   [RL_OP_SEM_EXTEND] = { "sem_extend", sem_extend_script, { K_PERMITS, -1 }, RL_F_MS },
   [RL_OP_SEM_PTTL] = { "sem_pttl", sem_pttl_script, { K_PERMITS, -1 }, 0 },
   [RL_OP_SEM_COUNT] = { "sem_count", sem_count_script, { K_PERMITS, -1 }, 0 },
@@ -549,11 +809,19 @@ const rl_op_row rl_ops[RL_OP_COUNT] = {
   [RL_OP_WRITE_PTTL] = { "write_pttl", write_pttl_script, { K_WRITER, -1 }, 0 },
   [RL_OP_WRITE_LEAVE] = { "write_leave", write_leave_script,
                     { K_WRITERS, K_WRITER, K_RWSIGNAL, K_RWWAITERS, -1 }, 0 },
+  [RL_OP_ACQUIRE_WAIT] = { "acquire_wait", acquire_wait_script,
+                    { K_LOCK, K_FENCE, K_QUEUE, K_HAND, K_WAITERS, K_ERA, -1 }, RL_F_MS | RL_F_N | RL_F_STAY },
+  [RL_OP_SEM_ACQUIRE_WAIT] = { "sem_acquire_wait", sem_acquire_wait_script,
+                    { K_PERMITS, K_PFENCE, K_PQUEUE, K_PHAND, K_PWAITERS, K_ERA, K_PHANDED, -1 },
+                    RL_F_MS | RL_F_N | RL_F_STAY },
+  [RL_OP_SEM_LEAVE] = { "sem_leave", sem_leave_script,
+                    { K_PERMITS, K_PSIGNAL, K_PQUEUE, K_PHAND, K_PFENCE, K_ERA, K_PHANDED, -1 }, 0 },
 };
 
 const char *const rl_key_suffix[RL_NAMES] = {
-  "", ":fence", ":signal", ":queue", ":alive", ":waiters",
+  "", ":fence", ":signal", ":queue", ":hand", ":waiters",
   ":permits", ":permits:fence", ":permits:signal", ":permits:waiters",
+  ":permits:queue", ":permits:hand", ":permits:handed",
   ":rw:readers", ":rw:writer", ":rw:fence", ":rw:writers", ":rw:signal", ":rw:waiters",
   ":era"
 };
@@ -612,14 +880,20 @@ static const char inspect[] =
   "local off = r and tonumber(string.match(r, ' (%d+)$')) or 0\n"
   "return {v, redis.call('PTTL', KEYS[1]), fence and " FMT "fence + off) or false}\n";
 
-/* force_release: KEYS lock, signal, queue, alive, waiters. Deletes the lock
-   whoever holds it, and wakes one waiter as a release does; the fence counter
-   stays, so fences keep growing. Replies 1, or 0 when there was no lock. */
+/* force_release: KEYS lock, signal, queue, hand, waiters. Deletes the lock
+   whoever holds it (and a handoff's wake-up not yet taken up, so that the
+   waiter it was for does not take it for the lock), and wakes one waiter
+   (the first live registered one, which then takes it) as a release
+   would; the fence counter stays, so fences keep growing. Replies 1, or 0
+   when there was no lock. */
 static const char force_release[] =
-  "if redis.call('DEL', KEYS[1]) == 0 then return 0 end\n"
+  "local v = redis.call('GET', KEYS[1])\n"
+  "if not v then return 0 end\n"
+  "redis.call('DEL', KEYS[1], KEYS[2] .. ':' .. v)\n"
   "if redis.call('EXISTS', KEYS[5]) == 1 then pcall(function()\n"
-  PRUNE_QUEUE("KEYS[3]", "KEYS[4]")
-  SIGNAL_ONE("KEYS[2]", "KEYS[3]")
+  NOW
+  FIRST_LIVE("KEYS[3]", "KEYS[4]")
+  WAKE_ONE("KEYS[2]")
   "end) end\n"
   "return 1\n";
 

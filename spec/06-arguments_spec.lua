@@ -148,6 +148,10 @@ describe("argument checks", function()
              client.acquire, client, "k", 5, { fair = "yes" })
       raises("bad argument #4 to 'with_lock' (option 'fair' must be a boolean, got number)",
              client.with_lock, client, "k", 5, function() end, { fair = 1 })
+      raises("bad argument #3 to 'acquire' (option 'handoff' must be a boolean, got string)",
+             client.acquire, client, "k", 5, { handoff = "no" })
+      raises("bad argument #3 to 'acquire' (option 'handoff' cannot be false with 'fair' (a fair lock goes to its"
+             .. " first waiter))", client.acquire, client, "k", 5, { handoff = false, fair = true })
     end)
 
     it("refuses surplus arguments", function()

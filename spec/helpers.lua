@@ -386,6 +386,23 @@ function helpers.eventually(seconds, fn)
   return v
 end
 
+--- How many clients the server raw (a core client) has blocked right now
+-- (waiters in BLPOP).
+function helpers.blocked(raw)
+  return tonumber(raw:command("INFO", "clients"):match("blocked_clients:(%d+)"))
+end
+
+--- Lock scripts the server raw has run since its last CONFIG RESETSTAT (an
+-- EVALSHA refused with NOSCRIPT, then sent as EVAL, counts once).
+function helpers.scripts_run(raw)
+  local n = 0
+  local stats = raw:command("INFO", "commandstats")
+  for calls, failed in stats:gmatch("cmdstat_eval%a*:calls=(%d+)[^\r\n]*failed_calls=(%d+)") do
+    n = n + tonumber(calls) - tonumber(failed)
+  end
+  return n
+end
+
 helpers.spec_dir = debug.getinfo(1, "S").source:match("^@(.*/)") or "spec/"
 
 -- What the topologies' own files (spec/helpers/*.lua) use, and what they add.

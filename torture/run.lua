@@ -367,7 +367,7 @@ local function phase(name, n)
   local function keys_left()
     left = {}
     for k = 1, nkeys do
-      for _, suffix in ipairs({ "", ":signal", ":queue", ":alive", ":waiters" }) do
+      for _, suffix in ipairs({ "", ":signal", ":queue", ":hand", ":waiters" }) do
         local key = "lock:{k" .. k .. "}" .. suffix
         if lock.exists(key) then left[#left + 1] = key end
       end

@@ -51,7 +51,7 @@ end
 function _M.force_release(client, key)
   local lock = name(client, key)
   local reply, err = run_script(client._transport, "force_release", 5, lock, lock .. ":signal", lock .. ":queue",
-                                lock .. ":alive", lock .. ":waiters")
+                                lock .. ":hand", lock .. ":waiters")
   if reply == nil then return nil, err end
   return reply == 1
 end

@@ -200,17 +200,19 @@ end
 
 local ACQUIRE_OPTS = {
   wait = true, wait_mode = true, fair = true, renew = true, max_hold = true, on_lost = true,
-  replicas = true, replica_timeout = true,
+  replicas = true, replica_timeout = true, handoff = true,
 }
 local WAIT_MODES = { notify = true, poll = true }
 
 -- The options of acquire and with_lock, checked (scoped: for with_lock or
 -- another with_ form); returns how to take and hold the lock: { wait =
 -- seconds, mode = "notify" | "poll", fair = boolean, renew = boolean
--- (default: scoped), scoped, max_hold_ms, on_lost, replicas, replica_ms }.
+-- (default: scoped), scoped, max_hold_ms, on_lost, replicas, replica_ms,
+-- handoff = boolean (a release may hand the lock to this waiter; default
+-- true) }.
 local DEFAULT_HOW = {
-  [false] = { wait = 0, mode = "notify", fair = false, renew = false, scoped = false },
-  [true] = { wait = 0, mode = "notify", fair = false, renew = true, scoped = true },
+  [false] = { wait = 0, mode = "notify", fair = false, renew = false, scoped = false, handoff = true },
+  [true] = { wait = 0, mode = "notify", fair = false, renew = true, scoped = true, handoff = true },
 }
 
 local function check_acquire_opts(n, fname, opts, scoped)
@@ -226,7 +228,7 @@ local function check_acquire_opts(n, fname, opts, scoped)
   if renew == nil then renew = scoped end -- the scoped forms renew by default
   local how = { wait = opts.wait or 0, mode = opts.wait_mode or "notify", fair = opts.fair or false,
                 renew = renew, scoped = scoped, on_lost = on_lost, max_hold_ms = false, replicas = false,
-                replica_ms = false }
+                replica_ms = false, handoff = opts.handoff }
   if type(renew) ~= "boolean" then
     argerror(n, fname, "option 'renew' must be a boolean, got " .. type(renew))
   end
@@ -261,6 +263,13 @@ local function check_acquire_opts(n, fname, opts, scoped)
   end
   if type(how.fair) ~= "boolean" then
     argerror(n, fname, "option 'fair' must be a boolean, got " .. type(how.fair))
+  end
+  if how.handoff == nil then
+    how.handoff = true
+  elseif type(how.handoff) ~= "boolean" then
+    argerror(n, fname, "option 'handoff' must be a boolean, got " .. type(how.handoff))
+  elseif not how.handoff and how.fair then
+    argerror(n, fname, "option 'handoff' cannot be false with 'fair' (a fair lock goes to its first waiter)")
   end
   return how
 end

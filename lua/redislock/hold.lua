@@ -59,15 +59,17 @@ _M.check_not_closed, _M.check_open = check_not_closed, check_open
 
 -- Makes the lock object for a hold just taken (fence: its fence; sent:
 -- core.now() when the successful attempt was sent; cohort: the gate it
--- keeps in its nginx worker, see wait.take) and, with how.renew, starts its
--- renewal; notes it for messages and with_lock's scope.
-local function adopt(self, key, tok, fence, sent, ms, how, kind, cohort)
+-- keeps in its nginx worker, see wait.take; expires: when the first TTL a
+-- handoff gave it ends, when shorter than ms) and, with how.renew, starts
+-- its renewal; notes it for messages and with_lock's scope.
+local function adopt(self, key, tok, fence, sent, ms, how, kind, cohort, expires)
   local t = self._transport
   -- The lock cannot expire on the server before sent + ms (the TTL started
   -- after the send), by the monotonic clock; a lock handed down as it is
-  -- (cohort.expires) when its last holder's could, and its renewal is due
-  -- as if it had been taken then with this TTL.
-  local inherited = cohort and cohort.expires
+  -- (cohort.expires) when its last holder's could, one handed over with a
+  -- shorter first TTL when that ends, and its renewal is due as if it had
+  -- been taken then with this TTL (at once, for the latter).
+  local inherited = cohort and cohort.expires or expires
   local lock = lock_mod.new(t, self._link, key, tok, fence,
                             inherited or sent + (t.validity_ms and t:validity_ms(ms) or ms) / 1000, kind and kind.ops)
   lock._since, lock._cohort = sent, cohort
@@ -121,7 +123,7 @@ _M.observe_take = observe_take
 local function acquire(self, key, ms, how, kind)
   local tok, t = new_token(self), self._transport
   local began = self._link.observer and now()
-  local fence, sent, acked, werr, held_with, cohort = take(self, key, tok, ms, how, kind)
+  local fence, sent, acked, werr, held_with, cohort, expires = take(self, key, tok, ms, how, kind)
   if began then observe_take(self, began, key, kind and kind.ops.kind or "lock", fence, sent) end
   if not fence then return nil, sent end
   tok = held_with -- a lock handed down within the worker keeps its token
@@ -134,7 +136,7 @@ local function acquire(self, key, ms, how, kind)
                               kind and kind.ops.label:format(quote(key)) or quote(key), acked, how.replicas,
                               how.replicas == 1 and "" or "s", how.replica_ms / 1000)
   end
-  return adopt(self, key, tok, fence, sent, ms, how, kind, cohort)
+  return adopt(self, key, tok, fence, sent, ms, how, kind, cohort, expires)
 end
 
 --- hold(client, key, ms, how, kind) -> hold | nil, err: takes

@@ -133,17 +133,19 @@ end
 -- Runs one lock script, as the C client's eval does (the C core's call:
 -- a take and its fall-back, NOSCRIPT, the one resend, ASKING, WAIT
 -- more.replicas more.replica_ms on the same connection after a success).
--- more.n: sem_acquire's limit.
+-- more.n: sem_acquire's limit, or the TTL a handoff gives (acquire_wait,
+-- acquire_fair).
 function Transport:eval(op, key, token, ms, more)
   local call = script_call(self, op, key, token, ms, more and more.n) -- checks the arguments
   if more and more.replicas then call:replicas(more.replicas, more.replica_ms) end
   return drive(self, call)
 end
 
---- transport:wait(key, token, ms[, op]) -> true | false | nil, err (as the C client's
--- wait): blocks on the wake-up list (the lock's, or that of the primitive
--- op belongs to) for at most ms, on a connection of its own from the pool;
--- true when woken, false when the time ran out. Its connection comes from
+--- transport:wait(key, token, ms[, op]) -> wake-up | false | nil, err (as the C
+-- client's wait): blocks on the wake-up list (the lock's, or that of the
+-- primitive op belongs to) for at most ms, on a connection of its own from
+-- the pool; what woke it (a string: a handoff carries the fence), or false
+-- when the time ran out. Its connection comes from
 -- the wait pool: nil and an error at once when the worker already blocks on
 -- wait_connections of them (its waiter then polls).
 function Transport:wait(key, token, ms, op)
@@ -151,7 +153,8 @@ function Transport:wait(key, token, ms, op)
   call:timeout(ms + self.timeout_ms) -- the server may take the whole wait before it answers
   local v, err = drive(self, call, self.wait_pool_opts)
   if v == nil then return nil, err end
-  return v ~= false
+  if v == false then return false end
+  return type(v) == "table" and v[2] or true
 end
 
 --- transport:command(name, ...) -> reply | nil, err (as the C client's command).

@@ -57,6 +57,11 @@ local per_server, note_grants -- below
 local Redlock = {}
 local redlock_mt = { __index = Redlock }
 
+--- No handoff (redislock/wait.lua): a release reaches a majority, each
+-- server on its own, and a lock handed over on some of them would be held
+-- on none. Its waiters find the lock free after a pause (Redlock:wait).
+Redlock.handoff = false
+
 redlock_mt.__tostring = function(self)
   return string_format("redislock.Client (Redlock over %d servers: %s)", self.n, table_concat(self.where, ", "))
 end

@@ -43,9 +43,11 @@ function _M.new(client, name, limit, ...)
   check_nargs("semaphore", 2, ...)
   local label = quote(name)
   -- How wait.take takes a permit: there is no cheaper first try than the
-  -- script; a release wakes one waiter, on the semaphore's own list.
+  -- script; a waiter that blocks registers, and a release hands it the
+  -- permit (or wakes one waiter of the semaphore's shared list).
   local kind = {
-    take = "sem_acquire", acquire = "sem_acquire", wait = "sem_acquire", n = limit, ops = PERMIT,
+    take = "sem_acquire", acquire = "sem_acquire", hand = "sem_acquire_wait", leave = "sem_leave",
+    wait = "sem_acquire", n = limit, ops = PERMIT,
     busy = function(_, value, waited)
       local left = string_format("%.3g s until one expires", value / 1000)
       if waited > 0 then
@@ -59,7 +61,8 @@ function _M.new(client, name, limit, ...)
 end
 
 -- The acquire options a semaphore refuses, and why.
-local REFUSES = { fair = "a release wakes one waiter; waiters are not queued" }
+local REFUSES = { fair = "a newcomer that finds a permit free takes it; waiters that block are handed permits"
+                           .. " in the order they registered" }
 
 --- Takes a permit for ttl seconds.
 -- @param ttl seconds (fractions allowed): the permit expires by itself after it

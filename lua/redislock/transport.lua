@@ -7,11 +7,14 @@
 -- through this interface, which both transports implement:
 --
 --   t:eval(op, key, token[, ms[, more]])  one script (of the lock, a
---        semaphore or a read-write lock; more: { n = sem_acquire's limit,
+--        semaphore or a read-write lock; more: { n = sem_acquire's limit, or
+--        the TTL a handoff gives (ms) of acquire_wait and acquire_fair,
 --        replicas = WAIT for this many after a success, replica_ms = ... this
 --        long }) -> status, value[, acked | nil, err] | nil, "connection: ..." / "redis: ..."
 --   t:wait(key, token, ms[, op]) block on a wake-up list (op: whose; the lock's
---                                by default) -> true | false | nil, err
+--                                by default; token: a registered waiter's own)
+--                                -> what woke it (a handoff: "<fence> <age>
+--                                <at>") | false | nil, err
 --   t:command(name, ...)         one plain command -> reply | nil, err
 --   t:lease(key, token, ttl_ms[, opts]) -> lease; opts: { max_hold_ms, sent_ms,
 --        scoped, notify, op } (op: the script that renews it, "extend" by

@@ -1,16 +1,18 @@
 -- SPDX-License-Identifier: MIT
 --- redislock.wait: taking a busy lock within a deadline. Between attempts a
--- waiter blocks on the lock's wake-up list (mode "notify": a release wakes
--- one waiter), or sleeps a jittered, doubling step (mode "poll"); a fair
--- waiter queues on the server. Failures that pass (a lost connection, a
--- server loading its data ...: TRANSIENT) are retried within the deadline.
--- Shared by every primitive that waits.
+-- waiter blocks on the lock's wake-up list (mode "notify": a release hands
+-- the lock to one registered waiter, whose wake-up carries its fence), or
+-- sleeps a jittered, doubling step (mode "poll"); a fair waiter queues on
+-- the server. Failures that pass (a lost connection, a server loading its
+-- data ...: TRANSIENT) are retried within the deadline. Shared by every
+-- primitive that waits.
 
 local args = require "redislock.args"
 local core = require "redislock.core"
 local lock_mod = require "redislock.lock"
 local transport = require "redislock.transport"
 
+local type, tonumber = type, tonumber
 local string_format = string.format
 local math_max, math_min, math_floor, math_huge = math.max, math.min, math.floor, math.huge
 local now = core.now
@@ -38,6 +40,12 @@ local BLPOP_SLACK = 0.1
 -- A fair waiter comes back at least this often (seconds), so that the queue
 -- keeps it: the server drops one that stays away 3 s (RL_FAIR_STAY_MS).
 local FAIR_STEP = 1
+
+-- A waiter that renews its lock (how.renew) and whose TTL is over twice
+-- this is handed the lock with this TTL (ms) first: its renewal, due at
+-- once, extends it (see take). Time enough for a renewal that fails to be
+-- tried again (the watchdog's next try comes 1 s later at most).
+local HAND_MS = 3000
 
 -- A gate's representative (redislock/ngx_gate.lua) blocks at most
 -- GATE_STEP seconds at a time, and the next in its queue takes its place
@@ -113,7 +121,9 @@ local function note_hot(hot, key)
 end
 
 --- How a primitive is taken: its scripts (take: the first try; acquire: the
--- tries after it; fair and leave: a fair waiter's), whether a waiter stays
+-- tries after it; hand: the tries after it of a waiter that blocks, which
+-- register it for a handoff; fair and leave: a fair waiter's, and leave
+-- also a registered one's), whether a waiter stays
 -- queued on the server (stays: it must come back within a second, and
 -- leaves the queue when it gives up, as a fair waiter), the wake-up list it
 -- blocks on (wait: an op of its primitive, nil for the lock's), n (passed to
@@ -121,7 +131,20 @@ end
 -- "busy: ..." message, and eval: in place of t:eval, for a primitive of many
 -- keys (redislock/multilock.lua), which answers -1, the PTTL and the key to
 -- block on when one is busy. The lock's:
-_M.LOCK = { take = "take", acquire = "acquire", fair = "acquire_fair", leave = "leave" }
+_M.LOCK = { take = "take", acquire = "acquire", hand = "acquire_wait", fair = "acquire_fair", leave = "leave" }
+
+-- A handoff's wake-up (redislock.core's rl_script.c, "Handing over"):
+-- "<fence> <age> <at>", age the ms between the waiter's registration and
+-- the handoff, by the server's clock. Returns the fence and the time the
+-- lock was handed over, by ours (core.now()): the registering try was sent
+-- at sent, and its answer came no earlier than the handoff did. nil for a
+-- plain wake-up.
+local function handoff(woke, sent)
+  if type(woke) ~= "string" then return nil end
+  local fence, age = woke:match("^(%d+) (%d+) %d+$")
+  if not fence then return nil end
+  return tonumber(fence), math_max(sent, math_min(sent + tonumber(age) / 1000, now()))
+end
 
 -- The busy answer of take when the wait ran out after an attempt that
 -- answered value (kind.busy's, or the lock's; held: the client's _held).
@@ -198,14 +221,20 @@ end
 -- Returns the fence, the time the successful attempt was sent, (with
 -- how.replicas) how many replicas acknowledged it, or nil and why the WAIT
 -- failed, the token the lock is held with (tok, or that of a lock handed
--- down within the worker) and, for a lock that keeps its worker's gate, its
--- cohort record (redislock/ngx_gate.lua's hold); or nil and an error message.
+-- down within the worker), for a lock that keeps its worker's gate its
+-- cohort record (redislock/ngx_gate.lua's hold), and when a handoff gave
+-- it a first TTL shorter than ms, when that TTL ends (core.now()); or nil
+-- and an error message.
 local function take(client, key, tok, ms, how, kind)
   kind = kind or _M.LOCK
   local own_tok = tok
   local c, sleep, held, hot = client._transport, client._sleep, client._held, client._hot
   local wait, fair = how.wait, how.fair
-  local stays = fair or kind.stays
+  -- A waiter that blocks registers for a handoff on each try (unless
+  -- told not to; not on a Redlock, where a release on a majority hands
+  -- nothing over).
+  local hand = wait > 0 and not fair and how.mode ~= "poll" and how.handoff and c.handoff ~= false and kind.hand
+  local stays = fair or kind.stays or hand
   -- The gate: each primitive and key has its own; not a multi-key lock
   -- (kind.eval), whose key changes. A lock (not a fair one) that with_lock
   -- takes keeps its gate and may be handed down within the worker (a
@@ -220,16 +249,27 @@ local function take(client, key, tok, ms, how, kind)
           try_s = 2 * (client._link.timeout + client._link.connect_timeout) + GATE_SLACK }
   end
   -- What else each try tells the script: a semaphore's limit, the replicas to WAIT for.
-  local more = (kind.n or how.replicas) and { n = kind.n, replicas = how.replicas, replica_ms = how.replica_ms }
+  -- The TTL a handoff of a lock gives it (a registering try's n; a
+  -- semaphore's n is its limit, and a permit handed over has the waiter's
+  -- TTL): its own, or, when its renewal extends the lock at once and that
+  -- TTL is long, HAND_MS, so
+  -- that a waiter paused as it is handed the lock keeps the others out
+  -- that long at most (the renewal of one that runs makes it its TTL).
+  local hand_ms = (how.renew and ms > 2 * HAND_MS and kind == _M.LOCK) and HAND_MS or ms
+  local more = (kind.n or how.replicas or hand or fair)
+    and { n = kind.n or hand_ms, replicas = how.replicas, replica_ms = how.replica_ms } or nil
   -- The first try is a take (no script, the cheapest for Redis); the tries
   -- after it are the acquire script, which also marks a waiter. A caller
   -- that will wait for a key this client found busy lately starts with the
   -- script: a take would most likely find it busy too, and cost a round trip.
-  local op = fair and kind.fair or (wait > 0 and hot.keys[key]) and kind.acquire or kind.take
+  local op = fair and kind.fair or (wait > 0 and hot.keys[key]) and (hand or kind.acquire) or kind.take
   local eval = kind.eval or c.eval
   local first = true
   local deadline = now() + wait
   local step = FIRST_STEP
+  -- A handoff's fence, time, and when its TTL (hand_ms) ends when shorter
+  -- than ms; when the last try was sent.
+  local got, got_at, expires, sent
   if w and gates:find(w.name) then -- another request of this worker waits there: queue behind it
     local ok, news = join(w, deadline)
     if not ok then return busy_answer(kind, key, news, wait, held) end
@@ -240,9 +280,14 @@ local function take(client, key, tok, ms, how, kind)
       local fence, cohort = take_over(w, how, ms)
       if fence then return fence, now(), nil, nil, tok, cohort end
     end
-    local sent = now()
-    if w then due(w, sent + w.try_s) end
-    local status, value, acked, werr = eval(c, op, key, tok, ms, more)
+    local status, value, acked, werr, tried
+    if got then -- handed over by its holder's release: held already
+      status, value, sent, got = 1, got, got_at, nil
+    else
+      sent, tried = now(), op
+      if w then due(w, sent + w.try_s) end
+      status, value, acked, werr = eval(c, op, key, tok, ms, more)
+    end
     if status == 1 then
       if first and hot.keys[key] then -- free at once: cooled down
         hot.keys[key] = nil
@@ -251,16 +296,18 @@ local function take(client, key, tok, ms, how, kind)
       if w and w.cohort then
         if not w.gate and not gates:find(w.name) then join(w, deadline) end -- taken at once: hold the gate
         local cohort = w.gate and gates:hold(w.name, w.gate, w.gen, held_until(how, ms), w.handed, ms)
-        if cohort then return value, sent, acked, werr, tok, cohort end
+        if cohort then return value, sent, acked, werr, tok, cohort, expires end
       end
       if w then quit(w) end
-      return value, sent, acked, werr, tok
+      return value, sent, acked, werr, tok, nil, expires
     end
     -- A lock handed down and found gone, or another's: not this request's,
     -- nor its token (after a connection error it may be, and is kept).
-    if status ~= nil and w and w.handed then tok, w.handed = own_tok, nil end
+    if status ~= nil and w and w.handed then tok, w.handed, op = own_tok, nil, hand or kind.acquire end
     if status == -1 and wait > 0 then note_hot(hot, key) end
-    if op == kind.take then op = kind.acquire end
+    if op == kind.take then op = hand or kind.acquire end
+    -- Registered: the release hands the lock over on its own list.
+    local registered = tried ~= nil and (tried == (fair and kind.fair) or tried == hand)
     first = false
     local queued = false
     if w and status ~= nil then
@@ -286,12 +333,18 @@ local function take(client, key, tok, ms, how, kind)
     -- How long the lock can stay as it is: until the holder's TTL runs out.
     local block = left
     if status == -1 and value >= 0 then block = math_min(block, value / 1000 + 0.001) end
-    if stays then block = math_min(block, FAIR_STEP) end
+    -- A registered waiter comes back to keep its registration; a lock's
+    -- waiter that is not (a multi-key lock's, handoff = false) as often:
+    -- registered ones may be handed the lock one after another, and it
+    -- would not hear of it while it blocks.
+    if stays or ((kind == _M.LOCK or kind.eval) and c.handoff ~= false) then block = math_min(block, FAIR_STEP) end
     if w and w.gate then -- others of the worker may be queued behind it: it says how long it will be
       block = math_min(block, GATE_STEP)
       due(w, now() + block + w.try_s)
     end
-    if queued then -- its turn came in the worker's queue: it tries again at once
+    if queued or (hand and status == -1 and not registered) then
+      -- Its turn came in the worker's queue, or a take found the lock held:
+      -- it tries again at once (registering, when it is to be handed the lock).
       step = FIRST_STEP
     elseif status == nil or how.mode == "poll" then
       -- At least 1 ms: nginx's timers have millisecond resolution, and
@@ -302,9 +355,13 @@ local function take(client, key, tok, ms, how, kind)
       -- Redis ends a BLPOP that timed out only at its next tick (10 a second
       -- by default): block that much less, and sleep what is left near the end.
       local on = status == -1 and acked or key -- a multi-key lock's busy key
-      if c:wait(on, fair and tok or nil, wait_ms(block - BLPOP_SLACK), kind.wait) == nil then
+      local woke = c:wait(on, registered and tok or nil, wait_ms(block - BLPOP_SLACK), kind.wait)
+      if woke == nil then
         sleep(math_max(math_min(step * jitter(), block), 0.001)) -- the wait failed: back off
         step = math_min(step * 2, MAX_STEP)
+      elseif not how.replicas then -- with replicas to wait for, the next try WAITs for them
+        got, got_at = handoff(woke, sent)
+        expires = got and hand_ms < ms and got_at + hand_ms / 1000 or nil
       end
     else
       -- Near the holder's expiry or the deadline: short backoff steps, so
@@ -316,7 +373,7 @@ local function take(client, key, tok, ms, how, kind)
 end
 
 
---- take(client, key, tok, ms, how[, kind]) -> fence, sent, acked, werr, token, cohort | nil, err
+--- take(client, key, tok, ms, how[, kind]) -> fence, sent, acked, werr, token, cohort, expires | nil, err
 -- Tries to take key with tok through the client's transport until how.wait
 -- seconds passed (see above), sleeping with its sleep; it reads the
 -- client's _held (the locks it holds, for the "held by this client"

@@ -33,7 +33,7 @@ while core.now() < stop_at do
   local enter, leave, on, fence
   local ok, err = pcall(client.with_lock, client, key, 2, function(lock)
     enter = core.now()
-    on = port()
+    on = port() or 0
     fence = lock.fence
     core.sleep(0.002)
     leave = core.now()

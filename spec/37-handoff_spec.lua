@@ -1,0 +1,326 @@
+-- SPDX-License-Identifier: MIT
+-- The handoff (rl_script.c, "Handing over"): a release that finds a
+-- registered waiter hands it the lock in the same script, and the waiter's
+-- wake-up carries its fence, so that it holds the lock with no try of its
+-- own after the release. The proofs are counts the server keeps (scripts
+-- run), the lock's value on the server, and, for the waiters that are gone
+-- (SIGKILL, SIGSTOP, given up), how long the next holder waited: bounds
+-- well inside the TTL the gone waiter registered with. Exclusion and fences
+-- with several OS processes. Both transports.
+local core = require "redislock.core"
+local helpers = require "spec.helpers"
+local http = require "spec.support.http"
+
+-- How long a lock handed to a waiter that is gone can keep the others out:
+-- RL_CLAIM_MS (0.5 s), then the next waiter's block (1 s at most) ends and
+-- its try takes the lock back; with room for a loaded machine.
+local GONE_BOUND = 2
+
+describe("the handoff", function()
+  local srv, raw, holder
+
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
+  before_each(function()
+    assert.are.equal("OK", raw:command("FLUSHALL"))
+    holder = srv:client()
+    -- Load the scripts, so that no NOSCRIPT round trip adds to the counts.
+    assert(assert(holder:acquire("warm-up", 1)):release())
+    assert(holder._transport:eval("acquire_wait", "warm-up", core.token(), 1000, { n = 1000 }))
+    assert.are.equal("OK", raw:command("FLUSHALL"))
+    assert.are.equal("OK", raw:command("CONFIG", "RESETSTAT"))
+  end)
+  after_each(function() holder:close() end)
+
+  local function blocked() return helpers.blocked(raw) end
+  local function scripts_run() return helpers.scripts_run(raw) end
+
+  -- waiter(key, wait, mode, kind, hold, tag[, ttl[, may-lose]]): a process
+  -- (spec/workers/waiter.lua).
+  local function waiter(...)
+    return helpers.spawn(helpers.spec_dir .. "workers/waiter.lua", srv.port, ...)
+  end
+
+  -- The PID the i-th waiter announced.
+  local function pid_of(i)
+    assert.is_truthy(helpers.eventually(5, function() return raw:command("LLEN", "pids") >= i end))
+    return raw:command("LINDEX", "pids", i - 1)
+  end
+
+  -- "got <tag> <fence> <when>" of a waiter's output: fence and when.
+  local function got(p, tag)
+    local out, ok = p.wait()
+    assert.is_true(ok, out)
+    local fence, when = out:match("^got " .. tag .. " (%d+) ([%d.]+)")
+    assert.is_truthy(fence, out)
+    return tonumber(fence), tonumber(when), out
+  end
+
+  for _, kind in ipairs({ "plain", "fair" }) do
+    it("gives the lock to a blocked waiter in the release (" .. kind .. "): no try of its own after it", function()
+      local lock = assert(holder:acquire("k", 30))
+      local p = waiter("k", 10, "notify", kind, 1, "w")
+      assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end), "the waiter never blocked")
+      local before = scripts_run()
+      assert.is_true(lock:release())
+      -- The lock is the waiter's as the release returns: its token, its TTL.
+      local value = raw:command("GET", "lock:{k}")
+      assert.is_truthy(value and value ~= lock.token, "the lock is not handed over")
+      assert.is_true(raw:command("PTTL", "lock:{k}") > 29000)
+      local fence = got(p, "w")
+      assert.is_true(fence > lock.fence)
+      -- The holder's release and the waiter's own: nothing in between.
+      assert.are.equal(2, scripts_run() - before)
+      assert.are.equal(0, raw:command("EXISTS", "lock:{k}:signal:" .. value, "lock:{k}:queue", "lock:{k}:hand"))
+    end)
+  end
+
+  it("leaves a waiter with handoff = false to take the lock itself once woken", function()
+    local lock = assert(holder:acquire("k", 30))
+    local p = waiter("k", 10, "notify", "nohand", 0, "w")
+    assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end), "the waiter never blocked")
+    local before = scripts_run()
+    assert.is_true(lock:release())
+    local out, ok = p.wait()
+    assert.is_true(ok, out)
+    -- The holder's release, the waiter's try after its wake-up, its release.
+    assert.are.equal(3, scripts_run() - before)
+  end)
+
+  it("hands the lock to the waiters in the order they registered, with growing fences", function()
+    local lock = assert(holder:acquire("k", 30))
+    local procs = {}
+    for i = 1, 4 do
+      procs[i] = waiter("k", 20, "notify", "plain", 0.2, "w" .. i)
+      assert.is_truthy(helpers.eventually(5, function() return blocked() == i end), "waiter " .. i .. " never blocked")
+    end
+    assert.is_true(lock:release())
+    local last = lock.fence
+    for i = 1, 4 do
+      local fence = got(procs[i], "w" .. i)
+      assert.is_true(fence > last, "fence " .. fence .. " after " .. last)
+      last = fence
+    end
+    assert.are.same({ "w1", "w2", "w3", "w4" }, raw:command("LRANGE", "order", 0, -1))
+  end)
+
+  it("takes back a lock handed to a waiter that never took it up, within RL_CLAIM_MS", function()
+    -- A waiter registered by hand, as a process that died before it blocked:
+    -- nothing will take its wake-up.
+    local t, gone = holder._transport, core.token()
+    local lock = assert(holder:acquire("k", 30))
+    local status = t:eval("acquire_wait", "k", gone, 30000, { n = 30000 })
+    assert.are.equal(-1, status)
+    local released = core.now()
+    assert.is_true(lock:release())
+    assert.are.equal(gone, raw:command("GET", "lock:{k}"))
+    local other = srv:client()
+    local next_lock = assert(other:acquire("k", 5, { wait = 10 }))
+    local waited = core.now() - released
+    assert.is_true(waited >= 0.45 and waited < GONE_BOUND * helpers.slow, "waited " .. waited .. " s")
+    assert.is_true(next_lock.fence > lock.fence)
+    -- The wake-up went with it: a waiter that comes late finds nothing.
+    assert.are.equal(0, raw:command("EXISTS", "lock:{k}:signal:" .. gone))
+    assert.are.equal(next_lock.token, raw:command("GET", "lock:{k}"))
+    other:close()
+  end)
+
+  it("never lets a wake-up outlive the lock it handed over (force_release, a lock key gone)", function()
+    local t = holder._transport
+    local function handed_to(tok)
+      local lock = assert(holder:acquire("k", 30))
+      assert.are.equal(-1, (t:eval("acquire_wait", "k", tok, 30000, { n = 30000 })))
+      assert.is_true(lock:release())
+      assert.are.equal(tok, raw:command("GET", "lock:{k}"))
+      assert.are.equal(1, raw:command("LLEN", "lock:{k}:signal:" .. tok))
+    end
+    -- Forced release: the wake-up goes with the lock.
+    local a = core.token()
+    handed_to(a)
+    assert.is_true(holder:force_release("k"))
+    assert.are.equal(0, raw:command("EXISTS", "lock:{k}:signal:" .. a))
+    -- The key gone otherwise (here DEL; an eviction alike): the waiter's next
+    -- try finds the lock another's and empties its list before it blocks.
+    local b = core.token()
+    handed_to(b)
+    assert.are.equal(1, raw:command("DEL", "lock:{k}"))
+    local other = assert(srv:client():acquire("k", 30))
+    assert.are.equal(-1, (t:eval("acquire_wait", "k", b, 30000, { n = 30000 })))
+    assert.are.equal(0, raw:command("EXISTS", "lock:{k}:signal:" .. b))
+    assert.is_true(other:release()) -- handed to b, registered again: a wake-up of its own
+    assert.are.equal(b, raw:command("GET", "lock:{k}"))
+    assert.is_true(tonumber(raw:command("LINDEX", "lock:{k}:signal:" .. b, -1):match("^(%d+) ")) > other.fence)
+  end)
+
+  it("passes on a lock handed to a waiter that gives up at that moment", function()
+    local t, quitter = holder._transport, core.token()
+    local lock = assert(holder:acquire("k", 30))
+    assert.are.equal(-1, (t:eval("acquire_wait", "k", quitter, 30000, { n = 30000 })))
+    local p = waiter("k", 10, "notify", "plain", 0, "next")
+    assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end))
+    assert.is_true(lock:release())
+    assert.are.equal(quitter, raw:command("GET", "lock:{k}")) -- first registered: handed the lock
+    local left = core.now()
+    t:eval("leave", "k", quitter)
+    local _, when = got(p, "next")
+    assert.is_true(when - left < 0.4 * helpers.slow, "passed on after " .. (when - left) .. " s")
+    assert.are.equal(0, raw:command("EXISTS", "lock:{k}:signal:" .. quitter))
+  end)
+
+  it("keeps a waiter SIGKILLed while registered from holding the others up past the bound", function()
+    local lock = assert(holder:acquire("k", 30))
+    local dead = waiter("k", 20, "notify", "plain", 0, "dead")
+    assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end))
+    local alive = waiter("k", 20, "notify", "plain", 0, "alive")
+    assert.is_truthy(helpers.eventually(5, function() return blocked() == 2 end))
+    assert.is_true(helpers.sh_ok("kill -KILL " .. pid_of(1)))
+    dead.wait()
+    local released = core.now()
+    assert.is_true(lock:release()) -- handed to the dead one (registered first, TTL 30 s)
+    local fence, when = got(alive, "alive")
+    assert.is_true(when - released < GONE_BOUND * helpers.slow, "the next holder waited " .. (when - released) .. " s")
+    assert.is_true(fence > lock.fence)
+  end)
+
+  it("hands a waiter that renews a first TTL of 3 s, which its renewal extends at once", function()
+    local lock = assert(holder:acquire("k", 30))
+    local p = waiter("k", 10, "notify", "renew", 1, "w", 30)
+    assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end), "the waiter never blocked")
+    assert.is_true(lock:release())
+    assert.is_true(raw:command("PTTL", "lock:{k}") <= 3000)
+    assert.is_truthy(helpers.eventually(1, function() return raw:command("PTTL", "lock:{k}") > 25000 end),
+                     "the renewal did not extend the lock it was handed")
+    got(p, "w")
+  end)
+
+  -- A waiter (kind: "plain" or "renew", TTL ttl) SIGSTOPped as it blocks is
+  -- handed the lock; the next waiter gets it after at least low s and at most
+  -- high; resumed, the paused one finds its lock lost, its fence the lower.
+  local function paused_waiter(kind, ttl, low, high)
+    local lock = assert(holder:acquire("k", 30))
+    local paused = waiter("k", 20, "notify", kind, 0, "paused", ttl, "may-lose")
+    assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end))
+    local next_one = waiter("k", 20, "notify", "plain", 0, "next")
+    assert.is_truthy(helpers.eventually(5, function() return blocked() == 2 end))
+    local pid = pid_of(1)
+    assert.is_true(helpers.sh_ok("kill -STOP " .. pid))
+    local released = core.now()
+    assert.is_true(lock:release()) -- handed to the paused one: Redis serves its BLPOP all the same
+    local fence, when = got(next_one, "next")
+    local waited = when - released
+    assert.is_true(waited > low and waited < high * helpers.slow, "the next holder waited " .. waited .. " s")
+    assert.is_true(helpers.sh_ok("kill -CONT " .. pid))
+    local pfence, _, out = got(paused, "paused")
+    assert.is_truthy(out:match("release: lost"), out)
+    assert.is_true(pfence < fence)
+  end
+
+  it("lets a waiter SIGSTOPped while registered keep what it was handed for its TTL at most", function()
+    paused_waiter("plain", 1.5, 1.3, 1.5 + GONE_BOUND)
+  end)
+
+  it("keeps a renewing waiter SIGSTOPped while registered from holding the others up past 3 s and a step", function()
+    -- Its TTL is 30 s; handed over, its first TTL is 3 s.
+    paused_waiter("renew", 30, 2.9, 3 + GONE_BOUND)
+  end)
+
+  it("keeps exclusion and growing fences with 4 processes looping on one key", function()
+    local sections = helpers.loops_across(function(start_at)
+      return helpers.spawn(helpers.spec_dir .. "workers/loop.lua", srv.port, "loop", 3, start_at)
+    end, function() end, true)
+    assert.is_true(#sections > 100, "only " .. #sections .. " sections")
+  end)
+
+  describe("of a semaphore's permit", function()
+    it("gives the permit to a blocked waiter in the release: no try of its own after it", function()
+      local permit = assert(holder:semaphore("pool", 1):acquire(30))
+      local p = waiter("pool", 10, "notify", "sem", 0.5, "w")
+      assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end), "the waiter never blocked")
+      local before = scripts_run()
+      assert.is_true(permit:release())
+      local members = raw:command("ZRANGE", "lock:{pool}:permits", 0, -1)
+      assert.are.equal(1, #members)
+      assert.are_not.equal(permit.token, members[1])
+      local fence = got(p, "w")
+      assert.is_true(fence > permit.fence)
+      assert.are.equal(2, scripts_run() - before) -- the two releases
+    end)
+
+    it("takes back a permit handed to a waiter gone, within RL_CLAIM_MS", function()
+      local t, sem = holder._transport, holder:semaphore("pool", 1)
+      local gone = core.token()
+      local permit = assert(sem:acquire(30))
+      assert.are.equal(-1, (t:eval("sem_acquire_wait", "pool", gone, 30000, { n = 1 })))
+      local released = core.now()
+      assert.is_true(permit:release())
+      assert.is_truthy(raw:command("ZSCORE", "lock:{pool}:permits", gone))
+      local other = srv:client()
+      local next_permit = assert(other:semaphore("pool", 1):acquire(5, { wait = 10 }))
+      local waited = core.now() - released
+      assert.is_true(waited >= 0.45 and waited < GONE_BOUND * helpers.slow, "waited " .. waited .. " s")
+      assert.is_true(next_permit.fence > permit.fence)
+      assert.are.equal(0, raw:command("EXISTS", "lock:{pool}:permits:signal:" .. gone))
+      assert.are.same({ next_permit.token }, raw:command("ZRANGE", "lock:{pool}:permits", 0, -1))
+      other:close()
+    end)
+
+    it("answers a waiter's next try with the fence it was handed, and leave gives back what a token holds", function()
+      local t = holder._transport
+      local sem = holder:semaphore("pool", 2)
+      local a, b = assert(sem:acquire(30)), assert(sem:acquire(30))
+      local w = core.token()
+      assert.are.equal(-1, (t:eval("sem_acquire_wait", "pool", w, 30000, { n = 2 })))
+      assert.is_true(a:release()) -- handed to w, whose wake-up nobody takes yet
+      local handed = tonumber(raw:command("LINDEX", "lock:{pool}:permits:signal:" .. w, -1):match("^(%d+) "))
+      assert.is_true(b:release())
+      local x = assert(sem:acquire(30)) -- another holder beside w: the counter grew
+      assert.is_true(x.fence > handed)
+      local status, fence = t:eval("sem_acquire_wait", "pool", w, 30000, { n = 2 })
+      assert.are.equal(1, status)
+      assert.are.equal(handed, fence) -- its own, not the counter's
+      assert.are.equal(0, raw:command("EXISTS", "lock:{pool}:permits:signal:" .. w))
+      -- A waiter that gives up gives back what its token holds (a take
+      -- whose answer was lost, here w's permit).
+      t:eval("sem_leave", "pool", w)
+      assert.is_false(raw:command("ZSCORE", "lock:{pool}:permits", w))
+      assert.are.equal(1, sem:count())
+      assert.is_true(x:release())
+    end)
+
+    it("passes on a permit handed to a waiter that gives up at that moment", function()
+      local t, sem = holder._transport, holder:semaphore("pool", 1)
+      local quitter = core.token()
+      local permit = assert(sem:acquire(30))
+      assert.are.equal(-1, (t:eval("sem_acquire_wait", "pool", quitter, 30000, { n = 1 })))
+      local p = waiter("pool", 10, "notify", "sem", 0, "next")
+      assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end))
+      assert.is_true(permit:release())
+      assert.is_truthy(raw:command("ZSCORE", "lock:{pool}:permits", quitter)) -- registered first
+      local left = core.now()
+      t:eval("sem_leave", "pool", quitter)
+      local _, when = got(p, "next")
+      assert.is_true(when - left < 0.4 * helpers.slow, "passed on after " .. (when - left) .. " s")
+      assert.are.equal(0, raw:command("EXISTS", "lock:{pool}:permits:signal:" .. quitter))
+    end)
+  end)
+
+  describe("under OpenResty", function()
+    if helpers.no_nginx(pending) then return end
+    local ngx
+    lazy_setup(function() ngx = helpers.start_app_nginx(srv, 1) end)
+    lazy_teardown(function() if ngx then ngx:stop() end end)
+
+    it("hands the lock to a request that waits, over cosockets", function()
+      local lock = assert(holder:acquire("busy", 30))
+      local waiting = http.start(ngx.port, "GET", "/acquire?key=busy&wait=10&ttl=20")
+      assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end))
+      local before = scripts_run()
+      assert.is_true(lock:release())
+      local status, body = waiting:finish()
+      assert.are.equal(200, status, body)
+      local fence, token = body:match("^(%d+) (%S+)")
+      assert.is_true(tonumber(fence) > lock.fence)
+      assert.are.equal(token, raw:command("GET", "lock:{busy}"))
+      assert.are.equal(1, scripts_run() - before) -- the release alone
+    end)
+  end)
+end)
