@@ -79,26 +79,35 @@ M.page_kib = (tonumber((M.run("getconf PAGESIZE"))) or 4096) / 1024
 -- "poll"), or fair = true when mode is "fair". Older code refuses unknown
 -- options with an argument error before any I/O.
 function M.supports(client, mode)
-  local opts = { wait = 0 }
-  if mode == "fair" then opts.fair = true else opts.wait_mode = mode end
+  local opts = M.wait_opts(mode, 0)
   local ok, lock = pcall(client.acquire, client, "bench:probe", 1, opts)
   if ok and lock then lock:release() end
   return ok
 end
 
---- The acquire options for a waiting mode: "notify", "poll", "fair", or
+--- The acquire options for a waiting mode: "notify", "poll", "fair",
+-- "wake" (notify without the handoff: woken, the waiter tries), or
 -- "default" (no mode option: what the code of the day does).
 function M.wait_opts(mode, wait)
   if mode == "fair" then return { wait = wait, fair = true } end
   if mode == "default" then return { wait = wait } end
+  if mode == "wake" then return { wait = wait, handoff = false } end
   return { wait = wait, wait_mode = mode }
+end
+
+--- How a report names a waiting mode.
+function M.mode_label(mode)
+  if mode == "default" then return "waiting as the API does today" end
+  if mode == "fair" then return "fair = true" end
+  if mode == "wake" then return "handoff = false" end
+  return "wait_mode = \"" .. mode .. "\""
 end
 
 --- The waiting modes to compare: notify and poll when the API has them,
 -- fair too when it has that; else "default" alone.
 function M.wait_modes(client)
   local modes = {}
-  for _, m in ipairs({ "notify", "poll", "fair" }) do
+  for _, m in ipairs({ "notify", "wake", "poll", "fair" }) do
     if M.supports(client, m) then modes[#modes + 1] = m end
   end
   if #modes == 0 then modes[1] = "default" end

@@ -8,6 +8,9 @@
 # server's CPU time per cycle (INFO cpu). At the end: the medians over the
 # rounds, this checkout's as a ratio of the other revision's.
 #   sh bench/compare.sh REV [ROUNDS]      e.g. sh bench/compare.sh HEAD~3 2
+# With BENCH_COMPARE=contend, bench/contend.lua (Lua 5.4) takes cycle.lua's
+# place: contended acquisitions per second per waiting mode and number of
+# processes (BENCH_CONTEND_PROCS, default "8 32" here), each side in turn.
 # The revision is built in a temporary git worktree, removed at the end.
 # BENCH_SLICES (default 9 here) and the other knobs of bench/cycle.lua apply.
 cd "$(dirname "$0")/.." || exit 2
@@ -37,11 +40,28 @@ side() {
            -e "s/^bench name=server_cpu\/\([^ ]*\) value=\([0-9.]*\) .*/$1 \1 server CPU \2 us\/cycle/p" |
     tee -a "$results"
 }
+# contend NAME TREE: one contend.lua run; prints its acquisitions/s per mode
+# and number of processes.
+contend() {
+  path="$2/bench/?.lua;$2/lua/?.lua;;" cpath="$2/build/lua5.4/?.so;;"
+  LUA_PATH=$path LUA_PATH_5_4=$path LUA_CPATH=$cpath LUA_CPATH_5_4=$cpath BENCH_ROOT=$2 \
+    lua5.4 "$2/bench/contend.lua" 2>/dev/null |
+    sed -n -e "s/^bench name=contended\/\([^ ]*\) value=\([0-9]*\) .*/$1 \1 \2 acquisitions\/s/p" \
+           -e "s/^bench name=contended.ceiling value=\([0-9]*\) .*/$1 ceiling \1 sections\/s (the section alone)/p" |
+    tee -a "$results"
+}
+what=${BENCH_COMPARE:-cycle}
+export BENCH_CONTEND_PROCS="${BENCH_CONTEND_PROCS:-8 32}"
 results=$(mktemp)
 trap 'git -C "$here" worktree remove --force "$other" >/dev/null 2>&1; rm -rf "$other" "$results"' EXIT
 
 echo "bench compare: this checkout ($(git rev-parse --short HEAD)) vs $rev ($(git -C "$other" rev-parse --short HEAD)), $rounds rounds"
 for _ in $(seq "$rounds"); do
+  if [ "$what" = contend ]; then
+    contend this "$here"
+    contend "$rev" "$other"
+    continue
+  fi
   for placement in "different-cores:$last" "same-core:0"; do
     where=${placement%%:*} cpu=${placement##*:}
     for pair in "lua5.4:lua5.4" "luajit:luajit"; do
@@ -63,7 +83,16 @@ awk -v rev="$rev" '
   { rate[$1 " " $2] = rate[$1 " " $2] " " $3; seen[$2] = 1 }
   END {
     for (id in seen) {
+      if (!((rev " " id) in rate)) {
+        printf "median %s: this %d (%s has none)\n", id, median(rate["this " id]), rev
+        continue
+      }
       r = median(rate["this " id]) / median(rate[rev " " id])
+      if (!(("this " id) in cpu)) {
+        printf "median %s: per second this %d, %s %d (this/%s %.3f)\n",
+               id, median(rate["this " id]), rev, median(rate[rev " " id]), rev, r
+        continue
+      }
       c = median(cpu["this " id]) / median(cpu[rev " " id])
       printf "median %s: cycles/s this %d, %s %d (this/%s %.3f); server CPU us/cycle this %.2f, %s %.2f (this/%s %.3f)\n",
              id, median(rate["this " id]), rev, median(rate[rev " " id]), rev, r,

@@ -7,6 +7,9 @@
 -- the mutual-exclusion violations, which must be 0: each holder INCRs an
 -- "inside" key on entry (more than 1 is an overlap) and DECRs it on leaving,
 -- and at the end the counter must equal the number of acquisitions made.
+-- The ceiling beside them: one process running the section alone (INCR,
+-- GET, SET, DECR, no lock) back to back. No lock, however it hands over,
+-- runs sections one after another faster than that.
 -- usage: contend.lua                   (the whole benchmark, from bench/run.sh)
 --        contend.lua worker <mode> <key> <start_at> <stop_at>   (one process)
 local redislock = require "redislock"
@@ -85,16 +88,36 @@ local function run(mode, procs)
   return in_window / SECONDS, violations, note
 end
 
+-- Sections per second, run alone by one process for SECONDS (the ceiling).
+local function ceiling()
+  local client = redislock.new({ port = B.port, timeout = 10 })
+  local key = "bench:contend:alone"
+  local inside, counter = key .. ":inside", key .. ":counter"
+  assert(client:command("SET", counter, 0))
+  local n, began = 0, core.now()
+  while core.now() - began < SECONDS do
+    assert(client:command("INCR", inside))
+    local v = assert(tonumber(assert(client:command("GET", counter))))
+    assert(client:command("SET", counter, v + 1))
+    assert(client:command("DECR", inside))
+    n = n + 1
+  end
+  client:close()
+  return n / (core.now() - began)
+end
+
 local client = redislock.new({ port = B.port })
+local top = ceiling()
+B.emit({ name = "contended.ceiling", value = math.floor(top + 0.5), unit = "sections/s",
+         label = "the section alone, one process, no lock: the ceiling of any lock" })
 for _, mode in ipairs(B.wait_modes(client)) do
   for _, procs in ipairs(PROCS) do
     B.say("bench: contention, %s, %d processes, %g s", mode, procs, SECONDS)
     local rate, violations, note = run(mode, procs)
-    local label = string.format("%d processes, one key, %s", procs,
-                                mode == "default" and "waiting as the API does today"
-                                  or mode == "fair" and "fair = true" or "wait_mode = \"" .. mode .. "\"")
+    local label = string.format("%d processes, one key, %s", procs, B.mode_label(mode))
     local id = string.format("%s/%d", mode, procs)
     B.emit({ name = "contended/" .. id, value = math.floor(rate + 0.5), unit = "acquisitions/s", note = note,
+             baseline = "contended.ceiling", baseline_value = math.floor(top + 0.5),
              label = label .. ": acquisitions/s" })
     B.emit({ name = "violations/" .. id, value = violations, unit = "count", target = { "==", 0 },
              label = label .. ": mutual-exclusion violations" })
