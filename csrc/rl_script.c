@@ -155,28 +155,47 @@
   "  if r then redis.call('HDEL', " hand ", heir) end\n"                   \
   "end\n"
 
+/* Defines list(command, name, ...): the command on a waiter's own wake-up
+   list, whose name has the waiter's token and so is not in KEYS (it has
+   the lock's hash tag: its slot is the lock's). While a cluster slot
+   moves, Redis refuses a name that is not on this node ("non local key")
+   inside a script; list answers nil, true then, else the command's reply. */
+#define LIST_FN                                                            \
+  "local function list(...)\n"                                             \
+  "  local r = redis.pcall(...)\n"                                         \
+  "  if type(r) == 'table' and r.err then return nil, true end\n"          \
+  "  return r\n"                                                           \
+  "end\n"
+
 /* Wakes one waiter with "1" (it tries again): heir's own list, or the
-   shared one when heir is nil. */
+   shared one when heir is nil. Needs list() (LIST_FN). */
 #define WAKE_ONE(signal)                                                   \
   "local sig = heir and (" signal " .. ':' .. heir) or " signal "\n"       \
-  "redis.call('DEL', sig)\n"                                               \
-  "redis.call('RPUSH', sig, 1)\n"                                          \
-  "redis.call('PEXPIRE', sig, " RL_STR(RL_SIGNAL_MS) ")\n"
+  "list('DEL', sig)\n"                                                     \
+  "list('RPUSH', sig, 1)\n"                                                \
+  "list('PEXPIRE', sig, " RL_STR(RL_SIGNAL_MS) ")\n"
 
 /* After FIRST_LIVE found heir, with the lock free: hands it the lock (see
-   "Handing over") and sets handed. Needs era() (ERA_FN). No DEL before
-   the RPUSH: a plain wake-up left in the list ("1") only makes the waiter
-   try once more, which finds its own token. The lock is written after
-   the fence's INCR, so that a failure there hands nothing over. */
+   "Handing over") and sets handed. Needs era() (ERA_FN) and list()
+   (LIST_FN). The wake-up is pushed first, as a list out of KEYS may be
+   refused (then nothing is handed over); the lock is written next, and
+   should that fail (no memory), the wake-up goes, so that nobody takes it
+   for the lock. No DEL before the RPUSH: a plain wake-up left in the list
+   ("1") only makes the waiter try once more, which finds its own token. */
 #define HAND_TO_HEIR(lock, signal, queue, hand, fence, rec)                \
   "local f = redis.call('INCR', " fence ") + era(" rec ")\n"                \
-  "redis.call('SET', " lock ", heir, 'PX', hms)\n"                          \
-  "handed = true\n"                                                        \
-  "redis.call('ZREM', " queue ", heir)\n"                                   \
-  "redis.call('HDEL', " hand ", heir)\n"                                    \
   "local sig = " signal " .. ':' .. heir\n"                                 \
-  "redis.call('RPUSH', sig, " FMT "f) .. ' ' .. " FMT "math.max(now - since, 0)) .. ' ' .. " FMT "now))\n" \
-  "redis.call('PEXPIRE', sig, hms)\n"
+  "local _, refused = list('RPUSH', sig, " FMT "f) .. ' ' .. " FMT "math.max(now - since, 0)) .. ' ' .. " FMT "now))\n" \
+  "if not refused then\n"                                                  \
+  "  list('PEXPIRE', sig, hms)\n"                                          \
+  "  if redis.pcall('SET', " lock ", heir, 'PX', hms).err then\n"           \
+  "    list('DEL', sig)\n"                                                 \
+  "  else\n"                                                               \
+  "    handed = true\n"                                                    \
+  "    redis.call('ZREM', " queue ", heir)\n"                               \
+  "    redis.call('HDEL', " hand ", heir)\n"                                \
+  "  end\n"                                                                \
+  "end\n"
 
 /* With the lock free and `now` set: hands it to the first live registered
    waiter, or wakes one waiter of the shared list (those that did not
@@ -197,7 +216,7 @@
    own, so a handoff left there is of a lock it no longer holds (taken
    back, force-released, evicted), and must not be taken for one. */
 #define REGISTER(lock, queue, hand, waiters, hms)                          \
-  "redis.call('DEL', " lock " .. ':signal:' .. ARGV[1])\n"                  \
+  "list('DEL', " lock " .. ':signal:' .. ARGV[1])\n"                        \
   "redis.call('ZADD', " queue ", 'NX', t[1] .. string.format('%06d', t[2]), ARGV[1])\n" \
   "redis.call('HSET', " hand ", ARGV[1], " FMT "now + tonumber(ARGV[4])) .. ' ' .. " hms ")\n" \
   "redis.call('PEXPIRE', " queue ", ARGV[4])\n"                             \
@@ -209,17 +228,18 @@
    of its list: a plain wake-up may be before it): nil when not (or not a
    handoff); the ms until it may be taken back (RL_CLAIM_MS after the
    handoff); or 0 when it was older and has just been taken back (the lock
-   and the element deleted: the lock is free). */
+   and the element deleted: the lock is free). Needs list() (LIST_FN). */
 #define STALE_FN                                                           \
   "local function stale(v)\n"                                              \
   "  local sig = KEYS[1] .. ':signal:' .. v\n"                              \
-  "  local e = redis.call('LINDEX', sig, -1)\n"                              \
+  "  local e = list('LINDEX', sig, -1)\n"                                    \
   "  local at = e and tonumber(string.match(e, ' (%d+)$'))\n"               \
   "  if not at then return nil end\n"                                      \
   "  local t = redis.call('TIME')\n"                                       \
   "  local age = t[1] * 1000 + math.floor(t[2] / 1000) - at\n"             \
   "  if age < " RL_STR(RL_CLAIM_MS) " then return " RL_STR(RL_CLAIM_MS) " - age end\n" \
-  "  redis.call('DEL', KEYS[1], sig)\n"                                    \
+  "  if select(2, list('DEL', sig)) then return nil end\n"                \
+  "  redis.call('DEL', KEYS[1])\n"                                          \
   "  return 0\n"                                                           \
   "end\n"
 
@@ -338,6 +358,7 @@
    it up is taken back (stale, see "Handing over"). */
 static const char acquire_script[] =
   ERA_FN
+  LIST_FN
   STALE_FN
   "local function ours(fence)\n"
   "  if ARGV[3] and ARGV[3] ~= era_id then return {2, fence} end\n"
@@ -352,7 +373,7 @@ static const char acquire_script[] =
   "local v = redis.call('GET', KEYS[1])\n"
   "if v == ARGV[1] then\n"
   "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-  "  redis.call('DEL', KEYS[1] .. ':signal:' .. ARGV[1])\n"
+  "  list('DEL', KEYS[1] .. ':signal:' .. ARGV[1])\n"
   "  local fence = tonumber(redis.call('GET', KEYS[2]))\n"
   "  if fence and fence >= 1 then return ours(fence + era(KEYS[4])) end\n"
   "  return ours(redis.call('INCR', KEYS[2]) + era(KEYS[4]))\n"
@@ -373,6 +394,7 @@ static const char acquire_script[] =
    it takes the lock. Replies as acquire. */
 static const char acquire_wait_script[] =
   ERA_FN
+  LIST_FN
   STALE_FN
   "local function taken(fence)\n"
   "  redis.call('ZREM', KEYS[3], ARGV[1])\n"
@@ -386,7 +408,7 @@ static const char acquire_wait_script[] =
   "local v = redis.call('GET', KEYS[1])\n"
   "if v == ARGV[1] then\n"
   "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-  "  redis.call('DEL', KEYS[1] .. ':signal:' .. ARGV[1])\n"
+  "  list('DEL', KEYS[1] .. ':signal:' .. ARGV[1])\n"
   "  local fence = tonumber(redis.call('GET', KEYS[2]))\n"
   "  if fence and fence >= 1 then return taken(fence) end\n"
   "  return taken(redis.call('INCR', KEYS[2]))\n"
@@ -410,6 +432,7 @@ static const char acquire_wait_script[] =
    lock), or -2 - the PTTL of another owner's. */
 static const char release_script[] =
   ERA_FN
+  LIST_FN
   "local v = redis.call('GET', KEYS[1])\n"
   "if v == ARGV[1] then\n"
   "  local handed = false\n"
@@ -440,12 +463,13 @@ static const char pttl_script[] = KEY_PTTL;
    when the lock is free}. */
 static const char acquire_fair_script[] =
   ERA_FN
+  LIST_FN
   STALE_FN
   NOW
   "local v = redis.call('GET', KEYS[1])\n"
   "if v == ARGV[1] then\n"
   "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-  "  redis.call('DEL', KEYS[1] .. ':signal:' .. ARGV[1])\n"
+  "  list('DEL', KEYS[1] .. ':signal:' .. ARGV[1])\n"
   "  redis.call('ZREM', KEYS[3], ARGV[1])\n"
   "  redis.call('HDEL', KEYS[4], ARGV[1])\n"
   "  local fence = redis.call('GET', KEYS[2])\n"
@@ -478,11 +502,13 @@ static const char acquire_fair_script[] =
    handed it or woken (it would otherwise wait for its own timeout). */
 static const char leave_script[] =
   ERA_FN
+  LIST_FN
   "redis.call('ZREM', KEYS[3], ARGV[1])\n"
   "redis.call('HDEL', KEYS[4], ARGV[1])\n"
   "local v = redis.call('GET', KEYS[1])\n"
   "if v == ARGV[1] then\n"
-  "  redis.call('DEL', KEYS[1], KEYS[2] .. ':' .. ARGV[1])\n"
+  "  redis.call('DEL', KEYS[1])\n"
+  "  list('DEL', KEYS[2] .. ':' .. ARGV[1])\n"
   "  v = false\n"
   "end\n"
   "if not v then\n"
@@ -533,7 +559,8 @@ static const char fence_up_script[] =
   "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"                 \
   "for _, h in ipairs(redis.call('ZRANGEBYSCORE', " handed ", '-inf', now - " RL_STR(RL_CLAIM_MS) ")) do\n" \
   "  local sig = KEYS[1] .. ':signal:' .. h\n"                              \
-  "  if redis.call('LLEN', sig) > 0 then redis.call('ZREM', KEYS[1], h) redis.call('DEL', sig) end\n" \
+  "  local n = list('LLEN', sig)\n"                                          \
+  "  if n and n > 0 and not select(2, list('DEL', sig)) then redis.call('ZREM', KEYS[1], h) end\n" \
   "  redis.call('ZREM', " handed ", h)\n"                                   \
   "end\n"
 
@@ -545,9 +572,9 @@ static const char fence_up_script[] =
   "  local handed_fence\n"                                                 \
   "  if resent then\n"                                                     \
   "    local own = KEYS[1] .. ':signal:' .. ARGV[1]\n"                      \
-  "    local e = redis.call('LINDEX', own, -1)\n"                           \
+  "    local e = list('LINDEX', own, -1)\n"                                 \
   "    handed_fence = e and tonumber(string.match(e, '^(%d+) '))\n"         \
-  "    redis.call('DEL', own)\n"                                           \
+  "    list('DEL', own)\n"                                                 \
   "  end\n"
 
 /* With `now` set and a permit free: hands it to the first live registered
@@ -556,18 +583,28 @@ static const char fence_up_script[] =
    one waiter of the shared list. Needs era() (ERA_FN). */
 #define SEM_HAND_NEXT(signal, queue, hand, fence, rec, handed)             \
   FIRST_LIVE(queue, hand)                                                  \
+  "local given = false\n"                                                  \
   "if heir then\n"                                                         \
   "  local f = redis.call('INCR', " fence ") + era(" rec ")\n"              \
-  "  redis.call('ZADD', KEYS[1], " FMT "now + tonumber(hms)), heir)\n"      \
-  ZSET_EXPIRE("KEYS[1]")                                                   \
-  "  redis.call('ZREM', " queue ", heir)\n"                                 \
-  "  redis.call('HDEL', " hand ", heir)\n"                                  \
-  "  redis.call('ZADD', " handed ", now, heir)\n"                           \
-  "  if redis.call('PTTL', " handed ") < tonumber(hms) then redis.call('PEXPIRE', " handed ", hms) end\n" \
   "  local sig = " signal " .. ':' .. heir\n"                               \
-  "  redis.call('RPUSH', sig, " FMT "f) .. ' ' .. " FMT "math.max(now - since, 0)) .. ' ' .. " FMT "now))\n" \
-  "  redis.call('PEXPIRE', sig, hms)\n"                                     \
-  "else\n"                                                                 \
+  "  local _, refused = list('RPUSH', sig, " FMT "f) .. ' ' .. " FMT "math.max(now - since, 0)) .. ' ' .. " FMT "now))\n" \
+  "  if not refused then\n"                                                \
+  "    list('PEXPIRE', sig, hms)\n"                                        \
+  "    local r = redis.pcall('ZADD', KEYS[1], " FMT "now + tonumber(hms)), heir)\n" \
+  "    if type(r) == 'table' and r.err then\n"                               \
+  "      list('DEL', sig)\n"                                               \
+  "    else\n"                                                             \
+  "      given = true\n"                                                   \
+  ZSET_EXPIRE("KEYS[1]")                                                   \
+  "      redis.call('ZREM', " queue ", heir)\n"                             \
+  "      redis.call('HDEL', " hand ", heir)\n"                              \
+  "      redis.call('ZADD', " handed ", now, heir)\n"                       \
+  "      if redis.call('PTTL', " handed ") < tonumber(hms) then redis.call('PEXPIRE', " handed ", hms) end\n" \
+  "    end\n"                                                              \
+  "  end\n"                                                                \
+  "end\n"                                                                  \
+  "if not given then\n"                                                    \
+  "  heir = nil\n"                                                         \
   WAKE_ONE(signal)                                                         \
   "end\n"
 
@@ -581,6 +618,7 @@ static const char fence_up_script[] =
    waiters mark. */
 static const char sem_acquire_script[] =
   ERA_FN
+  LIST_FN
   NOW
   SEM_RECLAIM("KEYS[5]")
   "local resent = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
@@ -604,6 +642,7 @@ static const char sem_acquire_script[] =
    and drops its registration when it takes one. Replies as acquire. */
 static const char sem_acquire_wait_script[] =
   ERA_FN
+  LIST_FN
   NOW
   SEM_RECLAIM("KEYS[7]")
   "local resent = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
@@ -626,6 +665,7 @@ static const char sem_acquire_wait_script[] =
    Replies 1, or 0 when the permit is gone (expired, or taken back). */
 static const char sem_release_script[] =
   ERA_FN
+  LIST_FN
   NOW
   "local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
   "if not s then return 0 end\n"
@@ -642,10 +682,11 @@ static const char sem_release_script[] =
    answer was lost: the client counts on neither) is passed on. */
 static const char sem_leave_script[] =
   ERA_FN
+  LIST_FN
   NOW
   "redis.call('ZREM', KEYS[3], ARGV[1])\n"
   "redis.call('HDEL', KEYS[4], ARGV[1])\n"
-  "redis.call('DEL', KEYS[2] .. ':' .. ARGV[1])\n"
+  "list('DEL', KEYS[2] .. ':' .. ARGV[1])\n"
   "redis.call('ZREM', KEYS[7], ARGV[1])\n"
   "local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
   "if s then\n"
@@ -887,9 +928,11 @@ static const char inspect[] =
    would; the fence counter stays, so fences keep growing. Replies 1, or 0
    when there was no lock. */
 static const char force_release[] =
+  LIST_FN
   "local v = redis.call('GET', KEYS[1])\n"
   "if not v then return 0 end\n"
-  "redis.call('DEL', KEYS[1], KEYS[2] .. ':' .. v)\n"
+  "redis.call('DEL', KEYS[1])\n"
+  "list('DEL', KEYS[2] .. ':' .. v)\n"
   "if redis.call('EXISTS', KEYS[5]) == 1 then pcall(function()\n"
   NOW
   FIRST_LIVE("KEYS[3]", "KEYS[4]")

@@ -9,7 +9,9 @@
 --    or (o.failover) whose sections two masters granted (the E line's
 --    node), is counted apart, as what the design allows. Checked again
 --    without any clock, in the order the register saw entries and exits.
---  * fences: two sections of one key with the same fence (duplicates), or a
+--  * fences: two sections of one key with the same fence (duplicates; not
+--    when they have the same token too: a lock handed down within an nginx
+--    worker, one section after the other), or a
 --    section that entered after another one left, whose lock was asked for
 --    after that one entered, yet holds a lower fence (inversions), within
 --    one lifetime of the lock server (a restart without its data starts the
@@ -40,9 +42,11 @@ local function read_log(w, sections, failures)
   for line in text:gmatch("[^\n]+") do
     local kind, rest = line:match("^(%u+) ?(.*)$")
     if kind == "E" then
-      local t, key, fence, mode, life, node, sent = rest:match("^(%S+) (%S+) (%d+) (%S+) (%d+) ?(%S*) ?(%S*)")
+      local t, key, fence, mode, life, node, sent, token =
+        rest:match("^(%S+) (%S+) (%d+) (%S+) (%d+) ?(%S*) ?(%S*) ?(%S*)")
       open = { worker = w.id, enter = tonumber(t), key = key, fence = tonumber(fence), mode = mode,
-               life = tonumber(life), node = node, sent = tonumber(sent) or tonumber(t) }
+               life = tonumber(life), node = node, sent = tonumber(sent) or tonumber(t),
+               token = token ~= "" and token or nil }
       sections[#sections + 1] = open
     elseif kind == "X" and open then
       local t, outcome = rest:match("^(%S+) %S+ %d+ (%S+)")
@@ -149,7 +153,9 @@ function _M.run(o)
     for i, a in ipairs(list) do
       if a.outcome then writes = writes + 1 end
       local id = a.life .. ":" .. a.fence
-      if seen[id] then
+      -- The same fence with the same token is one lock handed down within
+      -- an nginx worker (redislock/ngx_gate.lua), section after section.
+      if seen[id] and not (a.token and seen[id].token == a.token) then
         dups = dups + 1
         tally(a.enter, "anomalies")
         details[#details + 1] = string.format("%s: fence %d taken twice (workers %d and %d)", key, a.fence,

@@ -3,11 +3,14 @@
 -- the OpenResty ones (torture/ngx_app.lua): what a section is, how it is
 -- picked, and the log lines it leaves (on the monotonic clock every process
 -- shares):
---   E <now> <key> <fence> <mode> <lifetime of the lock server> <node> <sent>
+--   E <now> <key> <fence> <mode> <lifetime of the lock server> <node> <sent> <token>
 --                                        node: the port of the master the
 --                                        client used (Sentinel, Cluster), else "-";
 --                                        sent: when the try that took the
---                                        lock was sent (its grant came later)
+--                                        lock was sent (its grant came later);
+--                                        token: the lock's (a lock handed
+--                                        down within an nginx worker keeps
+--                                        its token and fence)
 --   X <now> <key> <fence> <outcome>     outcome: ok, or the code of why the
 --                                        guarded write was not done: stale (the
 --                                        register refused the fence: a newer
@@ -88,8 +91,8 @@ function _M.run(s, id, ttl, with_lock, client, register, sleep, log)
     local life = register:command("GET", "lifetime") or "0"
     local event = id .. " " .. lock.fence .. " " .. life
     register:command("RPUSH", "history:" .. key, "in " .. event)
-    log(string.format("E %.6f %s %d %s %s %s %.6f\n", core.now(), key, lock.fence, s.mode, life, tostring(node),
-                      rawget(lock, "_since") or started))
+    log(string.format("E %.6f %s %d %s %s %s %.6f %s\n", core.now(), key, lock.fence, s.mode, life, tostring(node),
+                      rawget(lock, "_since") or started, lock.token))
     local n = tonumber(register:command("GET", "count:" .. key)) or 0
     sleep(s.hold)
     register:command("SET", "count:" .. key, n + 1)

@@ -252,9 +252,9 @@ local function take(client, key, tok, ms, how, kind)
   -- The TTL a handoff of a lock gives it (a registering try's n; a
   -- semaphore's n is its limit, and a permit handed over has the waiter's
   -- TTL): its own, or, when its renewal extends the lock at once and that
-  -- TTL is long, HAND_MS, so
-  -- that a waiter paused as it is handed the lock keeps the others out
-  -- that long at most (the renewal of one that runs makes it its TTL).
+  -- TTL is long, HAND_MS, so that a waiter paused as it is handed the lock
+  -- keeps the others out that long at most (the renewal of one that runs
+  -- makes it its TTL).
   local hand_ms = (how.renew and ms > 2 * HAND_MS and kind == _M.LOCK) and HAND_MS or ms
   local more = (kind.n or how.replicas or hand or fair)
     and { n = kind.n or hand_ms, replicas = how.replicas, replica_ms = how.replica_ms } or nil
