@@ -16,7 +16,7 @@ typedef struct {
  * client:lease(key, token, ttl_ms[, opts]) -> lease | nil, err
  * Has the watchdog thread renew the lock key/token to ttl_ms every ttl_ms/3
  * (with opts.op: "extend", the default, or "sem_extend", "read_extend",
- * "write_extend"), on a connection of its own made like the client's, until
+ * "write_extend", "elect_extend"), on a connection of its own made like the client's, until
  * lease:stop() or the lease is collected; opts.max_hold_ms > 0 ends the
  * renewals that long from now. opts.sent_ms: when the acquire was sent
  * (monotonic ms; default now). The Lua transports' scoped and notify are
@@ -30,7 +30,8 @@ int rl_lua_client_lease(lua_State *L) {
   const char *why = rl_check_key(key, klen);
   int isnum = 0;
   lua_Integer ttl = lua_tointegerx(L, 4, &isnum);
-  static const char *const extends[] = { "extend", "sem_extend", "read_extend", "write_extend", NULL };
+  static const char *const extends[] = { "extend", "sem_extend", "read_extend", "write_extend", "elect_extend",
+                                          NULL };
   long long max_hold, sent;
   rl_op op;
   char err[RL_ERRLEN];

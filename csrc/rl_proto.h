@@ -47,6 +47,7 @@ typedef enum {
   RL_OP_ACQUIRE_WAIT,  /* acquire, else register for a handoff (the release hands the lock over) */
   RL_OP_SEM_ACQUIRE_WAIT, /* sem_acquire, else register for a permit handed over */
   RL_OP_SEM_LEAVE,     /* a registered semaphore waiter gives up; a permit handed to it goes on */
+  RL_OP_ELECT_EXTEND,  /* a leader's renewal: compare its token up to the value, then pexpire */
   RL_OP_COUNT
 } rl_op;
 

@@ -816,6 +816,21 @@ static const char write_leave_script[] =
   "return {0, 0}\n";
 
 /* The ops, one row each (rl_ops.h says what a row holds). */
+/* elect_extend: KEYS lock; ARGV[1] a leader's token, ARGV[2] ttl (ms). A
+   leader's renewal: its extend, where the token is compared up to the
+   value it carries (the leader is the same while it proclaims another:
+   see "Elections"), so that a renewal on its way as the value changes
+   does not find the lock another's. */
+static const char elect_extend_script[] =
+  "local v = redis.call('GET', KEYS[1])\n"
+  "local id = string.match(ARGV[1], '^[^ ]*')\n"
+  "if v and string.match(v, '^[^ ]*') == id then\n"
+  "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+  "  return {1, tonumber(ARGV[2])}\n"
+  "end\n"
+  "if v then return {-1, redis.call('PTTL', KEYS[1])} end\n"
+  "return {0, 0}\n";
+
 const rl_op_row rl_ops[RL_OP_COUNT] = {
   [RL_OP_ACQUIRE] = { "acquire", acquire_script, { K_LOCK, K_FENCE, K_WAITERS, K_ERA, -1 }, RL_F_MS },
   [RL_OP_RELEASE] = { "release", release_script,
@@ -857,6 +872,7 @@ const rl_op_row rl_ops[RL_OP_COUNT] = {
                     RL_F_MS | RL_F_N | RL_F_STAY },
   [RL_OP_SEM_LEAVE] = { "sem_leave", sem_leave_script,
                     { K_PERMITS, K_PSIGNAL, K_PQUEUE, K_PHAND, K_PFENCE, K_ERA, K_PHANDED, -1 }, 0 },
+  [RL_OP_ELECT_EXTEND] = { "elect_extend", elect_extend_script, { K_LOCK, -1 }, RL_F_MS },
 };
 
 const char *const rl_key_suffix[RL_NAMES] = {
@@ -910,16 +926,23 @@ static const char multi_acquire[] =
   "end\n"
   "return {1, fences}\n";
 
+/* The state of a lock: KEYS[1] the lock, [2] its fence counter, [3] the
+   slot's era record: leaves state = {value or false, PTTL, the last fence
+   or false}, the fence with the offset the era record holds (not checked
+   against INFO: it writes nothing). For an election's lock, taken by the
+   acquire scripts only, that fence is the leader's term. */
+#define LOCK_STATE                                                         \
+  "local v = redis.call('GET', KEYS[1])\n"                                 \
+  "local fence = tonumber(redis.call('GET', KEYS[2]))\n"                   \
+  "local r = redis.call('GET', KEYS[3])\n"                                 \
+  "local off = r and tonumber(string.match(r, ' (%d+)$')) or 0\n"          \
+  "local state = {v, redis.call('PTTL', KEYS[1]), fence and " FMT "fence + off) or false}\n"
+
 /* inspect: KEYS lock, fence, era. What an operator asks about a lock, in
-   one step: {value or false, PTTL, the last fence or false}; the fence with
-   the offset the era record holds (not checked against INFO: it writes
-   nothing). */
+   one step: its state (LOCK_STATE). */
 static const char inspect[] =
-  "local v = redis.call('GET', KEYS[1])\n"
-  "local fence = tonumber(redis.call('GET', KEYS[2]))\n"
-  "local r = redis.call('GET', KEYS[3])\n"
-  "local off = r and tonumber(string.match(r, ' (%d+)$')) or 0\n"
-  "return {v, redis.call('PTTL', KEYS[1]), fence and " FMT "fence + off) or false}\n";
+  LOCK_STATE
+  "return state\n";
 
 /* force_release: KEYS lock, signal, queue, hand, waiters. Deletes the lock
    whoever holds it (and a handoff's wake-up not yet taken up, so that the
@@ -1025,6 +1048,81 @@ static const char user_owned_tail[] =
   "for i = 3, #ARGV do argv[i - 2] = ARGV[i] end\n"
   "return {1, user(keys, argv)}\n";
 
+/* Elections (redislock/election.lua). A leader holds the lock
+   <prefix>{election:<name>} (a lock taken by the acquire scripts only,
+   never by a take, so that its fence counter is its holder's fence: the
+   term); its token ends with " <value>". Observers are registered in
+   <lock>:observers (a sorted set: token by the ms, server time, until which
+   it stays) and each blocks on its own list <lock>:signal:<its token>,
+   where every announcement is pushed: "<term> <leader's token>" by a new
+   leader (or one that proclaimed a new value), "<term> " (no token) by
+   one that resigned with nobody to follow it.
+
+   ANNOUNCE(msg): pushes msg to every live observer's list (at most 1000;
+   an observer gone past its stay leaves the set), kept for as long as its
+   registration lasts, the last 100 only. Needs `now` and list(). */
+#define ANNOUNCE(lock, observers, msg)                                     \
+  "redis.call('ZREMRANGEBYSCORE', " observers ", '-inf', now)\n"            \
+  "local obs = redis.call('ZRANGE', " observers ", 0, 999, 'WITHSCORES')\n" \
+  "for i = 1, #obs, 2 do\n"                                                \
+  "  local sig = " lock " .. ':signal:' .. obs[i]\n"                        \
+  "  if not select(2, list('RPUSH', sig, " msg ")) then\n"                  \
+  "    list('LTRIM', sig, -100, -1)\n"                                     \
+  "    list('PEXPIRE', sig, " FMT "math.max(tonumber(obs[i + 1]) - now, 1)))\n" \
+  "  end\n"                                                                \
+  "end\n"
+
+/* elect_observe: KEYS lock, fence, era, observers; ARGV[1] the observer's
+   token, ARGV[2] how long its registration stays (ms). Registers it (or
+   renews its stay) and takes what was announced to it since:
+   {token or false, PTTL, term or false, {announcement, ...}}. */
+static const char elect_observe[] =
+  LIST_FN
+  NOW
+  LOCK_STATE
+  "redis.call('ZADD', KEYS[4], " FMT "now + tonumber(ARGV[2])), ARGV[1])\n"
+  "redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)\n"
+  ZSET_EXPIRE("KEYS[4]")
+  "local sig = KEYS[1] .. ':signal:' .. ARGV[1]\n"
+  "local news = list('LRANGE', sig, 0, -1) or {}\n"
+  "if #news > 0 then list('DEL', sig) end\n"
+  "state[4] = news\n"
+  "return state\n";
+
+/* elect_announce: KEYS lock, observers; ARGV[1] the new leader's token
+   and ARGV[2] its term; or, after a resign, ARGV[1] "" and ARGV[2] the
+   term that ended. A leader announces itself only while the lock is its
+   own (one paused after it won may find a later leader: not announced, so
+   that observers hear of leaders in term order); a resign only while
+   nobody leads (a release that handed the lead over leaves the
+   announcement to the next leader). Replies how many observers were told,
+   or -1. */
+static const char elect_announce[] =
+  LIST_FN
+  NOW
+  "local v = redis.call('GET', KEYS[1])\n"
+  "if ARGV[1] == '' and v or ARGV[1] ~= '' and v ~= ARGV[1] then return -1 end\n"
+  "local msg = ARGV[2] .. ' ' .. ARGV[1]\n"
+  ANNOUNCE("KEYS[1]", "KEYS[2]", "msg")
+  "return #obs / 2\n";
+
+/* elect_proclaim: KEYS lock, observers; ARGV[1] the leader's token, [2]
+   its new token (the same leader, another value), [3] its term, [4] its
+   TTL (ms). While the lock is the leader's (its token up to the value, as
+   elect_extend compares it: a resend after a lost answer finds the new
+   one), swaps the token, the TTL renewed, and announces it: 1; else 0
+   (free) or -1 (another's). */
+static const char elect_proclaim[] =
+  LIST_FN
+  NOW
+  "local v = redis.call('GET', KEYS[1])\n"
+  "if not v or string.match(v, '^[^ ]*') ~= string.match(ARGV[1], '^[^ ]*') then return v and -1 or 0 end\n"
+  "redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[4])\n"
+  "if v == ARGV[2] then return 1 end\n"
+  "local msg = ARGV[3] .. ' ' .. ARGV[2]\n"
+  ANNOUNCE("KEYS[1]", "KEYS[2]", "msg")
+  "return 1\n";
+
 void rl_guard_parts(int owned, const char **head, const char **tail) {
   *head = owned ? user_owned_head : user_fenced_head;
   *tail = owned ? user_owned_tail : user_fenced_tail;
@@ -1040,6 +1138,9 @@ static struct {
   { "force_release", force_release, "" },
   { "fenced_write", fenced_write, "" },
   { "owned_write", owned_write, "" },
+  { "elect_observe", elect_observe, "" },
+  { "elect_announce", elect_announce, "" },
+  { "elect_proclaim", elect_proclaim, "" },
 };
 #define NEXTRA (sizeof extra / sizeof extra[0])
 

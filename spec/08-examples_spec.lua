@@ -32,6 +32,16 @@ describe("examples", function()
     assert.is_truthy(out:find("multi-key lock: 80 transfers both ways, total 200 (was 200)", 1, true), out)
   end)
 
+  it("election.lua: three nodes lead one after another, terms growing, and the observer hears each", function()
+    local out, ok = run_example("election.lua")
+    assert.is_true(ok, out)
+    local _, leads = out:gsub("observer: node%-%d leads %(term %d+%)", "")
+    assert.are.equal(3, leads, out)
+    local runs = "ticks: 9, by node%-%d, node%-%d, node%-%d, one leader after another, terms growing: yes"
+    assert.is_truthy(out:find(runs), out)
+    assert.is_truthy(out:find("the observer heard 3 leaders, in term order: yes", 1, true), out)
+  end)
+
   it("cron.lua: exactly one of the processes runs the nightly job", function()
     local out, ok = run_example("cron.lua")
     assert.is_true(ok, out)

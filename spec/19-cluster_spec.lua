@@ -248,13 +248,14 @@ describe("Redis Cluster", function()
   -- Four processes looping with_lock on one key through the cluster for
   -- seconds (6) across event(slot, owner), 2 s in; returns the sections
   -- (helpers.loops_across).
-  local function loops(key, event, fences, seconds)
-    local slot = core.lock_slot(key)
+  -- With elect, five processes campaign in the election named key.
+  local function loops(key, event, fences, seconds, elect)
+    local slot = core.lock_slot(elect and "election:" .. key or key)
     local owner = cl:owner(slot)
     return helpers.loops_across(function(start_at)
       return helpers.spawn(helpers.spec_dir .. "workers/loop.lua", "cluster:" .. table.concat(cl.seeds, ","), key,
-                           seconds or 6, start_at)
-    end, function() event(slot, owner) end, fences)
+                           seconds or 6, start_at, elect and "elect" or nil)
+    end, function() event(slot, owner) end, fences, elect and 5)
   end
 
   -- How many sections ran on node n.
@@ -264,18 +265,29 @@ describe("Redis Cluster", function()
     return count
   end
 
-  it("keeps with_lock loops going while their slot moves: no overlaps, fences growing", function()
-    if helpers.slow > 1 then return pending("timing-bound: not under REDISLOCK_SLOW") end
+  -- Loops (as loops(); elect: campaigns) while their slot moves to another
+  -- master in steps; checks that more than 10 sections ran there.
+  local function loops_across_move(key, elect)
     local to
-    local sections = loops("migrating", function(slot, from)
+    local sections = loops(key, function(slot, from)
       to = cl:other_master(from)
       cl:begin_move(slot, from, to)
       core.sleep(0.3) -- half moved: the keys still on the source
       cl:move_keys(slot, from, to)
       core.sleep(0.3) -- the keys on the target, the slot still the source's
       cl:end_move(slot, from, to)
-    end, true)
+    end, true, 6, elect)
     assert.is_true(on(sections, to) > 10, "sections on the new owner: " .. on(sections, to))
+  end
+
+  it("keeps with_lock loops going while their slot moves: no overlaps, fences growing", function()
+    if helpers.slow > 1 then return pending("timing-bound: not under REDISLOCK_SLOW") end
+    loops_across_move("migrating")
+  end)
+
+  it("keeps one leader at a time among five processes while the election's slot moves, terms growing", function()
+    if helpers.slow > 1 then return pending("timing-bound: not under REDISLOCK_SLOW") end
+    loops_across_move("elected", true)
   end)
 
   it("renews a held lock across its slot's move (the watchdog follows MOVED)", function()
@@ -425,6 +437,7 @@ describe("Redis Cluster", function()
           location("/counter", "counter"),
           location("/acquire", "acquire"),
           location("/with_lock", "with_lock"),
+          location("/election", "election"),
           location("/section", "section"),
           location("/tls/new", "new", 'set $redis_tls "mtls"; set $redis_tls_dir "' .. helpers.tls_certs() .. '";'),
           "}",
@@ -439,6 +452,18 @@ describe("Redis Cluster", function()
     local function get(path)
       return http.request(nginx.port, "GET", path)
     end
+
+    it("runs an election over cosockets: campaign, leader, proclaim, observe, resign, terms growing", function()
+      local last = 0
+      for _ = 1, 2 do
+        local status, body = get("/election?name=o:elected")
+        assert.are.equal(200, status, body .. nginx:error_log())
+        local term, before, after, heard = body:match("^(%d+) (%S+) (%S+) (%S+)")
+        assert.are.same({ "a", "b", "b" }, { before, after, heard }, body)
+        assert.is_true(tonumber(term) > last)
+        last = tonumber(term)
+      end
+    end)
 
     it("takes locks on every master, each at its slot's owner", function()
       local masters = {}

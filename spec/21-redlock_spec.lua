@@ -103,6 +103,38 @@ describe("Redlock", function()
     raw:close()
   end)
 
+  it("keeps one leader at a time among five processes in an election, terms growing", function()
+    helpers.loops_across(function(start_at)
+      return helpers.spawn(helpers.spec_dir .. "workers/loop.lua", "redlock:" .. urls, "r:elect", 4, start_at, "elect")
+    end, function() end, true, 5)
+  end)
+
+  it("tells who leads by majority, through a proclaim, with 2 of 5 servers stopped", function()
+    local c, other = client({ timeout = 0.3 }), client({ timeout = 0.3 })
+    local e = c:election("r:who")
+    local lead = assert(e:campaign("a", 5))
+    local l = assert(e:leader())
+    assert.are.equal("a", l.value)
+    assert.are.equal(lead.term, l.term)
+    local resume = pause(1, 2)
+    assert.is_true(lead:proclaim("a2"))
+    l = assert(e:leader())
+    assert.are.equal("a2", l.value)
+    assert.are.equal(lead.term, l.term)
+    local got, err = other:election("r:who"):campaign("b", 5, { wait = 0.2 })
+    assert.is_nil(got)
+    assert.matches("^busy: election", err)
+    assert.is_true(lead:resign())
+    local next_lead = assert(other:election("r:who"):campaign("b", 5))
+    resume()
+    assert.is_true(next_lead.term > lead.term)
+    assert.are.equal("b", assert(e:leader()).value)
+    assert.is_true(next_lead:resign())
+    assert.is_false(e:leader())
+    c:close()
+    other:close()
+  end)
+
   it("works with 2 of 5 servers stopped (SIGSTOP)", function()
     local c = client()
     local resume = pause(1, 2)
@@ -306,6 +338,7 @@ describe("Redlock", function()
           location("/counter", "counter"),
           location("/acquire", "acquire"),
           location("/with_lock", "with_lock"),
+          location("/election", "election"),
           "}",
         }, "\n"),
       })
@@ -318,6 +351,18 @@ describe("Redlock", function()
     local function get(path)
       return http.request(nginx.port, "GET", path)
     end
+
+    it("runs an election over cosockets: campaign, leader, proclaim, observe, resign, terms growing", function()
+      local last = 0
+      for _ = 1, 2 do
+        local status, body = get("/election?name=o:elected")
+        assert.are.equal(200, status, body .. nginx:error_log())
+        local term, before, after, heard = body:match("^(%d+) (%S+) (%S+) (%S+)")
+        assert.are.same({ "a", "b", "b" }, { before, after, heard }, body)
+        assert.is_true(tonumber(term) > last)
+        last = tonumber(term)
+      end
+    end)
 
     it("takes the lock on all five servers", function()
       local status, body = get("/acquire?key=o:r1&ttl=5")

@@ -201,7 +201,13 @@ describe("the redislock command", function()
       ["run --timeout 100000 job true"] =
         "--timeout must be a number of seconds above 0, at most 86400, got '100000'",
       ["--bogus"] =
-        "unknown option '--bogus' (options go after the subcommand: redislock run|status|break [options] KEY)",
+        "unknown option '--bogus' (options go after the subcommand: redislock run|elect|status|break [options] KEY)",
+      ["elect -- echo hi"] = "'--' goes after NAME (elect [options] NAME -- COMMAND ...)",
+      ["elect '' true"] = "NAME must not be empty",
+      ["elect jobs"] = "elect needs a COMMAND after the NAME",
+      ["run --again job true"] = "'run' takes no option '--again'",
+      ["elect --fair jobs true"] = "'elect' takes no option '--fair'",
+      ["status --value v job"] = "'status' takes no option '--value'",
       ["run --ttl 5 --ttl 6 job true"] = "option '--ttl' is given twice",
       ["run -w 1 --wait 2 job true"] = "option '--wait' is given twice",
       ["status --url redis://127.0.0.1/2000000 job"] =
@@ -215,6 +221,76 @@ describe("the redislock command", function()
     local out, code = redislock_cmd("--help")
     assert.are.equal(0, code)
     assert.matches("usage: redislock run", out)
+  end)
+
+  it("elect runs the command while it leads, with REDISLOCK_TERM and REDISLOCK_VALUE, and passes its status", function()
+    local out, code = redislock_cmd("elect --value node-a jobs -- " .. SH .. " -c " .. helpers.sh_quote(
+      'echo "election=$REDISLOCK_ELECTION term=$REDISLOCK_TERM fence=$REDISLOCK_FENCE value=$REDISLOCK_VALUE '
+      .. 'held=$(redis-cli -p ' .. srv.port .. ' GET "lock:{election:jobs}")"; exit 5'))
+    assert.are.equal(5, code, out)
+    local election, term, fence, value, held = out:match("election=(%S+) term=(%d+) fence=(%d+) value=(%S+) held=(.+)")
+    assert.are.equal("jobs", election, out)
+    assert.are.equal(term, fence)
+    assert.are.equal("node-a", value)
+    assert.matches(" node%-a\n?$", held)
+    assert.are.equal(0, raw:command("EXISTS", "lock:{election:jobs}")) -- resigned
+    -- Another leads: busy within -w, exit 1 (or -E's).
+    local leader = assert(client:election("jobs"):campaign("b", 10))
+    out, code = redislock_cmd("elect -w 0.2 -E 9 jobs env -u LD_PRELOAD true")
+    assert.are.equal(9, code, out)
+    assert.matches("^redislock: busy: election \"jobs\" still has another leader", out)
+    assert.is_true(leader:resign())
+  end)
+
+  it("elect sends TERM to the command when leadership is lost, and exits 75", function()
+    local p = redislock_bg("elect --ttl 1 --grace 1 jobs -- " .. SH .. " -c " .. helpers.sh_quote(
+      "trap 'echo got-term; exit 0' TERM; while :; do sleep 0.05; done"))
+    assert.is_truthy(helpers.eventually(5, function() return raw:command("EXISTS", "lock:{election:jobs}") == 1 end))
+    core.sleep(0.2)
+    assert.is_true(client:force_release("election:jobs"))
+    local other = assert(client:election("jobs"):campaign("b", 10))
+    local out, code = finish(p)
+    assert.are.equal(75, code, out)
+    assert.matches("got%-term", out)
+    assert.matches("lost: the leadership of \"election:jobs\" is no longer ours", out)
+    assert.is_true(other:resign())
+  end)
+
+  it("elect --again campaigns again after the command ends, one leader at a time, until a signal", function()
+    local log = file("again.log")
+    local job = helpers.sh_quote("echo start $$ $REDISLOCK_TERM >> " .. log .. "; sleep 0.3; echo end $$ >> " .. log)
+    local procs = {}
+    -- A name of its own, so that the kill below reaches these two only.
+    local name = "again-" .. core.token():sub(1, 8)
+    for i = 1, 2 do procs[i] = redislock_bg("elect --again --ttl 2 " .. name .. " -- " .. SH .. " -c " .. job) end
+    assert.is_truthy(helpers.eventually(10, function()
+      local f = io.open(log)
+      local n = f and select(2, f:read("*a"):gsub("start", "")) or 0
+      if f then f:close() end
+      return n >= 3
+    end), "fewer than 3 runs")
+    -- The two commands (not the shells that started them).
+    local pattern = "'^[^ ]*lua[^ ]* .*redislock elect --again --ttl 2 " .. name .. "'"
+    for pid in helpers.run("pgrep -f " .. pattern):gmatch("%d+") do
+      os.execute("kill -TERM " .. pid)
+    end
+    for _, p in ipairs(procs) do
+      local out, code = finish(p)
+      assert.is_true(code == 143 or code == 0, out) -- TERM while it waited, or its command's status
+    end
+    -- One run at a time: every start is followed by its own end.
+    local f = assert(io.open(log))
+    local lines = {}
+    for l in f:lines() do lines[#lines + 1] = l end
+    f:close()
+    local last_term = 0
+    for i = 1, #lines - 1, 2 do
+      local pid, term = lines[i]:match("^start (%d+) (%d+)$")
+      assert.is_truthy(pid, table.concat(lines, "\n"))
+      assert.are.equal("end " .. pid, lines[i + 1], table.concat(lines, "\n"))
+      assert.is_true(tonumber(term) > last_term)
+      last_term = tonumber(term)
+    end
   end)
 
   it("exits 69 without starting the command when Redis cannot be reached", function()

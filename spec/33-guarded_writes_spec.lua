@@ -141,7 +141,7 @@ describe("guarded writes on one server", function()
     local reader = assert(client:rwlock("g:doc"):read(5))
     assert.has_error(function() reader:owned() end,
                      "bad self to 'owned' (a read lock does not own writes; owner-checked writes go with a lock, a "
-                     .. "write lock or a permit)")
+                     .. "write lock, a permit or a leadership)")
     assert(reader:release())
   end)
 

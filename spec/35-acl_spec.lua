@@ -90,6 +90,20 @@ describe("the README's ACL user", function()
     assert.is_true(info.held)
     assert.is_true(client:force_release("acl:i"))
     assert.is_nil((held:release()))
+    -- An election: campaign, who leads, a proclaim, an observer, a resign.
+    local election = client:election("acl:e")
+    local lead = assert(election:campaign("a", 5))
+    assert(lead:proclaim("b"))
+    assert.are.equal("b", assert(election:leader()).value)
+    -- An observer that hears a proclaim: its block (BLPOP) and what it takes.
+    local heard = {}
+    assert(election:observe(function(leader)
+      heard[#heard + 1] = leader.value
+      if #heard == 1 then assert(lead:proclaim("c")) end
+      return #heard < 2
+    end, { wait = 5 }))
+    assert.are.same({ "b", "c" }, heard)
+    assert(lead:resign())
     -- Guarded writes, with the README's second line.
     local g = assert(client:acquire("acl:g", 5))
     assert.is_true((g:fenced():set("report:1", "r")))
@@ -167,6 +181,9 @@ describe("the README's ACL users behind Sentinel and in a cluster", function()
     assert.are.equal("ok", client:with_lock("acl:renewed", 0.3, function() core.sleep(0.5) return "ok" end))
     assert(assert(client:semaphore("acl:pool", 2):acquire(5)):release())
     assert(assert(client:rwlock("acl:doc"):write(5)):release())
+    local lead = assert(client:election("acl:e"):campaign("a", 5))
+    assert.are.equal("a", assert(client:election("acl:e"):leader()).value)
+    assert(lead:resign())
     assert(client:acquire("acl:w", 0.3, { renew = false }))
     assert(assert(client:acquire("acl:w", 5, { wait = 3 })):release())
     for _, n in ipairs(nodes) do assert.are.equal("", refused(n)) end

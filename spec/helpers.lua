@@ -294,10 +294,10 @@ end
 -- both give the same token (a lock handed down within an nginx worker,
 -- redislock/ngx_gate.lua). Returns the sections ({ enter, leave, port,
 -- fence, worker, token }) in order of entry.
-function helpers.loops_across(spawn, event, fences)
+function helpers.loops_across(spawn, event, fences, n)
   local start_at = core.now() + 0.5
   local procs = {}
-  for i = 1, 4 do procs[i] = spawn(start_at) end
+  for i = 1, n or 4 do procs[i] = spawn(start_at) end
   core.sleep(2)
   event()
   local sections, codes = {}, { busy = true, lost = true, connection = true, redis = true }

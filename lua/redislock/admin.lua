@@ -24,7 +24,8 @@ args.own(debug.getinfo(1, "S").source)
 function _M.holder_of(tok)
   local host, pid, since, rest = tok:match("^%x+/([^/]*)/(%d+)/(%d+)(.*)$")
   if not host then return nil end
-  return { host = host, pid = tonumber(pid), since = tonumber(since), label = rest:match("^/(.+)$") }
+  -- An election's token goes on with " <value>" (redislock/election.lua).
+  return { host = host, pid = tonumber(pid), since = tonumber(since), label = rest:match("^/([^ ]+)") }
 end
 
 

@@ -10,6 +10,7 @@
 local admin = require "redislock.admin"
 local args = require "redislock.args"
 local core = require "redislock.core"
+local election = require "redislock.election"
 require "redislock.guard" -- adds the guarded writes to lock objects (fenced, owned)
 local hold = require "redislock.hold"
 local lock_mod = require "redislock.lock"
@@ -344,6 +345,13 @@ local function check_maker(self, fname, name, what)
   check_live(self, fname)
   check_key(1, fname, name)
   check_primitive(self, 1, fname, what)
+end
+
+--- The election named name: campaign, leader, observe, with_leadership
+-- (redislock/election.lua). No I/O.
+function Client:election(name, ...)
+  check_live(self, "election")
+  return election.new(self, name, ...)
 end
 
 --- A counting semaphore named name: at most limit permits held at once

@@ -60,6 +60,7 @@ local fence_key = _M.fence_key
 -- "<prefix>{<key>}", and how the token is kept there.
 local OWNER = {
   lock = { "", "string" },
+  leadership = { "", "string" }, -- an election's lock (redislock/election.lua)
   ["write lock"] = { ":rw:writer", "string" },
   permit = { ":permits", "zset" },
 }
@@ -92,7 +93,7 @@ function _M.owned(hold)
   local owner = OWNER[hold._ops.kind]
   if not owner then
     bad_self("owned", "a " .. hold._ops.kind .. " does not own writes; owner-checked writes go with a lock, a "
-                      .. "write lock or a permit")
+                      .. "write lock, a permit or a leadership")
   end
   if hold._t.quorum then
     bad_self("owned", "a Redlock lock lives on several servers; guard its writes with hold:fenced(client)")

@@ -119,9 +119,11 @@ _M.observe_take = observe_take
 
 -- acquire after its arguments were checked (how.scoped: with_lock's lock,
 -- which must not outlive the running thread, see redislock/ngx_lease.lua);
--- kind: how to take it (wait.take's; nil for a lock).
+-- kind: how to take it (wait.take's; nil for a lock; kind.tail, when
+-- set, ends the token).
 local function acquire(self, key, ms, how, kind)
   local tok, t = new_token(self), self._transport
+  if kind and kind.tail then tok = tok .. kind.tail end -- an election's value (redislock/election.lua)
   local began = self._link.observer and now()
   local fence, sent, acked, werr, held_with, cohort, expires = take(self, key, tok, ms, how, kind)
   if began then observe_take(self, began, key, kind and kind.ops.kind or "lock", fence, sent) end

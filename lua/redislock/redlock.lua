@@ -242,7 +242,9 @@ local function run(self, deadline, op, key, tok, ms)
   end
   local start, bound = now(), per_server(self, ms)
   local statuses, values = all(self, bound, op, key, tok, ms)
-  if deadline and (op == "release" or op == "extend") then
+  -- An election's leader renews with elect_extend, an extend (redislock/election.lua).
+  local extend = op == "extend" or op == "elect_extend"
+  if deadline and (op == "release" or extend) then
     settle(self, deadline, statuses, values, bound, op, key, tok, ms)
   end
   local held, free, other, failed = count(statuses, self.n)
@@ -254,7 +256,7 @@ local function run(self, deadline, op, key, tok, ms)
       return other >= self.quorum and -1 or 0, 0
     end
     return nil, unreachable(self, statuses, values, failed)
-  elseif op == "extend" then
+  elseif extend then
     -- Owner-checked everywhere (a server that lost the key does not get it
     -- back); held while a majority extended it within its validity.
     if held >= self.quorum and valid(ms, start) then return 1, ms end

@@ -130,8 +130,10 @@ end
 -- the scripts: a semaphore's limit), busy (key, value, waited, mine) -> the
 -- "busy: ..." message, and eval: in place of t:eval, for a primitive of many
 -- keys (redislock/multilock.lua), which answers -1, the PTTL and the key to
--- block on when one is busy. The lock's:
-_M.LOCK = { take = "take", acquire = "acquire", hand = "acquire_wait", fair = "acquire_fair", leave = "leave" }
+-- block on when one is busy; keyed: it is the lock's own key and scripts (a
+-- lock; an election's leadership, redislock/election.lua). The lock's:
+_M.LOCK = { take = "take", acquire = "acquire", hand = "acquire_wait", fair = "acquire_fair", leave = "leave",
+            keyed = true }
 
 -- A handoff's wake-up (redislock.core's rl_script.c, "Handing over"):
 -- "<fence> <age> <at>", age the ms between the waiter's registration and
@@ -255,7 +257,7 @@ local function take(client, key, tok, ms, how, kind)
   -- TTL is long, HAND_MS, so that a waiter paused as it is handed the lock
   -- keeps the others out that long at most (the renewal of one that runs
   -- makes it its TTL).
-  local hand_ms = (how.renew and ms > 2 * HAND_MS and kind == _M.LOCK) and HAND_MS or ms
+  local hand_ms = (how.renew and ms > 2 * HAND_MS and kind.keyed) and HAND_MS or ms
   local more = (kind.n or how.replicas or hand or fair)
     and { n = kind.n or hand_ms, replicas = how.replicas, replica_ms = how.replica_ms } or nil
   -- The first try is a take (no script, the cheapest for Redis); the tries
@@ -337,7 +339,7 @@ local function take(client, key, tok, ms, how, kind)
     -- waiter that is not (a multi-key lock's, handoff = false) as often:
     -- registered ones may be handed the lock one after another, and it
     -- would not hear of it while it blocks.
-    if stays or ((kind == _M.LOCK or kind.eval) and c.handoff ~= false) then block = math_min(block, FAIR_STEP) end
+    if stays or ((kind.keyed or kind.eval) and c.handoff ~= false) then block = math_min(block, FAIR_STEP) end
     if w and w.gate then -- others of the worker may be queued behind it: it says how long it will be
       block = math_min(block, GATE_STEP)
       due(w, now() + block + w.try_s)

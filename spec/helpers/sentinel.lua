@@ -136,17 +136,18 @@ return function(helpers)
     return s
   end
 
-  --- helpers.loops_across a SENTINEL FAILOVER of the group: also checks that
+  --- helpers.loops_across a SENTINEL FAILOVER of the group (fences and n
+  -- passed on): also checks that
   -- more than 10 sections ran on the new master, and none on the demoted
   -- master once every sentinel named the new one (0.1 s for the
   -- announcement to arrive).
-  function Group:loops_across_failover(spawn)
+  function Group:loops_across_failover(spawn, fences, n)
     local old, new, named = self:master(), nil, nil
     local sections = helpers.loops_across(spawn, function()
       local _
       _, new = self:failover()
       named = core.now()
-    end)
+    end, fences, n)
     local on_new = 0
     for _, s in ipairs(sections) do if s.port == new.port then on_new = on_new + 1 end end
     assert(on_new > 10, "sections on the new master: " .. on_new)

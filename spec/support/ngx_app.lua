@@ -377,6 +377,24 @@ end
 -- "sections:<k>" as it begins and "<enter> <leave>" (core.now(), a clock
 -- all processes share) to "spans:<k>" as it ends -> 200 "<fence>" | the
 -- error's status and message.
+--- GET /election?name=N: over the worker's client, campaigns in the
+-- election N (value "a"), reads who leads, proclaims "b", has an observer
+-- hear it, resigns: "<term> <value read> <value read after> <heard>" (200),
+-- or the error with its status.
+function app.election()
+  local e = client():election(ngx.var.arg_name)
+  local lead, err = e:campaign("a", 5, { wait = 5 })
+  if not lead then return reply(status_for(err), err) end
+  local before = assert(e:leader())
+  assert(lead:proclaim("b"))
+  local after = assert(e:leader())
+  local heard
+  assert(e:observe(function(l) heard = l and l.value return false end))
+  assert(lead:resign())
+  assert(e:leader() == false)
+  return reply(200, string.format("%.0f %s %s %s", lead.term, before.value, after.value, heard))
+end
+
 function app.crowd()
   local c, key = client(), ngx.var.arg_key
   local function cmd(...) return assert(c:command(...)) end
