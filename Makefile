@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 # redislock: `make demo` shows it, `make test` proves it.
-# Targets: all demo test bench lint torture valgrind asan install clean rock (and deps).
+# Targets: all demo test bench lint torture valgrind asan docs install clean rock (and deps).
 
 LUA_INCDIR     ?= /usr/include/lua5.4
 LUAJIT_INCDIR  ?= /usr/include/luajit-2.1
@@ -32,7 +32,7 @@ LUA54_MOD  = build/lua5.4/redislock/core.so
 LUAJIT_MOD = build/luajit/redislock/core.so
 ASAN_MOD   = build/asan/redislock/core.so
 
-.PHONY: all deps demo test bench lint torture valgrind asan install clean rock
+.PHONY: all deps demo test bench lint torture valgrind asan docs install clean rock
 
 all: $(LUA54_MOD) $(LUAJIT_MOD)
 
@@ -120,6 +120,12 @@ asan: deps $(ASAN_MOD) build/asan/spec_fork.so build/nodlclose.so build/proto_te
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan.supp:print_suppressions=0 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  sh spec/run.sh lua5.4:build/asan
+
+# The API reference, from the doc comments of the modules config.ld names,
+# into build/docs/ (spec/40 checks that it builds without a warning, and
+# that every link of README.md and docs/ resolves).
+docs: deps
+	@ldoc .
 
 install:
 	luarocks --lua-version=5.4 make rockspec/redislock-scm-1.rockspec

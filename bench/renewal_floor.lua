@@ -3,7 +3,7 @@
 -- each TTL, BENCH_FLOOR_HOLDS (10) with_locks each hold their lock for one
 -- second (sleeping in 1 ms steps), and the holds that ended lost are counted.
 -- BENCH_FLOOR_BUSY (0) processes spin on the CPU meanwhile, to show a loaded
--- machine. Figures for the README's renewal section:
+-- machine. Figures for docs/lock.md's renewal section:
 --   sh tools/with-redis.sh lua5.4 bench/renewal_floor.lua
 --   BENCH_FLOOR_BUSY=2 sh tools/with-redis.sh lua5.4 bench/renewal_floor.lua
 local redislock = require "redislock"

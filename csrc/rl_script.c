@@ -79,7 +79,7 @@
  * finds its own token on its next try, which takes it and drops the element.
  * Nothing tells a paused waiter from a live one (Redis serves its BLPOP
  * all the same): it holds the lock for the TTL it registered, as a holder
- * paused in its section does (README: limits); a waiter that renews
+ * paused in its section does (docs/guarantees.md); a waiter that renews
  * registers a short one, which its renewal extends at once (wait.lua).
  *
  * Fences across failovers. Replication is asynchronous: a promoted replica
@@ -108,7 +108,7 @@
  * Not more: a failover that is undone (the old master named again, never
  * demoted, its ID and era unchanged) leaves the old master's fences
  * below the ones the replica handed out meanwhile, by the time between
- * the two eras' starts and the lead (README: limits). Every fence of the
+ * the two eras' starts and the lead (docs/guarantees.md). Every fence of the
  * new master is above every fence of the old one as long as the old one
  * granted fewer locks on one key that the new one never saw than there
  * were milliseconds between the two eras' starts (for a promoted
@@ -131,7 +131,7 @@
  * closed when a server restarts, and Sentinel closes them when it promotes
  * or demotes; a connection that stays open while its server is demoted and
  * promoted again still vouches for an ID that may match a record no new
- * master wrote (README: limits).
+ * master wrote (docs/guarantees.md).
  */
 
 /* With `now` set (NOW): finds the queue's first live waiter, heir (nil when

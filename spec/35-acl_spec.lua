@@ -20,7 +20,7 @@ local PASSWORD = "s3cret"
 local README = {}
 do
   local readme = assert(io.open(helpers.spec_dir .. "../README.md")):read("a")
-  local section = assert(readme:match("\n### A Redis user of its own %(ACL%)\n(.-)\n### "), "the README's ACL section")
+  local section = assert(readme:match("\n## A Redis user of its own %(ACL%)\n(.-)\n## "), "the README's ACL section")
   for line in section:gmatch("\nredis%-cli [^\n]-(ACL SETUSER [^\n#]+)") do
     local words = {}
     for word in line:gmatch("%S+") do

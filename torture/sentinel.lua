@@ -80,7 +80,7 @@ function _M.start(own)
   g.where = "sentinel=" .. table.concat(addrs, ",") .. "@mymaster"
   -- Ready once both replicas have their first copy of the master's data (a
   -- replica promoted before that has none: its fences start over, as a
-  -- server's restarted without its data; README, limits) and every sentinel
+  -- server's restarted without its data; docs/guarantees.md) and every sentinel
   -- knows both replicas and the two other sentinels.
   assert(helpers.eventually(30, function()
     for i = 2, 3 do

@@ -227,7 +227,7 @@ function Client:close(...)
 end
 
 
-------------------------------------------------------------------------------
+-- ----------------------------------------------------------------------------
 -- Locks
 
 -- Raises a bad argument n to fname for an acquire option the client's
@@ -297,7 +297,7 @@ function Client:from_token(key, tok, ...)
 end
 
 
-------------------------------------------------------------------------------
+-- ----------------------------------------------------------------------------
 -- with_lock
 
 --- The arguments of with_lock (the method's and the module function's),
@@ -327,7 +327,10 @@ end
 -- Returns exactly what fn returned. Raises "busy: ..." or "connection: ..." when
 -- the lock cannot be taken, fn's own error value (unchanged) when fn raises, and
 -- "lost: ..." when the lock was no longer ours at release.
--- @param opts optional table: wait (seconds to keep trying to acquire)
+-- @param key string, the lock's name, or a list of names (all or none)
+-- @param ttl seconds: renewed every third of it while fn runs
+-- @param fn function(lock)
+-- @param opts optional table, as acquire's: wait (seconds to keep trying to acquire) ...
 function Client:with_lock(key, ttl, fn, opts, ...)
   check_client(self, "with_lock")
   local ms, how, keys, sorted = _M.with_lock_args(key, ttl, fn, opts, ...)
@@ -336,7 +339,7 @@ function Client:with_lock(key, ttl, fn, opts, ...)
 end
 
 
-------------------------------------------------------------------------------
+-- ----------------------------------------------------------------------------
 -- The other primitives: each a module of its own.
 
 -- The checks every primitive's maker starts with: a live client that can
@@ -369,7 +372,7 @@ function Client:rwlock(name, ...)
 end
 
 
-------------------------------------------------------------------------------
+-- ----------------------------------------------------------------------------
 -- For operators (redislock/admin.lua)
 
 --- What the server says of the lock named key: a table { held (boolean),

@@ -387,13 +387,13 @@ end
 --- Whether the lease found the lock lost and nobody was told yet.
 _M.lost_news = lost_news
 
---- unusable(lock): why the lock cannot be used (no longer ours by our own
+-- unusable(lock): why the lock cannot be used (no longer ours by our own
 -- account, or its client closed), or nil; no_longer_ours(lock): the first
 -- half. set_lost(lock, why): records that
 -- it is no longer ours, and returns the "lost" message.
 _M.unusable, _M.no_longer_ours, _M.set_lost = unusable, no_longer_ours, set_lost
 
---- The lock objects' class and metatable: redislock/guard.lua adds the
+-- The lock objects' class and metatable: redislock/guard.lua adds the
 -- guarded writes (fenced, owned) to the class.
 _M.Lock, _M.lock_mt = Lock, lock_mt
 

@@ -117,7 +117,7 @@ function _M.repool(self)
   self.wait_pool_opts = { pool = "redislock-wait/" .. name, pool_size = self.wait_connections, wait_s = 0 }
 end
 
-------------------------------------------------------------------------------
+-- ----------------------------------------------------------------------------
 -- How many connections a worker has open to each pool: never more than its
 -- size. nginx's own bound (connect's backlog option) lets a few more
 -- through under load (ngx_lua 0.10.23: with pool_size 4, 1,000 concurrent

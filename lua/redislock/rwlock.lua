@@ -127,6 +127,7 @@ end
 
 --- Takes a read hold for ttl seconds: shared with other readers, while no
 -- writer holds the lock or waits for it.
+-- @param ttl seconds
 -- @param opts optional table, as a lock's acquire (not fair)
 -- @return hold (key, token, fence; release, extend, ttl, check), or nil and
 --   "busy: ..." / "connection: ..." / "redis: ..."
@@ -138,6 +139,7 @@ function RWLock:read(ttl, opts, ...)
 end
 
 --- Takes the write hold for ttl seconds: no other writer, no reader.
+-- @param ttl seconds
 -- @param opts optional table, as a lock's acquire (not fair)
 -- @return hold, or nil and "busy: ..." / "connection: ..." / "redis: ..."
 function RWLock:write(ttl, opts, ...)
