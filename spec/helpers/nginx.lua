@@ -169,6 +169,23 @@ return function(helpers)
     })
   end
 
+  --- Runs spec/support/ngx_app.lua's /election on nginx twice (a
+  -- topology's instance, with that location): each time a campaign, who
+  -- leads, a proclaim, an observer and a resign answered as they should,
+  -- and the second term above the first. Raises otherwise.
+  function Nginx:elections()
+    local http = require "spec.support.http"
+    local last = 0
+    for _ = 1, 2 do
+      local status, body = http.request(self.port, "GET", "/election?name=o:elected")
+      assert(status == 200, body .. self:error_log())
+      local term, before, after, heard = body:match("^(%d+) (%S+) (%S+) (%S+)")
+      assert(before == "a" and after == "b" and heard == "b", body)
+      assert(tonumber(term) > last, body)
+      last = tonumber(term)
+    end
+  end
+
   --- Sends every path to nginx at once; raises unless every answer is 200.
   -- Returns the results (spec/support/http.lua's).
   function Nginx:all_ok(paths)
