@@ -46,9 +46,6 @@ local election_mt = { __index = Election }
 local LEADERSHIP = { release = "release", extend = "elect_extend", pttl = "pttl", label = "the leadership of %s",
                      kind = "leadership" }
 
--- Waiting for ever, as the option 'wait' allows it (2^53 ms).
-local FOREVER = core.MAX_MS / 1000
-
 -- The options of campaign that a lock's acquire has but leadership sets itself.
 local FIXED = { renew = "a leadership is renewed while held", max_hold = "a leadership lasts until resigned or lost" }
 
@@ -107,7 +104,7 @@ local function campaign_args(self, fname, value, ttl, opts, nopts, scoped)
       o[k] = v
     end
   end
-  if o.wait == nil or o.wait == math_huge then o.wait = FOREVER end
+  if o.wait == nil or o.wait == math_huge then o.wait = io_mod.FOREVER end
   o.renew = true
   return hold_mod.hold_args(self._client, fname, ttl, o, nopts, scoped, self._client._transport.refuses,
                             "with 'redlock'")

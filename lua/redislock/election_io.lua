@@ -18,6 +18,10 @@ local _M = { _VERSION = core._VERSION }
 
 args.own(debug.getinfo(1, "S").source)
 
+--- Waiting for ever, as the option 'wait' allows it (2^53 ms): campaign's
+-- and observe's default, and what they take math.huge for.
+_M.FOREVER = core.MAX_MS / 1000
+
 -- The longest value, in bytes: it rides in the lock's token, which every
 -- script on the lock and the names of its waiters' lists carry.
 local MAX_VALUE = 1024

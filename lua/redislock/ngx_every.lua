@@ -18,11 +18,11 @@ local core = require "redislock.core"
 local hold_mod = require "redislock.hold"
 local io_mod = require "redislock.election_io"
 
-local pairs, pcall, rawget, setmetatable, tostring, type = pairs, pcall, rawget, setmetatable, tostring, type
+local pcall, rawget, setmetatable, tostring, type = pcall, rawget, setmetatable, tostring, type
 local string_format = string.format
 local math_max, math_min = math.max, math.min
-local check_seconds, check_nargs, argerror, show, quote, raise_at_caller = args.check_seconds, args.check_nargs,
-      args.argerror, args.show, args.quote, args.raise_at_caller
+local check_seconds, check_nargs, quote, raise_at_caller = args.check_seconds, args.check_nargs, args.quote,
+      args.raise_at_caller
 
 local _M = { _VERSION = core._VERSION }
 
@@ -33,8 +33,8 @@ args.own(debug.getinfo(1, "S").source)
 -- such looks while leading.
 local CAMPAIGN_STEP, LOOK = 1, 0.2
 
--- The leadership's TTL by default (seconds).
-local TTL = 5
+-- The leadership's TTL by default (seconds), and every's options.
+local TTL, OPTS = 5, { ttl = true, value = true }
 
 -- The elections each client runs a job for (client -> { name -> true }).
 local jobs = setmetatable({}, { __mode = "k" })
@@ -116,11 +116,7 @@ function _M.every(election, interval, fn, opts, ...)
   end
   check_seconds(1, "every", "interval", interval)
   args.check_fn(2, "every", fn)
-  if opts ~= nil and type(opts) ~= "table" then argerror(3, "every", "options must be a table, got " .. type(opts)) end
-  opts = opts or {}
-  for k in pairs(opts) do
-    if k ~= "ttl" and k ~= "value" then argerror(3, "every", "unknown option " .. show(k)) end
-  end
+  opts = args.check_opts(3, "every", opts, OPTS)
   check_nargs("every", 3, ...)
   local ttl = opts.ttl or TTL
   check_seconds(3, "every", "option 'ttl'", ttl)

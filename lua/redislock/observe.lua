@@ -20,20 +20,17 @@ local io_mod = require "redislock.election_io"
 local lock_mod = require "redislock.lock"
 local transport = require "redislock.transport"
 
-local ipairs, pairs, tonumber, type = ipairs, pairs, tonumber, type
+local ipairs, tonumber, type = ipairs, tonumber, type
 local string_format, table_insert = string.format, table.insert
 local math_floor, math_huge, math_max, math_min = math.floor, math.huge, math.max, math.min
 local now = core.now
-local check_seconds, check_nargs, argerror, show = args.check_seconds, args.check_nargs, args.argerror, args.show
+local check_seconds, check_nargs, argerror = args.check_seconds, args.check_nargs, args.argerror
 local run_script = transport.run_script
 local servers, leader_of, read_leader = io_mod.servers, io_mod.leader_of, io_mod.read_leader
 
 local _M = { _VERSION = core._VERSION }
 
 args.own(debug.getinfo(1, "S").source)
-
--- Waiting for ever, as the option 'wait' allows it (2^53 ms).
-local FOREVER = core.MAX_MS / 1000
 
 -- An observer reads the state again at least this often (seconds), by
 -- default, and at most this often; its registration stays this long past
@@ -50,18 +47,15 @@ local function heard(news)
 end
 
 -- The options of observe, checked: late and wait, in seconds.
+local OPTS = { late = true, wait = true }
 local function observe_opts(opts)
-  if opts == nil then return LATE, FOREVER end
-  if type(opts) ~= "table" then argerror(2, "observe", "options must be a table, got " .. type(opts)) end
-  for k in pairs(opts) do
-    if k ~= "late" and k ~= "wait" then argerror(2, "observe", "unknown option " .. show(k)) end
-  end
+  opts = args.check_opts(2, "observe", opts, OPTS)
   local late = LATE
   if opts.late ~= nil then
     late = check_seconds(2, "observe", "option 'late'", opts.late) / 1000
     if late < MIN_LATE then argerror(2, "observe", string_format("option 'late' must be at least %g s", MIN_LATE)) end
   end
-  local wait = FOREVER
+  local wait = io_mod.FOREVER
   if opts.wait ~= nil and opts.wait ~= math_huge then
     wait = check_seconds(2, "observe", "option 'wait'", opts.wait) / 1000
   end
