@@ -127,8 +127,14 @@ asan: deps $(ASAN_MOD) build/asan/spec_fork.so build/nodlclose.so build/proto_te
 docs: deps
 	@ldoc .
 
+# The rock into LuaRocks' tree, and the command's manual page beside its
+# bin/ (share/man/man1, where man looks for the commands of a bin/ on PATH).
+# LUAROCKS and ROCK_VARS pick another Lua or tree (spec/07: a fresh tree).
+LUAROCKS = luarocks --lua-version=5.4
 install:
-	luarocks --lua-version=5.4 make rockspec/redislock-scm-1.rockspec
+	$(LUAROCKS) make rockspec/redislock-scm-1.rockspec $(ROCK_VARS)
+	@man1="$$(dirname "$$($(LUAROCKS) config deploy_bin_dir)")/share/man/man1" && \
+	  mkdir -p "$$man1" && cp docs/redislock.1 "$$man1/" && echo "manual page: $$man1/redislock.1"
 
 clean:
 	rm -rf build

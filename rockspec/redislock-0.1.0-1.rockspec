@@ -75,10 +75,15 @@ build = {
     ["redislock.url"] = "lua/redislock/url.lua",
     ["redislock.wait"] = "lua/redislock/wait.lua",
   },
-  -- The command for cron and job dedup (README "The redislock command").
+  -- The command for cron and job dedup (docs/command.md).
   install = {
     bin = { redislock = "bin/redislock" },
   },
+  -- The documentation pages and the command's manual page (redislock.1) go
+  -- into the rock's own folder: `luarocks doc redislock` opens them, and
+  -- `man -l "$(luarocks show --rock-dir redislock)/docs/redislock.1"` reads
+  -- the manual (make install also puts it in share/man/man1).
+  copy_directories = { "docs" },
 }
 test = {
   type = "command",

@@ -9,17 +9,26 @@ describe("the rockspec", function()
     local dir = (helpers.run("mktemp -d"):gsub("%s+$", ""))
     local q = helpers.sh_quote
     local version = jit and "5.1" or _VERSION:match("%d+%.%d+")
-    local incdir = jit and " LUA_INCDIR=/usr/include/luajit-2.1" or ""
+    local incdir = jit and "LUA_INCDIR=/usr/include/luajit-2.1" or ""
     -- Build in a copy: luarocks make compiles inside the source tree. (Under
     -- `make asan`, helpers.run keeps the sanitizer runtime away from luarocks.)
     local out, ok = helpers.run(table.concat({
       "cd " .. q(root),
-      "cp -R bin csrc lua rockspec " .. q(dir),
+      "cp -R Makefile bin csrc docs lua rockspec " .. q(dir),
       "cd " .. q(dir),
-      "luarocks --lua-version=" .. version .. " --tree=" .. q(dir .. "/tree")
-        .. " make rockspec/redislock-scm-1.rockspec" .. incdir,
+      "make install LUAROCKS=" .. q("luarocks --lua-version=" .. version .. " --tree=" .. q(dir .. "/tree"))
+        .. " ROCK_VARS=" .. q(incdir),
     }, " && "))
     assert.is_true(ok, out)
+    -- The manual page: in the rock's docs (with the pages), and where man
+    -- finds the commands of tree/bin when that is on the PATH.
+    local rock_dir = helpers.run("cd " .. q(dir) .. " && luarocks --lua-version=" .. version
+                                 .. " --tree=tree show --rock-dir redislock"):gsub("%s+$", "")
+    for _, page in ipairs({ "redislock.1", "lock.md", "README.md" }) do
+      assert.is_truthy(io.open(rock_dir .. "/docs/" .. page), page .. " not in " .. rock_dir .. "/docs: " .. out)
+    end
+    local found = helpers.run("env -u MANPATH PATH=" .. q(dir .. "/tree/bin") .. ":\"$PATH\" man -w redislock")
+    assert.are.equal(dir .. "/tree/share/man/man1/redislock.1\n", found)
     -- Every Lua module of the checkout (lua/redislock.lua, lua/redislock/*.lua)
     -- must come from the tree.
     local files = helpers.run("cd " .. q(root .. "/lua") .. " && find . -name '*.lua' | sort")
@@ -58,8 +67,8 @@ describe("the rockspec", function()
       local out, ok = helpers.run("cd " .. q(dir) .. " && " .. table.concat({ ... }, " && ") .. " 2>&1")
       return out, ok
     end
-    local out, ok = sh("cp -R " .. q(root) .. "/bin " .. q(root) .. "/csrc " .. q(root) .. "/lua " .. q(root)
-                       .. "/rockspec .", config_line,
+    local out, ok = sh("cp -R " .. q(root) .. "/bin " .. q(root) .. "/csrc " .. q(root) .. "/docs " .. q(root)
+                       .. "/lua " .. q(root) .. "/rockspec .", config_line,
                        "luarocks --lua-version=5.4 --tree=t54 make rockspec/redislock-scm-1.rockspec >/dev/null",
                        "LUAROCKS_CONFIG=luajit.lua luarocks --lua-version=5.1 --tree=tjit make "
                          .. "rockspec/redislock-scm-1.rockspec >/dev/null")

@@ -65,6 +65,13 @@ describe("the release", function()
     out, ok = helpers.run(q(tree .. "/bin/redislock") .. " --version")
     assert.is_true(ok, out)
     assert.are.equal("redislock " .. version .. "\n", out)
+    -- The manual page and the documentation, in the rock's folder.
+    local rock_dir = helpers.run("cd " .. q(dir) .. " && " .. env .. "luarocks --lua-version=" .. lua_version
+                                 .. " --tree=tree show --rock-dir redislock"):gsub("%s+$", "")
+    local man = io.open(rock_dir .. "/docs/redislock.1")
+    assert.is_truthy(man, "no docs/redislock.1 in " .. rock_dir)
+    assert.matches('^%.\\".-\n%.TH REDISLOCK 1 %S+ "redislock ' .. version:gsub("%.", "%%.") .. '"', man:read("*a"))
+    man:close()
     os.execute("rm -rf " .. q(dir))
   end)
 end)
