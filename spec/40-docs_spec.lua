@@ -62,3 +62,73 @@ describe("the documentation", function()
     assert.is_true(n <= 300, "README.md has " .. n .. " lines")
   end)
 end)
+
+-- The Lua blocks of README.md and docs/*.md. A block whose fence says
+-- ```lua runnable is a whole program for one Redis server at
+-- 127.0.0.1:6379 (the default): it is run against this spec's server, so a
+-- page never drifts from the code. The others (Sentinel, Cluster, Redlock,
+-- TLS: other machines) must at least be Lua that compiles.
+local function lua_blocks()
+  local blocks = {}
+  local root = helpers.spec_dir .. "../"
+  local files = { "README.md" }
+  for name in helpers.run("cd " .. helpers.sh_quote(root) .. " && ls docs/*.md"):gmatch("%S+") do
+    files[#files + 1] = name
+  end
+  for _, name in ipairs(files) do
+    local n, block = 0, nil
+    for line in io.lines(root .. name) do
+      n = n + 1
+      if block then
+        if line:match("^```%s*$") then
+          blocks[#blocks + 1], block = block, nil
+        else
+          block.code[#block.code + 1] = line
+        end
+      else
+        local info = line:match("^```lua(.*)$")
+        if info then
+          block = { where = name .. ":" .. n, runnable = info:match("^%s+runnable%s*$") ~= nil, code = {} }
+        end
+      end
+    end
+  end
+  return blocks
+end
+
+describe("the documentation's Lua blocks", function()
+  local srv
+  lazy_setup(function() srv = helpers.start_redis() end)
+  lazy_teardown(function() srv:stop() end)
+
+  local blocks = lua_blocks()
+  local runnable = 0
+  for _, b in ipairs(blocks) do
+    local code = table.concat(b.code, "\n") .. "\n"
+    if b.runnable then
+      runnable = runnable + 1
+      -- <close> is Lua 5.4's: LuaJIT runs the others.
+      local run = jit and code:find("<close>", 1, true) and pending or it -- luacheck: ignore (jit)
+      run(b.where .. " runs", function()
+        srv:cli("FLUSHALL")
+        local file = helpers.tmpdir() .. "/block.lua"
+        local f = assert(io.open(file, "w"))
+        f:write((code:gsub("127%.0%.0%.1:6379", "127.0.0.1:" .. srv.port)))
+        f:close()
+        local out, ok = helpers.run("REDIS_URL=" .. helpers.sh_quote(srv.url) .. " " .. helpers.lua .. " "
+                                    .. helpers.sh_quote(file) .. " 2>&1")
+        assert.is_true(ok, b.where .. ":\n" .. out)
+        os.execute("rm -rf " .. helpers.sh_quote(file:match("^(.*)/")))
+      end)
+    elseif not jit then -- luacheck: ignore (jit)
+      it(b.where .. " compiles", function()
+        local fn, err = load(code, "=" .. b.where)
+        assert.is_truthy(fn, err)
+      end)
+    end
+  end
+
+  it("has runnable blocks", function()
+    assert.is_true(runnable >= 15, runnable .. " runnable blocks")
+  end)
+end)
