@@ -1,4 +1,5 @@
 -- SPDX-License-Identifier: MIT
+
 --- redislock: distributed locks on Redis, the public face.
 --
 -- The lock work (scripts, tokens, I/O) is done by the C core, `redislock.core`;
@@ -44,22 +45,29 @@ local _M = { _VERSION = core._VERSION }
 args.own(debug.getinfo(1, "S").source)
 
 --- Makes a client. No I/O: it connects on first use. Under OpenResty it talks
--- over cosockets and nginx's connection pool (see redislock/ngx.lua).
--- @param opts table (or a URL string): url, host, port, path, username, password,
---   db, connect_timeout, timeout (seconds), prefix (default "lock:"); under
---   OpenResty also pool_size and keepalive_timeout (seconds) for setkeepalive
--- @return client
+-- over cosockets and nginx's connection pool. The same as
+-- redislock.client.new.
+-- @function new
+-- @tparam[opt] table|string opts the client's options (redislock.client's
+--   `client_options`: where Redis is, TLS, timeouts, the key prefix, Sentinel,
+--   Cluster or Redlock), or a URL string (`redis://`, `rediss://`, `unix://`);
+--   none: 127.0.0.1:6379
+-- @treturn Client the client
+-- @raise "bad argument #1 to 'new' (...)" for an unknown or malformed option
 _M.new = client_mod.new
 
 --- The server replies that acquire and with_lock wait out while they have
 -- wait time left (code word -> true): LOADING, BUSY, MASTERDOWN, TRYAGAIN,
 -- CLUSTERDOWN.
+-- @table TRANSIENT
 _M.TRANSIENT = wait.TRANSIENT
 
 local default_client
 
 --- The client used by redislock.with_lock: REDIS_URL, else 127.0.0.1:6379.
 -- Made on first use, and again after it was closed.
+-- @treturn Client the default client
+-- @raise "redislock: REDIS_URL is not usable: ..." when REDIS_URL is malformed
 function _M.default_client()
   if not default_client or client_mod.closed(default_client) then
     local url = os_getenv("REDIS_URL")
@@ -74,7 +82,16 @@ function _M.default_client()
   return default_client
 end
 
---- redislock.with_lock(key, ttl, fn[, opts]) on the default client.
+--- Calls fn(lock) while holding the lock named key, on the default client
+-- (Client:with_lock's guarantees: released on every way out, renewed while
+-- fn runs).
+-- @tparam string|{string,...} key the lock's name, or a list of names (all or none)
+-- @number ttl seconds (fractions allowed); renewed every third of it while fn runs
+-- @func fn function(lock): the work
+-- @tparam[opt] lock_options opts as Client:acquire's (`wait` ...)
+-- @return what fn returned, all of it
+-- @raise "busy: ...", "connection: ..." or "redis: ..." when the lock cannot be
+--   had; fn's own error, unchanged; "lost: ..." when the lock was no longer ours
 function _M.with_lock(key, ttl, fn, opts, ...)
   local ms, how, keys, sorted = client_mod.with_lock_args(key, ttl, fn, opts, ...)
   local client = _M.default_client()

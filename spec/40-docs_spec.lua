@@ -128,6 +128,61 @@ describe("the documentation's Lua blocks", function()
     end
   end
 
+  -- The reference is whole (tools/ldoc_check.lua), and it documents every
+  -- method of every object a user holds, and every option the code takes.
+  it("documents every public function, method and option in the API reference", function()
+    local out, ok = helpers.run("cd " .. helpers.sh_quote(helpers.spec_dir .. "..")
+                                .. " && LUA_PATH='tools/?.lua;;' ldoc --filter ldoc_check.check . 2>&1")
+    assert.is_true(ok, out)
+    assert.matches("\nreference: ok %(%d+ items%)\n$", out)
+    local items, fields = {}, {}
+    for name in out:gmatch("\nitem %S+ (%S+)") do items[name] = true end
+    for tbl, field in out:gmatch("\nfield %S+ (%S+) (%S+)") do
+      fields[tbl] = fields[tbl] or {}
+      fields[tbl][field] = true
+    end
+    local client = srv:client()
+    local lock = assert(client:acquire("reference", 5))
+    local election = client:election("reference")
+    local objects = {
+      Client = client, Lock = lock, MultiLock = assert(client:acquire({ "reference:a", "reference:b" }, 5)),
+      Semaphore = client:semaphore("reference", 2), RWLock = client:rwlock("reference"), Election = election,
+      Leadership = assert(election:campaign("here", 5)), Guard = lock:fenced(),
+    }
+    local n = 0
+    for class, object in pairs(objects) do
+      for name, value in pairs(getmetatable(object).__index) do
+        if type(value) == "function" and not name:match("^_") then
+          n = n + 1
+          assert.is_truthy(items[class .. ":" .. name], class .. ":" .. name .. " is not in the API reference")
+        end
+      end
+    end
+    assert.is_true(n >= 40, n .. " methods")
+    for _, module in ipairs({ "redislock", "redislock.sql" }) do
+      for name, value in pairs(require(module)) do
+        if type(value) == "function" then
+          assert.is_truthy(items[name], module .. "." .. name .. " is not in the API reference")
+        end
+      end
+    end
+    local options = {
+      client_options = require("redislock.client").OPTIONS, lock_options = require("redislock.args").OPTIONS,
+      tls_options = require("redislock.tls").OPTIONS, observe_options = require("redislock.observe").OPTIONS,
+      every_options = require("redislock.ngx_every").OPTIONS,
+    }
+    for tbl, names in pairs(options) do
+      assert.is_truthy(fields[tbl], tbl .. " is not in the API reference")
+      for name in pairs(names) do
+        assert.is_truthy(fields[tbl][name], "option " .. name .. " is not in the reference's " .. tbl)
+      end
+      for name in pairs(fields[tbl]) do
+        assert.is_truthy(names[name], tbl .. " documents " .. name .. ", which the code does not take")
+      end
+    end
+    client:close()
+  end)
+
   it("has runnable blocks", function()
     assert.is_true(runnable >= 15, runnable .. " runnable blocks")
   end)

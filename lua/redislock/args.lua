@@ -301,6 +301,9 @@ end
 -- for a with_ form, which renews by default), checked: returns how to take
 -- and hold the lock.
 _M.lock_opts = check_acquire_opts
+-- The options' names, which spec/40 holds the API reference against (as in
+-- client, tls, observe and ngx_every).
+_M.OPTIONS = ACQUIRE_OPTS
 
 -- The acquire options a topology or a primitive may refuse.
 local REFUSABLE = { "fair", "replicas" }

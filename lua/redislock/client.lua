@@ -1,5 +1,7 @@
 -- SPDX-License-Identifier: MIT
---- redislock.client: the client. `new` checks the connection options and
+
+--- redislock.client: the client, and every method a user calls on it.
+-- `new` checks the connection options and
 -- connects (lazily) through redislock.transport. A client takes locks
 -- (acquire, with_lock), makes lock objects from tokens, and runs plain
 -- commands: every public method of a client is here, each a checked entry
@@ -54,6 +56,48 @@ end
 
 local MAX_TIMEOUT_MS = 86400 * 1000
 
+--- The options of redislock.new. Times are seconds (fractions allowed).
+-- Behind Sentinel, `sentinels` and `master` replace `url`, `host`, `port`
+-- and `path`; so do `cluster` and `redlock`.
+-- @table client_options
+-- @field url `redis://[user:password@]host[:port][/db]`, `rediss://...`
+--   (TLS) or `unix:///path[?db=N&password=P&username=U]`; other options
+--   override its parts
+-- @field host the server's address (default "127.0.0.1")
+-- @field port its TCP port (default 6379; 1 to 65535)
+-- @field path a unix socket path, instead of host and port
+-- @field username the Redis 6 ACL user for AUTH (docs/connecting.md)
+-- @field password the password for AUTH
+-- @field db the database SELECTed after connecting (default 0)
+-- @field connect_timeout seconds to connect (default 1; at most 86400)
+-- @field timeout seconds to wait for each reply (default 1; at most 86400)
+-- @field prefix the lock named k is the Redis key prefix .. "{k}" (default
+--   "lock:"; no braces)
+-- @field tls true (verified against the system's store), or a table of
+--   `tls_options`; on by default for `rediss://`
+-- @field pool_size OpenResty: the most connections a worker opens for its
+--   calls and keeps (default 30)
+-- @field keepalive_timeout OpenResty: seconds an idle pooled connection is
+--   kept (default: nginx's lua_socket_keepalive_timeout)
+-- @field wait_connections OpenResty: the most connections a worker blocks
+--   on while waiting for busy locks (default 2); a waiter beyond them polls
+-- @field coalesce OpenResty: false makes every waiting request of a worker
+--   wait on Redis itself (default true: one waits for all, per lock)
+-- @field sentinels Sentinel: a list of sentinels, "host:port" strings or
+--   { host =, port = } tables (docs/sentinel.md)
+-- @field master Sentinel: the name of the master the sentinels watch
+-- @field sentinel_username Sentinel: the sentinels' ACL user
+-- @field sentinel_password Sentinel: the sentinels' password
+-- @field sentinel_tls Sentinel: TLS to the sentinels (true or `tls_options`)
+-- @field cluster Redis Cluster: a list of seed nodes, as `sentinels`
+--   (docs/cluster.md)
+-- @field redlock Redlock: a list of 3 or more independent servers, URLs or
+--   tables of these options (docs/redlock.md)
+-- @field label a name for this holder, put in its locks' tokens (1 to 64
+--   letters, digits or `. _ : @ -`): Client:inspect shows it
+-- @field holder false: tokens without who holds them (host, pid, since)
+-- @field observer function(event, info), called at every hold's acquire,
+--   busy, release and loss, for metrics (docs/operations.md)
 local NEW_OPTS = {
   url = true, host = true, port = true, path = true, username = true, password = true,
   db = true, connect_timeout = true, timeout = true, prefix = true, tls = true,
@@ -61,30 +105,46 @@ local NEW_OPTS = {
   sentinels = true, master = true, sentinel_username = true, sentinel_password = true, sentinel_tls = true,
   cluster = true, redlock = true, label = true, holder = true, observer = true,
 }
+--- The `tls` option's table (redislock/tls.lua checks it).
+-- @table tls_options
+-- @field ca a file of CA certificates (PEM) to verify the server with
+--   (default: the system's trust store)
+-- @field cert a client certificate (PEM), with `key`
+-- @field key the client certificate's private key (PEM)
+-- @field server_name the name sent (SNI) and verified (default: the host)
+-- @field verify false: do not verify the server's certificate (default true)
+
+--- The options of Client:acquire, Client:with_lock and the other
+-- primitives' acquire and with_ forms.
+-- @table lock_options
+-- @field wait seconds to keep trying (default 0: try once)
+-- @field wait_mode "notify" (default: block until a release hands over or
+--   wakes this waiter) or "poll" (retry with jittered backoff)
+-- @field fair true: waiters get the lock in the order they arrived
+-- @field handoff false: a release wakes this waiter instead of handing it
+--   the lock (default true; not with fair)
+-- @field renew renew the lock every third of its TTL while held (default
+--   true in with_lock, false in acquire)
+-- @field max_hold seconds after which renewal stops; the lock then runs out
+--   by its TTL
+-- @field on_lost function(lock, err), called once when the lock is found
+--   lost (plain Lua: it may raise, to abort with_lock's fn)
+-- @field replicas after acquiring, wait (Redis WAIT) until this many
+--   replicas have the lock
+-- @field replica_timeout seconds to wait for them (default 1); if they do
+--   not all answer, the lock is released and acquire fails
 local STRING_OPTS = { "url", "host", "path", "username", "password", "prefix", "master", "sentinel_username",
                       "sentinel_password", "label" }
 
 -- The characters of a holder's host and label in a token (no '/', no space).
 local HOLDER_CHARS = "[^%w%._:@%-]"
 
---- Makes a client. No I/O: it connects on first use. Under OpenResty it talks
--- over cosockets and nginx's connection pool (see redislock/ngx.lua).
--- @param opts table (or a URL string): url, host, port, path, username, password,
---   db, connect_timeout, timeout (seconds), prefix (default "lock:"), tls
---   (true, or { ca, cert, key, server_name, verify }: redislock/tls.lua); under
---   OpenResty also pool_size and keepalive_timeout (seconds) for setkeepalive,
---   wait_connections (the waits that block at once, per worker; default 2)
---   and coalesce (false: every waiting request waits on Redis itself);
---   behind Sentinel, sentinels and master instead of url, host,
---   port and path, and sentinel_username, sentinel_password, sentinel_tls for
---   the sentinels (redislock/sentinel.lua); for Redis Cluster, cluster (a
---   list of seed nodes) instead of url, host, port and path
---   (redislock/cluster.lua); for Redlock, redlock (a list of at least 3
---   independent servers, URLs or tables) instead of url, host, port and path
---   (redislock/redlock.lua); label (a name for this holder in the locks'
---   tokens, see client:inspect), holder (false: tokens without who holds
---   them), observer (function(event, info), see redislock/lock.lua's observe)
--- @return client
+--- Makes a client (redislock.new). No I/O: it connects on first use. Under
+-- OpenResty it talks over cosockets and nginx's connection pool.
+-- @tparam[opt] client_options|string opts the options, or a URL string
+--   (`redis://`, `rediss://`, `unix://`); none: 127.0.0.1:6379
+-- @treturn Client the client
+-- @raise "bad argument #1 to 'new' (...)" for an unknown or malformed option
 function _M.new(opts, ...)
   check_nargs("new", 1, ...)
   if type(opts) == "string" then opts = { url = opts } end
@@ -193,8 +253,11 @@ local STATEFUL = {
 --- Runs one Redis command on the client's connection, e.g. for a fenced write.
 -- Arguments are strings or numbers. A nil reply is false. Commands that would
 -- change the connection's state (SELECT, MULTI, SUBSCRIBE, AUTH ...) are refused.
--- @return the reply (string, integer, false or table), or nil and
---   "connection: ..." / "redis: <server error>"
+-- @string name the command, e.g. "GET"
+-- @param ... its arguments, strings or numbers
+-- @return the reply (string, integer, false or table)
+-- @return[2] nil
+-- @treturn[2] string "connection: ..." or "redis: <server error>"
 function Client:command(name, ...)
   check_client(self, "command")
   if name == nil then argerror(1, "command", "command name expected") end
@@ -216,7 +279,10 @@ function Client:command(name, ...)
   return self._transport:command(name, ...)
 end
 
---- Closes the client's connection for good; later calls on it raise.
+--- Closes the client's connection for good; later calls on it raise. Its
+-- locks are not released (their renewal stops; they run out by their TTL).
+-- Also the client's `__close` (a to-be-closed variable, Lua 5.4).
+-- @return nothing
 function Client:close(...)
   check_self(self, client_mt, "close", "redislock client")
   check_nargs("close", 0, ...)
@@ -253,11 +319,14 @@ end
 
 --- Takes the lock named key for ttl seconds; with a list of keys, all of
 -- them or none (redislock/multilock.lua).
--- @param key string, the lock's name (stored as prefix .. "{" .. key .. "}"),
---   or a list of names
--- @param ttl seconds (fractions allowed): the lock expires by itself after it
--- @param opts optional table: wait (seconds to keep trying; default 0, try once)
--- @return lock, or nil and "busy: ...", "connection: ..." or "redis: ..."
+-- @tparam string|{string,...} key the lock's name (stored as prefix .. "{" ..
+--   key .. "}"), or a list of names
+-- @number ttl seconds (fractions allowed): the lock expires by itself after it
+-- @tparam[opt] lock_options opts how to wait and hold (`wait`: seconds to keep
+--   trying; default 0, try once)
+-- @treturn redislock.lock.Lock the lock (a redislock.multilock.MultiLock for a list)
+-- @return[2] nil
+-- @treturn[2] string "busy: ...", "connection: ..." or "redis: ..."
 function Client:acquire(key, ttl, opts, ...)
   check_client(self, "acquire")
   if type(key) == "table" then
@@ -280,9 +349,9 @@ end
 -- lock service hands the token to its caller, who later sends it back to
 -- release). release, extend and ttl compare the token on the server as usual;
 -- the fence is unknown (nil).
--- @param key string, the lock's name
--- @param tok the lock's token: 32 hex digits, as lock.token
--- @return lock
+-- @string key the lock's name
+-- @string tok the lock's token, as lock.token was
+-- @treturn redislock.lock.Lock a lock object (fence nil)
 function Client:from_token(key, tok, ...)
   check_live(self, "from_token")
   check_key(1, "from_token", key)
@@ -300,7 +369,7 @@ end
 -- ----------------------------------------------------------------------------
 -- with_lock
 
---- The arguments of with_lock (the method's and the module function's),
+-- The arguments of with_lock (the method's and the module function's),
 -- checked; returns the ttl in ms, how to take and hold the lock, and for a
 -- list of keys, the keys sorted (the key passed on is then the checked copy).
 function _M.with_lock_args(key, ttl, fn, opts, ...)
@@ -314,7 +383,7 @@ function _M.with_lock_args(key, ttl, fn, opts, ...)
   return ms, how, key, sorted
 end
 
---- with_lock after its arguments were checked (sorted: a multi-key lock's
+-- with_lock after its arguments were checked (sorted: a multi-key lock's
 -- keys, sorted; key then the list).
 function _M.with_lock(self, key, ms, fn, how, sorted)
   if not sorted then return with_hold(self, key, ms, how, nil, fn) end
@@ -327,10 +396,11 @@ end
 -- Returns exactly what fn returned. Raises "busy: ..." or "connection: ..." when
 -- the lock cannot be taken, fn's own error value (unchanged) when fn raises, and
 -- "lost: ..." when the lock was no longer ours at release.
--- @param key string, the lock's name, or a list of names (all or none)
--- @param ttl seconds: renewed every third of it while fn runs
--- @param fn function(lock)
--- @param opts optional table, as acquire's: wait (seconds to keep trying to acquire) ...
+-- @tparam string|{string,...} key the lock's name, or a list of names (all or none)
+-- @number ttl seconds: renewed every third of it while fn runs
+-- @func fn function(lock): the work; it may yield
+-- @tparam[opt] lock_options opts as acquire's (`wait`: seconds to keep trying)
+-- @return what fn returned, all of it
 function Client:with_lock(key, ttl, fn, opts, ...)
   check_client(self, "with_lock")
   local ms, how, keys, sorted = _M.with_lock_args(key, ttl, fn, opts, ...)
@@ -352,6 +422,8 @@ end
 
 --- The election named name: campaign, leader, observe, with_leadership
 -- (redislock/election.lua). No I/O.
+-- @string name the election's name (its lock is "election:" .. name)
+-- @treturn redislock.election.Election the election
 function Client:election(name, ...)
   check_live(self, "election")
   return election.new(self, name, ...)
@@ -359,6 +431,9 @@ end
 
 --- A counting semaphore named name: at most limit permits held at once
 -- (redislock/semaphore.lua). No I/O.
+-- @string name the semaphore's name
+-- @int limit how many permits may be held at once (1 or more)
+-- @treturn redislock.semaphore.Semaphore the semaphore
 function Client:semaphore(name, ...)
   check_maker(self, "semaphore", name, "a semaphore")
   return semaphore.new(self, name, ...)
@@ -366,6 +441,8 @@ end
 
 --- A read-write lock named name: many readers or one writer
 -- (redislock/rwlock.lua). No I/O.
+-- @string name the read-write lock's name
+-- @treturn redislock.rwlock.RWLock the read-write lock
 function Client:rwlock(name, ...)
   check_maker(self, "rwlock", name, "a read-write lock")
   return rwlock.new(self, name, ...)
@@ -378,7 +455,10 @@ end
 --- What the server says of the lock named key: a table { held (boolean),
 -- ttl (seconds left), fence (the last one handed out), token, holder = {
 -- host, pid, since (unix seconds), label } (who holds it, from its token) }.
--- @return table, or nil and "connection: ..." / "redis: ..."
+-- @string key the lock's name
+-- @treturn table what the server says
+-- @return[2] nil
+-- @treturn[2] string "connection: ..." or "redis: ..."
 function Client:inspect(key, ...)
   check_client(self, "inspect")
   check_key(1, "inspect", key)
@@ -389,12 +469,17 @@ end
 --- Releases the lock named key whoever holds it (for operators: a holder
 -- that is gone, a job stuck). Wakes one waiter; fences keep growing, so the
 -- old holder's fenced writes are refused after the next holder's.
--- @return true (it was held), false (it was free), or nil and "connection: ..." / "redis: ..."
+-- @string key the lock's name
+-- @treturn boolean true (it was held) or false (it was free)
+-- @return[2] nil
+-- @treturn[2] string "connection: ..." or "redis: ..."
 function Client:force_release(key, ...)
   check_client(self, "force_release")
   check_key(1, "force_release", key)
   check_nargs("force_release", 1, ...)
   return admin.force_release(self, key)
 end
+
+_M.OPTIONS = NEW_OPTS -- the names of new's options (spec/40 holds the reference against them)
 
 return _M

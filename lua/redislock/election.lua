@@ -1,4 +1,5 @@
 -- SPDX-License-Identifier: MIT
+
 --- redislock.election: leader election. client:election(name) campaigns,
 -- tells who leads, and tells observers of every change.
 --
@@ -38,6 +39,21 @@ local _M = { _VERSION = core._VERSION }
 
 args.own(debug.getinfo(1, "S").source)
 
+--- The options of Election:observe.
+-- @table observe_options
+-- @field late seconds (default 2, at least 0.05): the longest an observer
+--   blocks before it reads the state again, so the bound on hearing of a
+--   change nobody announced
+-- @field wait seconds to observe (default: for ever)
+
+--- The options of Election:every.
+-- @table every_options
+-- @field ttl the leadership's TTL in seconds (default 5): how soon the job
+--   moves when its worker or machine goes away
+-- @field value what the leader tells others (default "<host>/<worker pid>")
+
+--- An election: what Client:election returns. No I/O until its methods.
+-- @type Election
 local Election = {}
 local election_mt = { __index = Election }
 
@@ -49,7 +65,7 @@ local LEADERSHIP = { release = "release", extend = "elect_extend", pttl = "pttl"
 -- The options of campaign that a lock's acquire has but leadership sets itself.
 local FIXED = { renew = "a leadership is renewed while held", max_hold = "a leadership lasts until resigned or lost" }
 
---- new(client, name): client:election(name), after the client was checked
+-- new(client, name): client:election(name), after the client was checked
 -- (client.lua). No I/O.
 function _M.new(client, name, ...)
   if type(name) ~= "string" then argerror(1, "election", "name must be a string, got " .. type(name)) end
@@ -80,8 +96,11 @@ function _M.new(client, name, ...)
 end
 
 --- Who leads now, without campaigning.
--- @return { value, term, ttl (seconds left), token, holder } or false (no
---   leader), or nil and "connection: ..." / "redis: ..."
+-- @treturn table|false { value, term, ttl (seconds left), token, holder },
+--   or false when nobody leads
+-- @return[2] nil
+-- @treturn[2] string "connection: ..." or "redis: ..." (under Redlock also
+--   when the answer depends on servers that did not answer)
 function Election:leader(...)
   check_self(self, election_mt, "leader", "redislock election")
   hold_mod.check_open(self._client, "leader")
@@ -120,15 +139,17 @@ local function campaign(self, value, ms, how, fname)
 end
 
 --- Campaigns until this caller leads (or opts.wait runs out).
--- @param value string (at most 1024 bytes): what the leader tells others
---   (an address, a node's name)
--- @param ttl seconds: a leader that stops renewing (died, paused, cut off)
+-- @string value (at most 1024 bytes) what the leader tells others (an
+--   address, a node's name)
+-- @number ttl seconds: a leader that stops renewing (died, paused, cut off)
 --   loses the lead this long after its last renewal
--- @param opts optional table, as a lock's acquire: wait (default: for
---   ever), wait_mode, fair, handoff, on_lost, replicas, replica_timeout
--- @return leadership (name, value, term; check, lost, ttl, proclaim,
---   resign, fenced, owned), or nil and "busy: ..." / "connection: ..." /
---   "redis: ..."
+-- @tparam[opt] redislock.client.lock_options opts as a lock's acquire: wait
+--   (default: for ever), wait_mode, fair, handoff, on_lost, replicas,
+--   replica_timeout (renew is always on; max_hold is refused)
+-- @treturn redislock.leadership.Leadership the leadership (value, term; check,
+--   lost, ttl, proclaim, resign, fenced, owned)
+-- @return[2] nil
+-- @treturn[2] string "busy: ...", "connection: ..." or "redis: ..."
 function Election:campaign(value, ttl, opts, ...)
   check_self(self, election_mt, "campaign", "redislock election")
   local ms, how = campaign_args(self, "campaign", value, ttl, opts, 3, false)
@@ -146,6 +167,13 @@ end
 -- with_lock's guarantees: returns what fn returned, re-raises its error
 -- unchanged, raises "busy: ..." / "connection: ..." when it does not come
 -- to lead and "lost: ..." when leadership was lost before the end.
+-- @string value what the leader tells others (as campaign's)
+-- @number ttl seconds (as campaign's)
+-- @func fn function(leadership): the work while leading
+-- @tparam[opt] redislock.client.lock_options opts as campaign's
+-- @return what fn returned, all of it
+-- @raise "busy: ...", "connection: ..." or "redis: ..." when it does not come to
+--   lead; fn's own error, unchanged; "lost: ..." when the lead was lost
 function Election:with_leadership(value, ttl, fn, opts, ...)
   check_self(self, election_mt, "with_leadership", "redislock election")
   local ms, how = campaign_args(self, "with_leadership", value, ttl, opts, 4, true)
@@ -157,7 +185,15 @@ function Election:with_leadership(value, ttl, fn, opts, ...)
 end
 
 --- Calls fn(leader) with the leader now, then on every change, in term
--- order (redislock/observe.lua).
+-- order (redislock/observe.lua): a new leader, a new value, nobody.
+-- @function Election:observe
+-- @func fn function(leader): leader as leader() returns it, or false when
+--   nobody leads; returning false stops observing
+-- @tparam[opt] observe_options opts how late it may hear, and how long it observes
+-- @treturn boolean true once fn returned false or opts.wait passed
+-- @return[2] nil
+-- @treturn[2] string "connection: ..." or "redis: ..." when Redis could not
+--   be used for `late` seconds
 function Election:observe(...)
   check_self(self, election_mt, "observe", "redislock election")
   return observe.observe(self, ...)
@@ -166,6 +202,12 @@ end
 --- Under OpenResty, from init_worker_by_lua*: runs fn(term, leadership)
 -- every interval seconds on exactly one worker among every nginx that
 -- shares the Redis (redislock/ngx_every.lua; in plain Lua it raises).
+-- @function Election:every
+-- @number interval seconds between runs
+-- @func fn function(term, leadership): the job; an error is logged, and
+--   the job runs again at its next time
+-- @tparam[opt] every_options opts the leadership's TTL and value
+-- @treturn boolean true (the timer started)
 function Election:every(...)
   check_self(self, election_mt, "every", "redislock election")
   return ngx_every.every(self, ...)

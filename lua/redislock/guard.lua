@@ -1,4 +1,5 @@
 -- SPDX-License-Identifier: MIT
+
 --- redislock.guard: writes guarded by a hold (a lock, a semaphore's permit,
 -- a read-write lock's write hold, a Redlock lock), so that a holder that was
 -- paused past its TTL cannot overwrite its successor's work.
@@ -40,10 +41,13 @@ local _M = { _VERSION = core._VERSION }
 
 args.own(debug.getinfo(1, "S").source)
 
+--- A guard: what hold:fenced() and hold:owned() return. Its writes are made
+-- only while the hold's fence allows (fenced) or the hold is ours (owned).
+-- @type Guard
 local Guard = {}
 local guard_mt = { __index = Guard }
 
---- The key of the highest fence a resource key accepted, in the key's own
+-- The key of the highest fence a resource key accepted, in the key's own
 -- hash slot: after a key with a hash tag, "<key>:fence" (same tag); else
 -- "{<key>}:fence" (the whole key as the tag). nil for a key that has a '}'
 -- but no tag, whose slot no such name shares.
@@ -65,7 +69,7 @@ local OWNER = {
   permit = { ":permits", "zset" },
 }
 
---- hold:fenced([client]) (see above); hold is a lock object (redislock/lock.lua).
+-- hold:fenced([client]) (see above); hold is a lock object (redislock/lock.lua).
 function _M.fenced(hold, client)
   if type(hold.fence) ~= "number" then
     bad_self("fenced", "a hold with one fence expected")
@@ -88,7 +92,7 @@ function _M.fenced(hold, client)
   return setmetatable({ hold = hold, t = t, owned = false }, guard_mt)
 end
 
---- hold:owned() (see above).
+-- hold:owned() (see above).
 function _M.owned(hold)
   local owner = OWNER[hold._ops.kind]
   if not owner then
@@ -182,6 +186,15 @@ local function check_guard(self, fname)
 end
 
 --- guard:set(key, value[, ttl]): SET key value (PX ttl, in seconds).
+-- @string key the key written
+-- @tparam string|number value its value
+-- @number[opt] ttl seconds until the key expires
+-- @treturn boolean true, the write was made
+-- @return the reply (1)
+-- @return[2] false
+-- @treturn[2] string "stale: ..." (fenced) or "lost: ..." (owned, or the hold released)
+-- @return[3] nil
+-- @treturn[3] string "connection: ..." or "redis: ..."
 function Guard:set(key, value, ttl, ...)
   check_guard(self, "set")
   check_key(1, "set", key)
@@ -193,6 +206,14 @@ end
 
 --- guard:hset(key, field, value[, field, value ...]): HSET; the reply is
 -- how many fields were new.
+-- @string key the hash
+-- @param ... field, value[, field, value ...]: strings or numbers
+-- @treturn boolean true, the write was made
+-- @return how many fields were new
+-- @return[2] false
+-- @treturn[2] string "stale: ..." (fenced) or "lost: ..." (owned, or the hold released)
+-- @return[3] nil
+-- @treturn[3] string "connection: ..." or "redis: ..."
 function Guard:hset(key, ...)
   check_guard(self, "hset")
   check_key(1, "hset", key)
@@ -204,6 +225,14 @@ function Guard:hset(key, ...)
 end
 
 --- guard:incr(key[, by]): INCRBY key by (1); the reply is the new value.
+-- @string key the counter
+-- @int[opt=1] by the increment (a whole number; may be negative)
+-- @treturn boolean true, the write was made
+-- @return the new value
+-- @return[2] false
+-- @treturn[2] string "stale: ..." (fenced) or "lost: ..." (owned, or the hold released)
+-- @return[3] nil
+-- @treturn[3] string "connection: ..." or "redis: ..."
 function Guard:incr(key, by, ...)
   check_guard(self, "incr")
   check_key(1, "incr", key)
@@ -217,15 +246,31 @@ end
 
 --- guard:del(key[, key ...]): DEL; the reply is how many keys were deleted.
 -- The fence is the first key's.
-function Guard:del(...)
+-- @string key a key
+-- @param ... more keys
+-- @treturn boolean true, the write was made
+-- @return how many keys were deleted
+-- @return[2] false
+-- @treturn[2] string "stale: ..." (fenced) or "lost: ..." (owned, or the hold released)
+-- @return[3] nil
+-- @treturn[3] string "connection: ..." or "redis: ..."
+function Guard:del(key, ...)
   check_guard(self, "del")
-  local keys = { ... }
-  if #keys == 0 then argerror(1, "del", "a key expected") end
-  for i = 1, select("#", ...) do check_key(i, "del", keys[i]) end
+  if key == nil then argerror(1, "del", "a key expected") end
+  local keys = { key, ... }
+  for i = 1, select("#", ...) + 1 do check_key(i, "del", keys[i]) end
   return guarded(self, "del", 1, keys, { "del" })
 end
 
 --- guard:rpush(key, value[, value ...]): RPUSH; the reply is the list's length.
+-- @string key the list
+-- @param ... the values (one at least): strings or numbers
+-- @treturn boolean true, the write was made
+-- @return the list's length
+-- @return[2] false
+-- @treturn[2] string "stale: ..." (fenced) or "lost: ..." (owned, or the hold released)
+-- @return[3] nil
+-- @treturn[3] string "connection: ..." or "redis: ..."
 function Guard:rpush(key, ...)
   check_guard(self, "rpush")
   check_key(1, "rpush", key)
@@ -239,6 +284,15 @@ end
 --- guard:eval(script, keys[, args]): runs script (Lua, as for EVAL: it sees
 -- its own KEYS and ARGV) under the guard; the fence is the first key's.
 -- The reply is the script's.
+-- @string script the script's Lua source
+-- @tparam {string,...} keys its KEYS (one at least)
+-- @tparam[opt] {string|number,...} argv its ARGV
+-- @treturn boolean true, the write was made
+-- @return the script's reply
+-- @return[2] false
+-- @treturn[2] string "stale: ..." (fenced) or "lost: ..." (owned, or the hold released)
+-- @return[3] nil
+-- @treturn[3] string "connection: ..." or "redis: ..."
 function Guard:eval(script, keys, argv, ...)
   check_guard(self, "eval")
   if type(script) ~= "string" or script == "" then
@@ -259,7 +313,11 @@ end
 
 --- Writes guarded by this hold's fence, to client (a redislock client;
 -- default: the hold's own): a method of lock objects (redislock/lock.lua).
--- @return guard (set, hset, incr, del, rpush, eval)
+-- No I/O.
+-- @function Lock:fenced
+-- @tparam[opt] Client client where the resource is (any redislock client of
+--   one server, Sentinel or a cluster); a Redlock lock needs one
+-- @treturn Guard the guard (set, hset, incr, del, rpush, eval)
 function lock_mod.Lock:fenced(client, ...)
   args.check_self(self, lock_mod.lock_mt, "fenced", "redislock lock")
   args.check_nargs("fenced", 1, ...)
@@ -267,8 +325,9 @@ function lock_mod.Lock:fenced(client, ...)
 end
 
 --- Writes applied only while this hold is still ours, on its own server: a
--- method of lock objects.
--- @return guard (set, hset, incr, del, rpush, eval)
+-- method of lock objects. No I/O.
+-- @function Lock:owned
+-- @treturn Guard the guard (set, hset, incr, del, rpush, eval)
 function lock_mod.Lock:owned(...)
   args.check_self(self, lock_mod.lock_mt, "owned", "redislock lock")
   args.check_nargs("owned", 0, ...)

@@ -1,4 +1,5 @@
 -- SPDX-License-Identifier: MIT
+
 --- redislock.leadership: what election:campaign returns (redislock/election.lua).
 -- A leadership is a lock object (redislock/lock.lua) on the election's
 -- lock, renewed while held, with the term (the lock's fence) and the value
@@ -27,6 +28,12 @@ local _M = { _VERSION = core._VERSION }
 
 args.own(debug.getinfo(1, "S").source)
 
+--- A leadership: what Election:campaign returns, and what with_leadership
+-- passes to its function. A lock on the election's lock, renewed while held.
+-- On Lua 5.4 `local lead <close> = ...` resigns on every way out.
+-- @type Leadership
+-- @field term the leader's term: larger than every earlier leader's (a fence)
+-- @field value what this leader tells others (proclaim changes it)
 local Leadership = {}
 local leadership_mt = { __index = Leadership }
 
@@ -34,7 +41,7 @@ local leadership_mt = { __index = Leadership }
 -- name -> leadership }).
 local leading = setmetatable({}, { __mode = "k" })
 
---- check_alone(election, fname): raises when the election's client leads
+-- check_alone(election, fname): raises when the election's client leads
 -- it already (by its own account).
 function _M.check_alone(election, fname)
   local mine = leading[election._client]
@@ -46,7 +53,7 @@ function _M.check_alone(election, fname)
   end
 end
 
---- new(election, lock, value, how, ms): the leadership of lock, just taken
+-- new(election, lock, value, how, ms): the leadership of lock, just taken
 -- with how (acquire's options) and TTL ms; noted as its client's, and
 -- announced.
 function _M.new(election, lock, value, how, ms)
@@ -58,7 +65,7 @@ function _M.new(election, lock, value, how, ms)
   return lead
 end
 
---- done(lead): the leadership ended (resigned, or its scope left): no
+-- done(lead): the leadership ended (resigned, or its scope left): no
 -- longer its client's, and observers told when nobody follows.
 function _M.done(lead)
   local election = lead._election
@@ -87,6 +94,10 @@ end
 
 --- Whether this caller still leads: true, or nil and "lost: ..." (as
 -- lock:check; with server = true it also asks the server).
+-- @tparam[opt] boolean server true: ask the server too
+-- @treturn boolean true
+-- @return[2] nil
+-- @treturn[2] string "lost: ..." (or "connection: ..." / "redis: ..." when asking)
 function Leadership:check(server, ...)
   check_lead(self, "check")
   by_clock(self)
@@ -95,6 +106,7 @@ end
 
 --- The loss, when this caller no longer leads by its own account (lost,
 -- resigned, or its TTL ran out): the "lost: ..." message; else false. No I/O.
+-- @treturn string|false the "lost: ..." message, or false while it leads
 function Leadership:lost(...)
   check_lead(self, "lost")
   check_nargs("lost", 0, ...)
@@ -105,6 +117,9 @@ function Leadership:lost(...)
 end
 
 --- Seconds left of this leadership's TTL, on the server.
+-- @treturn number seconds left
+-- @return[2] nil
+-- @treturn[2] string "lost: ...", "connection: ..." or "redis: ..."
 function Leadership:ttl(...)
   check_lead(self, "ttl")
   return self._lock:ttl(...)
@@ -112,7 +127,9 @@ end
 
 --- Gives up the lead: the next campaigner, if any, leads at once (the
 -- release hands it the lock). Resigning again is harmless.
--- @return true, or nil and "lost: ..." / "connection: ..." / "redis: ..."
+-- @treturn boolean true
+-- @return[2] nil
+-- @treturn[2] string "lost: ...", "connection: ..." or "redis: ..."
 function Leadership:resign(...)
   check_lead(self, "resign")
   check_nargs("resign", 0, ...)
@@ -150,7 +167,10 @@ end
 
 --- Tells a new value while leading, in the same term: leader() and
 -- observers see it at once.
--- @return true, or nil and "lost: ..." / "connection: ..." / "redis: ..."
+-- @string value the new value (at most 1024 bytes)
+-- @treturn boolean true
+-- @return[2] nil
+-- @treturn[2] string "lost: ...", "connection: ..." or "redis: ..."
 function Leadership:proclaim(value, ...)
   check_lead(self, "proclaim")
   check_value(1, "proclaim", value)
@@ -178,6 +198,9 @@ end
 
 --- Writes guarded by the term, to client (default: the election's own):
 -- lock:fenced's (redislock/guard.lua).
+-- @function Leadership:fenced
+-- @tparam[opt] redislock.client.Client client where the resource is
+-- @treturn redislock.guard.Guard the guard
 function Leadership:fenced(...)
   check_lead(self, "fenced")
   return self._lock:fenced(...)
@@ -185,6 +208,7 @@ end
 
 --- Writes applied only while this caller leads, on the election's server:
 -- lock:owned's.
+-- @treturn redislock.guard.Guard the guard
 function Leadership:owned(...)
   check_lead(self, "owned")
   return self._lock:owned(...)

@@ -1,4 +1,5 @@
 -- SPDX-License-Identifier: MIT
+
 --- redislock.lock: the lock object (release, extend, ttl, check, <close>) and
 -- its lease (renewal by the C watchdog or the OpenResty timer, loss reported
 -- once). A lock knows its key, token, fence and transport; the
@@ -19,6 +20,16 @@ local _M = { _VERSION = core._VERSION }
 
 args.own(debug.getinfo(1, "S").source)
 
+--- A lock: what Client:acquire and Client:from_token return, and what
+-- with_lock passes to its function. A semaphore's permit and a read-write
+-- lock's holds are locks too. On Lua 5.4 a lock is a to-be-closed variable:
+-- `local lock <close> = ...` releases it on every way out of the block.
+-- @type Lock
+-- @field key the lock's name, as given
+-- @field token the owner token: 32 hex digits (128 random bits), then who
+--   holds it, /host/pid/since[/label]
+-- @field fence a number larger than every earlier holder's of this key
+--   (nil for a lock made by from_token)
 local Lock = {}
 local lock_mt = { __index = Lock }
 
@@ -39,13 +50,13 @@ local jitter = _M.jitter
 local PASSING = { LOADING = true, BUSY = true, READONLY = true, MASTERDOWN = true, TRYAGAIN = true,
                   CLUSTERDOWN = true }
 
---- Whether err (an error message) is a refusal for a passing state.
+-- Whether err (an error message) is a refusal for a passing state.
 function _M.passing(err)
   return type(err) == "string" and PASSING[err:match("^redis: (%u+)") or ""] == true
 end
 local passing = _M.passing
 
---- pause(sleep, step, deadline) -> the next step, or nil: sleeps waiting's
+-- pause(sleep, step, deadline) -> the next step, or nil: sleeps waiting's
 -- jittered pause of step seconds when it ends before deadline (core.now()
 -- seconds), and returns the step doubled (capped); nil when it would not
 -- end in time (nothing slept). The first step is _M.FIRST_STEP.
@@ -57,7 +68,7 @@ function _M.pause(sleep, step, deadline)
 end
 local pause = _M.pause
 
---- again(sleep, deadline, t, op, key, token[, ms]) -> what t:eval returned:
+-- again(sleep, deadline, t, op, key, token[, ms]) -> what t:eval returned:
 -- runs t:eval(op, key, token, ms); while its first value is nil and its
 -- second a refusal of PASSING, runs it again after waiting's pause, as long
 -- as that pause ends before deadline (core.now() seconds); sleep is the
@@ -75,14 +86,14 @@ function _M.again(sleep, deadline, t, op, key, token, ms)
 end
 local again = _M.again
 
---- The scripts of a lock, and how messages name it. Other primitives' holds
+-- The scripts of a lock, and how messages name it. Other primitives' holds
 -- (a semaphore's permit, a read-write lock's read or write hold) are lock
 -- objects with scripts of their own: release, extend, pttl (each checks the
 -- token on the server, and replies as the lock's) and a label for messages.
 -- The kind names it in tostring.
 _M.LOCK = { release = "release", extend = "extend", pttl = "pttl", label = "%s", kind = "lock" }
 
---- A lock object, held as far as we know. t: the transport it was taken on;
+-- A lock object, held as far as we know. t: the transport it was taken on;
 -- link: the client's { closed = boolean, sleep = the transport's sleep,
 -- timeout = seconds }, closed set when the client is closed (cheaper to read
 -- on every call than asking the transport); fence
@@ -229,7 +240,9 @@ end
 
 --- Releases the lock if it is still ours (compare-and-delete on the server).
 -- Releasing again is harmless and returns true.
--- @return true, or nil and "lost: ..." / "connection: ..." / "redis: ..."
+-- @treturn boolean true
+-- @return[2] nil
+-- @treturn[2] string "lost: ...", "connection: ..." or "redis: ..."
 function Lock:release(...)
   check_self(self, lock_mt, "release", "redislock lock")
   check_nargs("release", 0, ...)
@@ -262,7 +275,10 @@ function Lock:release(...)
 end
 
 --- Sets the lock's remaining time to ttl seconds, if it is still ours.
--- @return true, or nil and "lost: ..." / "connection: ..." / "redis: ..."
+-- @number ttl seconds from now (fractions allowed)
+-- @treturn boolean true
+-- @return[2] nil
+-- @treturn[2] string "lost: ...", "connection: ..." or "redis: ..."
 function Lock:extend(ttl, ...)
   check_self(self, lock_mt, "extend", "redislock lock")
   local ms = check_seconds(1, "extend", "ttl", ttl)
@@ -273,7 +289,9 @@ function Lock:extend(ttl, ...)
 end
 
 --- Remaining time of the lock in seconds, if it is still ours.
--- @return seconds, or nil and "lost: ..." / "connection: ..." / "redis: ..."
+-- @treturn number seconds left (whole milliseconds)
+-- @return[2] nil
+-- @treturn[2] string "lost: ...", "connection: ..." or "redis: ..."
 function Lock:ttl(...)
   check_self(self, lock_mt, "ttl", "redislock lock")
   check_nargs("ttl", 0, ...)
@@ -285,7 +303,10 @@ end
 --- Whether the lock is still ours: true, or nil and "lost: ...". Cheap: it
 -- looks at what the renewal (watchdog) found and, without renewal, at whether
 -- the TTL can have run out; with server = true it also asks the server.
--- @return true, or nil and "lost: ..." (or "connection: ..." / "redis: ..." when asking the server)
+-- @tparam[opt] boolean server true: ask the server too
+-- @treturn boolean true
+-- @return[2] nil
+-- @treturn[2] string "lost: ..." (or "connection: ..." / "redis: ..." when asking the server)
 function Lock:check(server, ...)
   check_self(self, lock_mt, "check", "redislock lock")
   if server ~= nil and type(server) ~= "boolean" then
@@ -324,7 +345,7 @@ lock_mt.__close = function(self, err)
   if not ok and not self._link.closed then error(rerr, 0) end
 end
 
---- Renews lock every ttl/3 from now on (how: renew options as args.lock_opts
+-- Renews lock every ttl/3 from now on (how: renew options as args.lock_opts
 -- makes them, how.scoped: the lock must not outlive the running thread, as
 -- with_lock's; ms its TTL; sent: core.now() when the acquire was sent). Raises when
 -- renewal cannot start (the watchdog thread, or memory).
@@ -359,13 +380,13 @@ end
 
 _M.stop_lease, _M.lease_lost = stop_lease, lease_lost
 
---- Whether the lock is still ours by our own account and clock: not
+-- Whether the lock is still ours by our own account and clock: not
 -- released, not found lost, and its TTL cannot have run out.
 function _M.ours_by_clock(lock)
   return lock ~= nil and lock._state == "held" and now() < (expires_of(lock) or math_huge)
 end
 
---- Whether lock has a lease, an on_lost to call when it is lost, and a
+-- Whether lock has a lease, an on_lost to call when it is lost, and a
 -- transport that leaves reporting the loss to us (not OpenResty's timer).
 function _M.watchable(lock)
   return lock._on_lost ~= nil and lock._lease ~= nil and not lock._t.reports_loss
@@ -373,7 +394,7 @@ end
 
 local WEAK_VALUES = { __mode = "v" }
 
---- A note on lock for whoever must release it if its owner drops it:
+-- A note on lock for whoever must release it if its owner drops it:
 -- note.stand_in, a new lock object for the same key and token (that does not
 -- refer to lock); note.ref[1], lock itself, weakly (nil once collected);
 -- note.released, true once lock is released.
@@ -384,7 +405,7 @@ function _M.note(lock)
   return note
 end
 
---- Whether the lease found the lock lost and nobody was told yet.
+-- Whether the lease found the lock lost and nobody was told yet.
 _M.lost_news = lost_news
 
 -- unusable(lock): why the lock cannot be used (no longer ours by our own

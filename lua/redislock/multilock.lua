@@ -1,4 +1,5 @@
 -- SPDX-License-Identifier: MIT
+
 --- redislock.multilock: one lock over several keys, all taken or none
 -- (client:acquire({ "acct:1", "acct:2" }, ttl) and with_lock with a list).
 -- Each key is the very lock `client:acquire(key)` takes, so a multi-key lock
@@ -39,6 +40,11 @@ local _M = { _VERSION = core._VERSION }
 
 args.own(debug.getinfo(1, "S").source)
 
+--- A multi-key lock: what Client:acquire returns for a list of keys.
+-- @type MultiLock
+-- @field key the list of names, as given
+-- @field token the token all its keys share
+-- @field fence the keys' fences, in the order of key
 local MultiLock = {}
 local multi_mt = { __index = MultiLock }
 
@@ -46,7 +52,7 @@ local multi_mt = { __index = MultiLock }
 local MAX_KEYS = 1000
 
 
---- The keys of a multi-key lock (argument n of fname), checked: a list of
+-- The keys of a multi-key lock (argument n of fname), checked: a list of
 -- 1..1000 distinct lock names. Returns a copy, and another in sorted order.
 function _M.check_keys(n, fname, keys)
   local count = #keys
@@ -78,7 +84,7 @@ end
 local REFUSES = { fair = "a fair queue belongs to one key",
                   replicas = "WAIT counts the writes of one connection; the keys may be on several servers" }
 
---- The options of a multi-key acquire, as a lock's but fair and replicas,
+-- The options of a multi-key acquire, as a lock's but fair and replicas,
 -- which it refuses.
 function _M.check_how(n, fname, how)
   args.refuse(n, fname, how, REFUSES, "for a multi-key lock")
@@ -123,7 +129,7 @@ local function try_one_by_one(state, t, tok, ms)
   return 1, fences
 end
 
---- acquire(client, keys, sorted, ms, how) -> multi-key lock | nil, err:
+-- acquire(client, keys, sorted, ms, how) -> multi-key lock | nil, err:
 -- keys and sorted as check_keys made them; how as args.lock_opts.
 function _M.acquire(client, keys, sorted, ms, how)
   local t = client._transport
@@ -166,8 +172,10 @@ end
 
 --- Releases every key that is still ours (each a compare-and-delete that
 -- wakes its waiters). Releasing again is harmless.
--- @return true, or nil and the first error ("lost: ..." for a key that was
---   no longer ours, "connection: ..." ...); the other keys are released all the same
+-- @treturn boolean true
+-- @return[2] nil
+-- @treturn[2] string the first error ("lost: ..." for a key that was no
+--   longer ours, "connection: ..." ...); the other keys are released all the same
 function MultiLock:release(...)
   check_self(self, multi_mt, "release", "redislock multi-key lock")
   check_nargs("release", 0, ...)
@@ -181,7 +189,10 @@ function MultiLock:release(...)
 end
 
 --- Sets every key's remaining time to ttl seconds.
--- @return true, or nil and the first error
+-- @number ttl seconds from now
+-- @treturn boolean true
+-- @return[2] nil
+-- @treturn[2] string the first error ("lost: ...", "connection: ..." ...)
 function MultiLock:extend(ttl, ...)
   check_self(self, multi_mt, "extend", "redislock multi-key lock")
   check_seconds(1, "extend", "ttl", ttl)
@@ -194,7 +205,9 @@ function MultiLock:extend(ttl, ...)
 end
 
 --- The shortest remaining time of its keys, in seconds.
--- @return seconds, or nil and the first error
+-- @treturn number seconds
+-- @return[2] nil
+-- @treturn[2] string the first error ("lost: ...", "connection: ..." ...)
 function MultiLock:ttl(...)
   check_self(self, multi_mt, "ttl", "redislock multi-key lock")
   check_nargs("ttl", 0, ...)
@@ -208,6 +221,10 @@ function MultiLock:ttl(...)
 end
 
 --- Whether every key is still ours (as a lock's check).
+-- @tparam[opt] boolean server true: ask the server too
+-- @treturn boolean true
+-- @return[2] nil
+-- @treturn[2] string the first "lost: ..." (or "connection: ..." / "redis: ..." when asking)
 function MultiLock:check(server, ...)
   check_self(self, multi_mt, "check", "redislock multi-key lock")
   if server ~= nil and type(server) ~= "boolean" then

@@ -137,4 +137,6 @@ function _M.every(election, interval, fn, opts, ...)
   return true
 end
 
+_M.OPTIONS = OPTS -- the options' names (spec/40 holds the reference against them)
+
 return _M

@@ -158,4 +158,6 @@ function _M.observe(self, fn, opts, ...)
   return result, result_err
 end
 
+_M.OPTIONS = OPTS -- the options' names (spec/40 holds the reference against them)
+
 return _M

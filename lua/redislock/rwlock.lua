@@ -1,4 +1,5 @@
 -- SPDX-License-Identifier: MIT
+
 --- redislock.rwlock: a read-write lock. Many readers at once, or one writer
 -- and no reader. Writers come first: once a writer waits, new readers wait
 -- behind it, so a steady stream of readers cannot starve it. Each hold (read
@@ -33,6 +34,8 @@ local _M = { _VERSION = core._VERSION }
 
 args.own(debug.getinfo(1, "S").source)
 
+--- A read-write lock: what Client:rwlock returns. No I/O until its methods.
+-- @type RWLock
 local RWLock = {}
 local rwlock_mt = { __index = RWLock }
 
@@ -109,7 +112,7 @@ local function kind_for(client, name, kind)
   return kind
 end
 
---- new(client, name): client:rwlock(name), after the client and name were
+-- new(client, name): client:rwlock(name), after the client and name were
 -- checked (client.lua). No I/O.
 function _M.new(client, name, ...)
   check_nargs("rwlock", 1, ...)
@@ -127,10 +130,11 @@ end
 
 --- Takes a read hold for ttl seconds: shared with other readers, while no
 -- writer holds the lock or waits for it.
--- @param ttl seconds
--- @param opts optional table, as a lock's acquire (not fair)
--- @return hold (key, token, fence; release, extend, ttl, check), or nil and
---   "busy: ..." / "connection: ..." / "redis: ..."
+-- @number ttl seconds (fractions allowed)
+-- @tparam[opt] redislock.client.lock_options opts as a lock's acquire (not fair)
+-- @treturn redislock.lock.Lock the hold (key, token, fence; release, extend, ttl, check)
+-- @return[2] nil
+-- @treturn[2] string "busy: ...", "connection: ..." or "redis: ..."
 function RWLock:read(ttl, opts, ...)
   check_self(self, rwlock_mt, "read", "redislock rwlock")
   local ms, how = take_args(self, "read", ttl, opts, false, 2)
@@ -139,9 +143,11 @@ function RWLock:read(ttl, opts, ...)
 end
 
 --- Takes the write hold for ttl seconds: no other writer, no reader.
--- @param ttl seconds
--- @param opts optional table, as a lock's acquire (not fair)
--- @return hold, or nil and "busy: ..." / "connection: ..." / "redis: ..."
+-- @number ttl seconds (fractions allowed)
+-- @tparam[opt] redislock.client.lock_options opts as a lock's acquire (not fair)
+-- @treturn redislock.lock.Lock the hold
+-- @return[2] nil
+-- @treturn[2] string "busy: ...", "connection: ..." or "redis: ..."
 function RWLock:write(ttl, opts, ...)
   check_self(self, rwlock_mt, "write", "redislock rwlock")
   local ms, how = take_args(self, "write", ttl, opts, false, 2)
@@ -161,12 +167,24 @@ end
 --- Calls fn(hold) under a read hold, then releases it; as with_lock: returns
 -- what fn returned, re-raises its error unchanged, raises "busy: ...",
 -- "connection: ..." or "lost: ...".
+-- @number ttl seconds: renewed every third of it while fn runs
+-- @func fn function(hold): the work
+-- @tparam[opt] redislock.client.lock_options opts as a lock's acquire (not fair)
+-- @return what fn returned, all of it
+-- @raise "busy: ...", "connection: ..." or "redis: ..." when it cannot be had;
+--   fn's own error, unchanged; "lost: ..." when it was no longer ours
 function RWLock:with_read(ttl, fn, opts, ...)
   check_self(self, rwlock_mt, "with_read", "redislock rwlock")
   return with(self, READER, "with_read", ttl, fn, opts, ...)
 end
 
 --- Calls fn(hold) under the write hold, then releases it (as with_read).
+-- @number ttl seconds: renewed every third of it while fn runs
+-- @func fn function(hold): the work
+-- @tparam[opt] redislock.client.lock_options opts as a lock's acquire (not fair)
+-- @return what fn returned, all of it
+-- @raise "busy: ...", "connection: ..." or "redis: ..." when it cannot be had;
+--   fn's own error, unchanged; "lost: ..." when it was no longer ours
 function RWLock:with_write(ttl, fn, opts, ...)
   check_self(self, rwlock_mt, "with_write", "redislock rwlock")
   return with(self, WRITER, "with_write", ttl, fn, opts, ...)

@@ -1,4 +1,5 @@
 -- SPDX-License-Identifier: MIT
+
 --- redislock.semaphore: a counting semaphore. At most `limit` permits of a
 -- name are held at once; each permit is owned (a token of its own), expires
 -- by its TTL on the server's clock, can be renewed and fenced, and is given
@@ -26,6 +27,8 @@ local _M = { _VERSION = core._VERSION }
 
 args.own(debug.getinfo(1, "S").source)
 
+--- A semaphore: what Client:semaphore returns. No I/O until its methods.
+-- @type Semaphore
 local Semaphore = {}
 local semaphore_mt = { __index = Semaphore }
 
@@ -36,7 +39,7 @@ local PERMIT = { release = "sem_release", extend = "sem_extend", pttl = "sem_ptt
 -- The largest limit: Redis counts a sorted set's members in 32 bits here.
 local MAX_LIMIT = 2 ^ 31 - 1
 
---- new(client, name, limit): client:semaphore(name, limit), after the
+-- new(client, name, limit): client:semaphore(name, limit), after the
 -- client and name were checked (client.lua). No I/O. limit: a whole number >= 1.
 function _M.new(client, name, limit, ...)
   check_whole(2, "semaphore", "limit", limit, 1, MAX_LIMIT)
@@ -65,12 +68,12 @@ local REFUSES = { fair = "a newcomer that finds a permit free takes it; waiters 
                            .. " in the order they registered" }
 
 --- Takes a permit for ttl seconds.
--- @param ttl seconds (fractions allowed): the permit expires by itself after it
--- @param opts optional table, as a lock's acquire: wait, wait_mode, renew,
---   max_hold, on_lost, replicas, replica_timeout (not fair)
--- @return permit (permit.key: the semaphore's name, permit.token,
---   permit.fence; release, extend, ttl, check as a lock's), or nil and
---   "busy: ...", "connection: ..." or "redis: ..."
+-- @number ttl seconds (fractions allowed): the permit expires by itself after it
+-- @tparam[opt] redislock.client.lock_options opts as a lock's acquire (not fair)
+-- @treturn redislock.lock.Lock the permit (permit.key: the semaphore's name,
+--   permit.token, permit.fence; release, extend, ttl, check as a lock's)
+-- @return[2] nil
+-- @treturn[2] string "busy: ...", "connection: ..." or "redis: ..."
 function Semaphore:acquire(ttl, opts, ...)
   check_self(self, semaphore_mt, "acquire", "redislock semaphore")
   local ms, how = hold_args(self._client, "acquire", ttl, opts, 2, false, REFUSES, "for a semaphore")
@@ -83,6 +86,12 @@ end
 -- ..." or "connection: ..." when no permit can be had, fn's own error value
 -- (unchanged) when fn raises, and "lost: ..." when the permit was no longer
 -- ours at release. Renewed while fn runs, as with_lock's lock.
+-- @number ttl seconds: renewed every third of it while fn runs
+-- @func fn function(permit): the work
+-- @tparam[opt] redislock.client.lock_options opts as a lock's acquire (not fair)
+-- @return what fn returned, all of it
+-- @raise "busy: ...", "connection: ..." or "redis: ..." when it cannot be had;
+--   fn's own error, unchanged; "lost: ..." when it was no longer ours
 function Semaphore:with_permit(ttl, fn, opts, ...)
   check_self(self, semaphore_mt, "with_permit", "redislock semaphore")
   local ms, how = hold_args(self._client, "with_permit", ttl, opts, 3, true, REFUSES, "for a semaphore")
@@ -92,7 +101,9 @@ function Semaphore:with_permit(ttl, fn, opts, ...)
 end
 
 --- How many permits are held now (expired ones not counted).
--- @return count, or nil and "connection: ..." / "redis: ..."
+-- @treturn int how many
+-- @return[2] nil
+-- @treturn[2] string "connection: ..." or "redis: ..."
 function Semaphore:count(...)
   check_self(self, semaphore_mt, "count", "redislock semaphore")
   check_open(self._client, "count")

@@ -1,4 +1,5 @@
 -- SPDX-License-Identifier: MIT
+
 --- redislock.sql: the fence guard for a row of a SQL table (PostgreSQL's
 -- dialect; the statements are plain SQL, any driver sends them). A row keeps
 -- the highest fence that wrote it in a column of its own; a write carries
@@ -82,6 +83,15 @@ end
 --- sql.update(hold, tbl, values, where[, opts]) -> text, params: UPDATE the
 -- rows of tbl that match where (column -> value, all equal) and whose fence
 -- is at most the hold's, setting values and the fence.
+-- @tparam redislock.lock.Lock hold a hold with a fence (a lock, permit,
+--   write hold, leadership)
+-- @string tbl the table's name
+-- @tab values column -> value: what to set
+-- @tab where column -> value: which rows (all equal)
+-- @tparam[opt] table opts fence (the column's name, default "fence") and
+--   placeholder ("$", the default: $1, $2 ...; or "?")
+-- @treturn string the statement
+-- @treturn table its parameters, in order
 function _M.update(hold, tbl, values, where, opts)
   local fence, fcol, style = setup("update", hold, opts, 5)
   local t = ident(2, "update", tbl)
@@ -103,6 +113,13 @@ end
 -- (column -> value, the key columns included) with the hold's fence; when
 -- a row with the same keys (a list of columns with a unique constraint)
 -- exists, update it only if its fence is at most the hold's.
+-- @tparam redislock.lock.Lock hold a hold with a fence
+-- @string tbl the table's name
+-- @tab row column -> value, the key columns included
+-- @tparam {string,...} keys the key columns (a unique constraint)
+-- @tparam[opt] table opts as update's
+-- @treturn string the statement
+-- @treturn table its parameters, in order
 function _M.upsert(hold, tbl, row, keys, opts)
   local fence, fcol, style = setup("upsert", hold, opts, 5)
   local t = ident(2, "upsert", tbl)
@@ -131,6 +148,10 @@ end
 -- params[n] as a SQL literal: numbers as they are, strings quoted with
 -- escape(s) (the driver's: it knows the connection's encoding), booleans as
 -- TRUE/FALSE. For "$" placeholders.
+-- @string text a statement of update or upsert
+-- @tab params its parameters
+-- @func escape function(s): the driver's escaping of a string (without quotes)
+-- @treturn string the statement with the values in it
 function _M.inline(text, params, escape)
   if type(text) ~= "string" then argerror(1, "inline", "text must be a string, got " .. type(text)) end
   if type(params) ~= "table" then argerror(2, "inline", "params must be a list, got " .. type(params)) end

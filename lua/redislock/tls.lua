@@ -85,4 +85,6 @@ function _M.settings(tls, scheme_tls, path)
   return t
 end
 
+_M.OPTIONS = FIELDS -- the options' names (spec/40 holds the reference against them)
+
 return _M
