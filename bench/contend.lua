@@ -7,28 +7,52 @@
 -- the mutual-exclusion violations, which must be 0: each holder INCRs an
 -- "inside" key on entry (more than 1 is an overlap) and DECRs it on leaving,
 -- and at the end the counter must equal the number of acquisitions made.
--- The ceiling beside them: one process running the section alone (INCR,
--- GET, SET, DECR, no lock) back to back. No lock, however it hands over,
--- runs sections one after another faster than that.
+-- The ceilings beside them: one process running the section alone (INCR,
+-- GET, SET, DECR, no lock) back to back; and, for each number of
+-- processes, the same processes running the same sections one at a time
+-- under a lock that costs no round trip at all: one token in a local FIFO
+-- (read it to enter, write it back to leave; the kernel hands it over, and
+-- the process that wrote it back may read it again first, as a barging
+-- lock does). No Redis lock on this machine runs the sections faster than
+-- that.
 -- usage: contend.lua                   (the whole benchmark, from bench/run.sh)
 --        contend.lua worker <mode> <key> <start_at> <stop_at>   (one process)
+--        contend.lua worker fifo:<path> <key> <start_at> <stop_at>
 local redislock = require "redislock"
 local core = require "redislock.core"
 local B = require "benchlib"
 
 local TTL, WAIT = 10, 10
 
+-- The FIFO's lock: acquire reads the one token (blocking while another
+-- process has it), release writes it back. Unbuffered: one byte a read.
+local function fifo_lock(path)
+  local f = assert(io.open(path, "r+"))
+  f:setvbuf("no")
+  local release = function()
+    assert(f:write("t"))
+    return true
+  end
+  return function()
+    assert(f:read(1) == "t")
+    return { release = release }
+  end
+end
+
 -- One process: prints "done <acquired in window> <acquired in all> <overlaps> <busy>".
 local function worker(mode, key, start_at, stop_at)
   local client = redislock.new({ port = B.port, timeout = 10 })
   local inside, counter = key .. ":inside", key .. ":counter"
-  local opts = B.wait_opts(mode, WAIT)
+  local fifo = mode:match("^fifo:(.+)$")
+  local take = fifo and fifo_lock(fifo)
+  local opts = not fifo and B.wait_opts(mode, WAIT)
   local in_window, all, overlaps, busy = 0, 0, 0, 0
   assert(client:command("PING")) -- connect before the start
   local delay = start_at - core.now()
   if delay > 0 then core.sleep(delay) end -- start together, so that they compete
   while core.now() < stop_at do
-    local lock, err = client:acquire(key, TTL, opts)
+    local lock, err
+    if take then lock = take() else lock, err = client:acquire(key, TTL, opts) end
     if lock then
       if assert(client:command("INCR", inside)) > 1 then overlaps = overlaps + 1 end
       local n = assert(tonumber(assert(client:command("GET", counter))))
@@ -57,9 +81,10 @@ for n in (os.getenv("BENCH_CONTEND_PROCS") or "2 8 32"):gmatch("%d+") do PROCS[#
 
 local raw = core.new({ port = B.port })
 
--- Runs procs workers in mode; returns acquisitions/s, violations and a note.
-local function run(mode, procs)
-  local key = string.format("bench:contend:%s:%d", mode, procs)
+-- Runs procs workers in mode (a waiting mode, or "fifo:<path>" with seed
+-- putting the token in); returns acquisitions/s, violations and a note.
+local function run(mode, procs, seed)
+  local key = string.format("bench:contend:%s:%d", mode:match("^[^:]*"), procs)
   assert(raw:command("DEL", key, key .. ":inside"))
   assert(raw:command("SET", key .. ":counter", 0))
   -- Time for every process to start and connect (a Lua process takes a few
@@ -72,6 +97,7 @@ local function run(mode, procs)
                                               string.format("%.6f %.6f", start_at, stop_at) }, " ")
                                .. " 2>&1"))
   end
+  if seed then seed() end
   local in_window, all, overlaps, busy = 0, 0, 0, 0
   for i = 1, procs do
     local out = pipes[i]:read("*a")
@@ -106,10 +132,31 @@ local function ceiling()
   return n / (core.now() - began)
 end
 
+-- Sections per second of procs processes serialized by the FIFO's token.
+local function fifo_ceiling(procs)
+  local dir = assert(io.popen("mktemp -d")):read("*l")
+  local path = dir .. "/token"
+  assert(os.execute("mkfifo " .. path))
+  local keep = assert(io.open(path, "r+")) -- the FIFO lives while one end is open
+  keep:setvbuf("no")
+  local rate, violations = run("fifo:" .. path, procs, function() assert(keep:write("t")) end)
+  keep:close()
+  os.execute("rm -rf " .. dir)
+  assert(violations == 0, "the FIFO's token let two sections overlap")
+  return rate
+end
+
 local client = redislock.new({ port = B.port })
 local top = ceiling()
 B.emit({ name = "contended.ceiling", value = math.floor(top + 0.5), unit = "sections/s",
-         label = "the section alone, one process, no lock: the ceiling of any lock" })
+         label = "the section alone, one process, no lock" })
+for _, procs in ipairs(PROCS) do
+  B.say("bench: contention, a local FIFO's token as the lock, %d processes, %g s", procs, SECONDS)
+  local rate = fifo_ceiling(procs)
+  B.emit({ name = "contended.fifo/" .. procs, value = math.floor(rate + 0.5), unit = "sections/s",
+           label = string.format("%d processes, the sections serialized by a local FIFO's token: "
+                                 .. "a lock with no round trip, the ceiling of any lock here", procs) })
+end
 for _, mode in ipairs(B.wait_modes(client)) do
   for _, procs in ipairs(PROCS) do
     B.say("bench: contention, %s, %d processes, %g s", mode, procs, SECONDS)

@@ -1,7 +1,8 @@
 -- SPDX-License-Identifier: MIT
 -- Benchmark (not a test): handoff latency, the time from a release to the
 -- next waiter holding the lock, p50 and p99, for each waiting mode the API has
--- (wait_mode "notify" and "poll", fair = true), and for redis-py's Lock, with
+-- (wait_mode "notify" and "poll", fair = true), for a read-write lock's write
+-- lock handed to a waiting writer (mode "rwlock"), and for redis-py's Lock, with
 -- the round-trip time of a PING (p50) beside it as the baseline; and the
 -- floor for a wake-up: a raw C pair handing off through RPUSH/BLPOP
 -- (bench/handoff_floor.c, same holds and cores), to which notify's p50 is
@@ -40,6 +41,13 @@ local TTL, WAIT = 10, 5
 -- One side of the handoff; prints "t <round> <clock>" lines.
 local function side(role, mode, rounds, key)
   local client = redislock.new({ port = B.port, timeout = 10 })
+  -- The hold: a lock, or (mode "rwlock") a read-write lock's write lock,
+  -- whose waiter waits as notify's.
+  local rw = mode == "rwlock" and client:rwlock(key)
+  local function take(opts)
+    if rw then return rw:write(TTL, opts) end
+    return client:acquire(key, TTL, opts)
+  end
   local signals = core.new({ port = B.port, timeout = 30 })
   local held, free = key .. ":held", key .. ":free"
   local times, not_blocked = {}, 0
@@ -48,7 +56,7 @@ local function side(role, mode, rounds, key)
   for i = 1, rounds do
     if role == "holder" then
       if i > 1 then assert(signals:command("BLPOP", free, 30), "the waiter went quiet") end
-      local lock = assert(client:acquire(key, TTL))
+      local lock = assert(take())
       assert(signals:command("RPUSH", held, i))
       core.sleep((5 + math.random() * (HOLD_MS - 5)) / 1000)
       if mode ~= "poll" and mode ~= "default" then
@@ -62,7 +70,7 @@ local function side(role, mode, rounds, key)
       assert(lock:release())
     else
       assert(signals:command("BLPOP", held, 30), "the holder went quiet")
-      local lock = assert(client:acquire(key, TTL, B.wait_opts(mode, WAIT)))
+      local lock = assert(take(B.wait_opts(rw and "notify" or mode, WAIT)))
       times[i] = core.now()
       assert(lock:release())
       assert(signals:command("RPUSH", free, i))
@@ -158,12 +166,15 @@ B.emit({ name = "handoff.floor.p50", value = math.floor(floor_p50 + 0.5), unit =
          label = "wake-up floor: raw C RPUSH/BLPOP pair (bench/handoff_floor.c), p50" })
 
 local client = redislock.new({ port = B.port })
-for _, mode in ipairs(B.wait_modes(client)) do
+local modes = B.wait_modes(client)
+if client.rwlock then modes[#modes + 1] = "rwlock" end
+for _, mode in ipairs(modes) do
   B.say("bench: handoff, %s, %d rounds", mode, ROUNDS)
   local key = "bench:handoff:" .. mode
   local cmd = table.concat({ B.lua, here .. "handoff.lua", "%s", mode, ROUNDS, key }, " ")
   local us, not_blocked = measure(pin.holder .. cmd:format("holder"), pin.waiter .. cmd:format("waiter"), key, ROUNDS)
   local label = mode == "default" and "redislock (waiting as the API does today)"
+    or mode == "rwlock" and "redislock, a read-write lock's write lock to a waiting writer"
     or string.format("redislock, %s", B.mode_label(mode))
   report(mode, label, us, rtt, mode == "notify" and { "<=", 2 } or nil,
          not_blocked > 0 and string.format("%d of %d waiters were not seen blocked", not_blocked, ROUNDS) or nil)
@@ -171,7 +182,7 @@ for _, mode in ipairs(B.wait_modes(client)) do
   -- waiter's first line of work is one RPUSH/BLPOP away from the release.
   B.emit({ name = "handoff.vs_floor/" .. mode, value = math.floor(B.percentile(us, 50) + 0.5), unit = "us",
            baseline = "handoff.floor.p50", baseline_value = math.floor(floor_p50 + 0.5),
-           target = (mode == "notify" or mode == "fair") and { "<=", 1.3 } or nil,
+           target = (mode == "notify" or mode == "fair" or mode == "rwlock") and { "<=", 1.3 } or nil,
            label = label .. ": release to next holder, p50, vs the RPUSH/BLPOP floor" })
 end
 

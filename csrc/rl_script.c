@@ -81,6 +81,10 @@
  * all the same): it holds the lock for the TTL it registered, as a holder
  * paused in its section does (docs/guarantees.md); a waiter that renews
  * registers a short one, which its renewal extends at once (wait.lua).
+ * A read-write lock's writers are handed its writer key the same way
+ * (write_acquire_wait registers; write_release and the last reader's
+ * read_release hand over; stale() takes back in every try, a reader's
+ * too), with queue and hand of their own (<...>:rw:queue, :rw:hand).
  *
  * Fences across failovers. Replication is asynchronous: a promoted replica
  * may lack the last INCRs of the master it replaces, and that master may
@@ -216,22 +220,29 @@
    own, so a handoff left there is of a lock it no longer holds (taken
    back, force-released, evicted), and must not be taken for one. */
 #define REGISTER(lock, queue, hand, waiters, hms)                          \
-  "list('DEL', " lock " .. ':signal:' .. ARGV[1])\n"                        \
+  REGISTER_IN(lock " .. ':signal'", queue, hand, hms)                      \
+  "redis.call('SET', " waiters ", 1, 'PX', math.max(left, tonumber(ARGV[4])) + " RL_STR(RL_WAITERS_SLACK_MS) ")\n"
+/* The registration alone, the waiter's list being "<signal>:<token>" (a
+   read-write lock's writers: their waiters set marks them otherwise). */
+#define REGISTER_IN(signal, queue, hand, hms)                              \
+  "list('DEL', " signal " .. ':' .. ARGV[1])\n"                             \
   "redis.call('ZADD', " queue ", 'NX', t[1] .. string.format('%06d', t[2]), ARGV[1])\n" \
   "redis.call('HSET', " hand ", ARGV[1], " FMT "now + tonumber(ARGV[4])) .. ' ' .. " hms ")\n" \
   "redis.call('PEXPIRE', " queue ", ARGV[4])\n"                             \
-  "redis.call('PEXPIRE', " hand ", ARGV[4])\n"                              \
-  "redis.call('SET', " waiters ", 1, 'PX', math.max(left, tonumber(ARGV[4])) + " RL_STR(RL_WAITERS_SLACK_MS) ")\n"
+  "redis.call('PEXPIRE', " hand ", ARGV[4])\n"
 
-/* Defines stale(v): whether the lock (KEYS[1]), held by token v, was
-   handed to a waiter that has not taken up its wake-up (the last element
-   of its list: a plain wake-up may be before it): nil when not (or not a
-   handoff); the ms until it may be taken back (RL_CLAIM_MS after the
-   handoff); or 0 when it was older and has just been taken back (the lock
-   and the element deleted: the lock is free). Needs list() (LIST_FN). */
-#define STALE_FN                                                           \
+/* Defines stale(v): whether the lock (the key lock, whose waiters' lists
+   are "<signal>:<token>"), held by token v, was handed to a waiter that
+   has not taken up its wake-up (the last element of its list: a plain
+   wake-up may be before it): nil when not (or not a handoff); the ms
+   until it may be taken back (RL_CLAIM_MS after the handoff); or 0 when
+   it was older and has just been taken back (the lock and the element
+   deleted: the lock is free). Needs list() (LIST_FN). STALE_FN is the
+   lock's (KEYS[1]); a read-write lock's writer key uses STALE_FN_OF. */
+#define STALE_FN STALE_FN_OF("KEYS[1]", "KEYS[1] .. ':signal'")
+#define STALE_FN_OF(lock, signal)                                          \
   "local function stale(v)\n"                                              \
-  "  local sig = KEYS[1] .. ':signal:' .. v\n"                              \
+  "  local sig = " signal " .. ':' .. v\n"                                 \
   "  local e = list('LINDEX', sig, -1)\n"                                    \
   "  local at = e and tonumber(string.match(e, ' (%d+)$'))\n"               \
   "  if not at then return nil end\n"                                      \
@@ -239,7 +250,7 @@
   "  local age = t[1] * 1000 + math.floor(t[2] / 1000) - at\n"             \
   "  if age < " RL_STR(RL_CLAIM_MS) " then return " RL_STR(RL_CLAIM_MS) " - age end\n" \
   "  if select(2, list('DEL', sig)) then return nil end\n"                \
-  "  redis.call('DEL', KEYS[1])\n"                                          \
+  "  redis.call('DEL', " lock ")\n"                                         \
   "  return 0\n"                                                           \
   "end\n"
 
@@ -302,6 +313,32 @@
   "redis.call('ZADD', " waiters ", " FMT "now + math.max(left, 0) + " RL_STR(RL_WAITERS_SLACK_MS) "), ARGV[1])\n" \
   "local wlast = tonumber(redis.call('ZRANGE', " waiters ", -1, -1, 'WITHSCORES')[2])\n" \
   "redis.call('PEXPIRE', " waiters ", " FMT "math.max(wlast - now, 1)))\n"
+
+/* A writer's try that did not take the write lock: left, the ms until it
+   may change (the writer's PTTL, a stale handoff's claim time when
+   sooner, or the last reader's expiry). Needs v and s (stale's answer). */
+#define RW_LEFT                                                            \
+  "local left\n"                                                           \
+  "if v then\n"                                                            \
+  "  left = redis.call('PTTL', KEYS[2])\n"                                 \
+  "  if s and s > 0 and s < left then left = s end\n"                      \
+  "else\n"                                                                 \
+  "  left = tonumber(redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]) - now\n" \
+  "end\n"
+
+/* With the write lock free of writers and readers, and `now` and `handed`
+   set: hands it to the first live registered writer (as HAND_TO_HEIR
+   hands a lock; the heir leaves the waiting writers), else wakes every
+   waiter. */
+#define RW_HAND_OR_WAKE(writer, signal, waiters, queue, hand, fence, rec, writers) \
+  FIRST_LIVE(queue, hand)                                                  \
+  "if heir then\n"                                                         \
+  HAND_TO_HEIR(writer, signal, queue, hand, fence, rec)                    \
+  "  if handed then redis.call('ZREM', " writers ", heir) end\n"          \
+  "end\n"                                                                  \
+  "if not handed then\n"                                                   \
+  WAKE_ALL(signal, waiters)                                                \
+  "end\n"
 
 /* A holder of a sorted set by expiry (semaphore permits, readers), or a
    writer: the fence of a resend that found its token, else the next one,
@@ -708,19 +745,24 @@ static const char sem_count_script[] =
   NOW
   "return {1, redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')}\n";
 
-/* read_acquire: KEYS readers, writer, fence, writers, waiters, era;
-   ARGV[1] token, ARGV[2] ttl (ms), ARGV[3] how long a waiting writer
-   stays queued (ms). A reader gets in when no writer holds the lock and
-   none waits (writers first: a stream of readers cannot starve one).
-   Replies as acquire: the fence, or -2 - ms until it may change (the
-   writer's PTTL, or the last waiting writer's stay). */
+/* read_acquire: KEYS readers, writer, fence, writers, waiters, era,
+   signal; ARGV[1] token, ARGV[2] ttl (ms), ARGV[3] how long a waiting
+   writer stays queued (ms). A reader gets in when no writer holds the lock
+   and none waits (writers first: a stream of readers cannot starve one).
+   The write lock handed to a writer that never took it up is taken back
+   (stale). Replies as acquire: the fence, or -2 - ms until it may change
+   (the writer's PTTL, or the last waiting writer's stay). */
 static const char read_acquire_script[] =
   ERA_FN
+  LIST_FN
+  STALE_FN_OF("KEYS[2]", "KEYS[7]")
   NOW
   "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
   "redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)\n"
   "local resent = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
   "local wleft = redis.call('PTTL', KEYS[2])\n"
+  "local s = wleft >= 0 and not resent and stale(redis.call('GET', KEYS[2]))\n"
+  "if s == 0 then wleft = -2 elseif s and s < wleft then wleft = s end\n"
   "if resent or (wleft == -2 and redis.call('ZCARD', KEYS[4]) == 0) then\n"
   "  redis.call('ZADD', KEYS[1], " FMT "now + tonumber(ARGV[2])), ARGV[1])\n"
   ZSET_EXPIRE("KEYS[1]")
@@ -735,17 +777,23 @@ static const char read_acquire_script[] =
   RW_MARK("KEYS[5]")
   "return -2 - left\n";
 
-/* read_release: KEYS readers, signal, waiters; ARGV[1] token. The
-   last reader out wakes every waiter. Replies as sem_release. */
+/* read_release: KEYS readers, signal, waiters, writer, queue, hand,
+   fence, era, writers; ARGV[1] token. The last reader out hands the write lock to
+   the first registered writer (RW_HAND_OR_WAKE), else wakes every
+   waiter. Replies as sem_release. */
 static const char read_release_script[] =
+  ERA_FN
+  LIST_FN
   NOW
   "local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
   "if not s then return 0 end\n"
   "redis.call('ZREM', KEYS[1], ARGV[1])\n"
   "if tonumber(s) <= now then return 0 end\n"
-  "if redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf') == 0 and redis.call('EXISTS', KEYS[3]) == 1 then\n"
+  "if redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf') == 0\n"
+  "   and redis.call('EXISTS', KEYS[3], KEYS[5]) > 0 and redis.call('EXISTS', KEYS[4]) == 0 then\n"
   "  pcall(function()\n"
-  WAKE_ALL("KEYS[2]", "KEYS[3]")
+  "  local handed = false\n"
+  RW_HAND_OR_WAKE("KEYS[4]", "KEYS[2]", "KEYS[3]", "KEYS[5]", "KEYS[6]", "KEYS[7]", "KEYS[8]", "KEYS[9]")
   "  end)\n"
   "end\n"
   "return 1\n";
@@ -756,18 +804,23 @@ static const char read_extend_script[] = ZSET_EXTEND;
 /* read_pttl: KEYS readers; ARGV[1] token */
 static const char read_pttl_script[] = ZSET_PTTL;
 
-/* write_acquire: KEYS readers, writer, fence, writers, waiters, era;
-   ARGV[1] token, ARGV[2] ttl (ms), ARGV[3] stay (ms). Takes the writer
-   key when no writer holds it and no reader does; else queues the token
-   among the waiting writers for the stay (which keeps new readers out).
-   Replies as acquire: the fence, or -2 - ms until it may change (the
-   writer's PTTL, or the last reader's expiry). */
+/* write_acquire: KEYS readers, writer, fence, writers, waiters, era,
+   signal; ARGV[1] token, ARGV[2] ttl (ms), ARGV[3] stay (ms). Takes the
+   writer key when no writer holds it and no reader does; else queues the
+   token among the waiting writers for the stay (which keeps new readers
+   out). The write lock handed to a writer that never took it up is taken
+   back (stale). Replies as acquire: the fence, or -2 - ms until it may
+   change (the writer's PTTL, or the last reader's expiry). */
 static const char write_acquire_script[] =
   ERA_FN
+  LIST_FN
+  STALE_FN_OF("KEYS[2]", "KEYS[7]")
   NOW
   "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
   "redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)\n"
   "local v = redis.call('GET', KEYS[2])\n"
+  "local s = v and v ~= ARGV[1] and stale(v)\n"
+  "if s == 0 then v = false end\n"
   "if v == ARGV[1] or (not v and redis.call('ZCARD', KEYS[1]) == 0) then\n"
   "  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])\n"
   "  redis.call('ZREM', KEYS[4], ARGV[1])\n"
@@ -776,23 +829,57 @@ static const char write_acquire_script[] =
   "end\n"
   "redis.call('ZADD', KEYS[4], " FMT "now + tonumber(ARGV[3])), ARGV[1])\n"
   "redis.call('PEXPIRE', KEYS[4], ARGV[3])\n"
-  "local left\n"
-  "if v then left = redis.call('PTTL', KEYS[2]) else\n"
-  "  left = tonumber(redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]) - now\n"
-  "end\n"
+  RW_LEFT
   RW_MARK("KEYS[5]")
   "return -2 - left\n";
 
-/* write_release: KEYS writer, signal, waiters; ARGV[1] token.
-   Compare-and-delete; wakes every waiter. Replies as release. */
+/* write_acquire_wait: KEYS readers, writer, fence, writers, signal, era,
+   queue, hand; ARGV[1] token, ARGV[2] ttl (ms), ARGV[3] the TTL a handoff
+   gives it (ms, as acquire_wait's), ARGV[4] stay (ms). A waiting
+   writer's try: write_acquire's, which also registers it for a handoff
+   of the write lock (see "Handing over": a write release, or the last
+   reader's, hands it the writer key with its token), and drops its
+   registration when it takes the lock. Replies as write_acquire. */
+static const char write_acquire_wait_script[] =
+  ERA_FN
+  LIST_FN
+  STALE_FN_OF("KEYS[2]", "KEYS[5]")
+  NOW
+  "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
+  "redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)\n"
+  "local v = redis.call('GET', KEYS[2])\n"
+  "local s = v and v ~= ARGV[1] and stale(v)\n"
+  "if s == 0 then v = false end\n"
+  "if v == ARGV[1] or (not v and redis.call('ZCARD', KEYS[1]) == 0) then\n"
+  "  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])\n"
+  "  redis.call('ZREM', KEYS[4], ARGV[1])\n"
+  "  redis.call('ZREM', KEYS[7], ARGV[1])\n"
+  "  redis.call('HDEL', KEYS[8], ARGV[1])\n"
+  "  if v then list('DEL', KEYS[5] .. ':' .. ARGV[1]) end\n"
+  FENCE_OF("KEYS[3]", "KEYS[6]", "v")
+  "end\n"
+  "redis.call('ZADD', KEYS[4], " FMT "now + tonumber(ARGV[4])), ARGV[1])\n"
+  "redis.call('PEXPIRE', KEYS[4], ARGV[4])\n"
+  REGISTER_IN("KEYS[5]", "KEYS[7]", "KEYS[8]", "ARGV[3]")
+  RW_LEFT
+  "return -2 - left\n";
+
+/* write_release: KEYS writer, signal, waiters, queue, hand, fence, era,
+   writers; ARGV[1] token. Compare-and-delete, or a handoff to the first
+   registered writer (RW_HAND_OR_WAKE, under pcall as release's), else
+   every waiter woken. Replies as release. */
 static const char write_release_script[] =
+  ERA_FN
+  LIST_FN
   "local v = redis.call('GET', KEYS[1])\n"
   "if v == ARGV[1] then\n"
-  "  redis.call('DEL', KEYS[1])\n"
-  "  if redis.call('EXISTS', KEYS[3]) == 1 then pcall(function()\n"
+  "  local handed = false\n"
+  "  redis.call('ZREM', KEYS[8], ARGV[1])\n"
+  "  if redis.call('EXISTS', KEYS[3], KEYS[4]) > 0 then pcall(function()\n"
   NOW
-  WAKE_ALL("KEYS[2]", "KEYS[3]")
+  RW_HAND_OR_WAKE("KEYS[1]", "KEYS[2]", "KEYS[3]", "KEYS[4]", "KEYS[5]", "KEYS[6]", "KEYS[7]", "KEYS[8]")
   "  end) end\n"
+  "  if not handed then redis.call('DEL', KEYS[1]) end\n"
   "  return 1\n"
   "end\n"
   "if v then return -2 - redis.call('PTTL', KEYS[1]) end\n"
@@ -804,13 +891,26 @@ static const char write_extend_script[] = KEY_EXTEND;
 /* write_pttl: KEYS writer; ARGV[1] token */
 static const char write_pttl_script[] = KEY_PTTL;
 
-/* write_leave: KEYS writers, writer, signal, waiters; ARGV[1]
-   token. A waiting writer gives up: it leaves the queue, and when no
-   writer holds the lock the waiters are woken (readers it kept out). */
+/* write_leave: KEYS writers, writer, signal, waiters, queue, hand;
+   ARGV[1] token. A waiting writer gives up: it leaves the queues; a write
+   lock handed to it meanwhile is released; and when no writer holds the
+   lock, the first registered writer is woken (it tries again at once) and
+   so is every other waiter (readers it kept out). */
 static const char write_leave_script[] =
+  LIST_FN
   "redis.call('ZREM', KEYS[1], ARGV[1])\n"
+  "redis.call('ZREM', KEYS[5], ARGV[1])\n"
+  "redis.call('HDEL', KEYS[6], ARGV[1])\n"
+  "if redis.call('GET', KEYS[2]) == ARGV[1] then\n"
+  "  redis.call('DEL', KEYS[2])\n"
+  "  list('DEL', KEYS[3] .. ':' .. ARGV[1])\n"
+  "end\n"
   "if redis.call('EXISTS', KEYS[2]) == 0 then\n"
   NOW
+  FIRST_LIVE("KEYS[5]", "KEYS[6]")
+  "if heir then\n"
+  WAKE_ONE("KEYS[3]")
+  "end\n"
   WAKE_ALL("KEYS[3]", "KEYS[4]")
   "end\n"
   "return {0, 0}\n";
@@ -852,19 +952,24 @@ const rl_op_row rl_ops[RL_OP_COUNT] = {
   [RL_OP_SEM_PTTL] = { "sem_pttl", sem_pttl_script, { K_PERMITS, -1 }, 0 },
   [RL_OP_SEM_COUNT] = { "sem_count", sem_count_script, { K_PERMITS, -1 }, 0 },
   [RL_OP_READ_ACQUIRE] = { "read_acquire", read_acquire_script,
-                    { K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWWAITERS, K_ERA, -1 }, RL_F_MS | RL_F_STAY },
+                    { K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWWAITERS, K_ERA, K_RWSIGNAL, -1 },
+                    RL_F_MS | RL_F_STAY },
   [RL_OP_READ_RELEASE] = { "read_release", read_release_script,
-                    { K_READERS, K_RWSIGNAL, K_RWWAITERS, -1 }, RL_F_ONCE },
+                    { K_READERS, K_RWSIGNAL, K_RWWAITERS, K_WRITER, K_RWQUEUE, K_RWHAND, K_RWFENCE, K_ERA,
+                      K_WRITERS, -1 },
+                    RL_F_ONCE },
   [RL_OP_READ_EXTEND] = { "read_extend", read_extend_script, { K_READERS, -1 }, RL_F_MS },
   [RL_OP_READ_PTTL] = { "read_pttl", read_pttl_script, { K_READERS, -1 }, 0 },
   [RL_OP_WRITE_ACQUIRE] = { "write_acquire", write_acquire_script,
-                    { K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWWAITERS, K_ERA, -1 }, RL_F_MS | RL_F_STAY },
+                    { K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWWAITERS, K_ERA, K_RWSIGNAL, -1 },
+                    RL_F_MS | RL_F_STAY },
   [RL_OP_WRITE_RELEASE] = { "write_release", write_release_script,
-                    { K_WRITER, K_RWSIGNAL, K_RWWAITERS, -1 }, RL_F_ONCE },
+                    { K_WRITER, K_RWSIGNAL, K_RWWAITERS, K_RWQUEUE, K_RWHAND, K_RWFENCE, K_ERA, K_WRITERS, -1 },
+                    RL_F_ONCE },
   [RL_OP_WRITE_EXTEND] = { "write_extend", write_extend_script, { K_WRITER, -1 }, RL_F_MS },
   [RL_OP_WRITE_PTTL] = { "write_pttl", write_pttl_script, { K_WRITER, -1 }, 0 },
   [RL_OP_WRITE_LEAVE] = { "write_leave", write_leave_script,
-                    { K_WRITERS, K_WRITER, K_RWSIGNAL, K_RWWAITERS, -1 }, 0 },
+                    { K_WRITERS, K_WRITER, K_RWSIGNAL, K_RWWAITERS, K_RWQUEUE, K_RWHAND, -1 }, 0 },
   [RL_OP_ACQUIRE_WAIT] = { "acquire_wait", acquire_wait_script,
                     { K_LOCK, K_FENCE, K_QUEUE, K_HAND, K_WAITERS, K_ERA, -1 }, RL_F_MS | RL_F_N | RL_F_STAY },
   [RL_OP_SEM_ACQUIRE_WAIT] = { "sem_acquire_wait", sem_acquire_wait_script,
@@ -873,6 +978,9 @@ const rl_op_row rl_ops[RL_OP_COUNT] = {
   [RL_OP_SEM_LEAVE] = { "sem_leave", sem_leave_script,
                     { K_PERMITS, K_PSIGNAL, K_PQUEUE, K_PHAND, K_PFENCE, K_ERA, K_PHANDED, -1 }, 0 },
   [RL_OP_ELECT_EXTEND] = { "elect_extend", elect_extend_script, { K_LOCK, -1 }, RL_F_MS },
+  [RL_OP_WRITE_ACQUIRE_WAIT] = { "write_acquire_wait", write_acquire_wait_script,
+                    { K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWSIGNAL, K_ERA, K_RWQUEUE, K_RWHAND, -1 },
+                    RL_F_MS | RL_F_N | RL_F_STAY },
 };
 
 const char *const rl_key_suffix[RL_NAMES] = {
@@ -880,7 +988,7 @@ const char *const rl_key_suffix[RL_NAMES] = {
   ":permits", ":permits:fence", ":permits:signal", ":permits:waiters",
   ":permits:queue", ":permits:hand", ":permits:handed",
   ":rw:readers", ":rw:writer", ":rw:fence", ":rw:writers", ":rw:signal", ":rw:waiters",
-  ":era"
+  ":rw:queue", ":rw:hand", ":era"
 };
 
 static char script_sha[RL_OP_COUNT][41];

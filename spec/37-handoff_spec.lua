@@ -303,6 +303,93 @@ describe("the handoff", function()
     end)
   end)
 
+  describe("of a read-write lock's write lock", function()
+    local WRITER = "lock:{doc}:rw:writer"
+
+    it("gives the write lock to a blocked writer in the write release: no try of its own after it", function()
+      local w = assert(holder:rwlock("doc"):write(30))
+      local p = waiter("doc", 10, "notify", "write", 0.5, "w")
+      assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end), "the writer never blocked")
+      local before = scripts_run()
+      assert.is_true(w:release())
+      local value = raw:command("GET", WRITER)
+      assert.is_truthy(value and value ~= w.token, "the write lock is not handed over")
+      assert.is_true(raw:command("PTTL", WRITER) > 29000)
+      assert.are.equal(0, raw:command("ZCARD", "lock:{doc}:rw:writers"))
+      local fence = got(p, "w")
+      assert.is_true(fence > w.fence)
+      assert.are.equal(2, scripts_run() - before) -- the two releases
+    end)
+
+    it("gives the write lock to a blocked writer in the last reader's release", function()
+      local doc = holder:rwlock("doc")
+      local r1, r2 = assert(doc:read(30)), assert(srv:client():rwlock("doc"):read(30))
+      local p = waiter("doc", 10, "notify", "write", 0.5, "w")
+      assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end), "the writer never blocked")
+      local before = scripts_run()
+      assert.is_true(r1:release())
+      assert.are.equal(false, raw:command("GET", WRITER)) -- a reader is still in
+      assert.is_true(r2:release())
+      local value = raw:command("GET", WRITER)
+      assert.is_truthy(value, "the write lock is not handed over")
+      local fence = got(p, "w")
+      assert.is_true(fence > math.max(r1.fence, r2.fence))
+      assert.are.equal(3, scripts_run() - before) -- the three releases
+    end)
+
+    it("takes back a write lock handed to a writer gone, within RL_CLAIM_MS, for readers and writers", function()
+      local t = holder._transport
+      for _, next_kind in ipairs({ "read", "write" }) do
+        assert.are.equal("OK", raw:command("FLUSHALL"))
+        local gone = core.token()
+        local w = assert(holder:rwlock("doc"):write(30))
+        assert.are.equal(-1, (t:eval("write_acquire_wait", "doc", gone, 30000, { n = 30000 })))
+        local released = core.now()
+        assert.is_true(w:release())
+        assert.are.equal(gone, raw:command("GET", WRITER))
+        local other = srv:client()
+        local doc = other:rwlock("doc")
+        local hold = assert(doc[next_kind](doc, 5, { wait = 10 }))
+        local waited = core.now() - released
+        assert.is_true(waited >= 0.45 and waited < GONE_BOUND * helpers.slow, next_kind .. " waited " .. waited .. " s")
+        assert.is_true(hold.fence > w.fence)
+        assert.are.equal(0, raw:command("EXISTS", "lock:{doc}:rw:signal:" .. gone))
+        other:close()
+      end
+    end)
+
+    it("passes on a write lock handed to a writer that gives up at that moment", function()
+      local t, quitter = holder._transport, core.token()
+      local w = assert(holder:rwlock("doc"):write(30))
+      assert.are.equal(-1, (t:eval("write_acquire_wait", "doc", quitter, 30000, { n = 30000 })))
+      local p = waiter("doc", 10, "notify", "write", 0, "next")
+      assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end))
+      assert.is_true(w:release())
+      assert.are.equal(quitter, raw:command("GET", WRITER)) -- first registered: handed the lock
+      local left = core.now()
+      t:eval("write_leave", "doc", quitter)
+      local _, when = got(p, "next")
+      assert.is_true(when - left < 0.4 * helpers.slow, "passed on after " .. (when - left) .. " s")
+      assert.are.equal(0, raw:command("EXISTS", "lock:{doc}:rw:signal:" .. quitter))
+    end)
+
+    it("keeps a writer SIGKILLed while registered from holding the others up past the bound", function()
+      local w = assert(holder:rwlock("doc"):write(30))
+      local dead = waiter("doc", 20, "notify", "write", 0, "dead")
+      assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end))
+      local alive = waiter("doc", 20, "notify", "write", 0, "alive")
+      assert.is_truthy(helpers.eventually(5, function() return blocked() == 2 end))
+      assert.is_true(helpers.sh_ok("kill -KILL " .. pid_of(1)))
+      dead.wait()
+      local released = core.now()
+      assert.is_true(w:release()) -- handed to the dead one (registered first, TTL 30 s)
+      local fence, when = got(alive, "alive")
+      local waited = when - released
+      assert.is_true(waited < GONE_BOUND * helpers.slow, "the next writer waited " .. waited .. " s")
+      assert.is_true(fence > w.fence)
+    end)
+  end)
+
   describe("under OpenResty", function()
     if helpers.no_nginx(pending) then return end
     local ngx

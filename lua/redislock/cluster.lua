@@ -63,7 +63,7 @@ local FIRST_PAUSE, MAX_PAUSE = 0.01, 0.2
 
 -- Scripts that may wait: their TRYAGAIN goes back to the wait loop.
 local ACQUIRES = { take = true, acquire = true, acquire_wait = true, acquire_fair = true, sem_acquire = true,
-                   sem_acquire_wait = true, read_acquire = true, write_acquire = true }
+                   sem_acquire_wait = true, read_acquire = true, write_acquire = true, write_acquire_wait = true }
 
 -- Replies after which the table is refreshed before the next call.
 local STALE = { READONLY = true, UNBLOCKED = true, CLUSTERDOWN = true, MASTERDOWN = true }

@@ -16,8 +16,13 @@
 --                                 waiter), else it drops out after 3 s
 --   <prefix>{<name>}:rw:fence, :rw:signal, :rw:waiters  the fence counter,
 --                                 the wake-up list, waiters by deadline
--- A write release, the last reader's release and a waiting writer that gives
--- up wake every waiter (each retries; readers may all get in).
+--   <prefix>{<name>}:rw:queue, :rw:hand  the writers registered for a
+--                                 handoff, as a lock's (rl_script.c,
+--                                 "Handing over"); each blocks on
+--                                 :rw:signal:<token>
+-- A write release and the last reader's release hand the write lock to the
+-- first registered writer; with none, they (and a waiting writer that gives
+-- up) wake every waiter (each retries; readers may all get in).
 
 local args = require "redislock.args"
 local core = require "redislock.core"
@@ -78,11 +83,15 @@ end
 
 -- How wait.take takes each: no cheaper first try than the script; a writer
 -- stays queued while it waits (which keeps new readers out) and leaves the
--- queue when it gives up. note: adopt records the hold.
+-- queue when it gives up; a writer that blocks registers for a handoff
+-- (hand: a write release, or the last reader's, hands it the write lock,
+-- a renewing one with a short first TTL as a lock's waiter, first_ttl).
+-- note: adopt records the hold.
 local READER = { take = "read_acquire", acquire = "read_acquire", wait = "read_acquire", ops = READ,
                  busy = busy_of("read"), note = noter("read") }
 local WRITER = { take = "write_acquire", acquire = "write_acquire", wait = "write_acquire", ops = WRITE,
-                 stays = true, leave = "write_leave", busy = busy_of("write"), note = noter("write") }
+                 hand = "write_acquire_wait", first_ttl = true, stays = true, leave = "write_leave",
+                 busy = busy_of("write"), note = noter("write") }
 
 -- The same, but with a hint in the busy message.
 local function hinted(kind, mode, hint)

@@ -131,7 +131,9 @@ end
 -- "busy: ..." message, and eval: in place of t:eval, for a primitive of many
 -- keys (redislock/multilock.lua), which answers -1, the PTTL and the key to
 -- block on when one is busy; keyed: it is the lock's own key and scripts (a
--- lock; an election's leadership, redislock/election.lua). The lock's:
+-- lock; an election's leadership, redislock/election.lua); first_ttl: a
+-- renewing waiter is handed it with a short first TTL (HAND_MS), as keyed
+-- ones are (a read-write lock's writer). The lock's:
 _M.LOCK = { take = "take", acquire = "acquire", hand = "acquire_wait", fair = "acquire_fair", leave = "leave",
             keyed = true }
 
@@ -257,7 +259,7 @@ local function take(client, key, tok, ms, how, kind)
   -- TTL is long, HAND_MS, so that a waiter paused as it is handed the lock
   -- keeps the others out that long at most (the renewal of one that runs
   -- makes it its TTL).
-  local hand_ms = (how.renew and ms > 2 * HAND_MS and kind.keyed) and HAND_MS or ms
+  local hand_ms = (how.renew and ms > 2 * HAND_MS and (kind.keyed or kind.first_ttl)) and HAND_MS or ms
   local more = (kind.n or how.replicas or hand or fair)
     and { n = kind.n or hand_ms, replicas = how.replicas, replica_ms = how.replica_ms } or nil
   -- The first try is a take (no script, the cheapest for Redis); the tries

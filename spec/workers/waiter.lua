@@ -1,10 +1,11 @@
 -- SPDX-License-Identifier: MIT
 -- Worker for the waiting specs: announces its PID (RPUSH pids), waits for a
 -- lock, records its tag when it gets it (RPUSH order), holds it, releases it.
--- usage: waiter.lua <port | tls:port:folder> <key> <wait> <notify|poll> <fair|plain|nohand|renew|sem> <hold> <tag>
---                   [<ttl> [may-lose]]
+-- usage: waiter.lua <port | tls:port:folder> <key> <wait> <notify|poll> <fair|plain|nohand|renew|sem|write|read>
+--                   <hold> <tag> [<ttl> [may-lose]]
 -- (nohand: handoff = false; renew: renew = true; sem: a permit of semaphore
--- <key> of limit 1; ttl: 30 s unless given). Prints "got <tag> <fence> <when>" (when:
+-- <key> of limit 1; write, read: a hold of read-write lock <key>; ttl: 30 s
+-- unless given). Prints "got <tag> <fence> <when>" (when:
 -- core.now() as it got the lock), with may-lose followed by " release:
 -- <error>" when its release failed (the lock was lost meanwhile: else that
 -- fails the worker); or "failed <tag> <error>".
@@ -26,6 +27,8 @@ if kind == "renew" then opts.renew = true end
 local lock, err
 if kind == "sem" then
   lock, err = client:semaphore(key, 1):acquire(ttl, opts)
+elseif kind == "write" or kind == "read" then
+  lock, err = client:rwlock(key)[kind](client:rwlock(key), ttl, opts)
 else
   lock, err = client:acquire(key, ttl, opts)
 end
