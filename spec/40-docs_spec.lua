@@ -67,7 +67,10 @@ end)
 -- ```lua runnable is a whole program for one Redis server at
 -- 127.0.0.1:6379 (the default): it is run against this spec's server, so a
 -- page never drifts from the code. The others (Sentinel, Cluster, Redlock,
--- TLS: other machines) must at least be Lua that compiles.
+-- TLS: other machines) must at least be Lua that compiles. A block fenced
+-- ```nginx runnable is an http { } block whose locations answer 200 to a
+-- GET: it runs in a private nginx (LuaJIT pass) against this spec's
+-- server, with the checkout for /path/to/redislock.
 local function lua_blocks()
   local blocks = {}
   local root = helpers.spec_dir .. "../"
@@ -86,9 +89,10 @@ local function lua_blocks()
           block.code[#block.code + 1] = line
         end
       else
-        local info = line:match("^```lua(.*)$")
-        if info then
-          block = { where = name .. ":" .. n, runnable = info:match("^%s+runnable%s*$") ~= nil, code = {} }
+        local lang, info = line:match("^```(%a+)(.*)$")
+        local runnable = info and info:match("^%s+runnable%s*$") ~= nil
+        if lang == "lua" or (lang == "nginx" and runnable) then
+          block = { where = name .. ":" .. n, runnable = runnable, nginx = lang == "nginx", code = {} }
         end
       end
     end
@@ -105,7 +109,38 @@ describe("the documentation's Lua blocks", function()
   local runnable = 0
   for _, b in ipairs(blocks) do
     local code = table.concat(b.code, "\n") .. "\n"
-    if b.runnable then
+    if b.nginx then
+      runnable = runnable + 1
+      local run = jit and it or pending -- luacheck: ignore (jit)
+      run(b.where .. " runs in nginx", function()
+        srv:cli("FLUSHALL")
+        -- The block's own http { }, its paths the checkout's (start_nginx
+        -- sets them: the block's lines go), a listen for each server.
+        local http = code:match("^%s*http%s*{(.*)}%s*$")
+        assert.is_truthy(http, b.where .. " is not an http { } block")
+        local paths = 0
+        http = http:gsub("\n%s*lua_package_c?path%s+\"/path/to/redislock/([^\"]*)\";", function(rest)
+          paths = paths + 1
+          local dir = rest:match("^(.*)/%?%.[%a]+;;$")
+          assert.is_truthy(dir and io.open(helpers.root() .. "/" .. dir), b.where .. ": no such path " .. rest)
+          return ""
+        end)
+        assert.are.equal(2, paths, b.where .. " sets no lua_package_path and lua_package_cpath")
+        http = http:gsub("(\n%s*server%s*{)", "%1\n    listen 127.0.0.1:{{port}};")
+        local nginx = helpers.start_nginx({ workers = 1, main = "env REDIS_URL=" .. srv.url .. ";", http = http })
+        local requests = require "spec.support.http"
+        local ok, err = pcall(function()
+          for location in http:gmatch("location%s*=?%s*(/%S*)%s*{") do
+            local status, body = requests.request(nginx.port, "GET", location, { timeout = 30 })
+            assert(status == 200, location .. " answered " .. status .. ": " .. body .. nginx:error_log())
+            -- An error of ours, passed on as the page's text (busy: ..., bad argument ...).
+            assert(not body:match("^%a+: ") and not body:match("bad argument"), location .. " answered " .. body)
+          end
+        end)
+        nginx:stop()
+        assert(ok, err)
+      end)
+    elseif b.runnable then
       runnable = runnable + 1
       -- <close> is Lua 5.4's: LuaJIT runs the others.
       local run = jit and code:find("<close>", 1, true) and pending or it -- luacheck: ignore (jit)
