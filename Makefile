@@ -133,7 +133,7 @@ docs: deps
 LUAROCKS = luarocks --lua-version=5.4
 install:
 	$(LUAROCKS) make rockspec/redislock-scm-1.rockspec $(ROCK_VARS)
-	@man1="$$(dirname "$$($(LUAROCKS) config deploy_bin_dir)")/share/man/man1" && \
+	@bin="$$($(LUAROCKS) config deploy_bin_dir)" && [ -n "$$bin" ] && man1="$$(dirname "$$bin")/share/man/man1" && \
 	  mkdir -p "$$man1" && cp docs/redislock.1 "$$man1/" && echo "manual page: $$man1/redislock.1"
 
 clean:

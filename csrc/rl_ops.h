@@ -21,6 +21,9 @@ enum { K_LOCK, K_FENCE, K_SIGNAL, K_QUEUE, K_HAND, K_WAITERS,
 
 extern const char *const rl_key_suffix[RL_NAMES];
 
+/* rl_cmd_init writes an op's number of keys as one digit. */
+typedef char rl_numkeys_fit_one_digit[RL_MAX_KEYS <= 9 ? 1 : -1];
+
 /* An op's flags: it takes a time (ms >= 1: a ttl, or fence_up's fence) and
    a count (n >= 1: sem_acquire's limit; a registering try's TTL to hand
    over, in ms); it is never sent twice (a release:

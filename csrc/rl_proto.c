@@ -71,7 +71,7 @@ int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
     cmd->argv[cmd->argc] = cmd->key[rl_ops[op].keys[i]];
     cmd->len[cmd->argc++] = cmd->klen[rl_ops[op].keys[i]];
   }
-  cmd->numkeys[0] = (char)('0' + i);
+  cmd->numkeys[0] = (char)('0' + i); /* one digit: RL_MAX_KEYS <= 9 (rl_proto.h) */
   cmd->argv[2] = cmd->numkeys;
   cmd->len[2] = 1;
   cmd->argv[cmd->argc] = token;

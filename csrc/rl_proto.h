@@ -49,6 +49,9 @@ typedef enum {
   RL_OP_SEM_LEAVE,     /* a registered semaphore waiter gives up; a permit handed to it goes on */
   RL_OP_ELECT_EXTEND,  /* a leader's renewal: compare its token up to the value, then pexpire */
   RL_OP_WRITE_ACQUIRE_WAIT, /* write_acquire, else register for a handoff of the write lock */
+  RL_OP_WRITE_RELEASE_ONE, /* release_one of a write hold, a read hold and a permit: their own */
+  RL_OP_READ_RELEASE_ONE,  /* key alone, waking nobody (a cluster slot half moved) */
+  RL_OP_SEM_RELEASE_ONE,
   RL_OP_COUNT
 } rl_op;
 
@@ -99,7 +102,7 @@ typedef enum {
    holds exactly, 2^53, about 285,000 years. Redis takes more (SET PX and
    PEXPIRE to LLONG_MAX less the clock), and script numbers are doubles. */
 #define RL_MAX_MS 9007199254740992LL
-#define RL_MAX_KEYS 9                    /* the most keys one script uses */
+#define RL_MAX_KEYS 9                    /* the most keys one script uses: one digit (rl_cmd_init) */
 #define RL_NAMES 22                     /* the names of all scripts' keys (rl_ops.h) */
 #define RL_CMD_MAXARGS (3 + RL_MAX_KEYS + 4)
 #define RL_SIGNAL_MS 1000               /* a wake-up signal waits this long for a taker */

@@ -223,7 +223,8 @@
   REGISTER_IN(lock " .. ':signal'", queue, hand, hms)                      \
   "redis.call('SET', " waiters ", 1, 'PX', math.max(left, tonumber(ARGV[4])) + " RL_STR(RL_WAITERS_SLACK_MS) ")\n"
 /* The registration alone, the waiter's list being "<signal>:<token>" (a
-   read-write lock's writers: their waiters set marks them otherwise). */
+   read-write lock's writers, which need no waiters mark: the releases
+   look at the queue itself). */
 #define REGISTER_IN(signal, queue, hand, hms)                              \
   "list('DEL', " signal " .. ':' .. ARGV[1])\n"                             \
   "redis.call('ZADD', " queue ", 'NX', t[1] .. string.format('%06d', t[2]), ARGV[1])\n" \
@@ -326,10 +327,10 @@
   "  left = tonumber(redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]) - now\n" \
   "end\n"
 
-/* With the write lock free of writers and readers, and `now` and `handed`
-   set: hands it to the first live registered writer (as HAND_TO_HEIR
-   hands a lock; the heir leaves the waiting writers), else wakes every
-   waiter. */
+/* With no reader in, and the writer key free or the releasing writer's,
+   and `now` and `handed` set: hands the write lock to the first live
+   registered writer (as HAND_TO_HEIR hands a lock: the key takes its
+   token; the heir leaves the waiting writers), else wakes every waiter. */
 #define RW_HAND_OR_WAKE(writer, signal, waiters, queue, hand, fence, rec, writers) \
   FIRST_LIVE(queue, hand)                                                  \
   "if heir then\n"                                                         \
@@ -568,6 +569,18 @@ static const char release_one_script[] =
   "end\n"
   "if v then return -2 - redis.call('PTTL', KEYS[1]) end\n"
   "return 0\n";
+
+/* read_release_one, sem_release_one: KEYS readers (permits); ARGV[1]
+   token. A read hold's or a permit's release as release_one is a lock's:
+   its own key alone, waking nobody (a cluster slot half moved). Replies
+   as read_release. */
+static const char zset_release_one_script[] =
+  NOW
+  "local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
+  "if not s then return 0 end\n"
+  "redis.call('ZREM', KEYS[1], ARGV[1])\n"
+  "if tonumber(s) <= now then return 0 end\n"
+  "return 1\n";
 
 /* fence_up: KEYS lock, fence, era; ARGV[1] token, ARGV[2] a fence.
    Only while the lock holds our token (a holder whose lock expired must
@@ -866,15 +879,15 @@ static const char write_acquire_wait_script[] =
 
 /* write_release: KEYS writer, signal, waiters, queue, hand, fence, era,
    writers; ARGV[1] token. Compare-and-delete, or a handoff to the first
-   registered writer (RW_HAND_OR_WAKE, under pcall as release's), else
-   every waiter woken. Replies as release. */
+   registered writer (RW_HAND_OR_WAKE, under pcall as release's: the key
+   then takes the heir's token in place of ours), else every waiter woken.
+   Replies as release. */
 static const char write_release_script[] =
   ERA_FN
   LIST_FN
   "local v = redis.call('GET', KEYS[1])\n"
   "if v == ARGV[1] then\n"
   "  local handed = false\n"
-  "  redis.call('ZREM', KEYS[8], ARGV[1])\n"
   "  if redis.call('EXISTS', KEYS[3], KEYS[4]) > 0 then pcall(function()\n"
   NOW
   RW_HAND_OR_WAKE("KEYS[1]", "KEYS[2]", "KEYS[3]", "KEYS[4]", "KEYS[5]", "KEYS[6]", "KEYS[7]", "KEYS[8]")
@@ -978,6 +991,9 @@ const rl_op_row rl_ops[RL_OP_COUNT] = {
   [RL_OP_SEM_LEAVE] = { "sem_leave", sem_leave_script,
                     { K_PERMITS, K_PSIGNAL, K_PQUEUE, K_PHAND, K_PFENCE, K_ERA, K_PHANDED, -1 }, 0 },
   [RL_OP_ELECT_EXTEND] = { "elect_extend", elect_extend_script, { K_LOCK, -1 }, RL_F_MS },
+  [RL_OP_WRITE_RELEASE_ONE] = { "write_release_one", release_one_script, { K_WRITER, -1 }, RL_F_ONCE },
+  [RL_OP_READ_RELEASE_ONE] = { "read_release_one", zset_release_one_script, { K_READERS, -1 }, RL_F_ONCE },
+  [RL_OP_SEM_RELEASE_ONE] = { "sem_release_one", zset_release_one_script, { K_PERMITS, -1 }, RL_F_ONCE },
   [RL_OP_WRITE_ACQUIRE_WAIT] = { "write_acquire_wait", write_acquire_wait_script,
                     { K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWSIGNAL, K_ERA, K_RWQUEUE, K_RWHAND, -1 },
                     RL_F_MS | RL_F_N | RL_F_STAY },

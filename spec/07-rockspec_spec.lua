@@ -27,7 +27,8 @@ describe("the rockspec", function()
     for _, page in ipairs({ "redislock.1", "lock.md", "README.md" }) do
       assert.is_truthy(io.open(rock_dir .. "/docs/" .. page), page .. " not in " .. rock_dir .. "/docs: " .. out)
     end
-    local found = helpers.run("env -u MANPATH PATH=" .. q(dir .. "/tree/bin") .. ":\"$PATH\" man -w redislock")
+    local found = helpers.run("env -u MANPATH LC_ALL=C PATH=" .. q(dir .. "/tree/bin") .. ":\"$PATH\" man -w redislock"
+                              .. " 2>/dev/null")
     assert.are.equal(dir .. "/tree/share/man/man1/redislock.1\n", found)
     -- Every Lua module of the checkout (lua/redislock.lua, lua/redislock/*.lua)
     -- must come from the tree.

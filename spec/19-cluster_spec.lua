@@ -245,6 +245,36 @@ describe("Redis Cluster", function()
     other:close()
   end)
 
+  it("releases a read hold, a write hold and a permit while their slot is half moved (each its key alone)", function()
+    local c = client()
+    local holds = {
+      read = function() return c:rwlock("moving:r"):read(30) end,
+      write = function() return c:rwlock("moving:w"):write(30) end,
+      permit = function() return c:semaphore("moving:p", 2):acquire(30) end,
+    }
+    local keys = { read = "lock:{moving:r}:rw:readers", write = "lock:{moving:w}:rw:writer",
+                   permit = "lock:{moving:p}:permits" }
+    for what, take in pairs(holds) do
+      local hold = assert(take())
+      local slot = core.lock_slot(hold.key)
+      local from = cl:owner(slot)
+      local to = cl:other_master(from)
+      cl:begin_move(slot, from, to)
+      -- The release script's keys are in part on the source, in part
+      -- nowhere: Redis says TRYAGAIN to it, and the hold's key alone goes.
+      local t0 = core.now()
+      assert.is_true(hold:release(), what)
+      assert.is_true(core.now() - t0 < 0.5, what .. " took " .. (core.now() - t0) .. " s")
+      -- Gone from the source (a set empties away): 0, or ASK, which a
+      -- migrating source answers for a key it does not have.
+      local there = from:cli("EXISTS", keys[what])
+      assert.is_truthy(there == "0" or there:match("^ASK"), what .. " still held: " .. there)
+      cl:move_keys(slot, from, to)
+      cl:end_move(slot, from, to)
+    end
+    c:close()
+  end)
+
   -- Four processes looping with_lock on one key through the cluster for
   -- seconds (6) across event(slot, owner), 2 s in; returns the sections
   -- (helpers.loops_across).

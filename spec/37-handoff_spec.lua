@@ -358,6 +358,21 @@ describe("the handoff", function()
       end
     end)
 
+    it("lets a reader blocked before a write lock went to a writer gone in within the bound", function()
+      local t, gone = holder._transport, core.token()
+      local w = assert(holder:rwlock("doc"):write(20))
+      assert.are.equal(-1, (t:eval("write_acquire_wait", "doc", gone, 30000, { n = 30000 })))
+      local p = waiter("doc", 30, "notify", "read", 0, "r")
+      assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end), "the reader never blocked")
+      local released = core.now()
+      assert.is_true(w:release())
+      assert.are.equal(gone, raw:command("GET", WRITER)) -- handed over; the reader is not woken
+      local fence, when = got(p, "r")
+      local waited = when - released
+      assert.is_true(waited >= 0.45 and waited < GONE_BOUND * helpers.slow, "the reader waited " .. waited .. " s")
+      assert.is_true(fence > w.fence + 1) -- after the fence handed to the writer gone
+    end)
+
     it("passes on a write lock handed to a writer that gives up at that moment", function()
       local t, quitter = holder._transport, core.token()
       local w = assert(holder:rwlock("doc"):write(30))
@@ -368,6 +383,9 @@ describe("the handoff", function()
       assert.are.equal(quitter, raw:command("GET", WRITER)) -- first registered: handed the lock
       local left = core.now()
       t:eval("write_leave", "doc", quitter)
+      -- Woken by the leave: Redis served its BLPOP as the script ended, so
+      -- nobody blocks any more (not so had it waited for its block's end).
+      assert.are.equal(0, blocked())
       local _, when = got(p, "next")
       assert.is_true(when - left < 0.4 * helpers.slow, "passed on after " .. (when - left) .. " s")
       assert.are.equal(0, raw:command("EXISTS", "lock:{doc}:rw:signal:" .. quitter))
@@ -383,9 +401,12 @@ describe("the handoff", function()
       dead.wait()
       local released = core.now()
       assert.is_true(w:release()) -- handed to the dead one (registered first, TTL 30 s)
-      local fence, when = got(alive, "alive")
+      local heir = raw:command("GET", WRITER)
+      assert.is_truthy(heir and heir ~= w.token, "not handed over")
+      local fence, when, out = got(alive, "alive")
+      assert.is_falsy(out:find(heir, 1, true))
       local waited = when - released
-      assert.is_true(waited < GONE_BOUND * helpers.slow, "the next writer waited " .. waited .. " s")
+      assert.is_true(waited >= 0.45 and waited < GONE_BOUND * helpers.slow, "the next writer waited " .. waited .. " s")
       assert.is_true(fence > w.fence)
     end)
   end)
@@ -408,6 +429,26 @@ describe("the handoff", function()
       assert.is_true(tonumber(fence) > lock.fence)
       assert.are.equal(token, raw:command("GET", "lock:{busy}"))
       assert.are.equal(1, scripts_run() - before) -- the release alone
+    end)
+
+    it("hands the write lock to a request that waits for it, over cosockets", function()
+      local prim = helpers.start_primitive_nginx(srv)
+      local ok, err = pcall(function()
+        assert.are.equal("OK", raw:command("MSET", "readers", 0, "writers", 0)) -- the section's counters
+        local w = assert(holder:rwlock("doc"):write(30))
+        local waiting = http.start(prim.port, "GET", "/primitive?kind=write&hold=0.01")
+        assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end), "the request never blocked")
+        local before = scripts_run()
+        assert.is_true(w:release())
+        local status, body = waiting:finish()
+        assert.are.equal(200, status, body .. prim:error_log())
+        assert.is_true(tonumber(body:match("^(%d+)")) > w.fence, body)
+        -- The release, the request's check and its release: no try after the wake-up.
+        assert.are.equal(3, scripts_run() - before)
+        assert.are.equal("0", raw:command("GET", "overlaps") or "0")
+      end)
+      prim:stop()
+      assert(ok, err)
     end)
   end)
 end)

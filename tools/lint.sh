@@ -52,6 +52,8 @@ for spec in rockspec/redislock-*.rockspec; do
 done
 # The release's contents are in the CHANGELOG.
 grep -q "^## $version " CHANGELOG.md || { echo "lint: CHANGELOG.md has no section for $version"; status=1; }
+grep -q "^\.TH REDISLOCK 1 [0-9-]* \"redislock $version\"" docs/redislock.1 \
+  || { echo "lint: docs/redislock.1's .TH line does not say redislock $version"; status=1; }
 
 luacheck -q --no-color lua spec examples bench torture bin/redislock || status=1
 

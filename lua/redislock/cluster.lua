@@ -25,7 +25,8 @@
 --          acquire gives the error back to its wait loop, which retries
 --          within the caller's wait (redislock/wait.lua TRANSIENT); a
 --          release goes again at once as release_one, the compare-and-delete
---          of the lock's key alone (one key is never TRYAGAIN; its waiters
+--          of the lock's key alone (a read hold's, a write hold's and a
+--          permit's likewise; one key is never TRYAGAIN; its waiters
 --          are not woken but find it free by the bound of their wait); the
 --          other calls without a wait retry here, with a doubling pause,
 --          within the client's timeout.
@@ -64,6 +65,10 @@ local FIRST_PAUSE, MAX_PAUSE = 0.01, 0.2
 -- Scripts that may wait: their TRYAGAIN goes back to the wait loop.
 local ACQUIRES = { take = true, acquire = true, acquire_wait = true, acquire_fair = true, sem_acquire = true,
                    sem_acquire_wait = true, read_acquire = true, write_acquire = true, write_acquire_wait = true }
+
+-- Releases and their forms on the hold's own key alone (see route).
+local ONE_KEY = { release = "release_one", write_release = "write_release_one", read_release = "read_release_one",
+                  sem_release = "sem_release_one" }
 
 -- Replies after which the table is refreshed before the next call.
 local STALE = { READONLY = true, UNBLOCKED = true, CLUSTERDOWN = true, MASTERDOWN = true }
@@ -208,8 +213,8 @@ end
 -- redirects; with retry_here, TRYAGAIN and CLUSTERDOWN are retried within
 -- the client's timeout. For eval (first: the op), a take goes as the
 -- acquire script after ASKING (a transaction after ASKING is refused
--- whole), and a release that met TRYAGAIN goes at once as release_one (the
--- lock's key alone, which a half-moved slot never refuses). Returns what
+-- whole), and a release that met TRYAGAIN goes at once as its ONE_KEY form
+-- (the hold's key alone, which a half-moved slot never refuses). Returns what
 -- the method returned (its first value nil: failed).
 local function route(self, slot, retry_here, method, first, ...)
   local n, err = owner(self, slot)
@@ -232,8 +237,8 @@ local function route(self, slot, retry_here, method, first, ...)
       redirects = redirects + 1
       if redirects > MAX_REDIRECTS then return nil, too_many(slot, b) end
       n, asking = to, what == "ask"
-    elseif what == "retry" and method == "eval" and first == "release" and b:find("^redis: TRYAGAIN") then
-      first = "release_one" -- on the same node, after ASKING again if it was asked
+    elseif what == "retry" and method == "eval" and ONE_KEY[first] and b:find("^redis: TRYAGAIN") then
+      first = ONE_KEY[first] -- on the same node, after ASKING again if it was asked
     elseif what == "retry" and method == "eval" and (first == "take" or first == "acquire")
            and b:find("^redis: TRYAGAIN") then
       -- Held by another owner, the lock answers busy with its PTTL, as the

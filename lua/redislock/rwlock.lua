@@ -85,9 +85,11 @@ end
 -- stays queued while it waits (which keeps new readers out) and leaves the
 -- queue when it gives up; a writer that blocks registers for a handoff
 -- (hand: a write release, or the last reader's, hands it the write lock,
--- a renewing one with a short first TTL as a lock's waiter, first_ttl).
--- note: adopt records the hold.
-local READER = { take = "read_acquire", acquire = "read_acquire", wait = "read_acquire", ops = READ,
+-- a renewing one with a short first TTL as a lock's waiter, first_ttl); a
+-- reader comes back every second (unwoken: a write lock handed to a writer
+-- gone is taken back by the next try, and wakes nobody). note: adopt
+-- records the hold.
+local READER = { take = "read_acquire", acquire = "read_acquire", wait = "read_acquire", ops = READ, unwoken = true,
                  busy = busy_of("read"), note = noter("read") }
 local WRITER = { take = "write_acquire", acquire = "write_acquire", wait = "write_acquire", ops = WRITE,
                  hand = "write_acquire_wait", first_ttl = true, stays = true, leave = "write_leave",

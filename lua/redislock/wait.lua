@@ -133,7 +133,9 @@ end
 -- block on when one is busy; keyed: it is the lock's own key and scripts (a
 -- lock; an election's leadership, redislock/election.lua); first_ttl: a
 -- renewing waiter is handed it with a short first TTL (HAND_MS), as keyed
--- ones are (a read-write lock's writer). The lock's:
+-- ones are (a read-write lock's writer); unwoken: a handoff to others may
+-- leave it unwoken, so it comes back at least every FAIR_STEP (a
+-- read-write lock's reader). The lock's:
 _M.LOCK = { take = "take", acquire = "acquire", hand = "acquire_wait", fair = "acquire_fair", leave = "leave",
             keyed = true }
 
@@ -340,8 +342,12 @@ local function take(client, key, tok, ms, how, kind)
     -- A registered waiter comes back to keep its registration; a lock's
     -- waiter that is not (a multi-key lock's, handoff = false) as often:
     -- registered ones may be handed the lock one after another, and it
-    -- would not hear of it while it blocks.
-    if stays or ((kind.keyed or kind.eval) and c.handoff ~= false) then block = math_min(block, FAIR_STEP) end
+    -- would not hear of it while it blocks. So does a read-write lock's
+    -- reader (kind.unwoken): a write lock handed to a writer gone, which
+    -- the next try takes back, wakes nobody.
+    if stays or ((kind.keyed or kind.eval or kind.unwoken) and c.handoff ~= false) then
+      block = math_min(block, FAIR_STEP)
+    end
     if w and w.gate then -- others of the worker may be queued behind it: it says how long it will be
       block = math_min(block, GATE_STEP)
       due(w, now() + block + w.try_s)

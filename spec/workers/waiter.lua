@@ -28,7 +28,8 @@ local lock, err
 if kind == "sem" then
   lock, err = client:semaphore(key, 1):acquire(ttl, opts)
 elseif kind == "write" or kind == "read" then
-  lock, err = client:rwlock(key)[kind](client:rwlock(key), ttl, opts)
+  local rw = client:rwlock(key)
+  lock, err = rw[kind](rw, ttl, opts)
 else
   lock, err = client:acquire(key, ttl, opts)
 end
