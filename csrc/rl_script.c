@@ -817,6 +817,27 @@ static const char read_extend_script[] = ZSET_EXTEND;
 /* read_pttl: KEYS readers; ARGV[1] token */
 static const char read_pttl_script[] = ZSET_PTTL;
 
+/* The head of a writer's try (write_acquire, write_acquire_wait; KEYS
+   readers, writer, fence, writers; signal: the waiters' lists): readers
+   and waiting writers past their deadlines dropped; v, the writer key's
+   token (false once a stale handoff was taken back; s: stale's answer);
+   and the branch that takes the key, free of writers and readers or ours
+   already, opened: the key set with our TTL, we leave the waiting
+   writers. The try goes on in that branch. */
+#define WRITER_TRY(signal)                                                 \
+  ERA_FN                                                                   \
+  LIST_FN                                                                  \
+  STALE_FN_OF("KEYS[2]", signal)                                           \
+  NOW                                                                      \
+  "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"                 \
+  "redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)\n"                 \
+  "local v = redis.call('GET', KEYS[2])\n"                                 \
+  "local s = v and v ~= ARGV[1] and stale(v)\n"                            \
+  "if s == 0 then v = false end\n"                                         \
+  "if v == ARGV[1] or (not v and redis.call('ZCARD', KEYS[1]) == 0) then\n" \
+  "  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])\n"                 \
+  "  redis.call('ZREM', KEYS[4], ARGV[1])\n"
+
 /* write_acquire: KEYS readers, writer, fence, writers, waiters, era,
    signal; ARGV[1] token, ARGV[2] ttl (ms), ARGV[3] stay (ms). Takes the
    writer key when no writer holds it and no reader does; else queues the
@@ -825,18 +846,7 @@ static const char read_pttl_script[] = ZSET_PTTL;
    back (stale). Replies as acquire: the fence, or -2 - ms until it may
    change (the writer's PTTL, or the last reader's expiry). */
 static const char write_acquire_script[] =
-  ERA_FN
-  LIST_FN
-  STALE_FN_OF("KEYS[2]", "KEYS[7]")
-  NOW
-  "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
-  "redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)\n"
-  "local v = redis.call('GET', KEYS[2])\n"
-  "local s = v and v ~= ARGV[1] and stale(v)\n"
-  "if s == 0 then v = false end\n"
-  "if v == ARGV[1] or (not v and redis.call('ZCARD', KEYS[1]) == 0) then\n"
-  "  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])\n"
-  "  redis.call('ZREM', KEYS[4], ARGV[1])\n"
+  WRITER_TRY("KEYS[7]")
   "  redis.call('ZREM', KEYS[5], ARGV[1])\n"
   FENCE_OF("KEYS[3]", "KEYS[6]", "v")
   "end\n"
@@ -854,18 +864,7 @@ static const char write_acquire_script[] =
    reader's, hands it the writer key with its token), and drops its
    registration when it takes the lock. Replies as write_acquire. */
 static const char write_acquire_wait_script[] =
-  ERA_FN
-  LIST_FN
-  STALE_FN_OF("KEYS[2]", "KEYS[5]")
-  NOW
-  "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
-  "redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)\n"
-  "local v = redis.call('GET', KEYS[2])\n"
-  "local s = v and v ~= ARGV[1] and stale(v)\n"
-  "if s == 0 then v = false end\n"
-  "if v == ARGV[1] or (not v and redis.call('ZCARD', KEYS[1]) == 0) then\n"
-  "  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])\n"
-  "  redis.call('ZREM', KEYS[4], ARGV[1])\n"
+  WRITER_TRY("KEYS[5]")
   "  redis.call('ZREM', KEYS[7], ARGV[1])\n"
   "  redis.call('HDEL', KEYS[8], ARGV[1])\n"
   "  if v then list('DEL', KEYS[5] .. ':' .. ARGV[1]) end\n"
