@@ -192,14 +192,16 @@ describe("the handoff", function()
     got(p, "w")
   end)
 
-  -- A waiter (kind: "plain" or "renew", TTL ttl) SIGSTOPped as it blocks is
-  -- handed the lock; the next waiter gets it after at least low s and at most
-  -- high; resumed, the paused one finds its lock lost, its fence the lower.
+  -- A waiter (kind: "plain" or "renew", TTL ttl; "write": a read-write
+  -- lock's writer, on "doc") SIGSTOPped as it blocks is handed the lock; the
+  -- next waiter gets it after at least low s and at most high; resumed, the
+  -- paused one finds its lock lost, its fence the lower.
   local function paused_waiter(kind, ttl, low, high)
-    local lock = assert(holder:acquire("k", 30))
-    local paused = waiter("k", 20, "notify", kind, 0, "paused", ttl, "may-lose")
+    local key, next_kind = kind == "write" and "doc" or "k", kind == "write" and "write" or "plain"
+    local lock = assert(kind == "write" and holder:rwlock(key):write(30) or holder:acquire(key, 30))
+    local paused = waiter(key, 20, "notify", kind, 0, "paused", ttl, "may-lose")
     assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end))
-    local next_one = waiter("k", 20, "notify", "plain", 0, "next")
+    local next_one = waiter(key, 20, "notify", next_kind, 0, "next")
     assert.is_truthy(helpers.eventually(5, function() return blocked() == 2 end))
     local pid = pid_of(1)
     assert.is_true(helpers.sh_ok("kill -STOP " .. pid))
@@ -371,6 +373,10 @@ describe("the handoff", function()
       local waited = when - released
       assert.is_true(waited >= 0.45 and waited < GONE_BOUND * helpers.slow, "the reader waited " .. waited .. " s")
       assert.is_true(fence > w.fence + 1) -- after the fence handed to the writer gone
+    end)
+
+    it("lets a writer SIGSTOPped while registered keep the write lock it was handed for its TTL at most", function()
+      paused_waiter("write", 1.5, 1.3, 1.5 + GONE_BOUND)
     end)
 
     it("passes on a write lock handed to a writer that gives up at that moment", function()
