@@ -103,7 +103,7 @@ typedef enum {
    PEXPIRE to LLONG_MAX less the clock), and script numbers are doubles. */
 #define RL_MAX_MS 9007199254740992LL
 #define RL_MAX_KEYS 9                    /* the most keys one script uses: one digit (rl_cmd_init) */
-#define RL_NAMES 22                     /* the names of all scripts' keys (rl_ops.h) */
+#define RL_NAMES 23                     /* the names of all scripts' keys (rl_ops.h) */
 #define RL_CMD_MAXARGS (3 + RL_MAX_KEYS + 4)
 #define RL_SIGNAL_MS 1000               /* a wake-up signal waits this long for a taker */
 #define RL_WAITERS_SLACK_MS 1000        /* the waiters mark outlives the lock's TTL by this */

@@ -60,11 +60,14 @@
  * KEYS[2] and the queue's token); it has the same hash tag.
  *
  * Handing over. A waiter that will block registers for a handoff on each
- * try that finds the lock held (acquire_wait; a fair waiter's acquire_fair
- * too): in the queue (by arrival), and in <prefix>{<key>}:hand with the
- * time it must be back by and the TTL to hand it; then it blocks on its
- * own list <...>:signal:<token>. A release that finds a live registered
- * waiter at the queue's head gives it the lock
+ * try that finds the lock held: in mode "notify" (acquire_wait) as one
+ * member "<ttl> <token>" of <prefix>{<key>}:handoff, scored by when the
+ * registration lapses (two calls: ZADD, PEXPIRE); a fair waiter
+ * (acquire_fair) in the queue (by arrival), and in <...>:hand with the
+ * time it must be back by and the TTL to hand it. Then it blocks on its
+ * own list <...>:signal:<token>. A release that finds a live fair waiter
+ * at the queue's head, or else pops a live notify registration (the
+ * oldest: one ZPOPMIN, which also takes it out), gives it the lock
  * in the same script: the key takes its token with its TTL, the fence
  * grows, and its list gets "<fence> <age> <at>" (age: ms since it
  * registered, for its clock; at: the server's ms then). Its BLPOP is served
@@ -145,7 +148,7 @@
    queue. A registration is "<deadline> <ttl>", its deadline RL_FAIR_STAY_MS
    after it was made. */
 #define FIRST_LIVE(queue, hand)                                            \
-  "local heir, hms, since\n"                                               \
+  "local heir, hms, since, popped\n"                                       \
   "while true do\n"                                                        \
   "  heir = redis.call('ZRANGE', " queue ", 0, 0)[1]\n"                    \
   "  if not heir then break end\n"                                         \
@@ -157,6 +160,21 @@
   "  end\n"                                                                \
   "  redis.call('ZREM', " queue ", heir)\n"                                \
   "  if r then redis.call('HDEL', " hand ", heir) end\n"                   \
+  "end\n"
+
+/* After FIRST_LIVE found no heir, with `now` set: pops the lock's
+   registered waiters (wait_mode "notify": its handoff set, members
+   "<ttl> <token>" scored by when their registration lapses) until a live
+   one, the one registered longest ago: heir, hms, since; popped (its
+   registration is gone already). Lapsed ones are dropped on the way. */
+#define FIRST_READY(handoff)                                               \
+  "while not heir do\n"                                                    \
+  "  local e = redis.call('ZPOPMIN', " handoff ")\n"                       \
+  "  if not e[1] then break end\n"                                         \
+  "  if tonumber(e[2]) > now then\n"                                       \
+  "    hms, heir = string.match(e[1], '^(%d+) (.+)$')\n"                   \
+  "    since, popped = tonumber(e[2]) - " RL_STR(RL_FAIR_STAY_MS) ", true\n" \
+  "  end\n"                                                                \
   "end\n"
 
 /* Defines list(command, name, ...): the command on a waiter's own wake-up
@@ -196,21 +214,35 @@
   "    list('DEL', sig)\n"                                                 \
   "  else\n"                                                               \
   "    handed = true\n"                                                    \
-  "    redis.call('ZREM', " queue ", heir)\n"                               \
-  "    redis.call('HDEL', " hand ", heir)\n"                                \
+  "    if not popped then\n"                                               \
+  "      redis.call('ZREM', " queue ", heir)\n"                             \
+  "      redis.call('HDEL', " hand ", heir)\n"                              \
+  "    end\n"                                                              \
   "  end\n"                                                                \
   "end\n"
 
 /* With the lock free and `now` set: hands it to the first live registered
-   waiter, or wakes one waiter of the shared list (those that did not
+   waiter, a fair one first (queue), then one waiting in mode "notify"
+   (handoff), or wakes one waiter of the shared list (those that did not
    register: a multi-key lock's, or an older version's). */
-#define HAND_NEXT(lock, signal, queue, hand, fence, rec)                   \
+#define HAND_NEXT(lock, signal, queue, hand, fence, rec, handoff)          \
   FIRST_LIVE(queue, hand)                                                  \
+  FIRST_READY(handoff)                                                     \
   "if heir then\n"                                                         \
   HAND_TO_HEIR(lock, signal, queue, hand, fence, rec)                      \
   "else\n"                                                                 \
   WAKE_ONE(signal)                                                         \
   "end\n"
+
+/* Registers waiter ARGV[1], waiting in mode "notify", for a handoff of
+   ARGV[3] ms (see "Handing over"), with `now` set: member ("<ttl>
+   <token>") of the handoff set, scored by when its registration lapses,
+   ARGV[4] ms from now (a waiter comes back within a second), and the set
+   kept as long. Its own list is emptied, as REGISTER's. */
+#define REGISTER_READY(lock, handoff)                                      \
+  "list('DEL', " lock " .. ':signal:' .. ARGV[1])\n"                       \
+  "redis.call('ZADD', " handoff ", " FMT "now + tonumber(ARGV[4])), member)\n" \
+  "redis.call('PEXPIRE', " handoff ", ARGV[4])\n"
 
 /* Registers waiter ARGV[1] for a handoff of hms ms (an ARGV: see "Handing
    over"): in the queue by arrival (kept when it is there already), and
@@ -423,27 +455,30 @@ static const char acquire_script[] =
   "redis.call('SET', KEYS[3], 1, 'PX', math.max(left, 0) + " RL_STR(RL_WAITERS_SLACK_MS) ")\n"
   "return -2 - left\n";
 
-/* acquire_wait: KEYS lock, fence, queue, hand, waiters, era; ARGV[1]
-   token, ARGV[2] ttl (ms), ARGV[3] the TTL a handoff gives it (ms: the
-   ttl, or less for a waiter whose renewal extends it at once), ARGV[4]
-   how long its registration lasts (ms).
-   A waiter's try: acquire's, which registers the waiter for a handoff when
-   the lock is held (see "Handing over"), and drops its registration when
-   it takes the lock. Replies as acquire. */
+/* acquire_wait: KEYS lock, fence, handoff, era; ARGV[1] token, ARGV[2]
+   ttl (ms), ARGV[3] the TTL a handoff gives it (ms: the ttl, or less for a
+   waiter whose renewal extends it at once), ARGV[4] how long its
+   registration lasts (ms).
+   A waiter's try (mode "notify"): acquire's, which registers the waiter
+   for a handoff when the lock is held (REGISTER_READY, see "Handing
+   over"), and drops its registration when it takes the lock. Replies as
+   acquire. The first step takes the lock or reads its holder: SET NX GET
+   (Redis 7), or SET NX then GET where that is refused. */
 static const char acquire_wait_script[] =
   ERA_FN
   LIST_FN
   STALE_FN
+  "local member = ARGV[3] .. ' ' .. ARGV[1]\n"
   "local function taken(fence)\n"
-  "  redis.call('ZREM', KEYS[3], ARGV[1])\n"
-  "  redis.call('HDEL', KEYS[4], ARGV[1])\n"
-  "  return fence + era(KEYS[6])\n"
+  "  redis.call('ZREM', KEYS[3], member)\n"
+  "  return fence + era(KEYS[4])\n"
   "end\n"
   "local function take()\n"
   "  return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\n"
   "end\n"
-  "if take() then return taken(redis.call('INCR', KEYS[2])) end\n"
-  "local v = redis.call('GET', KEYS[1])\n"
+  "local v = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')\n"
+  "if type(v) == 'table' and v.err then v = not take() and redis.call('GET', KEYS[1]) end\n"
+  "if not v then return taken(redis.call('INCR', KEYS[2])) end\n"
   "if v == ARGV[1] then\n"
   "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
   "  list('DEL', KEYS[1] .. ':signal:' .. ARGV[1])\n"
@@ -452,18 +487,18 @@ static const char acquire_wait_script[] =
   "  return taken(redis.call('INCR', KEYS[2]))\n"
   "end\n"
   "local left = redis.call('PTTL', KEYS[1])\n"
-  "local s = v and stale(v)\n"
+  "local s = stale(v)\n"
   "if s == 0 and take() then return taken(redis.call('INCR', KEYS[2])) end\n"
   "if s and s > 0 and s < left then left = s end\n"
   NOW
-  REGISTER("KEYS[1]", "KEYS[3]", "KEYS[4]", "KEYS[5]", "ARGV[3]")
+  REGISTER_READY("KEYS[1]", "KEYS[3]")
   "return -2 - left\n";
 
-/* release: KEYS lock, signal, queue, hand, waiters, fence, era; ARGV[1]
-   token, and ARGV[2], when the connection vouches for this master's ID
+/* release: KEYS lock, signal, queue, hand, waiters, fence, era, handoff;
+   ARGV[1] token, and ARGV[2], when the connection vouches for this master's ID
    (see "Fences across failovers"), that ID: a handoff then trusts an era
    record that names it without reading INFO. The handoff or wake-up runs
-   only when the waiters mark is set, and under pcall: a failure there (a
+   only when the waiters mark or the handoff set is there, and under pcall: a failure there (a
    key of the wrong type, no memory) must not turn the release into an
    error, as Redis does not undo what ran before it; the lock is deleted
    after it unless it was handed over. Replies one integer: 1, 0 (no
@@ -475,9 +510,9 @@ static const char release_script[] =
   "if v == ARGV[1] then\n"
   "  local handed = false\n"
   "  era_trust = ARGV[2]\n"
-  "  if redis.call('EXISTS', KEYS[5]) == 1 then pcall(function()\n"
+  "  if redis.call('EXISTS', KEYS[5], KEYS[8]) > 0 then pcall(function()\n"
   NOW
-  HAND_NEXT("KEYS[1]", "KEYS[2]", "KEYS[3]", "KEYS[4]", "KEYS[6]", "KEYS[7]")
+  HAND_NEXT("KEYS[1]", "KEYS[2]", "KEYS[3]", "KEYS[4]", "KEYS[6]", "KEYS[7]", "KEYS[8]")
   "  end) end\n"
   "  if not handed then redis.call('DEL', KEYS[1]) end\n"
   "  return 1\n"
@@ -534,8 +569,10 @@ static const char acquire_fair_script[] =
   REGISTER("KEYS[1]", "KEYS[3]", "KEYS[4]", "KEYS[5]", "ARGV[3]")
   "return {-1, left}\n";
 
-/* leave: KEYS lock, signal, queue, hand, fence, era; ARGV[1] token. A
-   registered waiter gives up: it leaves the queue; a lock handed to it
+/* leave: KEYS lock, signal, queue, hand, fence, era, handoff; ARGV[1]
+   token, ARGV[2] the TTL it registered to be handed (a waiter in mode
+   "notify": see REGISTER_READY). A registered waiter gives up: it leaves
+   the queue or the handoff set; a lock handed to it
    meanwhile is passed on; and if the lock is free the next waiter is
    handed it or woken (it would otherwise wait for its own timeout). */
 static const char leave_script[] =
@@ -543,6 +580,7 @@ static const char leave_script[] =
   LIST_FN
   "redis.call('ZREM', KEYS[3], ARGV[1])\n"
   "redis.call('HDEL', KEYS[4], ARGV[1])\n"
+  "redis.call('ZREM', KEYS[7], ARGV[2] .. ' ' .. ARGV[1])\n"
   "local v = redis.call('GET', KEYS[1])\n"
   "if v == ARGV[1] then\n"
   "  redis.call('DEL', KEYS[1])\n"
@@ -552,7 +590,7 @@ static const char leave_script[] =
   "if not v then\n"
   "  local handed\n"
   NOW
-  HAND_NEXT("KEYS[1]", "KEYS[2]", "KEYS[3]", "KEYS[4]", "KEYS[5]", "KEYS[6]")
+  HAND_NEXT("KEYS[1]", "KEYS[2]", "KEYS[3]", "KEYS[4]", "KEYS[5]", "KEYS[6]", "KEYS[7]")
   "end\n"
   "return {0, 0}\n";
 
@@ -946,12 +984,13 @@ static const char elect_extend_script[] =
 const rl_op_row rl_ops[RL_OP_COUNT] = {
   [RL_OP_ACQUIRE] = { "acquire", acquire_script, { K_LOCK, K_FENCE, K_WAITERS, K_ERA, -1 }, RL_F_MS },
   [RL_OP_RELEASE] = { "release", release_script,
-                    { K_LOCK, K_SIGNAL, K_QUEUE, K_HAND, K_WAITERS, K_FENCE, K_ERA, -1 }, RL_F_ONCE },
+                    { K_LOCK, K_SIGNAL, K_QUEUE, K_HAND, K_WAITERS, K_FENCE, K_ERA, K_HANDOFF, -1 }, RL_F_ONCE },
   [RL_OP_EXTEND] = { "extend", extend_script, { K_LOCK, -1 }, RL_F_MS },
   [RL_OP_PTTL] = { "pttl", pttl_script, { K_LOCK, -1 }, 0 },
   [RL_OP_ACQUIRE_FAIR] = { "acquire_fair", acquire_fair_script,
                     { K_LOCK, K_FENCE, K_QUEUE, K_HAND, K_WAITERS, K_ERA, -1 }, RL_F_MS | RL_F_N | RL_F_STAY },
-  [RL_OP_LEAVE] = { "leave", leave_script, { K_LOCK, K_SIGNAL, K_QUEUE, K_HAND, K_FENCE, K_ERA, -1 }, 0 },
+  [RL_OP_LEAVE] = { "leave", leave_script, { K_LOCK, K_SIGNAL, K_QUEUE, K_HAND, K_FENCE, K_ERA, K_HANDOFF, -1 },
+                    RL_F_MS },
   [RL_OP_TAKE] = { "take", NULL, { K_LOCK, K_FENCE, K_WAITERS, K_ERA, -1 }, RL_F_MS },
   [RL_OP_RELEASE_ONE] = { "release_one", release_one_script, { K_LOCK, -1 }, RL_F_ONCE },
   [RL_OP_FENCE_UP] = { "fence_up", fence_up_script, { K_LOCK, K_FENCE, K_ERA, -1 }, RL_F_MS },
@@ -983,7 +1022,7 @@ const rl_op_row rl_ops[RL_OP_COUNT] = {
   [RL_OP_WRITE_LEAVE] = { "write_leave", write_leave_script,
                     { K_WRITERS, K_WRITER, K_RWSIGNAL, K_RWWAITERS, K_RWQUEUE, K_RWHAND, -1 }, 0 },
   [RL_OP_ACQUIRE_WAIT] = { "acquire_wait", acquire_wait_script,
-                    { K_LOCK, K_FENCE, K_QUEUE, K_HAND, K_WAITERS, K_ERA, -1 }, RL_F_MS | RL_F_N | RL_F_STAY },
+                    { K_LOCK, K_FENCE, K_HANDOFF, K_ERA, -1 }, RL_F_MS | RL_F_N | RL_F_STAY },
   [RL_OP_SEM_ACQUIRE_WAIT] = { "sem_acquire_wait", sem_acquire_wait_script,
                     { K_PERMITS, K_PFENCE, K_PQUEUE, K_PHAND, K_PWAITERS, K_ERA, K_PHANDED, -1 },
                     RL_F_MS | RL_F_N | RL_F_STAY },
@@ -1003,7 +1042,7 @@ const char *const rl_key_suffix[RL_NAMES] = {
   ":permits", ":permits:fence", ":permits:signal", ":permits:waiters",
   ":permits:queue", ":permits:hand", ":permits:handed",
   ":rw:readers", ":rw:writer", ":rw:fence", ":rw:writers", ":rw:signal", ":rw:waiters",
-  ":rw:queue", ":rw:hand", ":era"
+  ":rw:queue", ":rw:hand", ":handoff", ":era"
 };
 
 static char script_sha[RL_OP_COUNT][41];
@@ -1067,7 +1106,7 @@ static const char inspect[] =
   LOCK_STATE
   "return state\n";
 
-/* force_release: KEYS lock, signal, queue, hand, waiters. Deletes the lock
+/* force_release: KEYS lock, signal, queue, hand, waiters, handoff. Deletes the lock
    whoever holds it (and a handoff's wake-up not yet taken up, so that the
    waiter it was for does not take it for the lock), and wakes one waiter
    (the first live registered one, which then takes it) as a release
@@ -1079,9 +1118,10 @@ static const char force_release[] =
   "if not v then return 0 end\n"
   "redis.call('DEL', KEYS[1])\n"
   "list('DEL', KEYS[2] .. ':' .. v)\n"
-  "if redis.call('EXISTS', KEYS[5]) == 1 then pcall(function()\n"
+  "if redis.call('EXISTS', KEYS[5], KEYS[6]) > 0 then pcall(function()\n"
   NOW
   FIRST_LIVE("KEYS[3]", "KEYS[4]")
+  FIRST_READY("KEYS[6]")
   WAKE_ONE("KEYS[2]")
   "end) end\n"
   "return 1\n";

@@ -70,7 +70,8 @@ describe("the handoff", function()
       assert.is_true(fence > lock.fence)
       -- The holder's release and the waiter's own: nothing in between.
       assert.are.equal(2, scripts_run() - before)
-      assert.are.equal(0, raw:command("EXISTS", "lock:{k}:signal:" .. value, "lock:{k}:queue", "lock:{k}:hand"))
+      assert.are.equal(0, raw:command("EXISTS", "lock:{k}:signal:" .. value, "lock:{k}:queue", "lock:{k}:hand",
+                                          "lock:{k}:handoff"))
     end)
   end
 
@@ -160,7 +161,7 @@ describe("the handoff", function()
     assert.is_true(lock:release())
     assert.are.equal(quitter, raw:command("GET", "lock:{k}")) -- first registered: handed the lock
     local left = core.now()
-    t:eval("leave", "k", quitter)
+    t:eval("leave", "k", quitter, 30000)
     local _, when = got(p, "next")
     assert.is_true(when - left < 0.4 * helpers.slow, "passed on after " .. (when - left) .. " s")
     assert.are.equal(0, raw:command("EXISTS", "lock:{k}:signal:" .. quitter))

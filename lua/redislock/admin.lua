@@ -51,8 +51,8 @@ end
 -- counter stays, so the next holder's fence is larger.
 function _M.force_release(client, key)
   local lock = name(client, key)
-  local reply, err = run_script(client._transport, "force_release", 5, lock, lock .. ":signal", lock .. ":queue",
-                                lock .. ":hand", lock .. ":waiters")
+  local reply, err = run_script(client._transport, "force_release", 6, lock, lock .. ":signal", lock .. ":queue",
+                                lock .. ":hand", lock .. ":waiters", lock .. ":handoff")
   if reply == nil then return nil, err end
   return reply == 1
 end

@@ -321,7 +321,7 @@ local function take(client, key, tok, ms, how, kind)
         if in_gate(w) then w.gate.value, w.gate.at = value, now() end
       else -- busy: wait on Redis for the worker's requests, or behind the one that does
         queued = gates:find(w.name) ~= nil
-        if queued and stays then c:eval(kind.leave, key, tok) end -- its place is the worker's queue
+        if queued and stays then c:eval(kind.leave, key, tok, hand_ms) end -- its place is the worker's queue
         local ok, news = join(w, deadline, value)
         if not ok then return busy_answer(kind, key, news, wait, held) end
       end
@@ -329,7 +329,7 @@ local function take(client, key, tok, ms, how, kind)
     local left = deadline - now()
     -- A lock just handed down is taken over first, whatever the deadline says.
     if (left <= 0 and not (queued and w.handed)) or (status == nil and not retryable(value)) then
-      if stays then c:eval(kind.leave, key, tok) end -- best effort: else it drops out in 3 s
+      if stays then c:eval(kind.leave, key, tok, hand_ms) end -- best effort: else it drops out in 3 s
       -- A lock handed down and not taken over goes back to Redis (best effort).
       if w and w.handed then c:eval("release", key, tok) end
       if w then quit(w) end
