@@ -89,10 +89,10 @@ static void test_commands(void) {
   /* A release told the master ID its connection vouches for, then told
      none (moved to a new connection). */
   CHECK(rl_cmd_init(&cmd, RL_OP_RELEASE, "lock:", 5, "job", 3, "tok", 3, 0, 0) == 0);
-  CHECK(cmd.argc == 11 && rl_cmd_trust(&cmd, "0123456789012345678901234567890123456789") == 0 && cmd.argc == 12);
-  CHECK(arg_is(&cmd, 11, "0123456789012345678901234567890123456789"));
-  CHECK(rl_cmd_trust(&cmd, "9123456789012345678901234567890123456789") == 0 && cmd.argc == 12);
-  CHECK(rl_cmd_trust(&cmd, NULL) == 0 && cmd.argc == 11 && rl_cmd_trust(&cmd, "short") == -1 && cmd.argc == 11);
+  CHECK(cmd.argc == 12 && rl_cmd_trust(&cmd, "0123456789012345678901234567890123456789") == 0 && cmd.argc == 13);
+  CHECK(arg_is(&cmd, 12, "0123456789012345678901234567890123456789"));
+  CHECK(rl_cmd_trust(&cmd, "9123456789012345678901234567890123456789") == 0 && cmd.argc == 13);
+  CHECK(rl_cmd_trust(&cmd, NULL) == 0 && cmd.argc == 12 && rl_cmd_trust(&cmd, "short") == -1 && cmd.argc == 12);
   rl_cmd_free(&cmd);
   CHECK(rl_cmd_init(&cmd, RL_OP_ACQUIRE, "lock:", 5, "job", 3, "tok", 3, 1500, 0) == 0);
   CHECK(rl_cmd_trust(&cmd, "0123456789012345678901234567890123456789") == -1);
@@ -103,7 +103,7 @@ static void test_commands(void) {
     static char key[2000];
     memset(key, 'k', sizeof key - 1);
     CHECK(rl_cmd_init(&cmd, RL_OP_RELEASE, "lock:", 5, key, sizeof key - 1, "tok", 3, 0, 0) == 0);
-    CHECK(cmd.argc == 11 && cmd.len[3] == 5 + 2 + sizeof key - 1 && cmd.keys != cmd.inline_keys);
+    CHECK(cmd.argc == 12 && cmd.len[3] == 5 + 2 + sizeof key - 1 && cmd.keys != cmd.inline_keys);
     n = rl_cmd_bytes(&cmd, buf, sizeof buf, &out);
     CHECK(n > (long long)sizeof buf && out != buf);
     if (out != buf) free(out);
