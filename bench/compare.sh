@@ -10,7 +10,10 @@
 #   sh bench/compare.sh REV [ROUNDS]      e.g. sh bench/compare.sh HEAD~3 2
 # With BENCH_COMPARE=contend, bench/contend.lua (Lua 5.4) takes cycle.lua's
 # place: contended acquisitions per second per waiting mode and number of
-# processes (BENCH_CONTEND_PROCS, default "8 32" here), each side in turn.
+# processes (BENCH_CONTEND_PROCS, default "8 32" here), each side in turn,
+# and the mean section and gap of an acquisition. Both sides run this
+# checkout's bench/contend.lua (the same workload and measures) on their
+# own library; a waiting mode the other revision refuses is left out there.
 # The revision is built in a temporary git worktree, removed at the end.
 # BENCH_SLICES (default 9 here) and the other knobs of bench/cycle.lua apply.
 cd "$(dirname "$0")/.." || exit 2
@@ -41,12 +44,14 @@ side() {
     tee -a "$results"
 }
 # contend NAME TREE: one contend.lua run; prints its acquisitions/s per mode
-# and number of processes.
+# and number of processes, and (where the revision reports them) the mean
+# section and gap of an acquisition (bench/contend.lua), in us.
 contend() {
-  path="$2/bench/?.lua;$2/lua/?.lua;;" cpath="$2/build/lua5.4/?.so;;"
-  LUA_PATH=$path LUA_PATH_5_4=$path LUA_CPATH=$cpath LUA_CPATH_5_4=$cpath BENCH_ROOT=$2 \
-    lua5.4 "$2/bench/contend.lua" 2>/dev/null |
+  path="$here/bench/?.lua;$2/lua/?.lua;;" cpath="$2/build/lua5.4/?.so;;"
+  LUA_PATH=$path LUA_PATH_5_4=$path LUA_CPATH=$cpath LUA_CPATH_5_4=$cpath BENCH_ROOT=$here \
+    lua5.4 "$here/bench/contend.lua" 2>/dev/null |
     sed -n -e "s/^bench name=contended\/\([^ ]*\) value=\([0-9]*\) .*/$1 \1 \2 acquisitions\/s/p" \
+           -e "s/^bench name=contended\.\(section\|gap\)\/\([^ ]*\) value=\([0-9]*\) .*/$1 \1:\2 \3 us/p" \
            -e "s/^bench name=contended.ceiling value=\([0-9]*\) .*/$1 ceiling \1 sections\/s (the section alone)/p" |
     tee -a "$results"
 }
@@ -89,8 +94,8 @@ awk -v rev="$rev" '
       }
       r = median(rate["this " id]) / median(rate[rev " " id])
       if (!(("this " id) in cpu)) {
-        printf "median %s: per second this %d, %s %d (this/%s %.3f)\n",
-               id, median(rate["this " id]), rev, median(rate[rev " " id]), rev, r
+        printf "median %s: %s this %d, %s %d (this/%s %.3f)\n", id, id ~ /^(section|gap):/ ? "us" : "per second",
+               median(rate["this " id]), rev, median(rate[rev " " id]), rev, r
         continue
       }
       c = median(cpu["this " id]) / median(cpu[rev " " id])

@@ -15,6 +15,12 @@
 -- the process that wrote it back may read it again first, as a barging
 -- lock does). No Redis lock on this machine runs the sections faster than
 -- that.
+-- Where an acquisition's time goes: each worker notes when it got the lock
+-- and when it sent the release, for the acquisitions inside the window;
+-- sorted together they give the mean section (got to release sent: the
+-- four commands, run by whoever holds) and the mean gap (one holder's
+-- release sent to the next holder's got: the release, the wake-up and the
+-- return from acquire). Their sum is the time per acquisition.
 -- usage: contend.lua                   (the whole benchmark, from bench/run.sh)
 --        contend.lua worker <mode> <key> <start_at> <stop_at>   (one process)
 --        contend.lua worker fifo:<path> <key> <start_at> <stop_at>
@@ -39,7 +45,8 @@ local function fifo_lock(path)
   end
 end
 
--- One process: prints "done <acquired in window> <acquired in all> <overlaps> <busy>".
+-- One process: prints "done <acquired in window> <acquired in all> <overlaps> <busy>",
+-- then "t <got> <release sent>" for each acquisition inside the window.
 local function worker(mode, key, start_at, stop_at)
   local client = redislock.new({ port = B.port, timeout = 10 })
   local inside, counter = key .. ":inside", key .. ":counter"
@@ -47,6 +54,7 @@ local function worker(mode, key, start_at, stop_at)
   local take = fifo and fifo_lock(fifo)
   local opts = not fifo and B.wait_opts(mode, WAIT)
   local in_window, all, overlaps, busy = 0, 0, 0, 0
+  local marks = {}
   assert(client:command("PING")) -- connect before the start
   local delay = start_at - core.now()
   if delay > 0 then core.sleep(delay) end -- start together, so that they compete
@@ -54,13 +62,18 @@ local function worker(mode, key, start_at, stop_at)
     local lock, err
     if take then lock = take() else lock, err = client:acquire(key, TTL, opts) end
     if lock then
+      local got = core.now()
       if assert(client:command("INCR", inside)) > 1 then overlaps = overlaps + 1 end
       local n = assert(tonumber(assert(client:command("GET", counter))))
       assert(client:command("SET", counter, n + 1))
       assert(client:command("DECR", inside))
+      local sent = core.now()
       assert(lock:release())
       all = all + 1
-      if core.now() <= stop_at then in_window = in_window + 1 end
+      if core.now() <= stop_at then
+        in_window = in_window + 1
+        marks[#marks + 1] = string.format("t %.6f %.6f", got, sent)
+      end
     elseif err:match("^busy") then
       busy = busy + 1
     else
@@ -68,6 +81,7 @@ local function worker(mode, key, start_at, stop_at)
     end
   end
   print(string.format("done %d %d %d %d", in_window, all, overlaps, busy))
+  print(table.concat(marks, "\n"))
 end
 
 if arg[1] == "worker" then
@@ -81,8 +95,21 @@ for n in (os.getenv("BENCH_CONTEND_PROCS") or "2 8 32"):gmatch("%d+") do PROCS[#
 
 local raw = core.new({ port = B.port })
 
+-- The mean section and gap (us) of the "t <got> <sent>" marks (see above).
+local function breakdown(marks)
+  table.sort(marks, function(a, b) return a[1] < b[1] end)
+  local section, gap = 0, 0
+  for i, m in ipairs(marks) do
+    section = section + (m[2] - m[1])
+    if i > 1 then gap = gap + (m[1] - marks[i - 1][2]) end
+  end
+  if #marks < 2 then return nil end
+  return section / #marks * 1e6, gap / (#marks - 1) * 1e6
+end
+
 -- Runs procs workers in mode (a waiting mode, or "fifo:<path>" with seed
--- putting the token in); returns acquisitions/s, violations and a note.
+-- putting the token in); returns acquisitions/s, violations, a note, and
+-- the mean section and gap (us).
 local function run(mode, procs, seed)
   local key = string.format("bench:contend:%s:%d", mode:match("^[^:]*"), procs)
   assert(raw:command("DEL", key, key .. ":inside"))
@@ -99,11 +126,13 @@ local function run(mode, procs, seed)
   end
   if seed then seed() end
   local in_window, all, overlaps, busy = 0, 0, 0, 0
+  local marks = {}
   for i = 1, procs do
     local out = pipes[i]:read("*a")
     pipes[i]:close()
     local a, b, c, d = out:match("done (%d+) (%d+) (%d+) (%d+)")
     assert(a, "a contention worker failed:\n" .. out)
+    for got, sent in out:gmatch("t ([%d.]+) ([%d.]+)") do marks[#marks + 1] = { tonumber(got), tonumber(sent) } end
     in_window, all = in_window + tonumber(a), all + tonumber(b)
     overlaps, busy = overlaps + tonumber(c), busy + tonumber(d)
   end
@@ -111,7 +140,7 @@ local function run(mode, procs, seed)
   local violations = overlaps + math.abs(counter - all)
   local note = string.format("%d acquisitions, counter %d, %d overlaps seen, %d waits ran out",
                              all, counter, overlaps, busy)
-  return in_window / SECONDS, violations, note
+  return in_window / SECONDS, violations, note, breakdown(marks)
 end
 
 -- Sections per second, run alone by one process for SECONDS (the ceiling).
@@ -139,11 +168,11 @@ local function fifo_ceiling(procs)
   assert(os.execute("mkfifo " .. path))
   local keep = assert(io.open(path, "r+")) -- the FIFO lives while one end is open
   keep:setvbuf("no")
-  local rate, violations = run("fifo:" .. path, procs, function() assert(keep:write("t")) end)
+  local rate, violations, _, section, gap = run("fifo:" .. path, procs, function() assert(keep:write("t")) end)
   keep:close()
   os.execute("rm -rf " .. dir)
   assert(violations == 0, "the FIFO's token let two sections overlap")
-  return rate
+  return rate, section, gap
 end
 
 local client = redislock.new({ port = B.port })
@@ -152,17 +181,29 @@ B.emit({ name = "contended.ceiling", value = math.floor(top + 0.5), unit = "sect
          label = "the section alone, one process, no lock" })
 for _, procs in ipairs(PROCS) do
   B.say("bench: contention, a local FIFO's token as the lock, %d processes, %g s", procs, SECONDS)
-  local rate = fifo_ceiling(procs)
+  local rate, section, gap = fifo_ceiling(procs)
   B.emit({ name = "contended.fifo/" .. procs, value = math.floor(rate + 0.5), unit = "sections/s",
            label = string.format("%d processes, the sections serialized by a local FIFO's token: "
                                  .. "a lock with no round trip, the ceiling of any lock here", procs) })
+  if section then
+    B.emit({ name = "contended.section/fifo/" .. procs, value = math.floor(section + 0.5), unit = "us",
+             label = string.format("%d processes, the FIFO's token: mean section", procs) })
+    B.emit({ name = "contended.gap/fifo/" .. procs, value = math.floor(gap + 0.5), unit = "us",
+             label = string.format("%d processes, the FIFO's token: mean gap", procs) })
+  end
 end
 for _, mode in ipairs(B.wait_modes(client)) do
   for _, procs in ipairs(PROCS) do
     B.say("bench: contention, %s, %d processes, %g s", mode, procs, SECONDS)
-    local rate, violations, note = run(mode, procs)
+    local rate, violations, note, section, gap = run(mode, procs)
     local label = string.format("%d processes, one key, %s", procs, B.mode_label(mode))
     local id = string.format("%s/%d", mode, procs)
+    if section then
+      B.emit({ name = "contended.section/" .. id, value = math.floor(section + 0.5), unit = "us",
+               label = label .. ": mean section (lock got to release sent)" })
+      B.emit({ name = "contended.gap/" .. id, value = math.floor(gap + 0.5), unit = "us",
+               label = label .. ": mean gap (a release sent to the next holder's lock got)" })
+    end
     B.emit({ name = "contended/" .. id, value = math.floor(rate + 0.5), unit = "acquisitions/s", note = note,
              baseline = "contended.ceiling", baseline_value = math.floor(top + 0.5),
              label = label .. ": acquisitions/s" })
