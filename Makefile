@@ -75,9 +75,9 @@ test: deps all build/lua5.4/spec_fork.so build/luajit/spec_fork.so build/proto_t
 	@sh spec/run.sh lua5.4:build/lua5.4 luajit:build/luajit
 
 # Benchmarks (not tests): bench/run.sh prints a table and a `bench ...` line per
-# figure. The raw-socket floors (a lock cycle, a wake-up) are small C programs,
-# built with the same warnings.
-bench: deps all build/bench/floor build/bench/handoff_floor
+# figure. The raw-socket floors (a lock cycle, a wake-up, contended handoffs)
+# are small C programs, built with the same warnings.
+bench: deps all build/bench/floor build/bench/handoff_floor build/bench/contend_floor
 	@sh tools/deps.sh bench || echo "bench: without python3-redis the redis-py figures are skipped"
 	@sh bench/run.sh
 
@@ -86,6 +86,10 @@ build/bench/floor: bench/floor.c
 	$(CC) $(CFLAGS) $(WARNINGS) -o $@ $<
 
 build/bench/handoff_floor: bench/handoff_floor.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARNINGS) -o $@ $<
+
+build/bench/contend_floor: bench/contend_floor.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARNINGS) -o $@ $<
 

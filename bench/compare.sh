@@ -48,7 +48,7 @@ side() {
 # section and gap of an acquisition (bench/contend.lua), in us.
 contend() {
   path="$here/bench/?.lua;$2/lua/?.lua;;" cpath="$2/build/lua5.4/?.so;;"
-  LUA_PATH=$path LUA_PATH_5_4=$path LUA_CPATH=$cpath LUA_CPATH_5_4=$cpath BENCH_ROOT=$here \
+  LUA_PATH=$path LUA_PATH_5_4=$path LUA_CPATH=$cpath LUA_CPATH_5_4=$cpath BENCH_ROOT=$here BENCH_CONTEND_FLOOR=0 \
     lua5.4 "$here/bench/contend.lua" 2>/dev/null |
     sed -n -e "s/^bench name=contended\/\([^ ]*\) value=\([0-9]*\) .*/$1 \1 \2 acquisitions\/s/p" \
            -e "s/^bench name=contended\.\(section\|gap\)\/\([^ ]*\) value=\([0-9]*\) .*/$1 \1:\2 \3 us/p" \

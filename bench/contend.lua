@@ -21,7 +21,8 @@
 -- four commands, run by whoever holds) and the mean gap (one holder's
 -- release sent to the next holder's got: the release, the wake-up and the
 -- return from acquire). Their sum is the time per acquisition.
--- usage: contend.lua                   (the whole benchmark, from bench/run.sh)
+-- usage: contend.lua                   (the whole benchmark, from bench/run.sh; with
+--                                       build/bench/contend_floor, when built)
 --        contend.lua worker <mode> <key> <start_at> <stop_at>   (one process)
 --        contend.lua worker fifo:<path> <key> <start_at> <stop_at>
 local redislock = require "redislock"
@@ -210,4 +211,39 @@ for _, mode in ipairs(B.wait_modes(client)) do
     B.emit({ name = "violations/" .. id, value = violations, unit = "count", target = { "==", 0 },
              label = label .. ": mutual-exclusion violations" })
   end
+end
+
+-- The same workload through raw sockets, no Lua (bench/contend_floor.c):
+-- the smallest handoff, and this library's own acquire_wait and release
+-- scripts sent as the library sends them. How far a handoff goes here
+-- without the library's client around it.
+-- BENCH_CONTEND_FLOOR=0 leaves it out (bench/compare.sh does).
+local floor_bin = B.root .. "/build/bench/contend_floor"
+local probe = os.getenv("BENCH_CONTEND_FLOOR") ~= "0" and core.scripts.acquire_wait and io.open(floor_bin, "r")
+if probe then
+  probe:close()
+  local dir = assert(io.popen("mktemp -d")):read("*l")
+  for _, op in ipairs({ "acquire_wait", "release" }) do
+    local f = assert(io.open(dir .. "/" .. op .. ".lua", "w"))
+    f:write(core.scripts[op].text)
+    f:close()
+  end
+  for _, procs in ipairs(PROCS) do
+    for _, how in ipairs({ "minimal", "scripts" }) do
+      B.say("bench: contention, C floor (%s), %d processes, %g s", how, procs, SECONDS)
+      local cmd = string.format("%s %d %d %g %s", floor_bin, B.port, procs, SECONDS, how)
+      if how == "scripts" then cmd = cmd .. string.format(" %s/acquire_wait.lua %s/release.lua", dir, dir) end
+      local out = assert(io.popen(cmd .. " 2>&1")):read("*a")
+      local rate, violations = out:match("rate=(%d+) violations=(%d+)")
+      assert(rate, "bench/contend_floor failed:\n" .. out)
+      local label = string.format("%d processes, one key, a raw C client handing over with %s", procs,
+                                  how == "minimal" and "the smallest scripts (no eras, no liveness)"
+                                    or "this library's acquire_wait and release scripts")
+      B.emit({ name = string.format("contended.c_%s/%d", how, procs), value = tonumber(rate),
+               unit = "acquisitions/s", label = label .. ": acquisitions/s" })
+      B.emit({ name = string.format("violations/c_%s/%d", how, procs), value = tonumber(violations),
+               unit = "count", target = { "==", 0 }, label = label .. ": mutual-exclusion violations" })
+    end
+  end
+  os.execute("rm -rf " .. dir)
 end

@@ -29,7 +29,7 @@
 # them into a table, then repeats them for machines. Progress goes to stderr.
 # Knobs (environment): BENCH_CYCLES (4000 per slice), BENCH_SLICES (15),
 # BENCH_PEER_SLICES (9), BENCH_HANDOFF_ROUNDS (300), BENCH_HANDOFF_PY_ROUNDS (100), BENCH_HOLD_MS (15),
-# BENCH_CONTEND_PROCS ("2 8 32"), BENCH_CONTEND_SECONDS (2),
+# BENCH_CONTEND_PROCS ("2 8 32"), BENCH_CONTEND_SECONDS (2), BENCH_CONTEND_FLOOR (1: the C floor, when built),
 # BENCH_STAMPEDE (3000), BENCH_STAMPEDE_CAPPED (1000), BENCH_STAMPEDE_MAXCLIENTS (64), BENCH_STAMPEDE_ROUNDS (3),
 # BENCH_MEMORY_CYCLES (1000000), BENCH_SERVER_CPU (0, for tls.lua), BENCH_ONLY (a list of the script names above,
 # without .lua, to run only those).
