@@ -47,7 +47,8 @@ local function fifo_lock(path)
 end
 
 -- One process: prints "done <acquired in window> <acquired in all> <overlaps> <busy>",
--- then "t <got> <release sent>" for each acquisition inside the window.
+-- then "t <got> <release sent> <each of the first three commands answered>"
+-- for each acquisition inside the window.
 local function worker(mode, key, start_at, stop_at)
   local client = redislock.new({ port = B.port, timeout = 10 })
   local inside, counter = key .. ":inside", key .. ":counter"
@@ -65,15 +66,18 @@ local function worker(mode, key, start_at, stop_at)
     if lock then
       local got = core.now()
       if assert(client:command("INCR", inside)) > 1 then overlaps = overlaps + 1 end
+      local c1 = core.now()
       local n = assert(tonumber(assert(client:command("GET", counter))))
+      local c2 = core.now()
       assert(client:command("SET", counter, n + 1))
+      local c3 = core.now()
       assert(client:command("DECR", inside))
       local sent = core.now()
       assert(lock:release())
       all = all + 1
       if core.now() <= stop_at then
         in_window = in_window + 1
-        marks[#marks + 1] = string.format("t %.6f %.6f", got, sent)
+        marks[#marks + 1] = string.format("t %.6f %.6f %.6f %.6f %.6f", got, sent, c1, c2, c3)
       end
     elseif err:match("^busy") then
       busy = busy + 1
@@ -96,21 +100,25 @@ for n in (os.getenv("BENCH_CONTEND_PROCS") or "2 8 32"):gmatch("%d+") do PROCS[#
 
 local raw = core.new({ port = B.port })
 
--- The mean section and gap (us) of the "t <got> <sent>" marks (see above).
+-- The mean section and gap (us) of the marks (see above), and the mean
+-- time of each of the section's four commands ("a, b, c, d us").
 local function breakdown(marks)
   table.sort(marks, function(a, b) return a[1] < b[1] end)
-  local section, gap = 0, 0
+  local section, gap, cmd = 0, 0, { 0, 0, 0, 0 }
   for i, m in ipairs(marks) do
     section = section + (m[2] - m[1])
     if i > 1 then gap = gap + (m[1] - marks[i - 1][2]) end
+    local at = { m[1], m[3], m[4], m[5], m[2] }
+    for j = 1, 4 do cmd[j] = cmd[j] + (at[j + 1] - at[j]) end
   end
   if #marks < 2 then return nil end
-  return section / #marks * 1e6, gap / (#marks - 1) * 1e6
+  for j = 1, 4 do cmd[j] = string.format("%.0f", cmd[j] / #marks * 1e6) end
+  return section / #marks * 1e6, gap / (#marks - 1) * 1e6, table.concat(cmd, ", ") .. " us"
 end
 
 -- Runs procs workers in mode (a waiting mode, or "fifo:<path>" with seed
 -- putting the token in); returns acquisitions/s, violations, a note, and
--- the mean section and gap (us).
+-- the mean section and gap (us) and its commands' (see breakdown).
 local function run(mode, procs, seed)
   local key = string.format("bench:contend:%s:%d", mode:match("^[^:]*"), procs)
   assert(raw:command("DEL", key, key .. ":inside"))
@@ -133,7 +141,11 @@ local function run(mode, procs, seed)
     pipes[i]:close()
     local a, b, c, d = out:match("done (%d+) (%d+) (%d+) (%d+)")
     assert(a, "a contention worker failed:\n" .. out)
-    for got, sent in out:gmatch("t ([%d.]+) ([%d.]+)") do marks[#marks + 1] = { tonumber(got), tonumber(sent) } end
+    for line in out:gmatch("t [%d. ]+") do
+      local m = {}
+      for v in line:gmatch("[%d.]+") do m[#m + 1] = tonumber(v) end
+      marks[#marks + 1] = m
+    end
     in_window, all = in_window + tonumber(a), all + tonumber(b)
     overlaps, busy = overlaps + tonumber(c), busy + tonumber(d)
   end
@@ -169,11 +181,12 @@ local function fifo_ceiling(procs)
   assert(os.execute("mkfifo " .. path))
   local keep = assert(io.open(path, "r+")) -- the FIFO lives while one end is open
   keep:setvbuf("no")
-  local rate, violations, _, section, gap = run("fifo:" .. path, procs, function() assert(keep:write("t")) end)
+  local rate, violations, _, section, gap, cmds = run("fifo:" .. path, procs,
+                                                     function() assert(keep:write("t")) end)
   keep:close()
   os.execute("rm -rf " .. dir)
   assert(violations == 0, "the FIFO's token let two sections overlap")
-  return rate, section, gap
+  return rate, section, gap, cmds
 end
 
 local client = redislock.new({ port = B.port })
@@ -182,12 +195,13 @@ B.emit({ name = "contended.ceiling", value = math.floor(top + 0.5), unit = "sect
          label = "the section alone, one process, no lock" })
 for _, procs in ipairs(PROCS) do
   B.say("bench: contention, a local FIFO's token as the lock, %d processes, %g s", procs, SECONDS)
-  local rate, section, gap = fifo_ceiling(procs)
+  local rate, section, gap, cmds = fifo_ceiling(procs)
   B.emit({ name = "contended.fifo/" .. procs, value = math.floor(rate + 0.5), unit = "sections/s",
            label = string.format("%d processes, the sections serialized by a local FIFO's token: "
                                  .. "a lock with no round trip, the ceiling of any lock here", procs) })
   if section then
     B.emit({ name = "contended.section/fifo/" .. procs, value = math.floor(section + 0.5), unit = "us",
+             note = "its commands: " .. cmds,
              label = string.format("%d processes, the FIFO's token: mean section", procs) })
     B.emit({ name = "contended.gap/fifo/" .. procs, value = math.floor(gap + 0.5), unit = "us",
              label = string.format("%d processes, the FIFO's token: mean gap", procs) })
@@ -196,12 +210,12 @@ end
 for _, mode in ipairs(B.wait_modes(client)) do
   for _, procs in ipairs(PROCS) do
     B.say("bench: contention, %s, %d processes, %g s", mode, procs, SECONDS)
-    local rate, violations, note, section, gap = run(mode, procs)
+    local rate, violations, note, section, gap, cmds = run(mode, procs)
     local label = string.format("%d processes, one key, %s", procs, B.mode_label(mode))
     local id = string.format("%s/%d", mode, procs)
     if section then
       B.emit({ name = "contended.section/" .. id, value = math.floor(section + 0.5), unit = "us",
-               label = label .. ": mean section (lock got to release sent)" })
+               note = "its commands: " .. cmds, label = label .. ": mean section (lock got to release sent)" })
       B.emit({ name = "contended.gap/" .. id, value = math.floor(gap + 0.5), unit = "us",
                label = label .. ": mean gap (a release sent to the next holder's lock got)" })
     end

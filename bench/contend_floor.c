@@ -16,8 +16,10 @@
  * the fence on its list). No fence eras, no liveness, no take-back.
  * "scripts": redislock's own acquire_wait and release (their text in the
  * two files; bench/contend.lua writes them from redislock.core's), with
- * the keys and arguments the library sends, and the waiter's BLPOP of a
- * second at most, as a registered waiter's. What either makes is how far a
+ * the keys and arguments the library sends (a release without a master ID
+ * its connection vouches for, as a holder handed the lock sends it: the
+ * handoff then reads INFO), and the waiter's BLPOP of a second at most, as
+ * a registered waiter's. What either makes is how far a
  * handoff goes on this machine without the library's client around it.
  * Prints "rate=<acquisitions/s> violations=<n>" (overlaps seen, and the
  * counter's distance from the acquisitions made); exits 1 on a failure.

@@ -14,10 +14,10 @@
 /* The names of the scripts' keys, as indexes into rl_cmd.key/klen and
    rl_key_suffix (their suffixes after "<prefix>{<key>}"). Each primitive has
    names of its own: a semaphore and a lock of the same name do not meet. */
-enum { K_LOCK, K_FENCE, K_SIGNAL, K_QUEUE, K_HAND, K_WAITERS,
+enum { K_LOCK, K_FENCE, K_SIGNAL, K_QUEUE, K_HAND, K_WAITERS, K_HANDOFF,
        K_PERMITS, K_PFENCE, K_PSIGNAL, K_PWAITERS, K_PQUEUE, K_PHAND, K_PHANDED,
        K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWSIGNAL, K_RWWAITERS, K_RWQUEUE, K_RWHAND,
-       K_HANDOFF, K_ERA /* the slot's era record: "<prefix>{<era tag>}:era", not the key's */ };
+       K_ERA /* the slot's era record: "<prefix>{<era tag>}:era", not the key's */ };
 
 extern const char *const rl_key_suffix[RL_NAMES];
 

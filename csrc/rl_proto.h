@@ -21,7 +21,7 @@ typedef enum {
   RL_OP_EXTEND,  /* compare-and-pexpire */
   RL_OP_PTTL,    /* compare, then PTTL */
   RL_OP_ACQUIRE_FAIR, /* take it if free and first in the FIFO queue, else queue */
-  RL_OP_LEAVE,   /* a fair waiter gives up: leave the queue, wake the next */
+  RL_OP_LEAVE,   /* a registered waiter gives up (ms: the TTL it registered): leave, wake the next */
   RL_OP_TAKE,    /* the first try of an acquire: MULTI, SET NX PX, INCR fence, EXEC */
   RL_OP_RELEASE_ONE, /* compare-and-delete of the lock's own key only, waking nobody: a
                         release in a cluster slot half moved (one key: never TRYAGAIN) */

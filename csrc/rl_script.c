@@ -18,15 +18,18 @@
  *   <prefix>{<key>}:fence    the fencing counter (never expires)
  *   <prefix>{<key>}:signal   wake-one list waiters block on (BLPOP); a
  *                            registered waiter blocks on <...>:signal:<its token>
- *   <prefix>{<key>}:queue    registered waiters by arrival (score: server
- *                            time, us)
- *   <prefix>{<key>}:hand     each registered waiter's registration: "<the ms
+ *   <prefix>{<key>}:queue    fair waiters by arrival (score: server time, us)
+ *   <prefix>{<key>}:hand     each fair waiter's registration: "<the ms
  *                            (server time) by which it must be back> <the
  *                            TTL to hand it>"; one that stops coming back
  *                            by then leaves the queue
  *   <prefix>{<key>}:waiters  the waiters mark: set by every acquire that
- *                            fails, for the holder's TTL and a second (for a
- *                            registered waiter: as long as it stays queued)
+ *                            fails and registers nothing, for the holder's
+ *                            TTL and a second (for a fair waiter: as long
+ *                            as it stays queued)
+ *   <prefix>{<key>}:handoff  the waiters registered in mode "notify": members
+ *                            "<the TTL to hand it> <token>", scored by the
+ *                            ms (server time) their registration lapses
  *
  * The first try of an acquire is a take, no script: MULTI, SET key token NX
  * PX ms, INCR fence, GET of the slot's era record, EXEC, one atomic step
@@ -47,11 +50,13 @@
  * have vanished meanwhile (FLUSHDB, eviction), it takes a new value rather
  * than answer 0.
  *
- * Waking: release (and a fair waiter that gives up while the lock is free)
- * pushes one element onto one signal list when the waiters mark says that
- * somebody may wait (with nobody waiting, a release is GET, DEL and EXISTS),
- * so exactly one blocked waiter wakes: the first live one of the fair queue
- * if there is one, else whoever blocks on the shared list. The list expires
+ * Waking: release (and a registered waiter that gives up while the lock is
+ * free) hands the lock over, or pushes one element onto one signal list,
+ * when the waiters mark or the handoff set says that somebody may wait
+ * (with nobody waiting, a release is GET, DEL and one EXISTS of both), so
+ * exactly one blocked waiter wakes: the first live one of the fair queue if
+ * there is one, else a live notify waiter (see "Handing over"), else
+ * whoever blocks on the shared list. The list expires
  * after RL_SIGNAL_MS, so a waiter that was between its attempt and its BLPOP
  * still finds it, and nothing is left behind. The mark is safe to miss only
  * after a waiter's BLPOP ended: a waiter never blocks past the holder's TTL
@@ -66,9 +71,10 @@
  * (acquire_fair) in the queue (by arrival), and in <...>:hand with the
  * time it must be back by and the TTL to hand it. Then it blocks on its
  * own list <...>:signal:<token>. A release that finds a live fair waiter
- * at the queue's head, or else pops a live notify registration (the
- * oldest: one ZPOPMIN, which also takes it out), gives it the lock
- * in the same script: the key takes its token with its TTL, the fence
+ * at the queue's head, or else pops a live notify registration (the one
+ * renewed longest ago: one ZPOPMIN, which also takes it out; waiters renew
+ * once a second, so that is about the order they came in, not exactly),
+ * gives it the lock in the same script: the key takes its token with its TTL, the fence
  * grows, and its list gets "<fence> <age> <at>" (age: ms since it
  * registered, for its clock; at: the server's ms then). Its BLPOP is served
  * as the script ends, and it returns holding the lock: no second round
@@ -165,8 +171,10 @@
 /* After FIRST_LIVE found no heir, with `now` set: pops the lock's
    registered waiters (wait_mode "notify": its handoff set, members
    "<ttl> <token>" scored by when their registration lapses) until a live
-   one, the one registered longest ago: heir, hms, since; popped (its
-   registration is gone already). Lapsed ones are dropped on the way. */
+   one, the one renewed longest ago: heir, hms, since; popped (its
+   registration is gone already, and with it should the handoff then fail:
+   the waiter registers again within a second). Lapsed ones are dropped on
+   the way. */
 #define FIRST_READY(handoff)                                               \
   "while not heir do\n"                                                    \
   "  local e = redis.call('ZPOPMIN', " handoff ")\n"                       \
@@ -197,9 +205,9 @@
   "list('RPUSH', sig, 1)\n"                                                \
   "list('PEXPIRE', sig, " RL_STR(RL_SIGNAL_MS) ")\n"
 
-/* After FIRST_LIVE found heir, with the lock free: hands it the lock (see
-   "Handing over") and sets handed. Needs era() (ERA_FN) and list()
-   (LIST_FN). The wake-up is pushed first, as a list out of KEYS may be
+/* After FIRST_LIVE or FIRST_READY found heir, with the lock free: hands it
+   the lock (see "Handing over") and sets handed. Needs era() (ERA_FN) and
+   list() (LIST_FN). The wake-up is pushed first, as a list out of KEYS may be
    refused (then nothing is handed over); the lock is written next, and
    should that fail (no memory), the wake-up goes, so that nobody takes it
    for the lock. No DEL before the RPUSH: a plain wake-up left in the list
@@ -463,7 +471,8 @@ static const char acquire_script[] =
    for a handoff when the lock is held (REGISTER_READY, see "Handing
    over"), and drops its registration when it takes the lock. Replies as
    acquire. The first step takes the lock or reads its holder: SET NX GET
-   (Redis 7), or SET NX then GET where that is refused. */
+   (Redis 7), or SET NX then GET where that is refused (Redis 6: one call
+   more, and a refused one in INFO errorstats). */
 static const char acquire_wait_script[] =
   ERA_FN
   LIST_FN
@@ -1038,11 +1047,11 @@ const rl_op_row rl_ops[RL_OP_COUNT] = {
 };
 
 const char *const rl_key_suffix[RL_NAMES] = {
-  "", ":fence", ":signal", ":queue", ":hand", ":waiters",
+  "", ":fence", ":signal", ":queue", ":hand", ":waiters", ":handoff",
   ":permits", ":permits:fence", ":permits:signal", ":permits:waiters",
   ":permits:queue", ":permits:hand", ":permits:handed",
   ":rw:readers", ":rw:writer", ":rw:fence", ":rw:writers", ":rw:signal", ":rw:waiters",
-  ":rw:queue", ":rw:hand", ":handoff", ":era"
+  ":rw:queue", ":rw:hand", ":era"
 };
 
 static char script_sha[RL_OP_COUNT][41];
