@@ -64,36 +64,36 @@
  * again. The signal key of a fair waiter is built in the script (from
  * KEYS[2] and the queue's token); it has the same hash tag.
  *
- * Handing over. A waiter that will block registers for a handoff on each
- * try that finds the lock held: in mode "notify" (acquire_wait) as one
- * member "<ttl> <token>" of <prefix>{<key>}:handoff, scored by when the
+ * Handing over. A waiter that will block registers for a handoff on each try
+ * that finds the lock held: in mode "notify" (acquire_wait) as one member
+ * "<ttl> <token>" of <prefix>{<key>}:handoff, scored by when the
  * registration lapses (two calls: ZADD, PEXPIRE); a fair waiter
- * (acquire_fair) in the queue (by arrival), and in <...>:hand with the
- * time it must be back by and the TTL to hand it. Then it blocks on its
- * own list <...>:signal:<token>. A release that finds a live fair waiter
- * at the queue's head, or else pops a live notify registration (the one
- * renewed longest ago: one ZPOPMIN, which also takes it out; waiters renew
- * once a second, so that is about the order they came in, not exactly),
- * gives it the lock in the same script: the key takes its token with its TTL, the fence
- * grows, and its list gets "<fence> <age> <at>" (age: ms since it
+ * (acquire_fair) in the queue (by arrival), and in <...>:hand with the time
+ * it must be back by and the TTL to hand it. Then it blocks on its own list
+ * <...>:signal:<token>. A release that finds a live fair waiter at the
+ * queue's head, or else pops a live notify registration (the one renewed
+ * longest ago: one ZPOPMIN, which also takes it out; waiters renew once a
+ * second, so that is about the order they came in, not exactly), gives it
+ * the lock in the same script: the key takes its token with its TTL, the
+ * fence grows, and its list gets "<fence> <age> <at>" (age: ms since it
  * registered, for its clock; at: the server's ms then). Its BLPOP is served
- * as the script ends, and it returns holding the lock: no second round
- * trip. A waiter may not be there to take it: its process died, or it gave
- * up as the release came. It cannot block on its list any more, so the
- * element stays; a try by another that finds the lock held by a token whose
- * list still holds a handoff older than RL_CLAIM_MS takes that handoff back
+ * as the script ends, and it returns holding the lock: no second round trip.
+ * A waiter may not be there to take it: its process died, or it gave up as
+ * the release came. It cannot block on its list any more, so the element
+ * stays; a try by another that finds the lock held by a token whose list
+ * still holds a handoff older than RL_CLAIM_MS takes that handoff back
  * (deletes the lock and the element, in one step: the late waiter, if any,
  * then finds nothing and tries again). A waiter that gives up (leave) passes
  * on a lock handed to it meanwhile; one whose block ended as the lock came
  * finds its own token on its next try, which takes it and drops the element.
- * Nothing tells a paused waiter from a live one (Redis serves its BLPOP
- * all the same): it holds the lock for the TTL it registered, as a holder
- * paused in its section does (docs/guarantees.md); a waiter that renews
- * registers a short one, which its renewal extends at once (wait.lua).
- * A read-write lock's writers are handed its writer key the same way
- * (write_acquire_wait registers; write_release and the last reader's
- * read_release hand over; stale() takes back in every try, a reader's
- * too), with queue and hand of their own (<...>:rw:queue, :rw:hand).
+ * Nothing tells a paused waiter from a live one (Redis serves its BLPOP all
+ * the same): it holds the lock for the TTL it registered, as a holder paused
+ * in its section does (docs/guarantees.md); a waiter that renews registers a
+ * short one, which its renewal extends at once (wait.lua). A read-write
+ * lock's writers are handed its writer key the same way (write_acquire_wait
+ * registers; write_release and the last reader's read_release hand over;
+ * stale() takes back in every try, a reader's too), with queue and hand of
+ * their own (<...>:rw:queue, :rw:hand).
  *
  * Fences across failovers. Replication is asynchronous: a promoted replica
  * may lack the last INCRs of the master it replaces, and that master may
