@@ -68,7 +68,7 @@ describe("Redlock", function()
     assert.are.equal(5, holders("r:1", lock.token))
     assert.is_true(lock.fence >= 1)
     local ttl = assert(lock:ttl())
-    assert.is_true(ttl > 4.8 and ttl <= 5, ttl)
+    assert.is_true(ttl > 5 - 0.2 * helpers.slow and ttl <= 5, ttl)
     -- A single-server client on any of them sees it held.
     local single = servers[3]:client()
     local other, err = single:acquire("r:1", 5)
