@@ -189,6 +189,15 @@ local function fifo_ceiling(procs)
   return rate, section, gap, cmds
 end
 
+-- The breakdown of run id (see breakdown), when it has one.
+local function emit_breakdown(id, label, section, gap, cmds)
+  if not section then return end
+  B.emit({ name = "contended.section/" .. id, value = math.floor(section + 0.5), unit = "us",
+           note = "its commands: " .. cmds, label = label .. ": mean section (lock got to release sent)" })
+  B.emit({ name = "contended.gap/" .. id, value = math.floor(gap + 0.5), unit = "us",
+           label = label .. ": mean gap (a release sent to the next holder's lock got)" })
+end
+
 local client = redislock.new({ port = B.port })
 local top = ceiling()
 B.emit({ name = "contended.ceiling", value = math.floor(top + 0.5), unit = "sections/s",
@@ -199,13 +208,7 @@ for _, procs in ipairs(PROCS) do
   B.emit({ name = "contended.fifo/" .. procs, value = math.floor(rate + 0.5), unit = "sections/s",
            label = string.format("%d processes, the sections serialized by a local FIFO's token: "
                                  .. "a lock with no round trip, the ceiling of any lock here", procs) })
-  if section then
-    B.emit({ name = "contended.section/fifo/" .. procs, value = math.floor(section + 0.5), unit = "us",
-             note = "its commands: " .. cmds,
-             label = string.format("%d processes, the FIFO's token: mean section", procs) })
-    B.emit({ name = "contended.gap/fifo/" .. procs, value = math.floor(gap + 0.5), unit = "us",
-             label = string.format("%d processes, the FIFO's token: mean gap", procs) })
-  end
+  emit_breakdown("fifo/" .. procs, string.format("%d processes, the FIFO's token", procs), section, gap, cmds)
 end
 for _, mode in ipairs(B.wait_modes(client)) do
   for _, procs in ipairs(PROCS) do
@@ -213,12 +216,7 @@ for _, mode in ipairs(B.wait_modes(client)) do
     local rate, violations, note, section, gap, cmds = run(mode, procs)
     local label = string.format("%d processes, one key, %s", procs, B.mode_label(mode))
     local id = string.format("%s/%d", mode, procs)
-    if section then
-      B.emit({ name = "contended.section/" .. id, value = math.floor(section + 0.5), unit = "us",
-               note = "its commands: " .. cmds, label = label .. ": mean section (lock got to release sent)" })
-      B.emit({ name = "contended.gap/" .. id, value = math.floor(gap + 0.5), unit = "us",
-               label = label .. ": mean gap (a release sent to the next holder's lock got)" })
-    end
+    emit_breakdown(id, label, section, gap, cmds)
     B.emit({ name = "contended/" .. id, value = math.floor(rate + 0.5), unit = "acquisitions/s", note = note,
              baseline = "contended.ceiling", baseline_value = math.floor(top + 0.5),
              label = label .. ": acquisitions/s" })

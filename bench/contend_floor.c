@@ -89,26 +89,31 @@ static void open_conn(conn *c, int port) {
   c->len = c->pos = 0;
 }
 
+/* Reads more of the replies, after what is unread (moved to the front). */
+static void fill(conn *c) {
+  ssize_t n;
+  if (c->pos > 0) {
+    memmove(c->buf, c->buf + c->pos, c->len - c->pos);
+    c->len -= c->pos;
+    c->pos = 0;
+  }
+  if (c->len == sizeof c->buf) die("reply too long");
+  n = read(c->fd, c->buf + c->len, sizeof c->buf - c->len);
+  if (n <= 0) die("connection lost");
+  c->len += (size_t)n;
+}
+
 /* The next line of a reply (its "\r\n" cut off), reading as needed. */
 static char *next_line(conn *c) {
   for (;;) {
     char *end = memchr(c->buf + c->pos, '\n', c->len - c->pos);
-    ssize_t n;
     if (end != NULL) {
       char *line = c->buf + c->pos;
       end[-1] = '\0';
       c->pos = (size_t)(end - c->buf) + 1;
       return line;
     }
-    if (c->pos > 0) {
-      memmove(c->buf, c->buf + c->pos, c->len - c->pos);
-      c->len -= c->pos;
-      c->pos = 0;
-    }
-    if (c->len == sizeof c->buf) die("reply too long");
-    n = read(c->fd, c->buf + c->len, sizeof c->buf - c->len);
-    if (n <= 0) die("connection lost");
-    c->len += (size_t)n;
+    fill(c);
   }
 }
 
@@ -123,17 +128,7 @@ static long long read_reply(conn *c, char *out, size_t cap) {
     exit(1);
   }
   if (line[0] == '$' && v >= 0) {
-    while (c->len - c->pos < (size_t)v + 2) {
-      ssize_t n;
-      if (c->pos > 0) {
-        memmove(c->buf, c->buf + c->pos, c->len - c->pos);
-        c->len -= c->pos;
-        c->pos = 0;
-      }
-      n = read(c->fd, c->buf + c->len, sizeof c->buf - c->len);
-      if (n <= 0) die("connection lost");
-      c->len += (size_t)n;
-    }
+    while (c->len - c->pos < (size_t)v + 2) fill(c);
     if (out != NULL && cap > 0) {
       size_t k = (size_t)v < cap - 1 ? (size_t)v : cap - 1;
       memcpy(out, c->buf + c->pos, k);

@@ -168,6 +168,10 @@
   "  if r then redis.call('HDEL', " hand ", heir) end\n"                   \
   "end\n"
 
+/* A notify waiter's member of the handoff set: "<ttl> <token>", ARGV[1]
+   the token (FIRST_READY reads it back). */
+#define READY_MEMBER(ttl) ttl " .. ' ' .. ARGV[1]"
+
 /* After FIRST_LIVE found no heir, with `now` set: pops the lock's
    registered waiters (wait_mode "notify": its handoff set, members
    "<ttl> <token>" scored by when their registration lapses) until a live
@@ -477,7 +481,7 @@ static const char acquire_wait_script[] =
   ERA_FN
   LIST_FN
   STALE_FN
-  "local member = ARGV[3] .. ' ' .. ARGV[1]\n"
+  "local member = " READY_MEMBER("ARGV[3]") "\n"
   "local function taken(fence)\n"
   "  redis.call('ZREM', KEYS[3], member)\n"
   "  return fence + era(KEYS[4])\n"
@@ -589,7 +593,7 @@ static const char leave_script[] =
   LIST_FN
   "redis.call('ZREM', KEYS[3], ARGV[1])\n"
   "redis.call('HDEL', KEYS[4], ARGV[1])\n"
-  "redis.call('ZREM', KEYS[7], ARGV[2] .. ' ' .. ARGV[1])\n"
+  "redis.call('ZREM', KEYS[7], " READY_MEMBER("ARGV[2]") ")\n"
   "local v = redis.call('GET', KEYS[1])\n"
   "if v == ARGV[1] then\n"
   "  redis.call('DEL', KEYS[1])\n"
