@@ -44,14 +44,17 @@ side() {
     tee -a "$results"
 }
 # contend NAME TREE: one contend.lua run; prints its acquisitions/s per mode
-# and number of processes, and (where the revision reports them) the mean
-# section and gap of an acquisition (bench/contend.lua), in us.
+# and number of processes, the mean section and gap of an acquisition and
+# the CPU time it cost, workers and server together (bench/contend.lua), in
+# us, and the share of acquisitions made by the process that made the one
+# before.
 contend() {
   path="$here/bench/?.lua;$2/lua/?.lua;;" cpath="$2/build/lua5.4/?.so;;"
   LUA_PATH=$path LUA_PATH_5_4=$path LUA_CPATH=$cpath LUA_CPATH_5_4=$cpath BENCH_ROOT=$here BENCH_CONTEND_FLOOR=0 \
     lua5.4 "$here/bench/contend.lua" 2>/dev/null |
-    sed -n -e "s/^bench name=contended\/\([^ ]*\) value=\([0-9]*\) .*/$1 \1 \2 acquisitions\/s/p" \
-           -e "s/^bench name=contended\.\(section\|gap\)\/\([^ ]*\) value=\([0-9]*\) .*/$1 \1:\2 \3 us/p" \
+    sed -n -e "/^bench name=contended\.section\//{h;s/^[^ ]* name=[^/]*\/\([^ ]*\) .* \([0-9]*\) % taken by .*/$1 again:\1 \2 %/p;g}" \
+           -e "s/^bench name=contended\/\([^ ]*\) value=\([0-9]*\) .*/$1 \1 \2 acquisitions\/s/p" \
+           -e "s/^bench name=contended\.\(section\|gap\|cpu\)\/\([^ ]*\) value=\([0-9]*\) .*/$1 \1:\2 \3 us/p" \
            -e "s/^bench name=contended.ceiling value=\([0-9]*\) .*/$1 ceiling \1 sections\/s (the section alone)/p" |
     tee -a "$results"
 }
@@ -92,9 +95,11 @@ awk -v rev="$rev" '
         printf "median %s: this %d (%s has none)\n", id, median(rate["this " id]), rev
         continue
       }
-      r = median(rate["this " id]) / median(rate[rev " " id])
+      d = median(rate[rev " " id])
+      r = d > 0 ? median(rate["this " id]) / d : 0
       if (!(("this " id) in cpu)) {
-        printf "median %s: %s this %d, %s %d (this/%s %.3f)\n", id, id ~ /^(section|gap):/ ? "us" : "per second",
+        unit = id ~ /^(section|gap|cpu):/ ? "us" : id ~ /^again:/ ? "%" : "per second"
+        printf "median %s: %s this %d, %s %d (this/%s %.3f)\n", id, unit,
                median(rate["this " id]), rev, median(rate[rev " " id]), rev, r
         continue
       }

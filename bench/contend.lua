@@ -1,8 +1,9 @@
 -- SPDX-License-Identifier: MIT
 -- Benchmark (not a test): contended throughput. 2, 8 and 32 processes on one
--- key (BENCH_CONTEND_PROCS), for each waiting mode the API has, each looping
--- for BENCH_CONTEND_SECONDS (2): acquire with a wait, a read-modify-write of a
--- shared counter under the lock (GET, then SET n+1), release. Reports the
+-- key (BENCH_CONTEND_PROCS), for each waiting mode the API has (or those of
+-- BENCH_CONTEND_MODES), each looping for BENCH_CONTEND_SECONDS (2): acquire
+-- with a wait, a read-modify-write of a shared counter under the lock (GET,
+-- then SET n+1), release. Reports the
 -- total acquisitions per second (those released inside the timed window) and
 -- the mutual-exclusion violations, which must be 0: each holder INCRs an
 -- "inside" key on entry (more than 1 is an overlap) and DECRs it on leaving,
@@ -21,6 +22,9 @@
 -- four commands, run by whoever holds) and the mean gap (one holder's
 -- release sent to the next holder's got: the release, the wake-up and the
 -- return from acquire). Their sum is the time per acquisition.
+-- What an acquisition costs the machine: the workers' CPU time (os.clock,
+-- from the start to their last release) and the server's (INFO cpu, over
+-- the run), each over the acquisitions made; and how busy the cores were.
 -- usage: contend.lua                   (the whole benchmark, from bench/run.sh; with
 --                                       build/bench/contend_floor, when built)
 --        contend.lua worker <mode> <key> <start_at> <stop_at>   (one process)
@@ -46,7 +50,8 @@ local function fifo_lock(path)
   end
 end
 
--- One process: prints "done <acquired in window> <acquired in all> <overlaps> <busy>",
+-- One process: prints "done <acquired in window> <acquired in all> <overlaps> <busy> <cpu s>"
+-- (its CPU time, user and system, from the start to its last release),
 -- then "t <got> <release sent> <each of the first three commands answered>"
 -- for each acquisition inside the window.
 local function worker(mode, key, start_at, stop_at)
@@ -60,6 +65,7 @@ local function worker(mode, key, start_at, stop_at)
   assert(client:command("PING")) -- connect before the start
   local delay = start_at - core.now()
   if delay > 0 then core.sleep(delay) end -- start together, so that they compete
+  local cpu = os.clock()
   while core.now() < stop_at do
     local lock, err
     if take then lock = take() else lock, err = client:acquire(key, TTL, opts) end
@@ -85,7 +91,7 @@ local function worker(mode, key, start_at, stop_at)
       error(err)
     end
   end
-  print(string.format("done %d %d %d %d", in_window, all, overlaps, busy))
+  print(string.format("done %d %d %d %d %.6f", in_window, all, overlaps, busy, os.clock() - cpu))
   print(table.concat(marks, "\n"))
 end
 
@@ -100,25 +106,39 @@ for n in (os.getenv("BENCH_CONTEND_PROCS") or "2 8 32"):gmatch("%d+") do PROCS[#
 
 local raw = core.new({ port = B.port })
 
--- The mean section and gap (us) of the marks (see above), and the mean
--- time of each of the section's four commands ("a, b, c, d us").
+-- The mean section and gap (us) of the marks (see above), and a note: the
+-- mean time of each of the section's four commands, and the share of the
+-- acquisitions made by the process that had made the one before (a barging
+-- lock's releaser taking it straight back).
 local function breakdown(marks)
   table.sort(marks, function(a, b) return a[1] < b[1] end)
-  local section, gap, cmd = 0, 0, { 0, 0, 0, 0 }
+  local section, gap, cmd, again = 0, 0, { 0, 0, 0, 0 }, 0
   for i, m in ipairs(marks) do
     section = section + (m[2] - m[1])
-    if i > 1 then gap = gap + (m[1] - marks[i - 1][2]) end
+    if i > 1 then
+      gap = gap + (m[1] - marks[i - 1][2])
+      if m.worker == marks[i - 1].worker then again = again + 1 end
+    end
     local at = { m[1], m[3], m[4], m[5], m[2] }
     for j = 1, 4 do cmd[j] = cmd[j] + (at[j + 1] - at[j]) end
   end
   if #marks < 2 then return nil end
   for j = 1, 4 do cmd[j] = string.format("%.0f", cmd[j] / #marks * 1e6) end
-  return section / #marks * 1e6, gap / (#marks - 1) * 1e6, table.concat(cmd, ", ") .. " us"
+  return section / #marks * 1e6, gap / (#marks - 1) * 1e6,
+         string.format("its commands: %s us; %.0f %% taken by the process that made the acquisition before",
+                       table.concat(cmd, ", "), again / (#marks - 1) * 100)
+end
+
+-- The server's CPU time so far (user and system, s), from INFO.
+local function server_cpu()
+  local info = assert(raw:command("INFO", "cpu"))
+  return tonumber(info:match("used_cpu_sys:([%d.]+)")) + tonumber(info:match("used_cpu_user:([%d.]+)"))
 end
 
 -- Runs procs workers in mode (a waiting mode, or "fifo:<path>" with seed
--- putting the token in); returns acquisitions/s, violations, a note, and
--- the mean section and gap (us) and its commands' (see breakdown).
+-- putting the token in); returns acquisitions/s, violations, a note, the
+-- CPU time an acquisition cost (us: the workers', the server's), and the
+-- mean section and gap (us) and a note on them (see breakdown).
 local function run(mode, procs, seed)
   local key = string.format("bench:contend:%s:%d", mode:match("^[^:]*"), procs)
   assert(raw:command("DEL", key, key .. ":inside"))
@@ -133,27 +153,31 @@ local function run(mode, procs, seed)
                                               string.format("%.6f %.6f", start_at, stop_at) }, " ")
                                .. " 2>&1"))
   end
+  local server_before = server_cpu()
   if seed then seed() end
-  local in_window, all, overlaps, busy = 0, 0, 0, 0
+  local in_window, all, overlaps, busy, cpu = 0, 0, 0, 0, 0
   local marks = {}
   for i = 1, procs do
     local out = pipes[i]:read("*a")
     pipes[i]:close()
-    local a, b, c, d = out:match("done (%d+) (%d+) (%d+) (%d+)")
+    local a, b, c, d, e = out:match("done (%d+) (%d+) (%d+) (%d+) ([%d.]+)")
     assert(a, "a contention worker failed:\n" .. out)
     for line in out:gmatch("t [%d. ]+") do
       local m = {}
       for v in line:gmatch("[%d.]+") do m[#m + 1] = tonumber(v) end
+      m.worker = i
       marks[#marks + 1] = m
     end
     in_window, all = in_window + tonumber(a), all + tonumber(b)
-    overlaps, busy = overlaps + tonumber(c), busy + tonumber(d)
+    overlaps, busy, cpu = overlaps + tonumber(c), busy + tonumber(d), cpu + tonumber(e)
   end
+  local server = server_cpu() - server_before
   local counter = tonumber(raw:command("GET", key .. ":counter")) or 0
   local violations = overlaps + math.abs(counter - all)
   local note = string.format("%d acquisitions, counter %d, %d overlaps seen, %d waits ran out",
                              all, counter, overlaps, busy)
-  return in_window / SECONDS, violations, note, breakdown(marks)
+  local per = function(t) return all > 0 and t / all * 1e6 or 0 end
+  return in_window / SECONDS, violations, note, { per(cpu), per(server) }, breakdown(marks)
 end
 
 -- Sections per second, run alone by one process for SECONDS (the ceiling).
@@ -181,21 +205,32 @@ local function fifo_ceiling(procs)
   assert(os.execute("mkfifo " .. path))
   local keep = assert(io.open(path, "r+")) -- the FIFO lives while one end is open
   keep:setvbuf("no")
-  local rate, violations, _, section, gap, cmds = run("fifo:" .. path, procs,
+  local rate, violations, _, _, section, gap, detail = run("fifo:" .. path, procs,
                                                      function() assert(keep:write("t")) end)
   keep:close()
   os.execute("rm -rf " .. dir)
   assert(violations == 0, "the FIFO's token let two sections overlap")
-  return rate, section, gap, cmds
+  return rate, section, gap, detail
 end
 
 -- The breakdown of run id (see breakdown), when it has one.
-local function emit_breakdown(id, label, section, gap, cmds)
+local function emit_breakdown(id, label, section, gap, detail)
   if not section then return end
   B.emit({ name = "contended.section/" .. id, value = math.floor(section + 0.5), unit = "us",
-           note = "its commands: " .. cmds, label = label .. ": mean section (lock got to release sent)" })
+           note = detail, label = label .. ": mean section (lock got to release sent)" })
   B.emit({ name = "contended.gap/" .. id, value = math.floor(gap + 0.5), unit = "us",
            label = label .. ": mean gap (a release sent to the next holder's lock got)" })
+end
+
+-- The CPU time an acquisition of run id cost ({ workers', server's }, us),
+-- and how busy that kept the machine's cores at rate.
+local CORES = tonumber((B.run("nproc"))) or 1
+local function emit_cpu(id, label, cpu, rate)
+  local total = cpu[1] + cpu[2]
+  B.emit({ name = "contended.cpu/" .. id, value = math.floor(total + 0.5), unit = "us",
+           note = string.format("the workers %.0f us, the server %.0f us; at this rate the %d cores were %.0f %% busy",
+                                cpu[1], cpu[2], CORES, total * rate / 1e6 / CORES * 100),
+           label = label .. ": CPU time an acquisition cost (workers and server)" })
 end
 
 local client = redislock.new({ port = B.port })
@@ -204,19 +239,22 @@ B.emit({ name = "contended.ceiling", value = math.floor(top + 0.5), unit = "sect
          label = "the section alone, one process, no lock" })
 for _, procs in ipairs(PROCS) do
   B.say("bench: contention, a local FIFO's token as the lock, %d processes, %g s", procs, SECONDS)
-  local rate, section, gap, cmds = fifo_ceiling(procs)
+  local rate, section, gap, detail = fifo_ceiling(procs)
   B.emit({ name = "contended.fifo/" .. procs, value = math.floor(rate + 0.5), unit = "sections/s",
            label = string.format("%d processes, the sections serialized by a local FIFO's token: "
                                  .. "a lock with no round trip, the ceiling of any lock here", procs) })
-  emit_breakdown("fifo/" .. procs, string.format("%d processes, the FIFO's token", procs), section, gap, cmds)
+  emit_breakdown("fifo/" .. procs, string.format("%d processes, the FIFO's token", procs), section, gap, detail)
 end
+-- BENCH_CONTEND_MODES (e.g. "notify fair") keeps only those of the modes.
+local only = os.getenv("BENCH_CONTEND_MODES")
 for _, mode in ipairs(B.wait_modes(client)) do
-  for _, procs in ipairs(PROCS) do
+  for _, procs in ipairs((not only or (" " .. only .. " "):find(" " .. mode .. " ", 1, true)) and PROCS or {}) do
     B.say("bench: contention, %s, %d processes, %g s", mode, procs, SECONDS)
-    local rate, violations, note, section, gap, cmds = run(mode, procs)
+    local rate, violations, note, cpu, section, gap, detail = run(mode, procs)
     local label = string.format("%d processes, one key, %s", procs, B.mode_label(mode))
     local id = string.format("%s/%d", mode, procs)
-    emit_breakdown(id, label, section, gap, cmds)
+    emit_breakdown(id, label, section, gap, detail)
+    emit_cpu(id, label, cpu, rate)
     B.emit({ name = "contended/" .. id, value = math.floor(rate + 0.5), unit = "acquisitions/s", note = note,
              baseline = "contended.ceiling", baseline_value = math.floor(top + 0.5),
              label = label .. ": acquisitions/s" })
