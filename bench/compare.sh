@@ -10,8 +10,10 @@
 #   sh bench/compare.sh REV [ROUNDS]      e.g. sh bench/compare.sh HEAD~3 2
 # With BENCH_COMPARE=contend, bench/contend.lua (Lua 5.4) takes cycle.lua's
 # place: contended acquisitions per second per waiting mode and number of
-# processes (BENCH_CONTEND_PROCS, default "8 32" here), each side in turn,
-# and the mean section and gap of an acquisition. Both sides run this
+# processes (BENCH_CONTEND_PROCS, default "8 32" here; BENCH_CONTEND_MODES
+# keeps some modes), each side in turn, with the mean section and gap of an
+# acquisition, the CPU time it cost and the share of acquisitions made by
+# the process that made the one before. Both sides run this
 # checkout's bench/contend.lua (the same workload and measures) on their
 # own library; a waiting mode the other revision refuses is left out there.
 # The revision is built in a temporary git worktree, removed at the end.
@@ -52,9 +54,9 @@ contend() {
   path="$here/bench/?.lua;$2/lua/?.lua;;" cpath="$2/build/lua5.4/?.so;;"
   LUA_PATH=$path LUA_PATH_5_4=$path LUA_CPATH=$cpath LUA_CPATH_5_4=$cpath BENCH_ROOT=$here BENCH_CONTEND_FLOOR=0 \
     lua5.4 "$here/bench/contend.lua" 2>/dev/null |
-    sed -n -e "/^bench name=contended\.section\//{h;s/^[^ ]* name=[^/]*\/\([^ ]*\) .* \([0-9]*\) % taken by .*/$1 again:\1 \2 %/p;g}" \
-           -e "s/^bench name=contended\/\([^ ]*\) value=\([0-9]*\) .*/$1 \1 \2 acquisitions\/s/p" \
+    sed -n -e "s/^bench name=contended\/\([^ ]*\) value=\([0-9]*\) .*/$1 \1 \2 acquisitions\/s/p" \
            -e "s/^bench name=contended\.\(section\|gap\|cpu\)\/\([^ ]*\) value=\([0-9]*\) .*/$1 \1:\2 \3 us/p" \
+           -e "s/^bench name=contended\.again\/\([^ ]*\) value=\([0-9]*\) .*/$1 again:\1 \2 %/p" \
            -e "s/^bench name=contended.ceiling value=\([0-9]*\) .*/$1 ceiling \1 sections\/s (the section alone)/p" |
     tee -a "$results"
 }
@@ -99,8 +101,8 @@ awk -v rev="$rev" '
       r = d > 0 ? median(rate["this " id]) / d : 0
       if (!(("this " id) in cpu)) {
         unit = id ~ /^(section|gap|cpu):/ ? "us" : id ~ /^again:/ ? "%" : "per second"
-        printf "median %s: %s this %d, %s %d (this/%s %.3f)\n", id, unit,
-               median(rate["this " id]), rev, median(rate[rev " " id]), rev, r
+        printf "median %s: %s this %d, %s %d (this/%s %s)\n", id, unit,
+               median(rate["this " id]), rev, d, rev, (d > 0 ? sprintf("%.3f", r) : "n/a")
         continue
       }
       c = median(cpu["this " id]) / median(cpu[rev " " id])

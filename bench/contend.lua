@@ -3,9 +3,9 @@
 -- key (BENCH_CONTEND_PROCS), for each waiting mode the API has (or those of
 -- BENCH_CONTEND_MODES), each looping for BENCH_CONTEND_SECONDS (2): acquire
 -- with a wait, a read-modify-write of a shared counter under the lock (GET,
--- then SET n+1), release. Reports the
--- total acquisitions per second (those released inside the timed window) and
--- the mutual-exclusion violations, which must be 0: each holder INCRs an
+-- then SET n+1), release. Reports the total acquisitions per second (those
+-- released inside the timed window) and the mutual-exclusion violations,
+-- which must be 0: each holder INCRs an
 -- "inside" key on entry (more than 1 is an overlap) and DECRs it on leaving,
 -- and at the end the counter must equal the number of acquisitions made.
 -- The ceilings beside them: one process running the section alone (INCR,
@@ -22,9 +22,12 @@
 -- four commands, run by whoever holds) and the mean gap (one holder's
 -- release sent to the next holder's got: the release, the wake-up and the
 -- return from acquire). Their sum is the time per acquisition.
+-- Who made it: the share of acquisitions made by the process that made the
+-- one before (a barging lock's releaser taking it straight back).
 -- What an acquisition costs the machine: the workers' CPU time (os.clock,
--- from the start to their last release) and the server's (INFO cpu, over
--- the run), each over the acquisitions made; and how busy the cores were.
+-- from the start to their last release) and the server's (INFO cpu, from
+-- before the workers' start to their end, so their connecting too), each
+-- over the acquisitions made; and how busy that kept the cores.
 -- usage: contend.lua                   (the whole benchmark, from bench/run.sh; with
 --                                       build/bench/contend_floor, when built)
 --        contend.lua worker <mode> <key> <start_at> <stop_at>   (one process)
@@ -106,10 +109,10 @@ for n in (os.getenv("BENCH_CONTEND_PROCS") or "2 8 32"):gmatch("%d+") do PROCS[#
 
 local raw = core.new({ port = B.port })
 
--- The mean section and gap (us) of the marks (see above), and a note: the
--- mean time of each of the section's four commands, and the share of the
--- acquisitions made by the process that had made the one before (a barging
--- lock's releaser taking it straight back).
+-- Of the marks (see above): { section = mean section (us), gap = mean gap
+-- (us), cmds = the mean time of each of the section's four commands ("a, b,
+-- c, d us"), again = the share (%) of acquisitions made by the process that
+-- made the one before }, or nil with fewer than two marks.
 local function breakdown(marks)
   table.sort(marks, function(a, b) return a[1] < b[1] end)
   local section, gap, cmd, again = 0, 0, { 0, 0, 0, 0 }, 0
@@ -124,9 +127,8 @@ local function breakdown(marks)
   end
   if #marks < 2 then return nil end
   for j = 1, 4 do cmd[j] = string.format("%.0f", cmd[j] / #marks * 1e6) end
-  return section / #marks * 1e6, gap / (#marks - 1) * 1e6,
-         string.format("its commands: %s us; %.0f %% taken by the process that made the acquisition before",
-                       table.concat(cmd, ", "), again / (#marks - 1) * 100)
+  return { section = section / #marks * 1e6, gap = gap / (#marks - 1) * 1e6,
+           cmds = table.concat(cmd, ", ") .. " us", again = again / (#marks - 1) * 100 }
 end
 
 -- The server's CPU time so far (user and system, s), from INFO.
@@ -138,7 +140,7 @@ end
 -- Runs procs workers in mode (a waiting mode, or "fifo:<path>" with seed
 -- putting the token in); returns acquisitions/s, violations, a note, the
 -- CPU time an acquisition cost (us: the workers', the server's), and the
--- mean section and gap (us) and a note on them (see breakdown).
+-- breakdown of the marks (see breakdown).
 local function run(mode, procs, seed)
   local key = string.format("bench:contend:%s:%d", mode:match("^[^:]*"), procs)
   assert(raw:command("DEL", key, key .. ":inside"))
@@ -205,21 +207,22 @@ local function fifo_ceiling(procs)
   assert(os.execute("mkfifo " .. path))
   local keep = assert(io.open(path, "r+")) -- the FIFO lives while one end is open
   keep:setvbuf("no")
-  local rate, violations, _, _, section, gap, detail = run("fifo:" .. path, procs,
-                                                     function() assert(keep:write("t")) end)
+  local rate, violations, _, _, parts = run("fifo:" .. path, procs, function() assert(keep:write("t")) end)
   keep:close()
   os.execute("rm -rf " .. dir)
   assert(violations == 0, "the FIFO's token let two sections overlap")
-  return rate, section, gap, detail
+  return rate, parts
 end
 
 -- The breakdown of run id (see breakdown), when it has one.
-local function emit_breakdown(id, label, section, gap, detail)
-  if not section then return end
-  B.emit({ name = "contended.section/" .. id, value = math.floor(section + 0.5), unit = "us",
-           note = detail, label = label .. ": mean section (lock got to release sent)" })
-  B.emit({ name = "contended.gap/" .. id, value = math.floor(gap + 0.5), unit = "us",
+local function emit_breakdown(id, label, parts)
+  if not parts then return end
+  B.emit({ name = "contended.section/" .. id, value = math.floor(parts.section + 0.5), unit = "us",
+           note = "its commands: " .. parts.cmds, label = label .. ": mean section (lock got to release sent)" })
+  B.emit({ name = "contended.gap/" .. id, value = math.floor(parts.gap + 0.5), unit = "us",
            label = label .. ": mean gap (a release sent to the next holder's lock got)" })
+  B.emit({ name = "contended.again/" .. id, value = math.floor(parts.again + 0.5), unit = "%",
+           label = label .. ": acquisitions made by the process that made the one before" })
 end
 
 -- The CPU time an acquisition of run id cost ({ workers', server's }, us),
@@ -239,21 +242,31 @@ B.emit({ name = "contended.ceiling", value = math.floor(top + 0.5), unit = "sect
          label = "the section alone, one process, no lock" })
 for _, procs in ipairs(PROCS) do
   B.say("bench: contention, a local FIFO's token as the lock, %d processes, %g s", procs, SECONDS)
-  local rate, section, gap, detail = fifo_ceiling(procs)
+  local rate, parts = fifo_ceiling(procs)
   B.emit({ name = "contended.fifo/" .. procs, value = math.floor(rate + 0.5), unit = "sections/s",
            label = string.format("%d processes, the sections serialized by a local FIFO's token: "
                                  .. "a lock with no round trip, the ceiling of any lock here", procs) })
-  emit_breakdown("fifo/" .. procs, string.format("%d processes, the FIFO's token", procs), section, gap, detail)
+  emit_breakdown("fifo/" .. procs, string.format("%d processes, the FIFO's token", procs), parts)
 end
--- BENCH_CONTEND_MODES (e.g. "notify fair") keeps only those of the modes.
-local only = os.getenv("BENCH_CONTEND_MODES")
-for _, mode in ipairs(B.wait_modes(client)) do
-  for _, procs in ipairs((not only or (" " .. only .. " "):find(" " .. mode .. " ", 1, true)) and PROCS or {}) do
+-- The modes to run: those of BENCH_CONTEND_MODES (e.g. "notify fair") that
+-- the API has, else all it has.
+local modes = B.wait_modes(client)
+local wanted = os.getenv("BENCH_CONTEND_MODES")
+if wanted then
+  local has = {}
+  for _, mode in ipairs(modes) do has[mode] = true end
+  modes = {}
+  for mode in wanted:gmatch("[^%s,]+") do
+    if has[mode] then modes[#modes + 1] = mode else B.say("bench: contention: no mode %q here, left out", mode) end
+  end
+end
+for _, mode in ipairs(modes) do
+  for _, procs in ipairs(PROCS) do
     B.say("bench: contention, %s, %d processes, %g s", mode, procs, SECONDS)
-    local rate, violations, note, cpu, section, gap, detail = run(mode, procs)
+    local rate, violations, note, cpu, parts = run(mode, procs)
     local label = string.format("%d processes, one key, %s", procs, B.mode_label(mode))
     local id = string.format("%s/%d", mode, procs)
-    emit_breakdown(id, label, section, gap, detail)
+    emit_breakdown(id, label, parts)
     emit_cpu(id, label, cpu, rate)
     B.emit({ name = "contended/" .. id, value = math.floor(rate + 0.5), unit = "acquisitions/s", note = note,
              baseline = "contended.ceiling", baseline_value = math.floor(top + 0.5),
