@@ -348,7 +348,23 @@ describe("argument checks", function()
       raises("bad argument #2 to 'command' (string or number expected, got table)",
              client.command, client, "GET", {})
       raises("bad argument #1 to 'command' (command name expected)", client.command, client)
+      -- Past eight arguments they are checked all the same, and a name is
+      -- refused however often it was seen, in any case.
       local ok, err = pcall(function()
+        local r = client:command("DEL", "a", "b", "c", "d", "e", "f", "g", "h", "i", true)
+        return r
+      end)
+      assert.is_false(ok)
+      assert.is_truthy(err:match("06%-arguments_spec%.lua:%d+: bad argument #11 to 'command' %(string or number "
+                                 .. "expected, got boolean%)"), err)
+      raises("bad argument #3 to 'command' (string or number expected, got nil)",
+             client.command, client, "SET", "k", nil)
+      assert.are.equal(0, client:command("DEL", "a", "b", "c", "d", "e", "f", "g", "h", "i", 10))
+      for _ = 1, 2 do
+        raises("\"select\" would change the connection's state", client.command, client, "select", 1)
+        raises("\"client\" would change the connection's state", client.command, client, "client", "reply", "skip")
+      end
+      ok, err = pcall(function()
         local r = client:command(true)
         return r
       end)

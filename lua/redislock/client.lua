@@ -250,6 +250,25 @@ local STATEFUL = {
   AUTH = true, QUIT = true, SYNC = true, PSYNC = true,
 }
 
+-- Refuses argument i of command unless it is a string or a number.
+local function check_argument(i, v)
+  local t = type(v)
+  if t ~= "string" and t ~= "number" then
+    argerror(i, "command", "string or number expected, got " .. t)
+  end
+end
+
+-- A command name in capitals, remembered for the first 256 names seen, so
+-- that the usual few cost no new string a call.
+local upper_of, uppers = {}, 0
+local function upper_name(name)
+  local upper = upper_of[name]
+  if upper then return upper end
+  upper = name:upper()
+  if uppers < 256 then upper_of[name], uppers = upper, uppers + 1 end
+  return upper
+end
+
 --- Runs one Redis command on the client's connection, e.g. for a fenced write.
 -- Arguments are strings or numbers. A nil reply is false. Commands that would
 -- change the connection's state (SELECT, MULTI, SUBSCRIBE, AUTH ...) are refused.
@@ -259,19 +278,28 @@ local STATEFUL = {
 -- @return[2] nil
 -- @treturn[2] string "connection: ..." or "redis: <server error>"
 function Client:command(name, ...)
-  check_client(self, "command")
+  -- check_client's checks, the usual outcome first (a command may be in a
+  -- hot loop; check_client says what is wrong when one fails)
+  if getmetatable(self) ~= client_mt or self._link.closed or self._transport.io_problem then
+    check_client(self, "command")
+  end
   if name == nil then argerror(1, "command", "command name expected") end
-  local argv = pack(name, ...)
-  for i = 1, argv.n do
-    local t = type(argv[i])
-    if t ~= "string" and t ~= "number" then
-      argerror(i, "command", "string or number expected, got " .. t)
+  local t = type(name)
+  if t ~= "string" and t ~= "number" then check_argument(1, name) end
+  local n = select("#", ...)
+  if n <= 8 then
+    for i = 1, n do
+      local v = select(i, ...)
+      t = type(v)
+      if t ~= "string" and t ~= "number" then check_argument(i + 1, v) end
     end
+  else -- one table beats select's walk over many arguments
+    local argv = pack(...)
+    for i = 1, n do check_argument(i + 1, argv[i]) end
   end
   if type(name) == "string" then
-    local upper = name:upper()
-    local sub = select("#", ...) > 0 and type((...)) == "string" and (...):upper()
-    if STATEFUL[upper] or (upper == "CLIENT" and sub == "REPLY") then
+    local upper = upper_of[name] or upper_name(name)
+    if STATEFUL[upper] or (upper == "CLIENT" and n > 0 and type((...)) == "string" and (...):upper() == "REPLY") then
       argerror(1, "command", quote(name) .. " would change the connection's state under the locks;"
                              .. " use the client's options, or another Redis client")
     end
