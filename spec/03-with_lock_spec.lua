@@ -426,6 +426,9 @@ describe("with_lock", function()
         local err = headers["x-redislock-error"]
         assert.is_truthy(err and err:find("redislock: 'acquire' cannot run in nginx's header_filter phase:"
                                           .. " cosockets are not available there", 1, true), err)
+        err = headers["x-redislock-command-error"]
+        assert.is_truthy(err and err:find("redislock: 'command' cannot run in nginx's header_filter phase:", 1, true),
+                         err)
         assert.is_truthy(helpers.eventually(2, function()
           return ngx:error_log():find("log phase: redislock: 'acquire' cannot run in nginx's log phase", 1, true)
         end), ngx:error_log())

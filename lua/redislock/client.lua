@@ -25,7 +25,8 @@ local topology = require "redislock.topology"
 local transport = require "redislock.transport"
 local url = require "redislock.url"
 
-local error, pairs, select, setmetatable, tostring, type = error, pairs, select, setmetatable, tostring, type
+local error, getmetatable, pairs, select, setmetatable, tostring, type =
+      error, getmetatable, pairs, select, setmetatable, tostring, type
 local string_format = string.format
 local argerror, quote, pack = args.argerror, args.quote, args.pack
 local check_key, check_seconds, check_self, check_nargs, check_opts, check_whole, check_phase, lock_opts =
@@ -48,8 +49,11 @@ local function check_live(self, fname)
   check_not_closed(self, fname)
 end
 
--- check_self for clients, refusing closed ones too.
+-- check_self for clients, refusing closed ones too, and I/O where nginx
+-- forbids it (check_phase). The usual outcome is found first: a client's
+-- calls may be in a hot loop.
 local function check_client(self, fname)
+  if getmetatable(self) == client_mt and not self._link.closed and not self._transport.io_problem then return end
   check_live(self, fname)
   check_phase(self._transport, fname)
 end
@@ -258,14 +262,12 @@ local function check_argument(i, v)
   end
 end
 
--- A command name in capitals, remembered for the first 256 names seen, so
--- that the usual few cost no new string a call.
+-- A command name in capitals, remembered for the first 256 short names
+-- seen, so that the usual few cost no new string a call.
 local upper_of, uppers = {}, 0
 local function upper_name(name)
-  local upper = upper_of[name]
-  if upper then return upper end
-  upper = name:upper()
-  if uppers < 256 then upper_of[name], uppers = upper, uppers + 1 end
+  local upper = name:upper()
+  if uppers < 256 and #name <= 32 then upper_of[name], uppers = upper, uppers + 1 end
   return upper
 end
 
@@ -278,11 +280,7 @@ end
 -- @return[2] nil
 -- @treturn[2] string "connection: ..." or "redis: <server error>"
 function Client:command(name, ...)
-  -- check_client's checks, the usual outcome first (a command may be in a
-  -- hot loop; check_client says what is wrong when one fails)
-  if getmetatable(self) ~= client_mt or self._link.closed or self._transport.io_problem then
-    check_client(self, "command")
-  end
+  check_client(self, "command")
   if name == nil then argerror(1, "command", "command name expected") end
   local t = type(name)
   if t ~= "string" and t ~= "number" then check_argument(1, name) end

@@ -460,10 +460,13 @@ function app.raise_table()
   return reply(200, tostring(not ok and got == err and got.code == 42))
 end
 
---- GET /phase: acquire from header_filter and log, where cosockets are missing.
+--- GET /phase: acquire and a command from header_filter, acquire from log,
+-- where cosockets are missing.
 function app.header_filter()
   local ok, err = pcall(client().acquire, client(), "phase", 5)
   ngx.header["X-Redislock-Error"] = ok and "none" or tostring(err)
+  ok, err = pcall(client().command, client(), "PING")
+  ngx.header["X-Redislock-Command-Error"] = ok and "none" or tostring(err)
 end
 
 function app.log()
