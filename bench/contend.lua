@@ -5,9 +5,9 @@
 -- with a wait, a read-modify-write of a shared counter under the lock (GET,
 -- then SET n+1), release. Reports the total acquisitions per second (those
 -- released inside the timed window) and the mutual-exclusion violations,
--- which must be 0: each holder INCRs an
--- "inside" key on entry (more than 1 is an overlap) and DECRs it on leaving,
--- and at the end the counter must equal the number of acquisitions made.
+-- which must be 0: each holder INCRs an "inside" key on entry (more than 1
+-- is an overlap) and DECRs it on leaving, and at the end the counter must
+-- equal the number of acquisitions made.
 -- The ceilings beside them: one process running the section alone (INCR,
 -- GET, SET, DECR, no lock) back to back; and, for each number of
 -- processes, the same processes running the same sections one at a time
