@@ -254,12 +254,9 @@ local STATEFUL = {
   AUTH = true, QUIT = true, SYNC = true, PSYNC = true,
 }
 
--- Refuses argument i of command unless it is a string or a number.
-local function check_argument(i, v)
-  local t = type(v)
-  if t ~= "string" and t ~= "number" then
-    argerror(i, "command", "string or number expected, got " .. t)
-  end
+-- Raises: argument i of command, v, is neither a string nor a number.
+local function bad_argument(i, v)
+  argerror(i, "command", "string or number expected, got " .. type(v))
 end
 
 -- A command name in capitals, remembered for the first 256 short names
@@ -282,20 +279,17 @@ end
 function Client:command(name, ...)
   check_client(self, "command")
   if name == nil then argerror(1, "command", "command name expected") end
-  local t = type(name)
-  if t ~= "string" and t ~= "number" then check_argument(1, name) end
+  local kind = type(name)
+  if kind ~= "string" and kind ~= "number" then bad_argument(1, name) end
   local n = select("#", ...)
-  if n <= 8 then
-    for i = 1, n do
-      local v = select(i, ...)
-      t = type(v)
-      if t ~= "string" and t ~= "number" then check_argument(i + 1, v) end
-    end
-  else -- one table beats select's walk over many arguments
-    local argv = pack(...)
-    for i = 1, n do check_argument(i + 1, argv[i]) end
+  local argv = n > 8 and pack(...) -- one table beats select's walk over many arguments
+  for i = 1, n do
+    local v
+    if argv then v = argv[i] else v = select(i, ...) end
+    local t = type(v)
+    if t ~= "string" and t ~= "number" then bad_argument(i + 1, v) end
   end
-  if type(name) == "string" then
+  if kind == "string" then
     local upper = upper_of[name] or upper_name(name)
     if STATEFUL[upper] or (upper == "CLIENT" and n > 0 and type((...)) == "string" and (...):upper() == "REPLY") then
       argerror(1, "command", quote(name) .. " would change the connection's state under the locks;"
