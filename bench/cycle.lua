@@ -149,7 +149,7 @@ for _ = 1, 3 do
   cpu.minimal[#cpu.minimal + 1] = server_cpu(minimal_floor, CPU_CYCLES) / CPU_CYCLES
 end
 
--- What the fence's era check costs (rl_script.c, "Fences across failovers"),
+-- What the fence's era check costs (csrc/scripts/README.md, "Fences across failovers"),
 -- with no client in the way: the raw floor with the library's take (MULTI,
 -- SET, INCR, GET of the era record, EXEC) against the take without the GET
 -- (the take before the check), the same release after each; server CPU and

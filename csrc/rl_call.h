@@ -11,7 +11,7 @@
  *
  * - a take (MULTI, SET NX PX, INCR, GET of the era record, EXEC) falls back
  *   on the acquire script when the lock is held or the fence's era is for
- *   the script to check (with the master ID the record names: rl_script.c,
+ *   the script to check (with the master ID the record names: csrc/scripts/README.md,
  *   "Fences across failovers");
  * - EVALSHA, then EVAL after NOSCRIPT (which caches the script);
  * - the one resend per call: bytes lost on a connection that had answered

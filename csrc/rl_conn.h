@@ -47,7 +47,7 @@ typedef struct {
   char where[128];        /* "host:port" or the socket path, for messages */
   char era[RL_REPLID_LEN + 1]; /* the master ID an acquire script confirmed on
                                   this connection ("" before): a take trusts
-                                  the era records that name it (rl_script.c,
+                                  the era records that name it (csrc/scripts/README.md,
                                   "Fences across failovers") */
 } rl_conn;
 

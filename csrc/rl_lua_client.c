@@ -182,7 +182,7 @@ static int core_new(lua_State *L) {
  * Runs one script. op is "acquire", "release", "extend", "pttl",
  * "acquire_wait", "acquire_fair", "leave" or "release_one" (a release of the lock's key
  * alone, for a cluster slot half moved), or "take": the first try of an
- * acquire, the acquire script's work without a script (see rl_script.c),
+ * acquire, the acquire script's work without a script (see csrc/scripts/README.md),
  * followed by the acquire script when the lock is held; or one of the
  * semaphore's and read-write lock's ("sem_acquire" ... "write_leave"). ms is
  * the ttl of the ops that take one; more a table of what else: n (the limit
@@ -289,7 +289,7 @@ static int client_command(lua_State *L) {
  * lock op belongs to; the shared one, or a registered waiter's own when
  * token is not nil) for at most ms, on the client's second connection so
  * that the first stays free. When woken, what woke it (a string: "1", or a
- * handoff's "<fence> <age> <at>", see rl_script.c); false when the time
+ * handoff's "<fence> <age> <at>", see csrc/scripts/README.md); false when the time
  * ran out.
  */
 static int client_wait(lua_State *L) {

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* The ops of the core, one row each (rl_script.c): what rl_proto.c needs
-   to build their commands. Internal to the core (rl_proto.h is its face). */
+/* The ops of the core, one row each, and the scripts (rl_scripts.c, which
+   tools/gen_scripts.lua writes from the files of csrc/scripts/): what rl_proto.c
+   needs to build their commands. Internal to the core (rl_proto.h is its
+   face). */
 #ifndef REDISLOCK_RL_OPS_H
 #define REDISLOCK_RL_OPS_H
 
@@ -34,7 +36,8 @@ enum { RL_F_MS = 1, RL_F_N = 2, RL_F_ONCE = 4, RL_F_STAY = 8 };
 
 /* One op: its name (as Lua calls it), its script (NULL for a take, which
    runs none: it falls back on acquire's), the names its script gets as
-   KEYS, in order (-1 ends them), and its flags. */
+   KEYS, in order (-1 ends them), and its flags; a script file's "--! op"
+   line. */
 typedef struct {
   const char *name;
   const char *script;
@@ -43,6 +46,19 @@ typedef struct {
 } rl_op_row;
 
 extern const rl_op_row rl_ops[RL_OP_COUNT];
+
+/* A script the Lua layer sends itself (rl_extra_script), by name. */
+typedef struct {
+  const char *name;
+  const char *text;
+} rl_script_row;
+
+/* Those scripts, ended by a row of NULLs. */
+extern const rl_script_row rl_extra_scripts[];
+
+/* The head and tail of a user's script run under a guard (rl_guard_parts). */
+extern const char rl_guard_fenced_head[], rl_guard_fenced_tail[];
+extern const char rl_guard_owned_head[], rl_guard_owned_tail[];
 
 #pragma GCC visibility pop
 

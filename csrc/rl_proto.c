@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The lock protocol: the commands of the ops (rl_script.c has their
+/* The lock protocol: the commands of the ops (rl_scripts.c has their
    scripts), reply decoding, and the checks of keys and times. */
 #include "rl_ops.h"
 

@@ -64,7 +64,7 @@ enum {
   RL_OTHER = -1,   /* the key holds another owner's token */
   /* A take: SET took the lock, but nothing vouches for the slot's era
      record on this connection (a new connection, or a new master): the
-     acquire script follows, which checks the era itself (rl_script.c,
+     acquire script follows, which checks the era itself (csrc/scripts/README.md,
      "Fences across failovers"). The acquire script after it
      (rl_cmd_claim): ours, but the master ID claimed is not this master's
      (a connection named after it must lose the name). */
@@ -109,13 +109,13 @@ typedef enum {
 #define RL_WAITERS_SLACK_MS 1000        /* the waiters mark outlives the lock's TTL by this */
 #define RL_FAIR_STAY_MS 3000            /* a fair waiter not back by then leaves the queue */
 /* A lock handed to a waiter that did not take up its wake-up within this
-   (it died, or gave up meanwhile) may be taken by another (rl_script.c). */
+   (it died, or gave up meanwhile) may be taken by another (csrc/scripts/). */
 #define RL_CLAIM_MS 500
 /* A new era's offset is the master's clock in milliseconds, and at least the
-   last era's offset plus this (rl_script.c, "Fences across failovers"). */
+   last era's offset plus this (csrc/scripts/README.md, "Fences across failovers"). */
 #define RL_ERA_STEP 1000
 /* How far ahead of its clock a promoted replica starts its era (ms): see
-   rl_script.c, "Fences across failovers". */
+   csrc/scripts/README.md, "Fences across failovers". */
 #define RL_ERA_LEAD 5000
 #define RL_ERA_NAME "redislock:"        /* a connection's name: this and the master ID it checked */
 
@@ -155,10 +155,10 @@ const char *rl_op_name(rl_op op);
 /* The scripts the Lua layer sends as plain commands (EVALSHA, then EVAL
    after NOSCRIPT), not through rl_cmd: multi_acquire (all locks or none, on
    one server; its keys are many), inspect, force_release, and the guarded
-   writes fenced_write and owned_write (see rl_script.c). The i-th (from 0) with its name and SHA-1; NULL past the last. */
+   writes fenced_write and owned_write (see csrc/scripts/README.md). The i-th (from 0) with its name and SHA-1; NULL past the last. */
 const char *rl_extra_script(int i, const char **name, const char **sha);
 /* The head and tail of a user's script run under a guard (owned: the owner
-   check; else the fence check): see rl_script.c. */
+   check; else the fence check): see csrc/scripts/. */
 void rl_guard_parts(int owned, const char **head, const char **tail);
 
 /* Whether op takes a time (ms >= 1: a ttl, or fence_up's fence) and a count
@@ -238,7 +238,7 @@ int rl_cmd_claim(rl_cmd *cmd, const char *era);
 /* Tells a release the master ID era (RL_REPLID_LEN hex digits) its
    connection vouches for (as it does for a take), in place of any told
    before; era NULL or "" tells none. A handoff then trusts an era record
-   that names it without reading INFO (rl_script.c). 0, or -1 when cmd is
+   that names it without reading INFO (csrc/scripts/). 0, or -1 when cmd is
    not a release or era not an ID. */
 int rl_cmd_trust(rl_cmd *cmd, const char *era);
 

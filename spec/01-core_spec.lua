@@ -82,7 +82,7 @@ describe("redislock.core", function()
   it("passes the protocol core's own C unit test, without Lua or a server", function()
     -- build/proto_test (make test builds it, under ASan and UBSan): the
     -- commands, replies, slots, redirects and checks of rl_proto.c,
-    -- rl_script.c, rl_slot.c and rl_sys.c, linked without any Lua header.
+    -- rl_script.c, rl_scripts.c, rl_slot.c and rl_sys.c, linked without any Lua header.
     local bin = helpers.root() .. "/build/proto_test"
     assert.is_true(helpers.sh_ok("test -x " .. helpers.sh_quote(bin)), "build/proto_test missing: run make test")
     local out, ok = helpers.run(helpers.sh_quote(bin) .. " 2>&1")
@@ -99,6 +99,17 @@ describe("redislock.core", function()
       local raw = srv:raw()
       for name, s in pairs(core.scripts) do
         assert.are.equal(s.sha, raw:command("SCRIPT", "LOAD", s.text), name)
+      end
+      raw:close()
+    end)
+
+    it("wrap a user's script under a guard, with or without its last newline", function()
+      local raw = srv:raw()
+      for _, owned in ipairs({ false, true }) do
+        for _, user in ipairs({ "return ARGV[1]", "return ARGV[1]\n" }) do
+          local text, sha = core.guard_script(owned, user)
+          assert.are.equal(sha, raw:command("SCRIPT", "LOAD", text))
+        end
       end
       raw:close()
     end)

@@ -92,7 +92,7 @@ describe("waiting", function()
         return t
       end
       -- The first lock in a slot writes its era record, the next one
-      -- confirms this master on the connection (rl_script.c, "Fences across
+      -- confirms this master on the connection (csrc/scripts/README.md, "Fences across
       -- failovers"), each by the acquire script: not part of the count.
       for _ = 1, 2 do assert(assert(holder:acquire("quiet", 5)):release()) end
       assert.are.equal("OK", raw:command("CONFIG", "RESETSTAT"))

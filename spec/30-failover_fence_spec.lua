@@ -1,5 +1,5 @@
 -- SPDX-License-Identifier: MIT
--- Fences that never go backwards across a failover (rl_script.c, "Fences
+-- Fences that never go backwards across a failover (csrc/scripts/README.md, "Fences
 -- across failovers"), in plain Lua: a replica that missed the master's last
 -- locks (SIGSTOP, then CLIENT KILL TYPE replica: what the master already
 -- sent would otherwise wait in its socket) is promoted, and every fence it

@@ -1,5 +1,5 @@
 -- SPDX-License-Identifier: MIT
--- The handoff (rl_script.c, "Handing over"): a release that finds a
+-- The handoff (csrc/scripts/README.md, "Handing over"): a release that finds a
 -- registered waiter hands it the lock in the same script, and the waiter's
 -- wake-up carries its fence, so that it holds the lock with no try of its
 -- own after the release. The proofs are counts the server keeps (scripts

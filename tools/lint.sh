@@ -55,7 +55,13 @@ grep -q "^## $version " CHANGELOG.md || { echo "lint: CHANGELOG.md has no sectio
 grep -q "^\.TH REDISLOCK 1 [0-9-]* \"redislock $version\"" docs/redislock.1 \
   || { echo "lint: docs/redislock.1's .TH line does not say redislock $version"; status=1; }
 
-luacheck -q --no-color lua spec examples bench torture bin/redislock || status=1
+luacheck -q --no-color lua spec examples bench torture bin/redislock tools || status=1
+
+# The Redis scripts: csrc/rl_scripts.c is what csrc/scripts/ makes, and
+# luacheck reads each script as Redis gets it (its fragments in place).
+rm -rf build/scripts && mkdir -p build/scripts
+lua5.4 tools/gen_scripts.lua --check --lint build/scripts || status=1
+luacheck -q --no-color build/scripts || status=1
 
 # The C core under -Werror, for both Lua headers (syntax only: writes nothing).
 for inc in "${LUA_INCDIR:-/usr/include/lua5.4}" "${LUAJIT_INCDIR:-/usr/include/luajit-2.1}"; do

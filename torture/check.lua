@@ -20,7 +20,7 @@
 --    happen (o.failover), a lower fence from another master than the
 --    earlier section's (the E line's node) is a deposed master still
 --    granting in its older era, or a master named again after a failover
---    that was undone (rl_script.c, "Fences across failovers"), which the
+--    that was undone (csrc/scripts/README.md, "Fences across failovers"), which the
 --    design allows: counted apart, with whether the register took its
 --    write; from the same master it is an inversion.
 --  * lost updates: the register's counter against the sections that wrote it.

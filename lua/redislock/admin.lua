@@ -2,7 +2,7 @@
 --- redislock.admin: what operators ask of a lock and do to it:
 -- client:inspect(key) (held? time left, fence, who holds it) and
 -- client:force_release(key). Each is one script on the lock's server (or
--- its slot's node), from the C core (rl_script.c). Who holds a lock comes
+-- its slot's node), from the C core (csrc/scripts/). Who holds a lock comes
 -- from its token, which carries it at no cost (hold.lua's new_token):
 -- 32 random hex digits, then /<host>/<pid>/<since>[/<label>].
 

@@ -2,7 +2,7 @@
 --- redislock.election_io: an election's steps on its server, or on each of
 -- Redlock's (redislock/election.lua, leadership.lua and observe.lua share
 -- them): reading who leads, announcing a change, and under Redlock what a
--- majority of the servers say. The scripts are rl_script.c's "Elections".
+-- majority of the servers say. The scripts are csrc/scripts/elect_*.lua.
 
 local admin = require "redislock.admin"
 local args = require "redislock.args"

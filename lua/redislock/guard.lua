@@ -19,7 +19,7 @@
 -- "lost: ..." (owned: the hold is no longer ours, and reports itself lost;
 -- either: the hold was released here, or found lost, and nothing was sent);
 -- or nil and a "connection: ..." / "redis: ..." error. The checks and
--- writes are the C core's scripts (rl_script.c, "Guarded writes").
+-- writes are the C core's scripts (csrc/scripts/fenced_write.lua and owned_write.lua).
 
 local args = require "redislock.args"
 local core = require "redislock.core"

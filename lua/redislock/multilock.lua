@@ -9,7 +9,7 @@
 --
 -- Taking them:
 -- - on one server (and behind Sentinel): one script checks every key and
---   takes all or none, atomically (rl_script.c's multi_acquire);
+--   takes all or none, atomically (csrc/scripts/multi_acquire.lua);
 -- - where keys live on several servers (a cluster, whose slots no script
 --   spans; Redlock): one by one, in sorted order, each as a lock's acquire;
 --   a busy key gives back those taken before it at once. Never atomic on

@@ -4,7 +4,7 @@
 --
 -- An observer registers beside the election's lock with a stay, and in
 -- the same script takes what was announced to it and reads the state (the
--- lock's token, TTL and term: rl_script.c's elect_observe). Then it blocks
+-- lock's token, TTL and term: csrc/scripts/elect_observe.lua). Then it blocks
 -- on its own list, where new leaders announce themselves (and a leader
 -- that proclaims, or resigns with nobody to follow, tells), until the
 -- leader's TTL runs out or `late` seconds pass, whichever is first, and

@@ -8,7 +8,7 @@
 -- kinds of hold), released with with_lock's guarantees by with_read and
 -- with_write.
 --
--- On the server (rl_script.c), under the name's hash tag:
+-- On the server (csrc/scripts/), under the name's hash tag:
 --   <prefix>{<name>}:rw:readers   readers' tokens by expiry (ms, server time)
 --   <prefix>{<name>}:rw:writer    the writer's token, with its TTL
 --   <prefix>{<name>}:rw:writers   waiting writers by deadline: a writer that
@@ -17,7 +17,7 @@
 --   <prefix>{<name>}:rw:fence, :rw:signal, :rw:waiters  the fence counter,
 --                                 the wake-up list, waiters by deadline
 --   <prefix>{<name>}:rw:queue, :rw:hand  the writers registered for a
---                                 handoff, as a lock's (rl_script.c,
+--                                 handoff, as a lock's (csrc/scripts/README.md,
 --                                 "Handing over"); each blocks on
 --                                 :rw:signal:<token>
 -- A write release and the last reader's release hand the write lock to the

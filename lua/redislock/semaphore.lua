@@ -7,7 +7,7 @@
 -- (redislock/lock.lua) with the semaphore's scripts, so extend, ttl, check,
 -- release, <close>, renewal and with_permit's guarantees are the lock's.
 --
--- On the server (rl_script.c): <prefix>{<name>}:permits, a sorted set of
+-- On the server (csrc/scripts/): <prefix>{<name>}:permits, a sorted set of
 -- tokens by expiry (ms, server time), which the next acquire prunes, so that
 -- a holder that died gives its permit back by its TTL; beside it a fence
 -- counter, a wake-up list and a waiters mark, all under the name's hash tag.

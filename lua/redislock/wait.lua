@@ -139,7 +139,7 @@ end
 _M.LOCK = { take = "take", acquire = "acquire", hand = "acquire_wait", fair = "acquire_fair", leave = "leave",
             keyed = true }
 
--- A handoff's wake-up (redislock.core's rl_script.c, "Handing over"):
+-- A handoff's wake-up (csrc/scripts/README.md, "Handing over"):
 -- "<fence> <age> <at>", age the ms between the waiter's registration and
 -- the handoff, by the server's clock. Returns the fence and the time the
 -- lock was handed over, by ours (core.now()): the registering try was sent

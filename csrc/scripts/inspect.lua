@@ -1,0 +1,6 @@
+-- SPDX-License-Identifier: MIT
+--! script inspect
+-- inspect (redislock/admin.lua): KEYS lock, fence, era. What an operator
+-- asks about a lock, in one step: its state (lock_state).
+--! include lock_state
+return lock_state(KEYS[1], KEYS[2], KEYS[3])

@@ -1,0 +1,23 @@
+-- SPDX-License-Identifier: MIT
+--! op leave keys=lock,signal,queue,hand,fence,era,handoff flags=ms
+-- leave: KEYS lock, signal, queue, hand, fence, era, handoff; ARGV[1] token,
+-- ARGV[2] the TTL it registered to be handed (a waiter in mode "notify":
+-- see register_ready). A registered waiter gives up: it leaves the queue or
+-- the handoff set; a lock handed to it meanwhile is passed on; and if the
+-- lock is free the next waiter is handed it or woken (it would otherwise
+-- wait for its own timeout).
+--! include hand_next list ready_member server_time
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
+redis.call('ZREM', KEYS[7], ready_member(ARGV[2], ARGV[1]))
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  list('DEL', KEYS[2] .. ':' .. ARGV[1])
+  v = false
+end
+if not v then
+  hand_next({ lock = KEYS[1], signal = KEYS[2], queue = KEYS[3], hand = KEYS[4], fence = KEYS[5], era = KEYS[6],
+              handoff = KEYS[7] }, server_time())
+end
+return {0, 0}

@@ -1,0 +1,28 @@
+-- SPDX-License-Identifier: MIT
+--! op release keys=lock,signal,queue,hand,waiters,fence,era,handoff flags=once
+-- release: KEYS lock, signal, queue, hand, waiters, fence, era, handoff;
+-- ARGV[1] token, and ARGV[2], when the connection vouches for this master's
+-- ID (README.md, "Fences across failovers"), that ID: a handoff then trusts
+-- an era record that names it without reading INFO. The handoff or wake-up
+-- runs only when the waiters mark or the handoff set is there, and under
+-- pcall: a failure there (a key of the wrong type, no memory) must not turn
+-- the release into an error, as Redis does not undo what ran before it;
+-- the lock is deleted after it unless it was handed over. Replies one
+-- integer: 1, 0 (no lock), or -2 - the PTTL of another owner's.
+local v = redis.call('GET', KEYS[1])
+if v ~= ARGV[1] then
+  if v then return -2 - redis.call('PTTL', KEYS[1]) end
+  return 0
+end
+if redis.call('EXISTS', KEYS[5], KEYS[8]) == 0 then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+-- Somebody may wait. The fragments come here, so that a release with
+-- nobody waiting (GET, EXISTS, DEL) does not make their functions.
+--! include hand_next server_time
+local k = { lock = KEYS[1], signal = KEYS[2], queue = KEYS[3], hand = KEYS[4], fence = KEYS[6], era = KEYS[7],
+            handoff = KEYS[8], trust = ARGV[2], handed = false }
+pcall(function() hand_next(k, server_time()) end)
+if not k.handed then redis.call('DEL', KEYS[1]) end
+return 1

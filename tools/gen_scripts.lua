@@ -1,0 +1,273 @@
+-- SPDX-License-Identifier: MIT
+-- Writes csrc/rl_scripts.c, the scripts the core sends and its op table,
+-- from csrc/scripts/*.lua (one file per script) and csrc/scripts/lib/*.lua
+-- (the fragments they include). Run by `make scripts`; `make lint` runs it
+-- with --check, which fails when the committed file is not current (the
+-- rockspec's builtin build cannot run a generator, so the output is
+-- committed).
+--
+--   lua5.4 tools/gen_scripts.lua [--check] [--lint DIR]
+--
+-- --lint DIR also writes each script as Redis gets it, its fragments in
+-- place and its comments kept, into DIR/<name>.lua, for luacheck.
+--
+-- A script file's header lines (docs/development.md, "Scripts"):
+--   --! op NAME keys=K1,K2,... [flags=F1,F2,...]
+--        an op of rl_proto.h's rl_op (RL_OP_<NAME>) that sends this script;
+--        its keys by their names in rl_ops.h (lock: K_LOCK ...), in KEYS'
+--        order; flags: ms, n, once, stay (rl_ops.h's RL_F_*), and noscript
+--        (the take, which sends no script: it falls back on this one).
+--        Several ops may share one script.
+--   --! script NAME      a script the Lua layer sends itself (core.scripts)
+--   --! guard NAME       the wrapper of a user's script (guard.lua's eval):
+--                        the line --! user marks where the user's text goes
+--   --! include A B ...  the fragments lib/A.lua ... go here (each once a
+--                        script; a fragment may include others)
+-- RL_<NAME> in a script is replaced by rl_proto.h's #define of that number.
+-- Lines that are only a comment, and blank lines, are not sent.
+
+local dir = "csrc/scripts"
+local out_file = "csrc/rl_scripts.c"
+
+local check, lint_dir = false, nil
+do
+  local i = 1
+  while arg[i] do
+    if arg[i] == "--check" then check = true
+    elseif arg[i] == "--lint" and arg[i + 1] then lint_dir = arg[i + 1]; i = i + 1
+    else io.stderr:write("usage: lua5.4 tools/gen_scripts.lua [--check] [--lint DIR]\n"); os.exit(2) end
+    i = i + 1
+  end
+end
+
+local function fail(fmt, ...)
+  io.stderr:write("gen_scripts: ", string.format(fmt, ...), "\n")
+  os.exit(1)
+end
+
+local function read(path)
+  local f, err = io.open(path, "rb")
+  if not f then fail("%s", err) end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function lines_of(text)
+  local t = {}
+  for line in (text:gsub("\n?$", "\n")):gmatch("(.-)\n") do t[#t + 1] = line end
+  return t
+end
+
+local function listing(cmd)
+  local p = assert(io.popen(cmd))
+  local t = {}
+  for line in p:lines() do t[#t + 1] = line end
+  p:close()
+  table.sort(t)
+  return t
+end
+
+-- rl_proto.h: the numbers scripts may name, and the ops in enum order.
+local proto = read("csrc/rl_proto.h")
+local numbers = {}
+for name, value in proto:gmatch("\n#define (RL_[%u%d_]+) +(%d+)") do numbers[name] = value end
+local enum = proto:match("typedef enum {(.-)} rl_op;")
+if not enum then fail("no rl_op enum in csrc/rl_proto.h") end
+local op_order = {}
+for name in enum:gsub("/%*.-%*/", ""):gmatch("RL_OP_([%u%d_]+)") do
+  if name ~= "COUNT" then op_order[#op_order + 1] = name:lower() end
+end
+
+-- rl_ops.h: the key names (K_LOCK ...).
+local key_names = {}
+local keys_enum = read("csrc/rl_ops.h"):match("enum { (K_.-) };")
+if not keys_enum then fail("no K_ enum in csrc/rl_ops.h") end
+for name in keys_enum:gsub("/%*.-%*/", ""):gmatch("K_([%u%d]+)") do key_names[name:lower()] = true end
+
+local flag_names = { ms = "RL_F_MS", n = "RL_F_N", once = "RL_F_ONCE", stay = "RL_F_STAY" }
+
+-- A file with its fragments resolved: its lines (comments kept), and what
+-- its header says. included: the fragments already in this script.
+local function resolve(path, included, into, meta)
+  local n = 0
+  for _, line in ipairs(lines_of(read(path))) do
+    n = n + 1
+    local word, rest = line:match("^%s*%-%-! *(%a+) *(.-) *$")
+    if word == "include" then
+      for name in rest:gmatch("[%w_]+") do
+        if not included[name] then
+          included[name] = true
+          resolve(dir .. "/lib/" .. name .. ".lua", included, into, nil)
+        end
+      end
+    elseif word and not meta then
+      fail("%s:%d: a fragment has no header line '--! %s'", path, n, word)
+    elseif word == "op" then
+      local name, keys, flags = rest:match("^([%w_]+) +keys=([%w_,]+) *(.-)$")
+      if not name then fail("%s:%d: '--! op NAME keys=...' expected", path, n) end
+      local op = { name = name, keys = {}, flags = {} }
+      for k in keys:gmatch("[^,]+") do
+        if not key_names[k] then fail("%s:%d: no key named %s in rl_ops.h", path, n, k) end
+        op.keys[#op.keys + 1] = "K_" .. k:upper()
+      end
+      local fl = flags:match("^flags=([%w,]+)$")
+      if flags ~= "" and not fl then fail("%s:%d: 'flags=...' expected", path, n) end
+      for f in (fl or ""):gmatch("[^,]+") do
+        if f == "noscript" then op.noscript = true
+        elseif flag_names[f] then op.flags[#op.flags + 1] = flag_names[f]
+        else fail("%s:%d: no flag %s", path, n, f) end
+      end
+      meta.ops[#meta.ops + 1] = op
+    elseif word == "script" or word == "guard" then
+      if meta.kind then fail("%s:%d: one '--! script' or '--! guard' a file", path, n) end
+      meta.kind, meta.name = word, rest
+    elseif word == "user" then
+      if meta.kind ~= "guard" then fail("%s:%d: '--! user' outside a guard", path, n) end
+      into[#into + 1] = { user = true }
+    elseif word then
+      fail("%s:%d: unknown header line '--! %s'", path, n, word)
+    else
+      into[#into + 1] = { text = line, from = path, line = n }
+    end
+  end
+end
+
+-- What Redis gets of resolved lines: no comment lines, no blank ones, and
+-- RL_ names replaced by their numbers.
+local function numbered(l)
+  return (l.text:gsub("RL_[%u%d_]+", function(name)
+    return numbers[name] or fail("%s:%d: %s is not a number in rl_proto.h", l.from, l.line, name)
+  end))
+end
+
+local function sent(lines, path)
+  local t = {}
+  for _, l in ipairs(lines) do
+    if l.user then
+      t[#t + 1] = false
+    elseif not l.text:match("^%s*%-%-") and l.text:match("%S") then
+      if l.text:match("%-%-%[%[") then fail("%s:%d: no long comments in scripts", l.from, l.line) end
+      t[#t + 1] = numbered(l)
+    end
+  end
+  if #t == 0 then fail("%s: no code", path) end
+  return t
+end
+
+local function c_string(lines, indent)
+  local t = {}
+  for _, l in ipairs(lines) do
+    t[#t + 1] = indent .. '"' .. l:gsub('[\\"]', "\\%0") .. '\\n"'
+  end
+  return table.concat(t, "\n")
+end
+
+local scripts, ops, extras, guards = {}, {}, {}, {}
+for _, path in ipairs(listing("ls " .. dir .. "/*.lua")) do
+  local base = path:match("([%w_]+)%.lua$")
+  local meta, lines = { ops = {} }, {}
+  resolve(path, {}, lines, meta)
+  if meta.kind and #meta.ops > 0 then fail("%s: ops and a '--! %s' in one file", path, meta.kind) end
+  if not meta.kind and #meta.ops == 0 then fail("%s: no '--! op', '--! script' or '--! guard' line", path) end
+  local code = sent(lines, path)
+  local s = { base = base, path = path, lines = lines, code = code }
+  scripts[#scripts + 1] = s
+  for _, op in ipairs(meta.ops) do
+    if ops[op.name] then fail("%s: op %s is also in %s", path, op.name, ops[op.name].script.path) end
+    op.script = s
+    ops[op.name] = op
+  end
+  if meta.kind == "script" then extras[#extras + 1] = { name = meta.name, script = s } end
+  if meta.kind == "guard" then guards[meta.name] = s end
+end
+for _, name in ipairs(op_order) do
+  if not ops[name] then fail("op %s (rl_proto.h) is in no file of %s", name, dir) end
+end
+for name in pairs(ops) do
+  local known = false
+  for _, o in ipairs(op_order) do known = known or o == name end
+  if not known then fail("op %s is not in rl_proto.h's rl_op", name) end
+end
+for _, name in ipairs({ "fenced", "owned" }) do
+  if not guards[name] then fail("no '--! guard %s' in %s", name, dir) end
+end
+
+local out = {}
+local function emit(s) out[#out + 1] = s end
+emit("/* SPDX-License-Identifier: MIT */")
+emit("/* Generated by tools/gen_scripts.lua from the files of csrc/scripts/: do")
+emit("   not edit. Change a script there and run `make scripts`")
+emit("   (docs/development.md). */")
+emit('#include "rl_ops.h"')
+emit("")
+emit("/* C99 asks compilers to take string literals of 4095 bytes; GCC and")
+emit("   Clang take any, and some scripts are longer. */")
+emit('#pragma GCC diagnostic ignored "-Woverlength-strings"')
+emit("")
+for _, s in ipairs(scripts) do
+  if guards.fenced ~= s and guards.owned ~= s then
+    emit("/* " .. s.path .. " */")
+    emit("static const char s_" .. s.base .. "[] =")
+    emit(c_string(s.code, "  ") .. ";")
+    emit("")
+  end
+end
+emit("const rl_op_row rl_ops[RL_OP_COUNT] = {")
+for _, name in ipairs(op_order) do
+  local op = ops[name]
+  local keys = table.concat(op.keys, ", ") .. (#op.keys > 0 and ", " or "") .. "-1"
+  local flags = #op.flags > 0 and table.concat(op.flags, " | ") or "0"
+  emit(string.format('  [RL_OP_%s] = { "%s", %s, { %s }, %s },', name:upper(), name,
+    op.noscript and "NULL" or "s_" .. op.script.base, keys, flags))
+end
+emit("};")
+emit("")
+emit("const rl_script_row rl_extra_scripts[] = {")
+for _, e in ipairs(extras) do emit(string.format('  { "%s", s_%s },', e.name, e.script.base)) end
+emit("  { NULL, NULL }")
+emit("};")
+emit("")
+for _, name in ipairs({ "fenced", "owned" }) do
+  local code, at = guards[name].code, nil
+  for i, l in ipairs(code) do
+    if l == false then
+      if at then fail("%s: two '--! user' lines", guards[name].path) end
+      at = i
+    end
+  end
+  if not at then fail("%s: no '--! user' line", guards[name].path) end
+  emit("/* " .. guards[name].path .. " */")
+  emit("const char rl_guard_" .. name .. "_head[] =")
+  emit(c_string({ table.unpack(code, 1, at - 1) }, "  ") .. ";")
+  -- The tail starts on a line of its own, whether the user's text ends
+  -- with a newline or not.
+  emit("const char rl_guard_" .. name .. "_tail[] =")
+  emit('  "\\n"\n' .. c_string({ table.unpack(code, at + 1) }, "  ") .. ";")
+end
+local text = table.concat(out, "\n") .. "\n"
+
+if lint_dir then
+  for _, s in ipairs(scripts) do
+    local t = {}
+    for _, l in ipairs(s.lines) do
+      t[#t + 1] = l.user and "local _, _ = KEYS, ARGV -- the user's script" or numbered(l)
+    end
+    local f = assert(io.open(lint_dir .. "/" .. s.base .. ".lua", "wb"))
+    f:write(table.concat(t, "\n"), "\n")
+    f:close()
+  end
+end
+
+if check then
+  local f = io.open(out_file, "rb")
+  local current = f and f:read("a")
+  if f then f:close() end
+  if current ~= text then
+    fail("%s is not what csrc/scripts/ makes: run `make scripts` and commit it", out_file)
+  end
+else
+  local f = assert(io.open(out_file, "wb"))
+  f:write(text)
+  f:close()
+end
