@@ -12,7 +12,8 @@ enum {
   PH_SCRIPT, /* the script (after ASKING, or CLIENT SETNAME when it claims an era record) */
   PH_UNNAME, /* CLIENT SETNAME "": a claim failed, the connection's name must go */
   PH_WAIT,   /* WAIT replicas ms */
-  PH_COMMAND /* a plain command (rl_call_init_command) */
+  PH_COMMAND, /* a plain command (rl_call_init_command) */
+  PH_ARGS     /* a script with its caller's arguments (rl_call_init_args) */
 };
 
 static const char ASKING[] = "*1\r\n$6\r\nASKING\r\n";
@@ -44,6 +45,7 @@ static void init(rl_call *call, rl_cmd *cmd, char *era, int phase) {
   call->wait_err[0] = '\0';
   call->err[0] = '\0';
   call->cmd = cmd;
+  call->args = NULL;
   call->command = NULL;
   call->command_len = 0;
   call->resend = 0;
@@ -69,6 +71,12 @@ void rl_call_init_command(rl_call *call, const char *bytes, size_t len, int rese
   call->command = bytes;
   call->command_len = len;
   call->resend = resend;
+}
+
+void rl_call_init_args(rl_call *call, rl_args_cmd *args) {
+  init(call, NULL, NULL, PH_ARGS);
+  call->args = args;
+  call->resend = args->op < RL_OP_COUNT && rl_op_resendable(args->op);
 }
 
 void rl_call_free(rl_call *call) {
@@ -116,6 +124,7 @@ static int make_bytes(rl_call *call) {
     call->want = 1;
     return call->len < 0 ? -1 : 0;
   case PH_COMMAND:
+  case PH_ARGS:
   case PH_SCRIPT:
     if (call->asking) {
       pre = ASKING;
@@ -133,6 +142,9 @@ static int make_bytes(rl_call *call) {
   if (plen > 0) memcpy(call->stack, pre, plen);
   if (call->cmd != NULL) {
     n = rl_cmd_bytes(call->cmd, call->stack + plen, sizeof call->stack - plen, &body);
+  } else if (call->args != NULL) {
+    n = rl_format(call->stack + plen, sizeof call->stack - plen, &body, call->args->argc, call->args->argv,
+                  call->args->len);
   } else if (plen + call->command_len <= sizeof call->stack) {
     body = call->stack + plen;
     n = (long long)call->command_len;
@@ -291,7 +303,14 @@ static rl_step replies_in(rl_call *call) {
     drop_replies(call);
     return step;
   }
-  if (call->phase == PH_COMMAND) { /* its reply, error or not, is the caller's */
+  if (call->phase == PH_ARGS && r[call->prefixed]->type == REDIS_REPLY_ERROR &&
+      strncmp(r[call->prefixed]->str, "NOSCRIPT", 8) == 0 && !call->evaled) {
+    call->evaled = 1;
+    rl_args_use_eval(call->args); /* EVAL also caches the script for the next EVALSHA */
+    drop_replies(call);
+    return next_bytes(call);
+  }
+  if (call->phase == PH_COMMAND || call->phase == PH_ARGS) { /* its reply, error or not, is the caller's */
     call->reply = r[call->prefixed];
     call->got = call->prefixed; /* the ASKING's +OK stays to be dropped */
     drop_replies(call);
@@ -358,6 +377,7 @@ rl_step rl_call_lost(rl_call *call, int timeout, const char *msg) {
   case PH_UNNAME:
     return held(call); /* the connection, and its name, are gone */
   case PH_COMMAND:
+  case PH_ARGS:
     if (!again || !call->resend) break;
     call->resent = 1;
     return RL_STEP_RECONNECT;

@@ -13,7 +13,9 @@
  *   on the acquire script when the lock is held or the fence's era is for
  *   the script to check (with the master ID the record names: csrc/scripts/README.md,
  *   "Fences across failovers");
- * - EVALSHA, then EVAL after NOSCRIPT (which caches the script);
+ * - EVALSHA, then EVAL after NOSCRIPT (which caches the script), for the
+ *   lock scripts and for those sent with their callers' arguments (the
+ *   multi-key acquire, the admin's, guarded writes, elections);
  * - the one resend per call: bytes lost on a connection that had answered
  *   before (idle in a pool, or the server closed it meanwhile), not timed
  *   out, go once more on another, except a release's (a second would find
@@ -70,7 +72,8 @@ typedef struct {
   redisReply *reply;            /* a plain command's (error replies too): the caller's to free */
 
   /* The machine's own. */
-  rl_cmd *cmd;                  /* NULL for a plain command: */
+  rl_cmd *cmd;                  /* NULL for a plain command, or: */
+  rl_args_cmd *args;            /* a script with its caller's arguments; or: */
   const char *command;          /* its bytes */
   size_t command_len;
   int resend;                   /* a plain command safe to send twice */
@@ -107,6 +110,14 @@ void rl_call_init(rl_call *call, rl_cmd *cmd, char *era);
  * script when resend says it is safe to run twice. No I/O.
  */
 void rl_call_init_command(rl_call *call, const char *bytes, size_t len, int resend);
+
+/*
+ * Prepares a call of a script with its caller's arguments (rl_args_init'd;
+ * the call points at it, and turns it into EVAL after a NOSCRIPT), answered
+ * by one reply (call->reply, as a plain command's), resent as a lock
+ * script when its op may run twice. No I/O.
+ */
+void rl_call_init_args(rl_call *call, rl_args_cmd *args);
 
 /*
  * A connection is ready (reused: it served an earlier call), with its reader

@@ -338,6 +338,17 @@ redisReply *rl_conn_command(rl_conn *conn, int argc, const char **argv,
   return r;
 }
 
+redisReply *rl_conn_args(rl_conn *conn, rl_args_cmd *a, char err[RL_ERRLEN]) {
+  rl_call call;
+  redisReply *r;
+  rl_call_init_args(&call, a);
+  if (rl_conn_call(conn, &call) != 0) memcpy(err, call.err, RL_ERRLEN);
+  r = call.reply;
+  call.reply = NULL;
+  rl_call_free(&call);
+  return r;
+}
+
 int rl_conn_retarget(rl_conn *conn, const char *host, int port) {
   char *h = strdup(host);
   if (h == NULL) return -1;

@@ -75,6 +75,13 @@ redisReply *rl_conn_command(rl_conn *conn, int argc, const char **argv,
                             const size_t *len, int resend, char err[RL_ERRLEN]);
 
 /*
+ * Runs a (rl_args_init'd: a script with its caller's arguments) on the
+ * connection, EVAL after NOSCRIPT, as rl_conn_command runs a command: its
+ * reply (the caller's to free), or NULL with err.
+ */
+redisReply *rl_conn_args(rl_conn *conn, rl_args_cmd *a, char err[RL_ERRLEN]);
+
+/*
  * Drives call (rl_call.h: a lock script with its take, NOSCRIPT, resend,
  * ASKING and WAIT steps) over the connection, connecting first when needed;
  * another connection, when the call asks, is a fresh one. An acquire's

@@ -51,6 +51,7 @@ rl_op rl_lua_check_script(lua_State *L, int idx, int nidx, const char **key, siz
     for (i = 0; i < RL_OP_COUNT; i++) ops[i] = rl_op_name((rl_op)i);
   }
   op = (rl_op)luaL_checkoption(L, idx, NULL, ops);
+  if (rl_op_takes_args(op)) luaL_argerror(L, idx, lua_pushfstring(L, "%s is sent by script, not eval", rl_op_name(op)));
   *key = luaL_checklstring(L, idx + 1, klen);
   *token = luaL_checklstring(L, idx + 2, tlen);
   why = rl_check_key(*key, *klen);
@@ -159,6 +160,67 @@ int rl_lua_push_command_reply(lua_State *L, redisReply *r, int fidx) {
   freeReplyObject(r);
   if (status != 0) return lua_error(L);
   return 1;
+}
+
+/*
+ * Checks the arguments of a script sent with its caller's arguments, from
+ * idx to last: op (the name of an op that takes them, rl_op_takes_args; or
+ * a user's script under a guard, the table { text =, sha = } that
+ * core.guard_script's results make), keys (one lock key; an array of lock
+ * keys for the multi-key acquire; an array of the names themselves for an
+ * op whose caller names them, and a guard's), then the script's arguments
+ * (strings or numbers). Fills a (rl_args_init: free with rl_args_free);
+ * raises only before that.
+ */
+void rl_lua_check_args(lua_State *L, int idx, int last, const char *prefix, size_t plen, rl_args_cmd *a) {
+  static const char *ops[RL_OP_COUNT + 1];
+  const char *text = NULL, *sha = NULL, **keys, **args;
+  size_t *klen, *alen, len;
+  rl_op op = RL_OP_COUNT;
+  int nkeys, nargs = last - idx - 1, i;
+  if (ops[0] == NULL) { /* the same names every time: a race writes the same pointers */
+    for (i = 0; i < RL_OP_COUNT; i++) ops[i] = rl_op_name((rl_op)i);
+  }
+  if (lua_type(L, idx) == LUA_TTABLE) { /* a guard's script: its fields stay on the stack */
+    lua_getfield(L, idx, "text");
+    lua_getfield(L, idx, "sha");
+    text = lua_tostring(L, -2);
+    sha = lua_tolstring(L, -1, &len);
+    luaL_argcheck(L, text != NULL && sha != NULL && len == 40, idx, "a guard's script { text =, sha = } expected");
+  } else {
+    op = (rl_op)luaL_checkoption(L, idx, NULL, ops);
+    if (!rl_op_takes_args(op)) luaL_argerror(L, idx, lua_pushfstring(L, "%s is sent by eval", ops[op]));
+  }
+  nkeys = lua_type(L, idx + 1) == LUA_TTABLE ? (int)lua_rawlen(L, idx + 1) : 1;
+  luaL_argcheck(L, nkeys >= 1 && nkeys <= 100000, idx + 1, "a key, or an array of keys, expected");
+  luaL_argcheck(L, lua_type(L, idx + 1) == LUA_TTABLE || !rl_args_named(op), idx + 1, "an array of keys expected");
+  luaL_argcheck(L, nkeys == 1 || rl_args_named(op) || rl_args_many(op), idx + 1,
+                "one key expected");
+  luaL_argcheck(L, nargs >= 0 && nargs <= 100000, idx + 2, "too many arguments");
+  keys = (const char **)lua_newuserdatauv(L, (size_t)nkeys * (sizeof *keys + sizeof *klen), 0);
+  klen = (size_t *)(keys + nkeys);
+  for (i = 0; i < nkeys; i++) {
+    if (lua_type(L, idx + 1) == LUA_TTABLE) lua_rawgeti(L, idx + 1, i + 1);
+    else lua_pushvalue(L, idx + 1);
+    keys[i] = lua_tolstring(L, -1, &klen[i]); /* stays on the stack */
+    if (keys[i] == NULL || lua_type(L, -1) != LUA_TSTRING)
+      luaL_argerror(L, idx + 1, lua_pushfstring(L, "key %d must be a string", i + 1));
+    if (!rl_args_named(op)) {
+      const char *why = rl_check_key(keys[i], klen[i]);
+      if (why != NULL) luaL_argerror(L, idx + 1, why);
+    }
+  }
+  args = (const char **)lua_newuserdatauv(L, (size_t)(nargs > 0 ? nargs : 1) * (sizeof *args + sizeof *alen), 0);
+  alen = (size_t *)(args + (nargs > 0 ? nargs : 1));
+  for (i = 0; i < nargs; i++) {
+    int t = lua_type(L, idx + 2 + i);
+    if (t != LUA_TSTRING && t != LUA_TNUMBER)
+      luaL_argerror(L, idx + 2 + i, lua_pushfstring(L, "string or number expected, got %s",
+                                                    luaL_typename(L, idx + 2 + i)));
+    args[i] = lua_tolstring(L, idx + 2 + i, &alen[i]);
+  }
+  if (rl_args_init(a, op, text, sha, prefix, plen, nkeys, keys, klen, nargs, args, alen) != 0)
+    luaL_error(L, "redislock: out of memory");
 }
 
 /* An optional op name at idx, one of names (NULL-ended, the first the
@@ -407,18 +469,6 @@ static void push_scripts(lua_State *L) {
     lua_pushstring(L, rl_script_text((rl_op)op));
     lua_setfield(L, -2, "text");
     lua_setfield(L, -2, rl_op_name((rl_op)op));
-  }
-  {
-    const char *name, *sha, *text;
-    int i;
-    for (i = 0; (text = rl_extra_script(i, &name, &sha)) != NULL; i++) {
-      lua_createtable(L, 0, 2);
-      lua_pushstring(L, sha);
-      lua_setfield(L, -2, "sha");
-      lua_pushstring(L, text);
-      lua_setfield(L, -2, "text");
-      lua_setfield(L, -2, name);
-    }
   }
 }
 

@@ -55,6 +55,7 @@ void rl_lua_check_wait(lua_State *L, int idx, int opidx, const char *prefix, siz
 long long rl_lua_opt_ms(lua_State *L, int idx, const char *what, long long def);
 void rl_lua_push_fields(lua_State *L, int idx, const char *const names[]);
 int rl_lua_command_args(lua_State *L, int first, const char ***argv, size_t **len);
+void rl_lua_check_args(lua_State *L, int idx, int last, const char *prefix, size_t plen, rl_args_cmd *a);
 
 /* Replies to plain commands, pushed (rl_lua.c). */
 int rl_lua_push_reply_protected(lua_State *L);

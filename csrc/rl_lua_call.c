@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The Call type of redislock.core (core.script_call, core.command_call): the
+ * The Call type of redislock.core (core.script_call, core.command_call,
+ * core.args_call): the
  * call state machine (rl_call.h) for a transport written in Lua, the
  * OpenResty one (lua/redislock/ngx.lua), which sends the bytes it is given
  * on a cosocket and feeds back what it reads:
@@ -24,6 +25,7 @@
 typedef struct {
   rl_call call;
   rl_cmd cmd;            /* a lock script's */
+  rl_args_cmd args;      /* a script's with its caller's arguments (args.mem set) */
   redisReader *reader;   /* the connection's replies; a new one per connection */
   char *command;         /* a plain command's bytes, copied */
   char *token;           /* a script's token, copied: cmd points at it */
@@ -43,6 +45,7 @@ static int call_close(lua_State *L) {
     c->open = 0;
   }
   if (c->reader != NULL) redisReaderFree(c->reader);
+  rl_args_free(&c->args);
   free(c->command);
   free(c->token);
   c->reader = NULL;
@@ -67,6 +70,7 @@ static call_ud *new_call(lua_State *L, long long *timeout_ms) {
   c = (call_ud *)lua_newuserdatauv(L, sizeof *c, 0);
   c->open = 0;
   c->reader = NULL;
+  c->args.mem = NULL;
   c->command = NULL;
   c->token = NULL;
   luaL_setmetatable(L, CALL_MT);
@@ -139,6 +143,31 @@ static int core_command_call(lua_State *L) {
   memcpy(c->command, bytes, len);
   rl_call_init_command(&c->call, c->command, len, resend);
   set_fields(c, timeout);
+  return 1;
+}
+
+/*
+ * core.args_call(t, op, keys, ...) -> call
+ * A call of one script sent with its caller's arguments (as client:script,
+ * rl_lua_check_args) for the transport t, whose prefix, where and
+ * timeout_ms it reads.
+ */
+static int core_args_call(lua_State *L) {
+  const char *prefix, *why;
+  size_t plen;
+  long long timeout;
+  int top = lua_gettop(L);
+  call_ud *c;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_getfield(L, 1, "prefix"); /* at top + 1: the string stays alive below */
+  prefix = luaL_checklstring(L, top + 1, &plen);
+  why = rl_check_prefix(prefix, plen);
+  if (why != NULL) luaL_argerror(L, 1, lua_pushfstring(L, "prefix %s", why));
+  c = new_call(L, &timeout); /* at top + 2: it frees args when collected */
+  rl_lua_check_args(L, 2, top, prefix, plen, &c->args);
+  rl_call_init_args(&c->call, &c->args);
+  set_fields(c, timeout);
+  lua_pushvalue(L, top + 2);
   return 1;
 }
 
@@ -291,6 +320,7 @@ static const luaL_Reg call_meta[] = {
 static const luaL_Reg call_funcs[] = {
   { "script_call", core_script_call },
   { "command_call", core_command_call },
+  { "args_call", core_args_call },
   { NULL, NULL }
 };
 

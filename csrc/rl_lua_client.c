@@ -284,6 +284,32 @@ static int client_command(lua_State *L) {
 }
 
 /*
+ * client:script(op, keys, ...) -> reply | nil, err
+ * One script sent with its caller's arguments (rl_lua_check_args: op the
+ * name of one, "inspect", "multi_acquire" ..., or a guard's script; keys a
+ * lock key, or an array), EVAL after NOSCRIPT; its reply as command's.
+ */
+static int client_script(lua_State *L) {
+  rl_client *c = rl_lua_check_client(L, 1);
+  int top = lua_gettop(L);
+  rl_args_cmd a;
+  char err[RL_ERRLEN];
+  redisReply *r;
+  lua_pushcfunction(L, rl_lua_push_reply_protected); /* at top + 1 */
+  rl_lua_check_args(L, 2, top, c->prefix, c->plen, &a);
+  arm_asking(c, &c->conn);
+  r = rl_conn_args(&c->conn, &a, err);
+  c->conn.asking = 0;
+  rl_args_free(&a);
+  if (r == NULL) {
+    lua_pushnil(L);
+    lua_pushstring(L, err);
+    return 2;
+  }
+  return rl_lua_push_command_reply(L, r, top + 1);
+}
+
+/*
  * client:wait(key, token, ms[, op]) -> wake-up | false | nil, err
  * Blocks on the wake-up list of the lock (or of the semaphore or read-write
  * lock op belongs to; the shared one, or a registered waiter's own when
@@ -448,6 +474,7 @@ static int core_eval_many(lua_State *L) {
 static const luaL_Reg client_methods[] = {
   { "eval", client_eval },
   { "command", client_command },
+  { "script", client_script },
   { "wait", client_wait },
   { "lease", rl_lua_client_lease },
   { "close", client_close },

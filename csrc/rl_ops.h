@@ -19,7 +19,8 @@
 enum { K_LOCK, K_FENCE, K_SIGNAL, K_QUEUE, K_HAND, K_WAITERS, K_HANDOFF,
        K_PERMITS, K_PFENCE, K_PSIGNAL, K_PWAITERS, K_PQUEUE, K_PHAND, K_PHANDED,
        K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWSIGNAL, K_RWWAITERS, K_RWQUEUE, K_RWHAND,
-       K_ERA /* the slot's era record: "<prefix>{<era tag>}:era", not the key's */ };
+       K_ERA, /* the slot's era record: "<prefix>{<era tag>}:era", not the key's */
+       K_OBSERVERS /* an election's observers */ };
 
 extern const char *const rl_key_suffix[RL_NAMES];
 
@@ -32,7 +33,11 @@ typedef char rl_numkeys_fit_one_digit[RL_MAX_KEYS <= 9 ? 1 : -1];
    a second one would find the hold gone); it waits with a stay (a fair
    waiter, or a waiting writer, leaves the queue unless it comes back
    within RL_FAIR_STAY_MS). */
-enum { RL_F_MS = 1, RL_F_N = 2, RL_F_ONCE = 4, RL_F_STAY = 8 };
+enum { RL_F_MS = 1, RL_F_N = 2, RL_F_ONCE = 4, RL_F_STAY = 8,
+       /* sent with its caller's arguments (rl_args_init); with its row's
+          keys for each of several lock keys (the multi-key acquire); its
+          caller names its keys (guarded writes) */
+       RL_F_ARGS = 16, RL_F_EACH = 32, RL_F_NAMED = 64 };
 
 /* One op: its name (as Lua calls it), its script (NULL for a take, which
    runs none: it falls back on acquire's), the names its script gets as
@@ -46,15 +51,6 @@ typedef struct {
 } rl_op_row;
 
 extern const rl_op_row rl_ops[RL_OP_COUNT];
-
-/* A script the Lua layer sends itself (rl_extra_script), by name. */
-typedef struct {
-  const char *name;
-  const char *text;
-} rl_script_row;
-
-/* Those scripts, ended by a row of NULLs. */
-extern const rl_script_row rl_extra_scripts[];
 
 /* The head and tail of a user's script run under a guard (rl_guard_parts). */
 extern const char rl_guard_fenced_head[], rl_guard_fenced_tail[];

@@ -265,6 +265,97 @@ void rl_cmd_free(rl_cmd *cmd) {
   cmd->keys = NULL;
 }
 
+/* Writes the name k (rl_ops.h) of the lock on key under prefix at p, when
+   p is not NULL; returns its length. The era record's hash tag is its
+   slot's tag (rl_era_tag), not the key. */
+static size_t put_name(char *p, int k, const char *prefix, size_t plen, const char *key, size_t klen) {
+  const char *tag = k == K_ERA ? rl_era_tag(rl_lock_slot(key, klen)) : key;
+  size_t tlen = k == K_ERA ? strlen(tag) : klen, slen = strlen(rl_key_suffix[k]);
+  if (p != NULL) {
+    memcpy(p, prefix, plen);
+    p[plen] = '{';
+    memcpy(p + plen + 1, tag, tlen);
+    p[plen + 1 + tlen] = '}';
+    memcpy(p + plen + 2 + tlen, rl_key_suffix[k], slen);
+  }
+  return plen + tlen + 2 + slen;
+}
+
+/* Copies n bytes of s to *p as argument i of a; moves *p past them. */
+static void put_arg(rl_args_cmd *a, int i, char **p, const char *s, size_t n) {
+  if (n > 0) memcpy(*p, s, n);
+  a->argv[i] = *p;
+  a->len[i] = n;
+  *p += n;
+}
+
+int rl_args_init(rl_args_cmd *a, rl_op op, const char *text, const char *sha, const char *prefix, size_t plen,
+                 int nkeys, const char *const *keys, const size_t *klen,
+                 int nargs, const char *const *args, const size_t *alen) {
+  int named = rl_args_named(op), nrow = 0, nnames, i, j, at;
+  size_t bytes = 0, tlen = text != NULL ? strlen(text) + 1 : 0;
+  char *p;
+  memset(a, 0, sizeof *a);
+  a->op = op;
+  if (!named)
+    while (rl_ops[op].keys[nrow] >= 0) nrow++;
+  nnames = named ? nkeys : nrow * nkeys;
+  for (i = 0; i < nkeys; i++)
+    for (j = 0; j < (named ? 1 : nrow); j++)
+      bytes += named ? klen[i] : put_name(NULL, rl_ops[op].keys[j], prefix, plen, keys[i], klen[i]);
+  for (i = 0; i < nargs; i++) bytes += alen[i];
+  a->argc = 3 + nnames + nargs;
+  a->mem = (char *)malloc((size_t)a->argc * (sizeof *a->argv + sizeof *a->len) + bytes + tlen);
+  if (a->mem == NULL) return -1;
+  a->argv = (const char **)(void *)a->mem;
+  a->len = (size_t *)(void *)(a->argv + a->argc);
+  p = (char *)(a->len + a->argc);
+  snprintf(a->sha, sizeof a->sha, "%s", sha != NULL ? sha : rl_script_sha(op));
+  if (text != NULL) { /* a guard's: it lives as long as the command */
+    memcpy(p, text, tlen);
+    a->text = p;
+    p += tlen;
+  } else {
+    a->text = rl_script_text(op);
+  }
+  a->argv[0] = "EVALSHA";
+  a->argv[1] = a->sha;
+  a->argv[2] = a->numkeys;
+  a->len[2] = (size_t)(put_size(a->numkeys, (size_t)nnames) - a->numkeys);
+  at = 3;
+  /* Every name made of the first row key, then every one of the second ... */
+  for (j = 0; j < (named ? 1 : nrow); j++) {
+    for (i = 0; i < nkeys; i++) {
+      if (named) {
+        put_arg(a, at++, &p, keys[i], klen[i]);
+      } else {
+        size_t n = put_name(p, rl_ops[op].keys[j], prefix, plen, keys[i], klen[i]);
+        a->argv[at] = p;
+        a->len[at++] = n;
+        p += n;
+      }
+    }
+  }
+  for (i = 0; i < nargs; i++) put_arg(a, at++, &p, args[i], alen[i]);
+  a->len[0] = strlen(a->argv[0]);
+  a->len[1] = strlen(a->argv[1]);
+  return 0;
+}
+
+void rl_args_use_eval(rl_args_cmd *a) {
+  a->argv[0] = "EVAL";
+  a->len[0] = 4;
+  a->argv[1] = a->text;
+  a->len[1] = strlen(a->text);
+}
+
+void rl_args_free(rl_args_cmd *a) {
+  free(a->mem);
+  a->mem = NULL;
+  a->argv = NULL;
+  a->len = NULL;
+}
+
 /* Copies what (len bytes) into err as a C string; returns RL_ERROR. */
 static rl_decoded fail(char *err, size_t errlen, const char *what, size_t len) {
   if (errlen > 0) snprintf(err, errlen, "%.*s", (int)len, what);

@@ -52,6 +52,15 @@ typedef enum {
   RL_OP_WRITE_RELEASE_ONE, /* release_one of a write hold, a read hold and a permit: their own */
   RL_OP_READ_RELEASE_ONE,  /* key alone, waking nobody (a cluster slot half moved) */
   RL_OP_SEM_RELEASE_ONE,
+  /* Sent with their callers' arguments (rl_args_init), their replies whole: */
+  RL_OP_MULTI_ACQUIRE,  /* a multi-key lock: all of its locks, or none */
+  RL_OP_INSPECT,        /* a lock's state, for an operator */
+  RL_OP_FORCE_RELEASE,  /* delete a lock whoever holds it, wake a waiter */
+  RL_OP_FENCED_WRITE,   /* a write applied under a fence (guarded writes) */
+  RL_OP_OWNED_WRITE,    /* a write applied while a hold is ours */
+  RL_OP_ELECT_OBSERVE,  /* an election's observer registers and takes its news */
+  RL_OP_ELECT_ANNOUNCE, /* a new leader, or a resign, told to the observers */
+  RL_OP_ELECT_PROCLAIM, /* a leader's new value */
   RL_OP_COUNT
 } rl_op;
 
@@ -103,7 +112,7 @@ typedef enum {
    PEXPIRE to LLONG_MAX less the clock), and script numbers are doubles. */
 #define RL_MAX_MS 9007199254740992LL
 #define RL_MAX_KEYS 9                    /* the most keys one script uses: one digit (rl_cmd_init) */
-#define RL_NAMES 23                     /* the names of all scripts' keys (rl_ops.h) */
+#define RL_NAMES 24                     /* the names of all scripts' keys (rl_ops.h) */
 #define RL_CMD_MAXARGS (3 + RL_MAX_KEYS + 4)
 #define RL_SIGNAL_MS 1000               /* a wake-up signal waits this long for a taker */
 #define RL_WAITERS_SLACK_MS 1000        /* the waiters mark outlives the lock's TTL by this */
@@ -152,14 +161,13 @@ const char *rl_script_text(rl_op op);
 const char *rl_script_sha(rl_op op);
 const char *rl_op_name(rl_op op);
 
-/* The scripts the Lua layer sends as plain commands (EVALSHA, then EVAL
-   after NOSCRIPT), not through rl_cmd: multi_acquire (all locks or none, on
-   one server; its keys are many), inspect, force_release, and the guarded
-   writes fenced_write and owned_write (see csrc/scripts/README.md). The i-th (from 0) with its name and SHA-1; NULL past the last. */
-const char *rl_extra_script(int i, const char **name, const char **sha);
 /* The head and tail of a user's script run under a guard (owned: the owner
-   check; else the fence check): see csrc/scripts/. */
+   check; else the fence check): see csrc/scripts/guard_*.lua. */
 void rl_guard_parts(int owned, const char **head, const char **tail);
+
+/* Whether op is sent with its caller's arguments (rl_args_init), not as a
+   lock op (rl_cmd_init). */
+int rl_op_takes_args(rl_op op);
 
 /* Whether op takes a time (ms >= 1: a ttl, or fence_up's fence) and a count
    (n >= 1: sem_acquire's limit); whether it may be sent twice (every op but
@@ -180,6 +188,44 @@ int rl_op_resendable(rl_op op);
 int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
                 const char *key, size_t klen, const char *token, size_t tlen,
                 long long ms, long long n);
+/*
+ * A script sent with its caller's arguments: an op of rl_op_takes_args, or
+ * a user's script under a guard (op RL_OP_COUNT, its text and SHA-1
+ * given). EVALSHA sha numkeys keys... args..., or the same with EVAL and
+ * the text after rl_args_use_eval. Its reply is the caller's, whole. The
+ * names, the arguments and a guard's text are copied in (one allocation).
+ */
+typedef struct {
+  rl_op op;
+  int argc;
+  const char **argv;
+  size_t *len;
+  const char *text;   /* for EVAL */
+  char sha[41];
+  char numkeys[24];
+  char *mem;
+} rl_args_cmd;
+
+/*
+ * Fills a for op. keys (nkeys of them, klen bytes each): for an op whose
+ * row names its keys, the lock keys they are made of ("<prefix>{<key>}"
+ * and its suffixes, all the first name's, then all the second's ...: more
+ * than one key only for the multi-key acquire); else (an op whose caller
+ * names its keys, and a guard's script) the names themselves. args: the
+ * nargs arguments after them. Check keys and prefix first. 0, or -1 when
+ * out of memory (nothing to free then). Free with rl_args_free.
+ */
+int rl_args_init(rl_args_cmd *a, rl_op op, const char *text, const char *sha, const char *prefix, size_t plen,
+                 int nkeys, const char *const *keys, const size_t *klen,
+                 int nargs, const char *const *args, const size_t *alen);
+/* Whether op's caller names its keys, and whether op takes several lock
+   keys (rl_args_init). */
+int rl_args_named(rl_op op);
+int rl_args_many(rl_op op);
+/* Switches a from EVALSHA to EVAL (after a NOSCRIPT reply). */
+void rl_args_use_eval(rl_args_cmd *a);
+void rl_args_free(rl_args_cmd *a);
+
 /*
  * Fills cmd with BLPOP on the wake-up list of the primitive op belongs to
  * (the lock's, a semaphore's or a read-write lock's), for at most ms (>= 1):

@@ -15,13 +15,10 @@ const char *const rl_key_suffix[RL_NAMES] = {
   ":permits", ":permits:fence", ":permits:signal", ":permits:waiters",
   ":permits:queue", ":permits:hand", ":permits:handed",
   ":rw:readers", ":rw:writer", ":rw:fence", ":rw:writers", ":rw:signal", ":rw:waiters",
-  ":rw:queue", ":rw:hand", ":era"
+  ":rw:queue", ":rw:hand", ":era", ":observers"
 };
 
-#define NEXTRA 16 /* room for rl_extra_scripts' rows */
-
 static char script_sha[RL_OP_COUNT][41];
-static char extra_sha[NEXTRA][41];
 static pthread_once_t script_sha_once = PTHREAD_ONCE_INIT;
 
 const char *rl_script_text(rl_op op) { return rl_ops[op == RL_OP_TAKE ? RL_OP_ACQUIRE : op].script; }
@@ -34,29 +31,23 @@ int rl_op_takes_n(rl_op op) { return (rl_ops[op].flags & RL_F_N) != 0; }
 
 int rl_op_resendable(rl_op op) { return (rl_ops[op].flags & RL_F_ONCE) == 0; }
 
+int rl_op_takes_args(rl_op op) { return (rl_ops[op].flags & RL_F_ARGS) != 0; }
+
+int rl_args_named(rl_op op) { return op == RL_OP_COUNT || (rl_ops[op].flags & RL_F_NAMED) != 0; }
+
+int rl_args_many(rl_op op) { return op != RL_OP_COUNT && (rl_ops[op].flags & RL_F_EACH) != 0; }
+
 void rl_guard_parts(int owned, const char **head, const char **tail) {
   *head = owned ? rl_guard_owned_head : rl_guard_fenced_head;
   *tail = owned ? rl_guard_owned_tail : rl_guard_fenced_tail;
 }
 
-/* Names every script, the ops' and the extra ones, once per process (Lua
-   states in several threads may load the module at the same time). */
+/* Names every script once per process (Lua states in several threads may
+   load the module at the same time). */
 static void compute_script_shas(void) {
-  int op, i;
+  int op;
   for (op = 0; op < RL_OP_COUNT; op++)
     if (rl_ops[op].script != NULL) rl_sha1_hex(rl_ops[op].script, strlen(rl_ops[op].script), script_sha[op]);
-  for (i = 0; i < NEXTRA && rl_extra_scripts[i].name != NULL; i++)
-    rl_sha1_hex(rl_extra_scripts[i].text, strlen(rl_extra_scripts[i].text), extra_sha[i]);
-}
-
-const char *rl_extra_script(int i, const char **name, const char **sha) {
-  int n;
-  pthread_once(&script_sha_once, compute_script_shas);
-  for (n = 0; n < NEXTRA && rl_extra_scripts[n].name != NULL; n++) {}
-  if (i < 0 || i >= n) return NULL;
-  *name = rl_extra_scripts[i].name;
-  *sha = extra_sha[i];
-  return rl_extra_scripts[i].text;
 }
 
 const char *rl_script_sha(rl_op op) {

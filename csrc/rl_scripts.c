@@ -1735,18 +1735,14 @@ const rl_op_row rl_ops[RL_OP_COUNT] = {
   [RL_OP_WRITE_RELEASE_ONE] = { "write_release_one", s_release_one, { K_WRITER, -1 }, RL_F_ONCE },
   [RL_OP_READ_RELEASE_ONE] = { "read_release_one", s_zset_release_one, { K_READERS, -1 }, RL_F_ONCE },
   [RL_OP_SEM_RELEASE_ONE] = { "sem_release_one", s_zset_release_one, { K_PERMITS, -1 }, RL_F_ONCE },
-};
-
-const rl_script_row rl_extra_scripts[] = {
-  { "elect_announce", s_elect_announce },
-  { "elect_observe", s_elect_observe },
-  { "elect_proclaim", s_elect_proclaim },
-  { "fenced_write", s_fenced_write },
-  { "force_release", s_force_release },
-  { "inspect", s_inspect },
-  { "multi_acquire", s_multi_acquire },
-  { "owned_write", s_owned_write },
-  { NULL, NULL }
+  [RL_OP_MULTI_ACQUIRE] = { "multi_acquire", s_multi_acquire, { K_LOCK, K_FENCE, K_WAITERS, K_ERA, -1 }, RL_F_ARGS | RL_F_EACH | RL_F_ONCE },
+  [RL_OP_INSPECT] = { "inspect", s_inspect, { K_LOCK, K_FENCE, K_ERA, -1 }, RL_F_ARGS },
+  [RL_OP_FORCE_RELEASE] = { "force_release", s_force_release, { K_LOCK, K_SIGNAL, K_QUEUE, K_HAND, K_WAITERS, K_HANDOFF, -1 }, RL_F_ARGS | RL_F_ONCE },
+  [RL_OP_FENCED_WRITE] = { "fenced_write", s_fenced_write, { -1 }, RL_F_ARGS | RL_F_NAMED | RL_F_ONCE },
+  [RL_OP_OWNED_WRITE] = { "owned_write", s_owned_write, { -1 }, RL_F_ARGS | RL_F_NAMED | RL_F_ONCE },
+  [RL_OP_ELECT_OBSERVE] = { "elect_observe", s_elect_observe, { K_LOCK, K_FENCE, K_ERA, K_OBSERVERS, -1 }, RL_F_ARGS | RL_F_ONCE },
+  [RL_OP_ELECT_ANNOUNCE] = { "elect_announce", s_elect_announce, { K_LOCK, K_OBSERVERS, -1 }, RL_F_ARGS | RL_F_ONCE },
+  [RL_OP_ELECT_PROCLAIM] = { "elect_proclaim", s_elect_proclaim, { K_LOCK, K_OBSERVERS, -1 }, RL_F_ARGS | RL_F_ONCE },
 };
 
 /* csrc/scripts/guard_fenced.lua */

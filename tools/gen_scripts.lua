@@ -15,10 +15,10 @@
 --   --! op NAME keys=K1,K2,... [flags=F1,F2,...]
 --        an op of rl_proto.h's rl_op (RL_OP_<NAME>) that sends this script;
 --        its keys by their names in rl_ops.h (lock: K_LOCK ...), in KEYS'
---        order; flags: ms, n, once, stay (rl_ops.h's RL_F_*), and noscript
---        (the take, which sends no script: it falls back on this one).
+--        order (none: its caller names them); flags: ms, n, once, stay,
+--        args, each, named (rl_ops.h's RL_F_*), and noscript (the take,
+--        which sends no script: it falls back on this one).
 --        Several ops may share one script.
---   --! script NAME      a script the Lua layer sends itself (core.scripts)
 --   --! guard NAME       the wrapper of a user's script (guard.lua's eval):
 --                        the line --! user marks where the user's text goes
 --   --! include A B ...  the fragments lib/A.lua ... go here (each once a
@@ -85,7 +85,8 @@ local keys_enum = read("csrc/rl_ops.h"):match("enum { (K_.-) };")
 if not keys_enum then fail("no K_ enum in csrc/rl_ops.h") end
 for name in keys_enum:gsub("/%*.-%*/", ""):gmatch("K_([%u%d]+)") do key_names[name:lower()] = true end
 
-local flag_names = { ms = "RL_F_MS", n = "RL_F_N", once = "RL_F_ONCE", stay = "RL_F_STAY" }
+local flag_names = { ms = "RL_F_MS", n = "RL_F_N", once = "RL_F_ONCE", stay = "RL_F_STAY", args = "RL_F_ARGS",
+                     each = "RL_F_EACH", named = "RL_F_NAMED" }
 
 -- A file with its fragments resolved: its lines (comments kept), and what
 -- its header says. included: the fragments already in this script.
@@ -104,7 +105,7 @@ local function resolve(path, included, into, meta)
     elseif word and not meta then
       fail("%s:%d: a fragment has no header line '--! %s'", path, n, word)
     elseif word == "op" then
-      local name, keys, flags = rest:match("^([%w_]+) +keys=([%w_,]+) *(.-)$")
+      local name, keys, flags = rest:match("^([%w_]+) +keys=([%w_,]*) *(.-)$")
       if not name then fail("%s:%d: '--! op NAME keys=...' expected", path, n) end
       local op = { name = name, keys = {}, flags = {} }
       for k in keys:gmatch("[^,]+") do
@@ -119,8 +120,8 @@ local function resolve(path, included, into, meta)
         else fail("%s:%d: no flag %s", path, n, f) end
       end
       meta.ops[#meta.ops + 1] = op
-    elseif word == "script" or word == "guard" then
-      if meta.kind then fail("%s:%d: one '--! script' or '--! guard' a file", path, n) end
+    elseif word == "guard" then
+      if meta.kind then fail("%s:%d: one '--! guard' a file", path, n) end
       meta.kind, meta.name = word, rest
     elseif word == "user" then
       if meta.kind ~= "guard" then fail("%s:%d: '--! user' outside a guard", path, n) end
@@ -163,13 +164,13 @@ local function c_string(lines, indent)
   return table.concat(t, "\n")
 end
 
-local scripts, ops, extras, guards = {}, {}, {}, {}
+local scripts, ops, guards = {}, {}, {}
 for _, path in ipairs(listing("ls " .. dir .. "/*.lua")) do
   local base = path:match("([%w_]+)%.lua$")
   local meta, lines = { ops = {} }, {}
   resolve(path, {}, lines, meta)
   if meta.kind and #meta.ops > 0 then fail("%s: ops and a '--! %s' in one file", path, meta.kind) end
-  if not meta.kind and #meta.ops == 0 then fail("%s: no '--! op', '--! script' or '--! guard' line", path) end
+  if not meta.kind and #meta.ops == 0 then fail("%s: no '--! op' or '--! guard' line", path) end
   local code = sent(lines, path)
   local s = { base = base, path = path, lines = lines, code = code }
   scripts[#scripts + 1] = s
@@ -178,7 +179,6 @@ for _, path in ipairs(listing("ls " .. dir .. "/*.lua")) do
     op.script = s
     ops[op.name] = op
   end
-  if meta.kind == "script" then extras[#extras + 1] = { name = meta.name, script = s } end
   if meta.kind == "guard" then guards[meta.name] = s end
 end
 for _, name in ipairs(op_order) do
@@ -221,11 +221,6 @@ for _, name in ipairs(op_order) do
   emit(string.format('  [RL_OP_%s] = { "%s", %s, { %s }, %s },', name:upper(), name,
     op.noscript and "NULL" or "s_" .. op.script.base, keys, flags))
 end
-emit("};")
-emit("")
-emit("const rl_script_row rl_extra_scripts[] = {")
-for _, e in ipairs(extras) do emit(string.format('  { "%s", s_%s },', e.name, e.script.base)) end
-emit("  { NULL, NULL }")
 emit("};")
 emit("")
 for _, name in ipairs({ "fenced", "owned" }) do

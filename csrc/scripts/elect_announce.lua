@@ -1,5 +1,5 @@
 -- SPDX-License-Identifier: MIT
---! script elect_announce
+--! op elect_announce keys=lock,observers flags=args,once
 -- elect_announce (redislock/election_io.lua): KEYS lock, observers; ARGV[1]
 -- the new leader's token and ARGV[2] its term; or, after a resign, ARGV[1]
 -- "" and ARGV[2] the term that ended. A leader announces itself only while

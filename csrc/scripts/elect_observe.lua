@@ -1,5 +1,5 @@
 -- SPDX-License-Identifier: MIT
---! script elect_observe
+--! op elect_observe keys=lock,fence,era,observers flags=args,once
 -- elect_observe (redislock/observe.lua): KEYS lock, fence, era, observers;
 -- ARGV[1] the observer's token, ARGV[2] how long its registration stays
 -- (ms). Registers it (or renews its stay) and takes what was announced to

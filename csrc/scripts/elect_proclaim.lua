@@ -1,5 +1,5 @@
 -- SPDX-License-Identifier: MIT
---! script elect_proclaim
+--! op elect_proclaim keys=lock,observers flags=args,once
 -- elect_proclaim (redislock/election_io.lua): KEYS lock, observers; ARGV[1]
 -- the leader's token, [2] its new token (the same leader, another value),
 -- [3] its term, [4] its TTL (ms). While the lock is the leader's (its token

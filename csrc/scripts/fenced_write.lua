@@ -1,5 +1,5 @@
 -- SPDX-License-Identifier: MIT
---! script fenced_write
+--! op fenced_write keys= flags=args,named,once
 -- fenced_write (redislock/guard.lua): KEYS the resource's fence record,
 -- then the resource's keys; ARGV[1] the hold's fence, then the write (see
 -- lib/write.lua). The write is applied only when the fence is at least the

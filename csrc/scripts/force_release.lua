@@ -1,5 +1,5 @@
 -- SPDX-License-Identifier: MIT
---! script force_release
+--! op force_release keys=lock,signal,queue,hand,waiters,handoff flags=args,once
 -- force_release (redislock/admin.lua): KEYS lock, signal, queue, hand,
 -- waiters, handoff. Deletes the lock whoever holds it (and a handoff's
 -- wake-up not yet taken up, so that the waiter it was for does not take it

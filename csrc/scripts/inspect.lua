@@ -1,5 +1,5 @@
 -- SPDX-License-Identifier: MIT
---! script inspect
+--! op inspect keys=lock,fence,era flags=args
 -- inspect (redislock/admin.lua): KEYS lock, fence, era. What an operator
 -- asks about a lock, in one step: its state (lock_state).
 --! include lock_state

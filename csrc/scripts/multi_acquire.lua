@@ -1,5 +1,5 @@
 -- SPDX-License-Identifier: MIT
---! script multi_acquire
+--! op multi_acquire keys=lock,fence,waiters,era flags=args,each,once
 -- The multi-key acquire (redislock/multilock.lua): KEYS the n locks, then
 -- their n fence counters, then their n waiters marks, then their n era
 -- records (4n keys); ARGV[1] token, ARGV[2] ttl (ms). All n locks are

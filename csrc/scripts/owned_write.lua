@@ -1,5 +1,5 @@
 -- SPDX-License-Identifier: MIT
---! script owned_write
+--! op owned_write keys= flags=args,named,once
 -- owned_write (redislock/guard.lua): KEYS the hold's key (see lib/owner.lua),
 -- then the resource's keys; ARGV[1] the token, ARGV[2] how the hold is kept
 -- ("string" or "zset"), then the write. Applied only while the hold is

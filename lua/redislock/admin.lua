@@ -8,11 +8,8 @@
 
 local args = require "redislock.args"
 local core = require "redislock.core"
-local hold_mod = require "redislock.hold"
-local transport = require "redislock.transport"
 
 local tonumber = tonumber
-local run_script, name, era_name = transport.run_script, hold_mod.lock_name, hold_mod.era_name
 
 local _M = { _VERSION = core._VERSION }
 
@@ -34,8 +31,7 @@ end
 -- fence (the last fence handed out, nil when none yet); token and holder
 -- (see holder_of) when held.
 function _M.inspect(client, key)
-  local lock = name(client, key)
-  local reply, err = run_script(client._transport, "inspect", 3, lock, lock .. ":fence", era_name(client, key))
+  local reply, err = client._transport:script("inspect", key)
   if reply == nil then return nil, err end
   local value, pttl, last = reply[1], reply[2], reply[3]
   local info = { held = value ~= false, fence = last and tonumber(last) or nil }
@@ -50,9 +46,7 @@ end
 -- deletes the lock whoever holds it and wakes one waiter; the fence
 -- counter stays, so the next holder's fence is larger.
 function _M.force_release(client, key)
-  local lock = name(client, key)
-  local reply, err = run_script(client._transport, "force_release", 6, lock, lock .. ":signal", lock .. ":queue",
-                                lock .. ":hand", lock .. ":waiters", lock .. ":handoff")
+  local reply, err = client._transport:script("force_release", key)
   if reply == nil then return nil, err end
   return reply == 1
 end

@@ -33,7 +33,7 @@ local string_format = string.format
 local math_huge = math.huge
 local check_self, check_nargs, check_seconds, quote, argerror =
       args.check_self, args.check_nargs, args.check_seconds, args.quote, args.argerror
-local lock_name, era_name = hold_mod.lock_name, hold_mod.era_name
+local lock_name = hold_mod.lock_name
 
 local _M = { _VERSION = core._VERSION }
 
@@ -74,8 +74,8 @@ function _M.new(client, name, ...)
   local key = "election:" .. name
   args.check_key(1, "election", key)
   local lock = lock_name(client, key)
-  local self = setmetatable({ name = name, _client = client, _key = key, _lock = lock, _fence = lock .. ":fence",
-                              _era = era_name(client, key), _observers = lock .. ":observers" }, election_mt)
+  local self = setmetatable({ name = name, _client = client, _key = key, _lock = lock,
+                              _observers = lock .. ":observers" }, election_mt)
   -- How wait.take takes the lock: the acquire scripts only (see above),
   -- as a registered waiter; busy names the election.
   local label = quote(name)

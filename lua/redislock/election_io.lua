@@ -7,11 +7,9 @@
 local admin = require "redislock.admin"
 local args = require "redislock.args"
 local core = require "redislock.core"
-local transport = require "redislock.transport"
 
 local ipairs, pairs, tonumber, type = ipairs, pairs, tonumber, type
 local string_format, table_sort = string.format, table.sort
-local run_script = transport.run_script
 local argerror = args.argerror
 
 local _M = { _VERSION = core._VERSION }
@@ -70,7 +68,7 @@ local servers = _M.servers
 function _M.each(election, ...)
   local replies, first = {}, nil
   for i, node in ipairs((servers(election))) do
-    local reply, err = run_script(node, ...)
+    local reply, err = node:script(...)
     replies[i] = reply ~= nil and reply
     first = first or err
   end
@@ -108,7 +106,7 @@ end
 --- read_leader(election) -> the leader now (as leader_of), false, or nil
 -- and err.
 function _M.read_leader(election)
-  local replies, err = each(election, "inspect", 3, election._lock, election._fence, election._era)
+  local replies, err = each(election, "inspect", election._key)
   local _, quorum = servers(election)
   if quorum > 1 then return agreed(replies, quorum, err) end
   if not replies[1] then return nil, err end
@@ -120,7 +118,7 @@ end
 -- nobody followed. Best effort: an observer that misses it reads the
 -- state within its `late`.
 function _M.announce(election, tok, term)
-  each(election, "elect_announce", 2, election._lock, election._observers, tok, string_format("%.0f", term))
+  each(election, "elect_announce", election._key, tok, string_format("%.0f", term))
 end
 
 return _M

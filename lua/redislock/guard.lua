@@ -25,7 +25,6 @@ local args = require "redislock.args"
 local core = require "redislock.core"
 local hold_mod = require "redislock.hold"
 local lock_mod = require "redislock.lock"
-local transport = require "redislock.transport"
 
 local ipairs, pairs, select, setmetatable, tostring, type = ipairs, pairs, select, setmetatable, tostring, type
 local string_format = string.format
@@ -157,16 +156,16 @@ local function guarded(self, fname, nk, keys, argv, script)
       end
     end
   end
-  local words = { #keys + 1, first }
-  for i = 1, #keys do words[#words + 1] = keys[i] end
+  local names, words = { first }, {}
+  for i = 1, #keys do names[#names + 1] = keys[i] end
   for i = 1, #head do words[#words + 1] = head[i] end
   for i = 1, #argv do words[#words + 1] = argv[i] end
-  local name = self.owned and "owned_write" or "fenced_write"
+  local op = self.owned and "owned_write" or "fenced_write"
   if script then
     local text, sha = core.guard_script(self.owned, script)
-    name = { sha = sha, text = text }
+    op = { sha = sha, text = text }
   end
-  local reply, err = transport.run_script(t, name, unpack(words))
+  local reply, err = t:script(op, names, unpack(words))
   if reply == nil then return nil, err end
   if reply[1] == 1 then return true, reply[2] end
   if self.owned then return false, lock_mod.set_lost(hold, "found by an owner-checked write") end

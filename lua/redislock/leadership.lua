@@ -147,8 +147,8 @@ local function swap(self, new_tok)
   local _, quorum = servers(election)
   local step = lock_mod.FIRST_STEP
   while true do
-    local replies, err = each(election, "elect_proclaim", 2, election._lock, election._observers, lock.token,
-                              new_tok, string_format("%.0f", self.term), self._ms)
+    local replies, err = each(election, "elect_proclaim", election._key, lock.token, new_tok,
+                              string_format("%.0f", self.term), self._ms)
     local held, other, answered = 0, 0, 0
     for _, r in ipairs(replies) do
       if r then

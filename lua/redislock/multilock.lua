@@ -22,7 +22,6 @@
 local args = require "redislock.args"
 local core = require "redislock.core"
 local hold_mod = require "redislock.hold"
-local transport = require "redislock.transport"
 local wait = require "redislock.wait"
 
 local error, ipairs, pairs, pcall, setmetatable, type, unpack = error, ipairs, pairs, pcall, setmetatable, type,
@@ -32,9 +31,8 @@ local math_huge, math_min = math.huge, math.min
 local key_problem = core.key_problem
 local argerror, quote, check_self, check_nargs, check_seconds = args.argerror, args.quote, args.check_self,
       args.check_nargs, args.check_seconds
-local adopt, new_token, lock_name, era_name = hold_mod.adopt, hold_mod.new_token, hold_mod.lock_name,
-  hold_mod.era_name
-local observe_take, now, run_script = hold_mod.observe_take, core.now, transport.run_script
+local adopt, new_token = hold_mod.adopt, hold_mod.new_token
+local observe_take, now = hold_mod.observe_take, core.now
 
 local _M = { _VERSION = core._VERSION }
 
@@ -94,16 +92,8 @@ end
 -- as a lock's eval: 1 and the fences (in sorted order), or -1, the busy
 -- key's PTTL and that key; or nil and an error.
 local function try_atomic(state, t, tok, ms)
-  local sorted, client = state.sorted, state.client
-  local n = #sorted
-  local argv = { 4 * n } -- numkeys, the locks, their fences, their waiters marks, their era records, token, ttl
-  for i, key in ipairs(sorted) do
-    local lock = lock_name(client, key)
-    argv[1 + i], argv[1 + n + i], argv[1 + 2 * n + i] = lock, lock .. ":fence", lock .. ":waiters"
-    argv[1 + 3 * n + i] = era_name(client, key)
-  end
-  argv[#argv + 1], argv[#argv + 2] = tok, ms
-  local reply, err = run_script(t, "multi_acquire", unpack(argv))
+  local sorted = state.sorted
+  local reply, err = t:script("multi_acquire", sorted, tok, ms)
   if reply == nil then return nil, err end
   if reply[1] == 1 then return 1, reply[2] end
   state.busy = sorted[reply[3]]

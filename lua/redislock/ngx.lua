@@ -31,7 +31,7 @@ local ipairs, setmetatable, tostring, type = ipairs, setmetatable, tostring, typ
 local string_format = string.format
 local get_phase = ngx.get_phase
 local encode, encode_wait, new_reader = core.encode, core.encode_wait, core.reader
-local script_call, command_call = core.script_call, core.command_call
+local script_call, command_call, args_call = core.script_call, core.command_call, core.args_call
 local open, read_reply, io_message, give_back = conn.open, conn.read_reply, conn.io_message, conn.give_back
 local busy_for = conn.busy_for
 local READ_SIZE = conn.READ_SIZE
@@ -139,6 +139,13 @@ function Transport:eval(op, key, token, ms, more)
   local call = script_call(self, op, key, token, ms, more and more.n) -- checks the arguments
   if more and more.replicas then call:replicas(more.replicas, more.replica_ms) end
   return drive(self, call)
+end
+
+--- transport:script(op, keys, ...) -> reply | nil, err: one script sent
+-- with its caller's arguments, as the C client's script does (the C
+-- core's call: EVAL after NOSCRIPT, ASKING).
+function Transport:script(...)
+  return drive(self, args_call(self, ...)) -- checks the arguments
 end
 
 --- transport:wait(key, token, ms[, op]) -> wake-up | false | nil, err (as the C

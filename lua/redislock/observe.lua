@@ -18,14 +18,12 @@ local core = require "redislock.core"
 local hold_mod = require "redislock.hold"
 local io_mod = require "redislock.election_io"
 local lock_mod = require "redislock.lock"
-local transport = require "redislock.transport"
 
 local ipairs, tonumber, type = ipairs, tonumber, type
 local string_format, table_insert = string.format, table.insert
 local math_floor, math_huge, math_max, math_min = math.floor, math.huge, math.max, math.min
 local now = core.now
 local check_seconds, check_nargs, argerror = args.check_seconds, args.check_nargs, args.argerror
-local run_script = transport.run_script
 local servers, leader_of, read_leader = io_mod.servers, io_mod.leader_of, io_mod.read_leader
 
 local _M = { _VERSION = core._VERSION }
@@ -110,8 +108,7 @@ function _M.observe(self, fn, opts, ...)
   local result, result_err = true, nil
   while now() < deadline do
     local node = nodes[at]
-    local reply, err = run_script(node, "elect_observe", 4, self._lock, self._fence, self._era, self._observers,
-                                  me, string_format("%.0f", (late + STAY_SLACK) * 1000))
+    local reply, err = node:script("elect_observe", self._key, me, string_format("%.0f", (late + STAY_SLACK) * 1000))
     local state
     if reply and quorum > 1 then state, err = read_leader(self) elseif reply then state = leader_of(reply) end
     if state == nil then

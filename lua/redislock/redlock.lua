@@ -306,6 +306,13 @@ function Redlock.command(_, name)
                             .. " of the server you mean", tostring(name))
 end
 
+--- No scripts of one server's either (an election's, the admin's, guarded
+-- writes: see each).
+function Redlock.script(_, op)
+  return nil, string_format("redis: %s: a Redlock client has no single server for this script; use a client"
+                            .. " of the server you mean", type(op) == "string" and op or "a guard's script")
+end
+
 local Lease = {}
 local lease_mt = { __index = Lease }
 

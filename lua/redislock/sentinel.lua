@@ -251,6 +251,10 @@ function Sentinel:command(...)
   return call(self, "command", ...)
 end
 
+function Sentinel:script(...)
+  return call(self, "script", ...)
+end
+
 --- sentinel:lease(...): on the node transport the lock was just taken
 -- through (no I/O here: a renewal that must follow a switch is moved by
 -- the watch, rl_watchdog_move or Sentinel:switched).

@@ -16,6 +16,14 @@
 --                                -> what woke it (a handoff: "<fence> <age>
 --                                <at>") | false | nil, err
 --   t:command(name, ...)         one plain command -> reply | nil, err
+--   t:script(op, keys, ...)      one script sent with its caller's arguments
+--        (op: "multi_acquire", "inspect", "force_release", "fenced_write",
+--        "owned_write", "elect_observe", "elect_announce", "elect_proclaim",
+--        or a guard's script { text =, sha = } from core.guard_script; keys:
+--        a lock's key, an array of them for multi_acquire, or the names
+--        themselves for the writes and a guard's; the script's names are
+--        the C core's, csrc/scripts/) -> its reply | nil, err; EVAL after
+--        NOSCRIPT, as eval's
 --   t:lease(key, token, ttl_ms[, opts]) -> lease; opts: { max_hold_ms, sent_ms,
 --        scoped, notify, op } (op: the script that renews it, "extend" by
 --        default; see redislock/ngx_lease.lua's start)
@@ -124,17 +132,5 @@ _M.gates = runtime.gates
 -- server_name under OpenResty, whose handshake checks DNS names only.
 -- Nothing to check in plain Lua.
 _M.check_names = runtime.check_names
-
---- Runs one of the C core's scripts that go as plain commands
--- (core.scripts[name]: multi_acquire, inspect, force_release, fenced_write,
--- owned_write; or name is a script itself, { sha = ..., text = ... }) over
--- t: EVALSHA, then EVAL after NOSCRIPT (which also caches it). ... are
--- numkeys, the keys and the arguments. Returns the reply, or nil and an error.
-function _M.run_script(t, name, ...)
-  local script = type(name) == "table" and name or core.scripts[name]
-  local reply, err = t:command("EVALSHA", script.sha, ...)
-  if reply == nil and err:find("^redis: NOSCRIPT") then reply, err = t:command("EVAL", script.text, ...) end
-  return reply, err
-end
 
 return _M

@@ -380,6 +380,54 @@ static void test_call(void) {
   redisReaderFree(rd);
 }
 
+/* Scripts sent with their callers' arguments: the names the core makes,
+   and the call's EVAL after NOSCRIPT, its reply the caller's. */
+static void test_args(void) {
+  const char *keys[] = { "a", "b" }, *args[] = { "tok", "500" };
+  size_t klen[] = { 1, 1 }, alen[] = { 3, 3 };
+  char era[64];
+  rl_args_cmd a;
+  rl_call call;
+  redisReader *rd = redisReaderCreate();
+  CHECK(rl_op_takes_args(RL_OP_INSPECT) && !rl_op_takes_args(RL_OP_ACQUIRE) && rl_args_many(RL_OP_MULTI_ACQUIRE));
+  CHECK(rl_args_named(RL_OP_FENCED_WRITE) && rl_args_named(RL_OP_COUNT) && !rl_args_named(RL_OP_INSPECT));
+  snprintf(era, sizeof era, "lock:{%s}:era", rl_era_tag(rl_lock_slot("a", 1)));
+  CHECK(rl_args_init(&a, RL_OP_INSPECT, NULL, NULL, "lock:", 5, 1, keys, klen, 0, NULL, NULL) == 0);
+  CHECK(a.argc == 6 && strcmp(a.argv[0], "EVALSHA") == 0 && strcmp(a.argv[1], rl_script_sha(RL_OP_INSPECT)) == 0);
+  CHECK(a.len[2] == 1 && memcmp(a.argv[2], "3", 1) == 0 && a.len[3] == 8 && memcmp(a.argv[3], "lock:{a}", 8) == 0);
+  CHECK(a.len[4] == 14 && memcmp(a.argv[4], "lock:{a}:fence", 14) == 0);
+  CHECK(a.len[5] == strlen(era) && memcmp(a.argv[5], era, a.len[5]) == 0);
+  rl_args_free(&a);
+  /* Several lock keys: every lock, then every fence ... then the arguments. */
+  CHECK(rl_args_init(&a, RL_OP_MULTI_ACQUIRE, NULL, NULL, "lock:", 5, 2, keys, klen, 2, args, alen) == 0);
+  CHECK(a.argc == 3 + 8 + 2 && a.len[2] == 1 && memcmp(a.argv[2], "8", 1) == 0);
+  CHECK(memcmp(a.argv[3], "lock:{a}", 8) == 0 && memcmp(a.argv[4], "lock:{b}", 8) == 0);
+  CHECK(a.len[5] == 14 && memcmp(a.argv[5], "lock:{a}:fence", 14) == 0);
+  CHECK(a.len[11] == 3 && memcmp(a.argv[11], "tok", 3) == 0 && memcmp(a.argv[12], "500", 3) == 0);
+  rl_args_free(&a);
+  /* A guard's script: its names as given, its text and SHA-1 the caller's. */
+  CHECK(rl_args_init(&a, RL_OP_COUNT, "return 1", "0123456789012345678901234567890123456789", "lock:", 5, 2, keys,
+                     klen, 1, args, alen) == 0);
+  CHECK(a.argc == 6 && memcmp(a.argv[2], "2", 1) == 0 && a.len[3] == 1 && memcmp(a.argv[3], "a", 1) == 0);
+  rl_call_init_args(&call, &a);
+  CHECK(rl_call_start(&call, 1, rd) == RL_STEP_SEND && sends(&call, "EVALSHA") && sends(&call, "$40\r\n0123"));
+  CHECK(feed(&call, "-NOSCRIPT No matching script.\r\n") == RL_STEP_SEND && sends(&call, "$4\r\nEVAL\r\n$8\r\nreturn 1"));
+  CHECK(feed(&call, "*2\r\n:1\r\n$2\r\nok\r\n") == RL_STEP_DONE && call.reply != NULL);
+  CHECK(call.reply->type == REDIS_REPLY_ARRAY && call.reply->elements == 2 && rl_call_keep(&call));
+  rl_call_free(&call);
+  /* Its error replies are the caller's too; it is never resent. */
+  rl_call_init_args(&call, &a);
+  CHECK(rl_call_start(&call, 1, rd) == RL_STEP_SEND && sends(&call, "$4\r\nEVAL\r\n"));
+  CHECK(feed(&call, "-ERR boom\r\n") == RL_STEP_DONE && call.reply != NULL && call.reply->type == REDIS_REPLY_ERROR);
+  rl_call_free(&call);
+  rl_call_init_args(&call, &a);
+  CHECK(rl_call_start(&call, 1, rd) == RL_STEP_SEND);
+  CHECK(rl_call_lost(&call, 0, "connection: lost") == RL_STEP_FAILED);
+  rl_call_free(&call);
+  rl_args_free(&a);
+  redisReaderFree(rd);
+}
+
 int main(void) {
   test_ops();
   test_commands();
@@ -388,6 +436,7 @@ int main(void) {
   test_slots();
   test_checks();
   test_call();
+  test_args();
   printf("proto_test: %d checks, %d failed\n", checks, failed);
   return failed == 0 ? 0 : 1;
 }
