@@ -24,7 +24,8 @@
 --   --! include A B ...  the fragments lib/A.lua ... go here (each once a
 --                        script; a fragment may include others)
 -- RL_<NAME> in a script is replaced by rl_proto.h's #define of that number.
--- Lines that are only a comment, and blank lines, are not sent.
+-- Lines that are only a comment, and blank lines, are not sent, nor the
+-- indentation of the others.
 
 local dir = "csrc/scripts"
 local out_file = "csrc/rl_scripts.c"
@@ -134,8 +135,8 @@ local function resolve(path, included, into, meta)
   end
 end
 
--- What Redis gets of resolved lines: no comment lines, no blank ones, and
--- RL_ names replaced by their numbers.
+-- What Redis gets of resolved lines: no comment lines, no blank ones, no
+-- indentation, and RL_ names replaced by their numbers.
 local function numbered(l)
   return (l.text:gsub("RL_[%u%d_]+", function(name)
     return numbers[name] or fail("%s:%d: %s is not a number in rl_proto.h", l.from, l.line, name)
@@ -149,18 +150,27 @@ local function sent(lines, path)
       t[#t + 1] = false
     elseif not l.text:match("^%s*%-%-") and l.text:match("%S") then
       if l.text:match("%-%-%[%[") then fail("%s:%d: no long comments in scripts", l.from, l.line) end
-      t[#t + 1] = numbered(l)
+      t[#t + 1] = (numbered(l):gsub("^%s+", ""))
     end
   end
   if #t == 0 then fail("%s: no code", path) end
   return t
 end
 
+-- A C string literal of lines, as many whole lines to a line of C as fit
+-- in 120 columns (a script reads better in its .lua file than here).
 local function c_string(lines, indent)
-  local t = {}
+  local t, cur = {}, nil
   for _, l in ipairs(lines) do
-    t[#t + 1] = indent .. '"' .. l:gsub('[\\"]', "\\%0") .. '\\n"'
+    local piece = l:gsub('[\\"]', "\\%0") .. "\\n"
+    if cur and #indent + #cur + #piece + 2 <= 120 then
+      cur = cur .. piece
+    else
+      if cur then t[#t + 1] = indent .. '"' .. cur .. '"' end
+      cur = piece
+    end
   end
+  if cur then t[#t + 1] = indent .. '"' .. cur .. '"' end
   return table.concat(t, "\n")
 end
 
