@@ -31,8 +31,7 @@ if not v then
     redis.call('HDEL', KEYS[4], ARGV[1])
     return {1, redis.call('INCR', KEYS[2]) + era(KEYS[6])}
   end
-  local k = { lock = KEYS[1], signal = signal, queue = KEYS[3], hand = KEYS[4], fence = KEYS[2], era = KEYS[6] }
-  hand_to_heir(k, heir, hms, since, false, now)
+  hand_to_heir(KEYS[1], signal, KEYS[3], KEYS[4], KEYS[2], KEYS[6], nil, heir, hms, since, false, now)
 end
 local left = redis.call('PTTL', KEYS[1])
 if s and s > 0 and s < left then left = s end

@@ -17,7 +17,6 @@ if v == ARGV[1] then
   v = false
 end
 if not v then
-  hand_next({ lock = KEYS[1], signal = KEYS[2], queue = KEYS[3], hand = KEYS[4], fence = KEYS[5], era = KEYS[6],
-              handoff = KEYS[7] }, server_time())
+  hand_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], nil, server_time())
 end
 return {0, 0}

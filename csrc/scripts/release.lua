@@ -21,8 +21,7 @@ end
 -- Somebody may wait. The fragments come here, so that a release with
 -- nobody waiting (GET, EXISTS, DEL) does not make their functions.
 --! include hand_next server_time
-local k = { lock = KEYS[1], signal = KEYS[2], queue = KEYS[3], hand = KEYS[4], fence = KEYS[6], era = KEYS[7],
-            handoff = KEYS[8], trust = ARGV[2], handed = false }
-pcall(function() hand_next(k, server_time()) end)
-if not k.handed then redis.call('DEL', KEYS[1]) end
+local ok, handed = pcall(hand_next, KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8], ARGV[2],
+                         server_time())
+if not (ok and handed) then redis.call('DEL', KEYS[1]) end
 return 1

@@ -16,8 +16,7 @@ if redis.call('EXISTS', KEYS[3], KEYS[4]) == 0 then
 end
 -- Somebody may wait (the fragments come here: see release.lua).
 --! include rw_hand_or_wake server_time
-local k = { lock = KEYS[1], signal = KEYS[2], waiters = KEYS[3], queue = KEYS[4], hand = KEYS[5], fence = KEYS[6],
-            era = KEYS[7], writers = KEYS[8], handed = false }
-pcall(function() rw_hand_or_wake(k, server_time()) end)
-if not k.handed then redis.call('DEL', KEYS[1]) end
+local ok, handed = pcall(rw_hand_or_wake, KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8],
+                         server_time())
+if not (ok and handed) then redis.call('DEL', KEYS[1]) end
 return 1

@@ -1,31 +1,37 @@
 -- SPDX-License-Identifier: MIT
 --! include era list whole
--- Handing a lock over (README.md, "Handing over"). k names the lock's keys:
--- { lock, signal, queue, hand, fence, era, handoff, trust } (trust: the
--- master ID the connection vouches for, or nil: see era()).
+-- Handing a lock over (README.md, "Handing over"). Its names are passed one
+-- by one, not in a table: a table costs Redis more than the rest of a
+-- function call (bench/server_callgrind.sh).
 --
--- hand_to_heir(k, heir, hms, since, popped, now): with the lock free, hands
--- heir (found by first_live, or first_ready: popped) the lock for hms ms,
--- and sets k.handed once the lock is its. The wake-up "<fence> <age> <at>"
--- (age: ms since it registered, for its clock; at: the server's ms now) is
--- pushed first, as a list out of KEYS may be refused (then nothing is
--- handed over); the lock is written next, and should that fail (no
--- memory), the wake-up goes, so that nobody takes it for the lock. No DEL
--- before the RPUSH: a plain wake-up left in the list ("1") only makes the
--- waiter try once more, which finds its own token.
-local function hand_to_heir(k, heir, hms, since, popped, now)
-  local f = redis.call('INCR', k.fence) + era(k.era, k.trust)
-  local sig = k.signal .. ':' .. heir
+-- hand_to_heir(lock, signal, queue, hand, fence, rec, trust, heir, hms,
+-- since, popped, now) -> true once the lock is heir's: with the lock free
+-- (its key lock, its waiters' lists "<signal>:<token>", its fair queue and
+-- registrations queue and hand, its fence counter and era record rec;
+-- trust: the master ID the connection vouches for, or nil: see era()),
+-- hands heir (found by first_live, or first_ready: popped) the lock for hms
+-- ms (since: when it registered; now: ms, server time). The wake-up
+-- "<fence> <age> <at>" (age: ms since it registered, for its clock; at:
+-- the server's ms now) is pushed first, as a list out of KEYS may be
+-- refused (then nothing is handed over); the lock is written next, and
+-- should that fail (no memory), the wake-up goes, so that nobody takes it
+-- for the lock. No DEL before the RPUSH: a plain wake-up left in the list
+-- ("1") only makes the waiter try once more, which finds its own token.
+-- The heir then leaves the queue (redis.pcall: the lock is its whatever
+-- that answers).
+local function hand_to_heir(lock, signal, queue, hand, fence, rec, trust, heir, hms, since, popped, now)
+  local f = redis.call('INCR', fence) + era(rec, trust)
+  local sig = signal .. ':' .. heir
   local _, refused = list('RPUSH', sig, whole(f) .. ' ' .. whole(math.max(now - since, 0)) .. ' ' .. whole(now))
-  if refused then return end
+  if refused then return false end
   list('PEXPIRE', sig, hms)
-  if redis.pcall('SET', k.lock, heir, 'PX', hms).err then
+  if redis.pcall('SET', lock, heir, 'PX', hms).err then
     list('DEL', sig)
-    return
+    return false
   end
-  k.handed = true
   if not popped then
-    redis.call('ZREM', k.queue, heir)
-    redis.call('HDEL', k.hand, heir)
+    redis.pcall('ZREM', queue, heir)
+    redis.pcall('HDEL', hand, heir)
   end
+  return true
 end

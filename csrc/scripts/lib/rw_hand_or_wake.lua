@@ -1,15 +1,16 @@
 -- SPDX-License-Identifier: MIT
 --! include first_live hand_to_heir wake_all
--- rw_hand_or_wake(k, now): with no reader in, and the writer key (k.lock)
--- free or the releasing writer's: hands the write lock to the first live
--- registered writer (as hand_to_heir hands a lock: the key takes its
--- token, k.handed is set; the heir leaves the waiting writers, k.writers),
--- else wakes every waiter (k.waiters).
-local function rw_hand_or_wake(k, now)
-  local heir, hms, since = first_live(k.queue, k.hand, now)
-  if heir then
-    hand_to_heir(k, heir, hms, since, false, now)
-    if k.handed then redis.call('ZREM', k.writers, heir) end
+-- rw_hand_or_wake(writer, signal, waiters, queue, hand, fence, rec, writers,
+-- now) -> handed: with no reader in, and the writer key free or the
+-- releasing writer's: hands the write lock to the first live registered
+-- writer (as hand_to_heir hands a lock: the key takes its token; the heir
+-- leaves the waiting writers, writers), else wakes every waiter (waiters).
+local function rw_hand_or_wake(writer, signal, waiters, queue, hand, fence, rec, writers, now)
+  local heir, hms, since = first_live(queue, hand, now)
+  if heir and hand_to_heir(writer, signal, queue, hand, fence, rec, nil, heir, hms, since, false, now) then
+    redis.pcall('ZREM', writers, heir)
+    return true
   end
-  if not k.handed then wake_all(k.signal, k.waiters, now) end
+  wake_all(signal, waiters, now)
+  return false
 end
