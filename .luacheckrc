@@ -13,8 +13,9 @@ files["examples/openresty"] = { std = "max+ngx_lua" }
 files["torture/ngx_app.lua"] = { std = "max+ngx_lua" }
 -- The Redis scripts as Redis gets them (tools/gen_scripts.lua --lint): Lua
 -- 5.1 with Redis' globals, and no global written. A fragment included after
--- a script's first lines (release.lua) may name a parameter as the script
--- names a local before it: shadowing is no mistake there.
+-- a script's first lines (read_release.lua, sem_release.lua) may name a
+-- parameter as the script names a local before it (now): shadowing is no
+-- mistake there.
 files["build/scripts"] = {
   std = "lua51",
   ignore = { "43." },

@@ -175,7 +175,7 @@ int rl_lua_push_command_reply(lua_State *L, redisReply *r, int fidx) {
 void rl_lua_check_args(lua_State *L, int idx, int last, const char *prefix, size_t plen, rl_args_cmd *a) {
   static const char *ops[RL_OP_COUNT + 1];
   const char *text = NULL, *sha = NULL, **keys, **args;
-  size_t *klen, *alen, len;
+  size_t *klen, *alen, len, tlen = 0;
   rl_op op = RL_OP_COUNT;
   int nkeys, nargs = last - idx - 1, i;
   if (ops[0] == NULL) { /* the same names every time: a race writes the same pointers */
@@ -184,13 +184,14 @@ void rl_lua_check_args(lua_State *L, int idx, int last, const char *prefix, size
   if (lua_type(L, idx) == LUA_TTABLE) { /* a guard's script: its fields stay on the stack */
     lua_getfield(L, idx, "text");
     lua_getfield(L, idx, "sha");
-    text = lua_tostring(L, -2);
-    sha = lua_tolstring(L, -1, &len);
+    text = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &tlen) : NULL;
+    sha = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
     luaL_argcheck(L, text != NULL && sha != NULL && len == 40, idx, "a guard's script { text =, sha = } expected");
   } else {
     op = (rl_op)luaL_checkoption(L, idx, NULL, ops);
     if (!rl_op_takes_args(op)) luaL_argerror(L, idx, lua_pushfstring(L, "%s is sent by eval", ops[op]));
   }
+  luaL_argcheck(L, last >= idx + 1, idx + 1, "a key, or an array of keys, expected");
   nkeys = lua_type(L, idx + 1) == LUA_TTABLE ? (int)lua_rawlen(L, idx + 1) : 1;
   luaL_argcheck(L, nkeys >= 1 && nkeys <= 100000, idx + 1, "a key, or an array of keys, expected");
   luaL_argcheck(L, lua_type(L, idx + 1) == LUA_TTABLE || !rl_args_named(op), idx + 1, "an array of keys expected");
@@ -200,11 +201,13 @@ void rl_lua_check_args(lua_State *L, int idx, int last, const char *prefix, size
   keys = (const char **)lua_newuserdatauv(L, (size_t)nkeys * (sizeof *keys + sizeof *klen), 0);
   klen = (size_t *)(keys + nkeys);
   for (i = 0; i < nkeys; i++) {
+    /* A table's strings stay alive in it, a lone key at idx + 1: popped. */
     if (lua_type(L, idx + 1) == LUA_TTABLE) lua_rawgeti(L, idx + 1, i + 1);
     else lua_pushvalue(L, idx + 1);
-    keys[i] = lua_tolstring(L, -1, &klen[i]); /* stays on the stack */
-    if (keys[i] == NULL || lua_type(L, -1) != LUA_TSTRING)
+    if (lua_type(L, -1) != LUA_TSTRING)
       luaL_argerror(L, idx + 1, lua_pushfstring(L, "key %d must be a string", i + 1));
+    keys[i] = lua_tolstring(L, -1, &klen[i]);
+    lua_pop(L, 1);
     if (!rl_args_named(op)) {
       const char *why = rl_check_key(keys[i], klen[i]);
       if (why != NULL) luaL_argerror(L, idx + 1, why);
@@ -219,7 +222,7 @@ void rl_lua_check_args(lua_State *L, int idx, int last, const char *prefix, size
                                                     luaL_typename(L, idx + 2 + i)));
     args[i] = lua_tolstring(L, idx + 2 + i, &alen[i]);
   }
-  if (rl_args_init(a, op, text, sha, prefix, plen, nkeys, keys, klen, nargs, args, alen) != 0)
+  if (rl_args_init(a, op, text, tlen, sha, prefix, plen, nkeys, keys, klen, nargs, args, alen) != 0)
     luaL_error(L, "redislock: out of memory");
 }
 
@@ -457,7 +460,8 @@ static int core_sleep(lua_State *L) {
   return 0;
 }
 
-/* Pushes { acquire = { sha = ..., text = ... }, ... } for specs and tools. */
+/* Pushes { acquire = { sha = ..., text = ... }, ... } for specs and tools;
+   an op sent by script (with its caller's arguments) also has named. */
 static void push_scripts(lua_State *L) {
   int op;
   lua_createtable(L, 0, RL_OP_COUNT);
@@ -468,6 +472,10 @@ static void push_scripts(lua_State *L) {
     lua_setfield(L, -2, "sha");
     lua_pushstring(L, rl_script_text((rl_op)op));
     lua_setfield(L, -2, "text");
+    if (rl_op_takes_args((rl_op)op)) { /* sent by script: its keys named by its caller, or made of lock keys */
+      lua_pushboolean(L, rl_args_named((rl_op)op));
+      lua_setfield(L, -2, "named");
+    }
     lua_setfield(L, -2, rl_op_name((rl_op)op));
   }
 }

@@ -289,14 +289,16 @@ static void put_arg(rl_args_cmd *a, int i, char **p, const char *s, size_t n) {
   *p += n;
 }
 
-int rl_args_init(rl_args_cmd *a, rl_op op, const char *text, const char *sha, const char *prefix, size_t plen,
-                 int nkeys, const char *const *keys, const size_t *klen,
+int rl_args_init(rl_args_cmd *a, rl_op op, const char *text, size_t tlen, const char *sha, const char *prefix,
+                 size_t plen, int nkeys, const char *const *keys, const size_t *klen,
                  int nargs, const char *const *args, const size_t *alen) {
   int named = rl_args_named(op), nrow = 0, nnames, i, j, at;
-  size_t bytes = 0, tlen = text != NULL ? strlen(text) + 1 : 0;
+  size_t bytes = 0;
   char *p;
   memset(a, 0, sizeof *a);
   a->op = op;
+  if (op == RL_OP_COUNT && (text == NULL || sha == NULL)) return -1; /* a guard's comes with both */
+  if (text == NULL) tlen = 0;
   if (!named)
     while (rl_ops[op].keys[nrow] >= 0) nrow++;
   nnames = named ? nkeys : nrow * nkeys;
@@ -314,9 +316,11 @@ int rl_args_init(rl_args_cmd *a, rl_op op, const char *text, const char *sha, co
   if (text != NULL) { /* a guard's: it lives as long as the command */
     memcpy(p, text, tlen);
     a->text = p;
+    a->text_len = tlen;
     p += tlen;
   } else {
     a->text = rl_script_text(op);
+    a->text_len = strlen(a->text);
   }
   a->argv[0] = "EVALSHA";
   a->argv[1] = a->sha;
@@ -346,7 +350,7 @@ void rl_args_use_eval(rl_args_cmd *a) {
   a->argv[0] = "EVAL";
   a->len[0] = 4;
   a->argv[1] = a->text;
-  a->len[1] = strlen(a->text);
+  a->len[1] = a->text_len;
 }
 
 void rl_args_free(rl_args_cmd *a) {

@@ -201,13 +201,15 @@ typedef struct {
   const char **argv;
   size_t *len;
   const char *text;   /* for EVAL */
+  size_t text_len;
   char sha[41];
   char numkeys[24];
   char *mem;
 } rl_args_cmd;
 
 /*
- * Fills a for op. keys (nkeys of them, klen bytes each): for an op whose
+ * Fills a for op (a guard's: op RL_OP_COUNT, with its text, tlen bytes,
+ * and SHA-1). keys (nkeys of them, klen bytes each): for an op whose
  * row names its keys, the lock keys they are made of ("<prefix>{<key>}"
  * and its suffixes, all the first name's, then all the second's ...: more
  * than one key only for the multi-key acquire); else (an op whose caller
@@ -215,7 +217,8 @@ typedef struct {
  * nargs arguments after them. Check keys and prefix first. 0, or -1 when
  * out of memory (nothing to free then). Free with rl_args_free.
  */
-int rl_args_init(rl_args_cmd *a, rl_op op, const char *text, const char *sha, const char *prefix, size_t plen,
+int rl_args_init(rl_args_cmd *a, rl_op op, const char *text, size_t tlen, const char *sha, const char *prefix,
+                 size_t plen,
                  int nkeys, const char *const *keys, const size_t *klen,
                  int nargs, const char *const *args, const size_t *alen);
 /* Whether op's caller names its keys, and whether op takes several lock

@@ -55,6 +55,16 @@ describe("multi-key lock", function()
     assert.matches('^redislock multi%-key lock {"c", "a", "b"}$', tostring(lock))
   end)
 
+  it("takes hundreds of keys in one script (their names made by the core)", function()
+    local keys = {}
+    for i = 1, 300 do keys[i] = "many:" .. i end
+    local lock = assert(client:acquire(keys, 5))
+    assert.are.equal(300, #lock.fence)
+    for _, k in ipairs(keys) do assert.are.equal(lock.token, raw:command("GET", "lock:{" .. k .. "}")) end
+    assert.is_true(lock:release())
+    assert.are.equal(0, raw:command("EXISTS", "lock:{many:1}", "lock:{many:300}"))
+  end)
+
   it("waits for a busy key, and is woken by its release", function()
     local other = redislock.new({ port = srv.port })
     local b = assert(other:acquire("b", 10))

@@ -70,10 +70,6 @@ local ACQUIRES = { take = true, acquire = true, acquire_wait = true, acquire_fai
 local ONE_KEY = { release = "release_one", write_release = "write_release_one", read_release = "read_release_one",
                   sem_release = "sem_release_one" }
 
--- The scripts whose caller names their keys (core.script): routed by the
--- slot of the first name, not of a lock's.
-local NAMED = { fenced_write = true, owned_write = true }
-
 -- Replies after which the table is refreshed before the next call.
 local STALE = { READONLY = true, UNBLOCKED = true, CLUSTERDOWN = true, MASTERDOWN = true }
 
@@ -300,7 +296,8 @@ end
 -- redirects followed, never resent.
 function Cluster:script(op, keys, ...)
   local first = type(keys) == "table" and keys[1] or keys
-  local slot = (type(op) == "table" or NAMED[op]) and slot_of(tostring(first)) or lock_slot(tostring(first))
+  local named = type(op) == "table" or (core.scripts[op] or {}).named
+  local slot = named and slot_of(tostring(first)) or lock_slot(tostring(first))
   return route(self, slot, true, "script", op, keys, ...)
 end
 

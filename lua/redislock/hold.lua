@@ -174,10 +174,4 @@ function _M.lock_name(client, key)
   return client.prefix .. "{" .. key .. "}"
 end
 
---- The name of the era record of the slot of the lock on key, as the C core
--- makes it ("<prefix>{<tag>}:era": csrc/scripts/README.md, "Fences across failovers").
-function _M.era_name(client, key)
-  return client.prefix .. "{" .. core.era_tag(core.lock_slot(key)) .. "}:era"
-end
-
 return _M

@@ -392,21 +392,22 @@ static void test_args(void) {
   CHECK(rl_op_takes_args(RL_OP_INSPECT) && !rl_op_takes_args(RL_OP_ACQUIRE) && rl_args_many(RL_OP_MULTI_ACQUIRE));
   CHECK(rl_args_named(RL_OP_FENCED_WRITE) && rl_args_named(RL_OP_COUNT) && !rl_args_named(RL_OP_INSPECT));
   snprintf(era, sizeof era, "lock:{%s}:era", rl_era_tag(rl_lock_slot("a", 1)));
-  CHECK(rl_args_init(&a, RL_OP_INSPECT, NULL, NULL, "lock:", 5, 1, keys, klen, 0, NULL, NULL) == 0);
+  CHECK(rl_args_init(&a, RL_OP_INSPECT, NULL, 0, NULL, "lock:", 5, 1, keys, klen, 0, NULL, NULL) == 0);
   CHECK(a.argc == 6 && strcmp(a.argv[0], "EVALSHA") == 0 && strcmp(a.argv[1], rl_script_sha(RL_OP_INSPECT)) == 0);
   CHECK(a.len[2] == 1 && memcmp(a.argv[2], "3", 1) == 0 && a.len[3] == 8 && memcmp(a.argv[3], "lock:{a}", 8) == 0);
   CHECK(a.len[4] == 14 && memcmp(a.argv[4], "lock:{a}:fence", 14) == 0);
   CHECK(a.len[5] == strlen(era) && memcmp(a.argv[5], era, a.len[5]) == 0);
   rl_args_free(&a);
   /* Several lock keys: every lock, then every fence ... then the arguments. */
-  CHECK(rl_args_init(&a, RL_OP_MULTI_ACQUIRE, NULL, NULL, "lock:", 5, 2, keys, klen, 2, args, alen) == 0);
+  CHECK(rl_args_init(&a, RL_OP_MULTI_ACQUIRE, NULL, 0, NULL, "lock:", 5, 2, keys, klen, 2, args, alen) == 0);
   CHECK(a.argc == 3 + 8 + 2 && a.len[2] == 1 && memcmp(a.argv[2], "8", 1) == 0);
   CHECK(memcmp(a.argv[3], "lock:{a}", 8) == 0 && memcmp(a.argv[4], "lock:{b}", 8) == 0);
   CHECK(a.len[5] == 14 && memcmp(a.argv[5], "lock:{a}:fence", 14) == 0);
   CHECK(a.len[11] == 3 && memcmp(a.argv[11], "tok", 3) == 0 && memcmp(a.argv[12], "500", 3) == 0);
   rl_args_free(&a);
   /* A guard's script: its names as given, its text and SHA-1 the caller's. */
-  CHECK(rl_args_init(&a, RL_OP_COUNT, "return 1", "0123456789012345678901234567890123456789", "lock:", 5, 2, keys,
+  CHECK(rl_args_init(&a, RL_OP_COUNT, NULL, 0, NULL, "lock:", 5, 2, keys, klen, 1, args, alen) == -1);
+  CHECK(rl_args_init(&a, RL_OP_COUNT, "return 1", 8, "0123456789012345678901234567890123456789", "lock:", 5, 2, keys,
                      klen, 1, args, alen) == 0);
   CHECK(a.argc == 6 && memcmp(a.argv[2], "2", 1) == 0 && a.len[3] == 1 && memcmp(a.argv[3], "a", 1) == 0);
   rl_call_init_args(&call, &a);
