@@ -39,7 +39,8 @@ describe("a server that is loading its data set", function()
 
   it("is waited out by acquire with wait", function()
     restart_loading()
-    local lock, err = client:acquire("k", 5, { wait = 5 })
+    -- The wait outlasts the loading, which took over 5 s on a loaded machine.
+    local lock, err = client:acquire("k", 5, { wait = 30 })
     assert.is_truthy(lock, err)
     assert.are.equal(lock.token, srv:cli("GET", "lock:{k}"))
     assert.is_true(lock:release())
@@ -50,7 +51,7 @@ describe("a server that is loading its data set", function()
       restart_loading()
       local got = client:with_lock("w", 5, function(lock)
         return srv:cli("GET", "lock:{w}") == lock.token
-      end, { wait = 5, wait_mode = mode })
+      end, { wait = 30, wait_mode = mode })
       assert.is_true(got, mode)
       assert.are.equal("0", srv:cli("EXISTS", "lock:{w}"))
     end
