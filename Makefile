@@ -71,6 +71,8 @@ demo: deps all
 
 # The busted suite under Lua 5.4 and LuaJIT, against private redis-servers;
 # spec/01 also runs the protocol core's own C unit test (build/proto_test).
+# spec/run.sh runs the spec files side by side (REDISLOCK_JOBS at once, both
+# interpreters' together), each with its own servers; logs in build/*/logs/.
 test: deps all build/lua5.4/spec_fork.so build/luajit/spec_fork.so build/proto_test
 	@sh spec/run.sh lua5.4:build/lua5.4 luajit:build/luajit
 

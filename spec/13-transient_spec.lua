@@ -1,4 +1,5 @@
 -- SPDX-License-Identifier: MIT
+-- run.sh: long 100 (its seconds on a loaded 2-core machine: spec/run.sh starts it early; make check skips it)
 -- A restarting server is waited out, not reported: while a restarted
 -- redis-server loads a data set (a second, or several on a busy machine) it answers -LOADING, and
 -- acquire / with_lock with wait time left keep trying through it; with none

@@ -1,4 +1,5 @@
 -- SPDX-License-Identifier: MIT
+-- run.sh: long 50 (its seconds on a loaded 2-core machine: spec/run.sh starts it early; make check skips it)
 -- Redlock over five independent redis-servers (appendonly, appendfsync
 -- always; spec/helpers.lua), started once for this file: a majority holds
 -- the lock, servers stopped (SIGSTOP) or down do not break it while a
