@@ -9,7 +9,7 @@
 # temporary folder (REDISLOCK_TEST_TMP, where spec/helpers.lua puts its
 # servers' folders) and, as root, network namespace (tools/netns.sh), so its
 # servers' ports and iptables rules are its alone. REDISLOCK_JOBS jobs run at
-# once (default 6; 2 under REDISLOCK_WRAP), both interpreters' mixed, the
+# once (default 4; 2 under REDISLOCK_WRAP), both interpreters' mixed, the
 # longest files first; a file whose header has a line "-- run.sh: alone"
 # runs after the others, with nothing beside it. Each job's output goes to
 # <build>/logs/<file>.log; a line per job says how it ended and where its log
@@ -111,7 +111,7 @@ done
 [ -n "$pairs" ] || { echo "usage: sh spec/run.sh lua:build-dir... [spec/NN-topic_spec.lua...]" >&2; exit 2; }
 [ -n "$files" ] || files=$(ls spec/*_spec.lua)
 
-if [ -n "${REDISLOCK_WRAP:-}" ]; then jobs=${REDISLOCK_JOBS:-2}; else jobs=${REDISLOCK_JOBS:-6}; fi
+if [ -n "${REDISLOCK_WRAP:-}" ]; then jobs=${REDISLOCK_JOBS:-2}; else jobs=${REDISLOCK_JOBS:-4}; fi
 limit=${REDISLOCK_FILE_TIMEOUT:-900}
 [ -n "${REDISLOCK_SLOW:-}" ] && limit=$((limit * 10))
 
