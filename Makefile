@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 # redislock: `make demo` shows it, `make test` proves it.
-# Targets: all demo test bench lint torture valgrind asan docs install clean rock (and deps).
+# Targets: all demo test check bench lint torture valgrind asan docs install clean rock (and deps).
 
 LUA_INCDIR     ?= /usr/include/lua5.4
 LUAJIT_INCDIR  ?= /usr/include/luajit-2.1
@@ -32,7 +32,7 @@ LUA54_MOD  = build/lua5.4/redislock/core.so
 LUAJIT_MOD = build/luajit/redislock/core.so
 ASAN_MOD   = build/asan/redislock/core.so
 
-.PHONY: all deps demo test bench lint torture valgrind asan docs install clean rock scripts
+.PHONY: all deps demo test check bench lint torture valgrind asan docs install clean rock scripts
 
 all: $(LUA54_MOD) $(LUAJIT_MOD)
 
@@ -81,8 +81,16 @@ demo: deps all
 
 # The busted suite under Lua 5.4 and LuaJIT, against private redis-servers;
 # spec/01 also runs the protocol core's own C unit test (build/proto_test).
+# spec/run.sh runs the spec files side by side (REDISLOCK_JOBS at once, both
+# interpreters' together), each with its own servers; logs in build/*/logs/.
 test: deps all build/lua5.4/spec_fork.so build/luajit/spec_fork.so build/proto_test
 	@sh spec/run.sh lua5.4:build/lua5.4 luajit:build/luajit
+
+# The inner loop, in under 2 minutes: the C unit test and the Lua 5.4 specs
+# but the long ones (a "-- run.sh: long" line in their header: topologies,
+# rock builds, restarts with a data set); make test runs everything.
+check: deps $(LUA54_MOD) build/lua5.4/spec_fork.so build/proto_test
+	@REDISLOCK_SKIP=long sh spec/run.sh lua5.4:build/lua5.4
 
 # Benchmarks (not tests): bench/run.sh prints a table and a `bench ...` line per
 # figure. The raw-socket floors (a lock cycle, a wake-up, contended handoffs)

@@ -1,4 +1,5 @@
 -- SPDX-License-Identifier: MIT
+-- run.sh: long 165 (its seconds on a loaded 2-core machine: spec/run.sh starts it early; make check skips it)
 -- `luarocks make` builds and installs the module offline, linking the system
 -- hiredis, for the interpreter running the suite (Lua 5.4, or LuaJIT as 5.1).
 local helpers = require "spec.helpers"

@@ -1,4 +1,5 @@
 -- SPDX-License-Identifier: MIT
+-- run.sh: long 145 (its seconds on a loaded 2-core machine: spec/run.sh starts it early; make check skips it)
 -- Redis behind Sentinel: a real group on loopback (a master, a replica, three
 -- sentinels; spec/helpers.lua), started once for this file. Locks go to the
 -- master the sentinels name; a failover (SENTINEL FAILOVER) moves the client,

@@ -1,4 +1,5 @@
 -- SPDX-License-Identifier: MIT
+-- run.sh: long 170 (its seconds on a loaded 2-core machine: spec/run.sh starts it early; make check skips it)
 -- Redis Cluster: the slot function and redirect parsing of the C core, then
 -- a real cluster on loopback (3 masters, 3 replicas; spec/helpers.lua),
 -- started once for this file. Locks reach the master that owns their slot;

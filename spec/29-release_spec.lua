@@ -1,4 +1,5 @@
 -- SPDX-License-Identifier: MIT
+-- run.sh: long 105 (its seconds on a loaded 2-core machine: spec/run.sh starts it early; make check skips it)
 -- The release as users install it: `make rock` packs the release rockspec
 -- and its archive into a source rock, and `luarocks install <file>` builds
 -- it offline into a fresh tree, for the interpreter running the suite (Lua

@@ -1,4 +1,5 @@
 -- SPDX-License-Identifier: MIT
+-- run.sh: long 100 (its seconds on a loaded 2-core machine: spec/run.sh starts it early; make check skips it)
 -- Fences that never go backwards across a failover (csrc/scripts/README.md, "Fences
 -- across failovers"), in plain Lua: a replica that missed the master's last
 -- locks (SIGSTOP, then CLIENT KILL TYPE replica: what the master already

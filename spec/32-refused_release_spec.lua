@@ -1,4 +1,5 @@
 -- SPDX-License-Identifier: MIT
+-- run.sh: long 100 (its seconds on a loaded 2-core machine: spec/run.sh starts it early; make check skips it)
 -- A release (and an extend) refused by a server state that passes is sent
 -- again (redislock/lock.lua's again), while the lock may still be ours: a
 -- busy script (BUSY) and a restart loading its data (LOADING) hold it up,

@@ -237,6 +237,9 @@ describe("the handoff", function()
     assert.is_truthy(helpers.eventually(5, function() return blocked() == 2 end))
     local pid = pid_of(1)
     assert.is_true(helpers.sh_ok("kill -STOP " .. pid))
+    -- Resumed whatever fails below: a worker left stopped would hang the
+    -- suite as busted waits for it at exit.
+    finally(function() helpers.sh_ok("kill -CONT " .. pid) end)
     local released = core.now()
     assert.is_true(lock:release()) -- handed to the paused one: Redis serves its BLPOP all the same
     local fence, when = got(next_one, "next")

@@ -1,4 +1,5 @@
 -- SPDX-License-Identifier: MIT
+-- run.sh: alone (its bounds on when the job moves want no other spec file beside it)
 -- election:every under OpenResty (redislock/ngx_every.lua): two nginx
 -- instances of two workers each start one recurring job from
 -- init_worker_by_lua; it runs on one worker at a time (a counter of the

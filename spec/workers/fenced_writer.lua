@@ -1,10 +1,10 @@
 -- SPDX-License-Identifier: MIT
--- Worker for the fencing specs: takes a lock (no renewal), waits a moment
--- (the spec may stop it past the lock's TTL meanwhile), then writes to a
--- resource that refuses a fence lower than the highest it has seen (a hash on
--- the data server: fence, value). Once it holds the lock it sets
--- writer:<who> to its PID there. Prints "fence <n>", then "accepted" or
--- "refused".
+-- Worker for the fencing specs: takes a lock (no renewal), waits until the
+-- spec sets go:<who> on the data server (the spec may stop it past the
+-- lock's TTL meanwhile), then writes to a resource that refuses a fence
+-- lower than the highest it has seen (a hash on the data server: fence,
+-- value). Once it holds the lock it sets writer:<who> to its PID there.
+-- Prints "fence <n>", then "accepted" or "refused".
 -- usage: fenced_writer.lua <where (spec/workers/connect.lua)> <key> <ttl> <data port> <who>
 local redislock = require "redislock"
 local core = require "redislock.core"
@@ -26,6 +26,9 @@ local stat = assert(io.open("/proc/self/stat")):read("*l")
 assert(data:command("SET", "writer:" .. who, stat:match("^%d+"))) -- its PID, for the spec's signals
 print("fence " .. lock.fence)
 io.stdout:flush()
-core.sleep(0.3)
+-- Told when to write, not a fixed moment: on a loaded machine the spec
+-- could see writer:<who> only after the moment had passed.
+local deadline = core.now() + 30
+while data:command("EXISTS", "go:" .. who) == 0 and core.now() < deadline do core.sleep(0.01) end
 local ok = assert(data:command("EVAL", FENCED_WRITE, 1, "resource", lock.fence, who))
 print(ok == 1 and "accepted" or "refused")
