@@ -238,6 +238,19 @@ function MultiLock:check(server, ...)
   return true
 end
 
+-- A multi-key lock guards no writes: each key has its fence (fence[i]) and
+-- no one of them stands for the lot. Said plainly, where Lua would say
+-- "attempt to call a nil value".
+local function no_guard(fname)
+  return function(self)
+    check_self(self, multi_mt, fname, "redislock multi-key lock")
+    args.raise_at_caller(string_format("bad self to '%s' (a multi-key lock has a fence per key (fence[i]) and "
+                                       .. "guards no writes; guard them with a lock on the resource's own key)",
+                                       fname))
+  end
+end
+MultiLock.fenced, MultiLock.owned = no_guard("fenced"), no_guard("owned")
+
 multi_mt.__tostring = function(self)
   local names = {}
   for i, key in ipairs(self.key) do names[i] = quote(key) end
