@@ -132,8 +132,10 @@ local function acquire(self, key, ms, how, kind)
     -- met a command the user may not run): no hold of nobody's is left for
     -- its TTL. The token is this try's own; its release compares it on the
     -- server. The C core undoes a take by plain commands itself (for a
-    -- user who may run no script), and then says that nothing is left.
-    if sent:sub(1, 6) == "redis:" and not sent:find("; nothing its first try took is left", 1, true)
+    -- user who may run no script), and then says that nothing is left. A
+    -- refusal for a passing state (READONLY, LOADING ...) ran nothing.
+    if sent:sub(1, 6) == "redis:" and not lock_mod.passing(sent)
+       and not sent:find("; nothing its first try took is left", 1, true)
        and t:eval(kind and kind.ops.release or "release", key, tok) == nil then
       sent = sent .. string_format("; %s may stay taken by this failed try until its TTL runs out",
                                    kind and kind.ops.label:format(quote(key)) or quote(key))
