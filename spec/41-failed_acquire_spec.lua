@@ -8,6 +8,7 @@
 -- with rights taken away, and a real server started with INFO renamed.
 local core = require "redislock.core"
 local helpers = require "spec.helpers"
+local http = require "spec.support.http"
 
 local PASSWORD = "s3cret"
 local TTL = 30 -- long: a lock left behind would still be there when checked
@@ -121,6 +122,48 @@ describe("an acquire refused after its first try", function()
   end)
 end)
 
+describe("a waiting acquire by a user without a right the wait needs (README's table)", function()
+  local srv, admin
+
+  lazy_setup(function()
+    srv = helpers.start_redis()
+    admin = srv:client({ timeout = 2 })
+  end)
+  lazy_teardown(function()
+    if admin then admin:close() end
+    if srv then srv:stop() end
+  end)
+
+  it("without +blpop: redis: NOPERM at once, never a wait that polls; poll mode needs none", function()
+    assert.are.equal("OK", srv:cli(unpack(readme_user("noblpop", { ["+blpop"] = true }))))
+    local c = srv:client({ username = "noblpop", password = PASSWORD, timeout = 2 })
+    local held = assert(admin:acquire("noblpop:k", 10))
+    local t0 = core.now()
+    local lock, err = c:acquire("noblpop:k", 5, { wait = 3 })
+    assert.is_nil(lock)
+    assert.are.equal("redis: NOPERM this user has no permissions to run the 'blpop' command", err)
+    assert.is_true(core.now() - t0 < 1.5, "it waited")
+    lock, err = c:acquire("noblpop:k", 5, { wait = 0.3, wait_mode = "poll" })
+    assert.is_nil(lock)
+    assert.matches("^busy: ", err)
+    assert(held:release())
+    nothing_left(srv, admin, "noblpop:k")
+    c:close()
+  end)
+
+  it("without +time: a plain lock's waiting acquire fails, naming TIME", function()
+    assert.are.equal("OK", srv:cli(unpack(readme_user("notime", { ["+time"] = true }))))
+    local c = srv:client({ username = "notime", password = PASSWORD, timeout = 2 })
+    local held = assert(admin:acquire("notime:k", 10))
+    local lock, err = c:acquire("notime:k", 5, { wait = 1 })
+    assert.is_nil(lock)
+    assert.matches("calls TIME there: the Redis user needs %+time", err)
+    assert(held:release())
+    nothing_left(srv, admin, "notime:k")
+    c:close()
+  end)
+end)
+
 describe("an acquire on a server with INFO renamed away", function()
   local srv, admin
 
@@ -151,5 +194,48 @@ describe("an acquire on a server with INFO renamed away", function()
     assert.are.equal("0", srv:cli("EXISTS", "lock:{renamed:rw}:rw:writer"))
     c:close()
     assert(core.now())
+  end)
+end)
+
+describe("OpenResty: an acquire refused after its first try", function()
+  if helpers.no_nginx(pending) then return end
+
+  local srv, admin, nginx
+
+  lazy_setup(function()
+    srv = helpers.start_redis()
+    admin = srv:client({ timeout = 2 })
+    assert.are.equal("OK", srv:cli(unpack(readme_user("noinfo", { ["+info"] = true }))))
+    assert.are.equal("OK", srv:cli(unpack(readme_user("noeval", { ["+eval"] = true, ["+evalsha"] = true }))))
+    local function server(user)
+      return table.concat({
+        "server {",
+        "  listen 127.0.0.1:{{port" .. (user == "noeval" and "2" or "") .. "}};",
+        '  set $redis_url "redis://' .. user .. ":" .. PASSWORD .. "@127.0.0.1:" .. srv.port .. '";',
+        '  set $redis_timeout "2";',
+        "  " .. helpers.location("/acquire", "acquire"),
+        "}",
+      }, "\n")
+    end
+    nginx = helpers.start_nginx({ workers = 1, http = server("noinfo") .. "\n" .. server("noeval") })
+  end)
+  lazy_teardown(function()
+    if nginx then nginx:stop() end
+    if admin then admin:close() end
+    if srv then srv:stop() end
+  end)
+
+  it("over cosockets too: names the command and leaves no lock behind", function()
+    for round = 1, 2 do -- the second on a pooled connection
+      local status, body = http.request(nginx.port, "GET", "/acquire?key=ngx:noinfo&ttl=30")
+      assert.are.equal(502, status, body)
+      assert.matches("calls INFO there: the Redis user needs %+info", body)
+      nothing_left(srv, admin, "ngx:noinfo")
+      status, body = http.request(nginx.port2, "GET", "/acquire?key=ngx:noeval&ttl=30")
+      assert.are.equal(502, status, body)
+      assert.matches("^redis: NOPERM this user has no permissions to run the 'evalsha' command", body)
+      nothing_left(srv, admin, "ngx:noeval")
+      assert(round)
+    end
   end)
 end)
