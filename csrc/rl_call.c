@@ -13,7 +13,9 @@ enum {
   PH_UNNAME, /* CLIENT SETNAME "": a claim failed, the connection's name must go */
   PH_WAIT,   /* WAIT replicas ms */
   PH_COMMAND, /* a plain command (rl_call_init_command) */
-  PH_ARGS     /* a script with its caller's arguments (rl_call_init_args) */
+  PH_ARGS,    /* a script with its caller's arguments (rl_call_init_args) */
+  PH_UNDO,    /* WATCH lock, GET lock: the script after a take failed, the take's lock goes */
+  PH_UNDO_DEL /* MULTI, DEL lock, EXEC: the lock held the take's token */
 };
 
 static const char ASKING[] = "*1\r\n$6\r\nASKING\r\n";
@@ -53,7 +55,7 @@ static void init(rl_call *call, rl_cmd *cmd, char *era, int phase) {
   call->reader = NULL;
   call->phase = phase;
   call->reply = NULL;
-  call->reused = call->resent = call->evaled = call->claimed = call->prefixed = call->fresh = 0;
+  call->reused = call->resent = call->evaled = call->claimed = call->prefixed = call->fresh = call->taken = 0;
   call->keep = 1;
   call->want = call->got = 0;
   call->len = 0;
@@ -98,6 +100,36 @@ static rl_step out_of_memory(rl_call *call) {
   return RL_STEP_FAILED;
 }
 
+/* An undo's bytes (see PH_UNDO): WATCH and GET of the lock, or MULTI, DEL
+   and EXEC, in call->bytes (the stack's, or an allocation for a long
+   name). 0, or -1 when out of memory. */
+static int undo_bytes(rl_call *call) {
+  static const char *const verbs[2][3] = { { "WATCH", "GET", NULL }, { "MULTI", "DEL", "EXEC" } };
+  const char *argv[2];
+  size_t alen[2], cap = 64 + 2 * call->cmd->len[3], used = 0;
+  char *buf = cap <= sizeof call->stack ? call->stack : (char *)malloc(cap), *out;
+  int i, set = call->phase == PH_UNDO_DEL;
+  if (buf == NULL) return -1;
+  argv[1] = call->cmd->argv[3]; /* the lock's name: an acquire's first key */
+  alen[1] = call->cmd->len[3];
+  for (i = 0; i < 3 && verbs[set][i] != NULL; i++) {
+    long long n;
+    argv[0] = verbs[set][i];
+    alen[0] = strlen(argv[0]);
+    n = rl_format(buf + used, cap - used, &out, i == 1 || !set ? 2 : 1, argv, alen);
+    if (n < 0 || out != buf + used) { /* cap has room for them all: never */
+      if (n >= 0) free(out);
+      if (buf != call->stack) free(buf);
+      return -1;
+    }
+    used += (size_t)n;
+  }
+  call->bytes = buf;
+  call->len = (long long)used;
+  call->want = i;
+  return 0;
+}
+
 /* The bytes of the current phase, with pre (plen bytes) before a lock
    command's; want: the replies they are answered with. 0, or -1 when out
    of memory. */
@@ -116,6 +148,9 @@ static int make_bytes(rl_call *call) {
     call->len = sizeof UNNAME - 1;
     call->want = 1;
     return 0;
+  case PH_UNDO:
+  case PH_UNDO_DEL:
+    return undo_bytes(call);
   case PH_WAIT:
     alen[0] = 4;
     alen[1] = (size_t)snprintf(num[0], sizeof num[0], "%lld", call->replicas);
@@ -232,23 +267,49 @@ static rl_step after_take(rl_call *call, rl_decoded d, const char *msg) {
      the record names: when it is this master's, the connection vouches for
      that record from now on. */
   rl_cmd_use_acquire(call->cmd);
+  call->taken = call->out.status == RL_UNVERIFIED; /* the lock holds our token */
   call->claimed = call->out.status == RL_UNVERIFIED && call->out.era[0] != '\0' &&
                   rl_cmd_claim(call->cmd, call->out.era) == 0;
   call->phase = PH_SCRIPT;
   return next_bytes(call);
 }
 
+/* The script after a take that took the lock failed (call->err says why):
+   the take's lock must not stay held by nobody for its TTL. When the
+   connection is in step (in_step), it is deleted if it still holds the
+   take's token: WATCH and GET it, then MULTI, DEL, EXEC (plain commands: the
+   script may be what the server refused). The call fails all the same. */
+static rl_step undo_take(rl_call *call, int in_step) {
+  if (!call->taken || !in_step) return RL_STEP_FAILED;
+  call->keep = 1;
+  call->phase = PH_UNDO;
+  if (make_bytes(call) != 0) {
+    call->keep = 0;
+    return RL_STEP_FAILED;
+  }
+  call->fresh = 1;
+  return RL_STEP_SEND;
+}
+
 /* The script's reply, decoded (d, with msg when it is an error). */
 static rl_step after_script(rl_call *call, rl_decoded d, const char *msg) {
+  int in_step = call->keep;
   /* A claim that failed leaves a name no script confirmed: not for the pool. */
   if (d != RL_DECODED && call->claimed && call->era == NULL && (d != RL_NOSCRIPT || call->evaled)) call->keep = 0;
   if (d == RL_NOSCRIPT) {
-    if (call->evaled) return fail(call, "NOSCRIPT after EVAL", "", 0);
+    if (call->evaled) {
+      fail(call, "NOSCRIPT after EVAL", "", 0);
+      return undo_take(call, in_step);
+    }
     call->evaled = 1;
     rl_cmd_use_eval(call->cmd); /* EVAL also caches the script for the next EVALSHA */
     return next_bytes(call);
   }
-  if (d != RL_DECODED) return fail(call, "", msg, strlen(msg));
+  if (d != RL_DECODED) {
+    fail(call, "", msg, strlen(msg));
+    rl_script_hint(call->err, sizeof call->err);
+    return undo_take(call, in_step);
+  }
   if (call->claimed) {
     /* The claim's master ID is this master's (held), or not. A resend on
        another connection answered for that one: the same server. A
@@ -266,9 +327,45 @@ static rl_step after_script(rl_call *call, rl_decoded d, const char *msg) {
     }
     return held(call);
   }
-  if (call->out.status == RL_UNVERIFIED) /* answers a claim only */
-    return fail(call, "unexpected reply to a redislock script (status 2)", "", 0);
+  if (call->out.status == RL_UNVERIFIED) { /* answers a claim only */
+    fail(call, "unexpected reply to a redislock script (status 2)", "", 0);
+    return undo_take(call, in_step);
+  }
   return held(call);
+}
+
+/* The failed call's message says that no lock of its take is left (which
+   redislock/hold.lua reads: no release script needs to follow). */
+static void left_nothing(rl_call *call) {
+  size_t used = strlen(call->err);
+  snprintf(call->err + used, sizeof call->err - used, "; nothing its first try took is left");
+}
+
+/* WATCH's and GET's replies are in (PH_UNDO): the lock still holds the
+   take's token (DEL it in a transaction, which the WATCH voids if the lock
+   changes meanwhile), or it does not (nothing to undo; the connection,
+   still watching, is closed). A refused WATCH leaves the lock to the
+   caller (redislock/hold.lua tries the release script). */
+static rl_step undo_watched(rl_call *call) {
+  redisReply **r = call->r;
+  const rl_cmd *cmd = call->cmd;
+  int token = 3 + (cmd->numkeys[0] - '0');
+  int watched = r[0]->type == REDIS_REPLY_STATUS;
+  int ours = r[1]->type == REDIS_REPLY_STRING && r[1]->len == cmd->len[token] &&
+             memcmp(r[1]->str, cmd->argv[token], r[1]->len) == 0;
+  drop_replies(call);
+  if (watched && !ours) left_nothing(call);
+  if (!watched || !ours) {
+    call->keep = 0; /* watching, or named after a claim no script confirmed */
+    return RL_STEP_FAILED;
+  }
+  call->phase = PH_UNDO_DEL;
+  if (make_bytes(call) != 0) {
+    call->keep = 0;
+    return RL_STEP_FAILED;
+  }
+  call->fresh = 1;
+  return RL_STEP_SEND;
 }
 
 /* All the replies to the bytes are in: what they say. */
@@ -286,6 +383,13 @@ static rl_step replies_in(rl_call *call) {
     if (r[0]->type == REDIS_REPLY_ERROR) call->keep = 0; /* the name stays: not this connection */
     drop_replies(call);
     return held(call);
+  case PH_UNDO:
+    return undo_watched(call);
+  case PH_UNDO_DEL: /* EXEC ran the DEL, or found the lock changed since WATCH: not ours */
+    if (r[2]->type == REDIS_REPLY_ARRAY) left_nothing(call);
+    drop_replies(call);
+    call->keep = 0; /* it may be named after a claim no script confirmed */
+    return RL_STEP_FAILED;
   case PH_WAIT:
     if (r[0]->type == REDIS_REPLY_INTEGER)
       call->acked = r[0]->integer;
@@ -376,6 +480,9 @@ rl_step rl_call_lost(rl_call *call, int timeout, const char *msg) {
     return RL_STEP_RECONNECT;
   case PH_UNNAME:
     return held(call); /* the connection, and its name, are gone */
+  case PH_UNDO:
+  case PH_UNDO_DEL:
+    return RL_STEP_FAILED; /* the script's failure; the lock, if not deleted, runs out by its TTL */
   case PH_COMMAND:
   case PH_ARGS:
     if (!again || !call->resend) break;

@@ -86,6 +86,7 @@ typedef struct {
   int resent;         /* the one resend is spent */
   int evaled;         /* EVAL was sent after a NOSCRIPT */
   int claimed;        /* the script claims the take's era record */
+  int taken;          /* the take's SET took the lock: a script that fails after it gives it back */
   int keep;           /* the connection is in step and may serve the next call */
   int prefixed;       /* the bytes begin with ASKING or CLIENT SETNAME */
   int want, got;      /* replies the bytes are answered with, and read so far */

@@ -1,10 +1,29 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Processes, for the `redislock` command (bin/redislock): start a command
- * (posix_spawnp, so that a process with the watchdog thread running never
- * forks a copy of it), look at how it ended, send it signals, and catch the
+ * under a keeper, look at how it ended, send it signals, and catch the
  * signals sent to us so that they can be passed on. Nothing here is about
  * locks; the command's Lua code does the locking.
+ *
+ * The keeper. A command must not run on once the `redislock` that took its
+ * lock is gone, whatever ended it (SIGKILL, the OOM killer): the lock runs
+ * out by its TTL and another holder's command starts. So the command is
+ * not our child but our keeper's: core.spawn forks a keeper that forks and
+ * runs the command, and watches a pipe whose other end only we hold. A
+ * byte on it is a signal to pass on to the command; the end of it (we are
+ * gone: the kernel closes a dead process's files, whatever killed it) is
+ * TERM to the command, then KILL after the time given to core.spawn. The
+ * keeper ends as the command did (its exit status, or the same signal), so
+ * core.reap of the keeper tells how the command ended. The pipe works on
+ * every POSIX system; on Linux the command also gets PR_SET_PDEATHSIG
+ * SIGKILL from the keeper (a process of one thread: the signal is tied to
+ * the thread that forked, here the keeper's only one), so a keeper killed
+ * itself takes the command with it at once.
+ *
+ * We may run threads (the watchdog): between fork and exec, and in the
+ * keeper, only async-signal-safe calls are made (fork, execve, waitpid,
+ * poll, read, kill, sigaction, nanosleep, clock_gettime, _exit); the path
+ * of the command is found before the fork.
  */
 #ifndef _DEFAULT_SOURCE
 #define _DEFAULT_SOURCE /* environ, under -std=c99 */
@@ -12,13 +31,22 @@
 #include "rl_proc.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 extern char **environ;
 
@@ -50,21 +78,173 @@ static size_t check_signal(lua_State *L, int idx) {
   return (size_t)luaL_argerror(L, idx, lua_pushfstring(L, "unknown signal '%s'", name));
 }
 
+/* The keeper of the command started last, and the end of its pipe we
+   write to (-1: none). */
+static pid_t keeper_pid = 0;
+static int keeper_fd = -1;
+
+/* In the keeper: the command's pid, for the signal handler. */
+static pid_t job_pid = 0;
+
+/* The keeper passes a signal sent to it on to the command. */
+static void pass_on(int signo) {
+  int saved = errno;
+  if (job_pid > 0) kill(job_pid, signo);
+  errno = saved;
+}
+
+/* The keeper's handler of SIGCHLD: only to end its poll at once. */
+static void child_ended(int signo) {
+  (void)signo;
+}
+
+static long long mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The keeper ends as the command did (status: waitpid's): with its exit
+   status, or killed by its signal (no core file of the keeper's own). */
+static void end_as(int status) {
+  sigset_t set;
+  int sig;
+  struct rlimit none = { 0, 0 };
+  if (!WIFSIGNALED(status)) _exit(WEXITSTATUS(status));
+  sig = WTERMSIG(status);
+  setrlimit(RLIMIT_CORE, &none);
+  signal(sig, SIG_DFL);
+  sigemptyset(&set);
+  sigaddset(&set, sig);
+  sigprocmask(SIG_UNBLOCK, &set, NULL);
+  kill(getpid(), sig);
+  _exit(128 + sig);
+}
+
+/* The keeper, in the child of core.spawn's fork: runs the command (path,
+   argv, envp) as its child, and passes on what comes on fd until it ends;
+   when fd ends, TERM, then KILL orphan_ms later. Never returns. */
+static void keep(int fd, const char *path, char *const *argv, char *const *envp, long long orphan_ms) {
+  static const int passed[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM };
+  sigset_t all, none;
+  struct sigaction sa;
+  pid_t me = getpid();
+  unsigned char buf[64];
+  int status, s;
+  sigfillset(&all);
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &all, NULL);
+#ifdef __linux__
+  prctl(PR_SET_NAME, "redislock-keep", 0, 0, 0);
+#endif
+  job_pid = fork();
+  if (job_pid == 0) {
+    for (s = 1; s < NSIG; s++) signal(s, SIG_DFL); /* an ignored signal stays ignored across exec */
+#ifdef __linux__
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (getppid() != me) _exit(126); /* the keeper died before that: so do we */
+#endif
+    close(fd);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    execve(path, argv, envp);
+    _exit(errno == ENOENT ? 127 : 126);
+  }
+  if (job_pid < 0) _exit(126);
+  memset(&sa, 0, sizeof sa);
+  sigemptyset(&sa.sa_mask);
+  sa.sa_handler = pass_on; /* no SA_RESTART: a signal ends the poll below */
+  for (s = 0; s < (int)(sizeof passed / sizeof passed[0]); s++) sigaction(passed[s], &sa, NULL);
+  sa.sa_handler = child_ended;
+  sigaction(SIGCHLD, &sa, NULL);
+  sa.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &sa, NULL);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  for (;;) {
+    struct pollfd p;
+    ssize_t n, i;
+    if (waitpid(job_pid, &status, WNOHANG) == job_pid) end_as(status);
+    p.fd = fd, p.events = POLLIN, p.revents = 0;
+    if (poll(&p, 1, 50) <= 0) continue; /* time, a signal, or the command ended */
+    n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break; /* the end: whoever started us is gone */
+    for (i = 0; i < n; i++) kill(job_pid, buf[i]);
+  }
+  /* Orphaned: the lock runs out by its TTL; the command stops before. */
+  kill(job_pid, SIGTERM);
+  {
+    long long until = mono_ms() + orphan_ms;
+    while (mono_ms() < until) {
+      struct timespec tick = { 0, 10 * 1000000L };
+      if (waitpid(job_pid, &status, WNOHANG) == job_pid) end_as(status);
+      nanosleep(&tick, NULL);
+    }
+  }
+  kill(job_pid, SIGKILL);
+  while (waitpid(job_pid, &status, 0) < 0 && errno == EINTR) {}
+  end_as(status);
+}
+
+/* The file the command name runs (looked up in PATH as a shell does when
+   it has no '/'), written into out (cap bytes): 0, or an errno (ENOENT, or
+   EACCES when only files that cannot be run were found). */
+static int find_command(const char *name, char *out, size_t cap) {
+  const char *path = getenv("PATH"), *p, *end;
+  int found_other = 0;
+  struct stat st;
+  if (*name == '\0') return ENOENT;
+  if (strchr(name, '/') != NULL) {
+    if (strlen(name) >= cap) return ENAMETOOLONG;
+    strcpy(out, name);
+    if (access(out, F_OK) != 0) return errno;
+    return access(out, X_OK) == 0 ? 0 : EACCES;
+  }
+  if (path == NULL) path = "/usr/local/bin:/usr/bin:/bin";
+  for (p = path;; p = end + 1) {
+    size_t dlen;
+    end = strchr(p, ':');
+    if (end == NULL) end = p + strlen(p);
+    dlen = (size_t)(end - p);
+    if (dlen + 1 + strlen(name) < cap) {
+      if (dlen == 0) {
+        strcpy(out, name); /* an empty entry: the current folder */
+      } else {
+        memcpy(out, p, dlen);
+        out[dlen] = '/';
+        strcpy(out + dlen + 1, name);
+      }
+      if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) {
+        if (access(out, X_OK) == 0) return 0;
+        found_other = 1;
+      }
+    }
+    if (*end == '\0') break;
+  }
+  return found_other ? EACCES : ENOENT;
+}
+
 /*
- * core.spawn(argv, env) -> pid | nil, err, errno
+ * core.spawn(argv, env[, orphan]) -> pid | nil, err, errno
  * Starts argv[1] (looked up in PATH as a shell would) with argv as its
  * arguments, in our environment plus env's NAME = value pairs, with every
- * signal at its default and none blocked. On failure (not found, not
- * executable) nil, a message and the errno.
+ * signal at its default and none blocked, under a keeper (see the top of
+ * this file): pid is the keeper's, which core.kill and core.reap take as
+ * the command's. When this process ends before the command, the command
+ * gets TERM, and KILL orphan seconds later (default 5) if it still runs.
+ * On failure (not found, not executable) nil, a message and the errno.
  */
 static int proc_spawn(lua_State *L) {
   size_t n, i, nenv = 0, extra = 0;
-  char **argv, **envp;
-  posix_spawnattr_t attr;
-  sigset_t none, defaults;
+  char **argv, **envp, path[PATH_MAX];
+  long long orphan_ms = 5000;
   pid_t pid;
-  int rc;
+  int rc, fds[2];
   luaL_checktype(L, 1, LUA_TTABLE);
+  if (!lua_isnoneornil(L, 3)) {
+    lua_Number orphan = luaL_checknumber(L, 3);
+    luaL_argcheck(L, orphan >= 0 && orphan <= 86400 * 365, 3, "orphan must be seconds from 0 to a year");
+    orphan_ms = (long long)(orphan * 1000 + 0.5);
+  }
   n = (size_t)lua_rawlen(L, 1);
   luaL_argcheck(L, n >= 1, 1, "a command expected");
   if (!lua_isnoneornil(L, 2)) {
@@ -111,17 +291,27 @@ static int proc_spawn(lua_State *L) {
     if (!shadowed) envp[i++] = environ[e];
   }
   envp[i] = NULL;
-  sigemptyset(&none);
-  sigfillset(&defaults);
-  sigdelset(&defaults, SIGKILL);
-  sigdelset(&defaults, SIGSTOP);
-  if ((rc = posix_spawnattr_init(&attr)) != 0) goto failed;
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  rc = posix_spawnp(&pid, argv[0], NULL, &attr, argv, envp);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) goto failed;
+  if ((rc = find_command(argv[0], path, sizeof path)) != 0) goto failed;
+  if (pipe(fds) != 0) {
+    rc = errno;
+    goto failed;
+  }
+  fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+  fcntl(fds[1], F_SETFD, FD_CLOEXEC);
+  pid = fork();
+  if (pid == 0) {
+    close(fds[1]);
+    keep(fds[0], path, argv, envp, orphan_ms);
+  }
+  rc = errno;
+  close(fds[0]);
+  if (pid < 0) {
+    close(fds[1]);
+    goto failed;
+  }
+  if (keeper_fd >= 0) close(keeper_fd); /* an earlier keeper's, never reaped */
+  keeper_pid = pid;
+  keeper_fd = fds[1];
   lua_pushinteger(L, (lua_Integer)pid);
   return 1;
 failed:
@@ -145,6 +335,11 @@ static int proc_reap(lua_State *L) {
   while (r < 0 && errno == EINTR);
   if (r < 0) return luaL_error(L, "redislock: waitpid: %s", strerror(errno));
   if (r == 0) return 0;
+  if (r == keeper_pid) { /* the keeper ended as its command did */
+    if (keeper_fd >= 0) close(keeper_fd);
+    keeper_fd = -1;
+    keeper_pid = 0;
+  }
   if (WIFSIGNALED(status)) {
     lua_pushliteral(L, "signaled");
     lua_pushinteger(L, WTERMSIG(status));
@@ -155,11 +350,42 @@ static int proc_reap(lua_State *L) {
   return 2;
 }
 
-/* core.kill(pid, name) -> true | nil, err: sends the signal named name ("TERM" ...). */
+/* Asks the keeper to send signo to its command: 0, or an errno (ESRCH
+   when the keeper is gone). SIGPIPE, which a write to a pipe nobody reads
+   raises, is held back and taken, so that it cannot end this process. */
+static int tell_keeper(int signo) {
+  unsigned char b = (unsigned char)signo;
+  sigset_t pipe_only, old;
+  struct timespec zero = { 0, 0 };
+  ssize_t n;
+  int err;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
+  do n = write(keeper_fd, &b, 1);
+  while (n < 0 && errno == EINTR);
+  err = n == 1 ? 0 : errno == EPIPE ? ESRCH : errno;
+  if (n < 0 && errno == EPIPE) sigtimedwait(&pipe_only, NULL, &zero);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return err;
+}
+
+/* core.kill(pid, name) -> true | nil, err: sends the signal named name
+   ("TERM" ...); to the command, when pid is its keeper's. */
 static int proc_kill(lua_State *L) {
   lua_Integer pid = luaL_checkinteger(L, 1);
   size_t s = check_signal(L, 2);
   luaL_argcheck(L, pid > 0, 1, "pid must be > 0");
+  if (pid == keeper_pid && keeper_fd >= 0) {
+    int err = tell_keeper(signals[s].signo);
+    if (err == 0) {
+      lua_pushboolean(L, 1);
+      return 1;
+    }
+    lua_pushnil(L);
+    lua_pushstring(L, strerror(err));
+    return 2;
+  }
   if (kill((pid_t)pid, signals[s].signo) != 0) {
     lua_pushnil(L);
     lua_pushstring(L, strerror(errno));

@@ -582,3 +582,44 @@ const char *rl_seconds_to_ms(double seconds, long long *ms) {
   return NULL;
 }
 
+
+/* The text and name of the script whose SHA-1 is the 40 hex digits at
+   sha (an op's: every script the core sends is one), or NULL. */
+static const char *script_by_sha(const char *sha, const char **name) {
+  int i;
+  for (i = 0; i < RL_OP_COUNT; i++) {
+    if (i == RL_OP_TAKE || memcmp(rl_script_sha((rl_op)i), sha, 40) != 0) continue;
+    *name = rl_op_name((rl_op)i);
+    return rl_script_text((rl_op)i);
+  }
+  return NULL;
+}
+
+void rl_script_hint(char *err, size_t cap) {
+  static const char on_line[] = ", on @user_script:";
+  const char *at = strstr(err, "script: "), *text, *name = NULL, *p, *eol, *cmd = NULL;
+  size_t used = strlen(err), n;
+  long line = 0;
+  char lower[33];
+  if (at == NULL || strncmp(at + 8 + 40, on_line, sizeof on_line - 1) != 0) return;
+  if (strstr(err, "can't run this command") == NULL && strstr(err, "Unknown Redis command") == NULL) return;
+  for (p = at + 8 + 40 + sizeof on_line - 1; *p >= '0' && *p <= '9' && line < 100000; p++)
+    line = line * 10 + (*p - '0');
+  if (line < 1 || (text = script_by_sha(at + 8, &name)) == NULL) return;
+  for (p = text; --line > 0; p++) /* the start of the line the server named */
+    if ((p = strchr(p, '\n')) == NULL) return;
+  eol = strchr(p, '\n');
+  if (eol == NULL) eol = p + strlen(p);
+  for (; p < eol && cmd == NULL; p++) {
+    if (strncmp(p, "redis.call('", 12) == 0) cmd = p + 12;
+    else if (strncmp(p, "redis.pcall('", 13) == 0) cmd = p + 13;
+  }
+  if (cmd == NULL) return;
+  for (n = 0; cmd + n < eol && cmd[n] != '\'' && n < sizeof lower - 1; n++)
+    lower[n] = (char)(cmd[n] >= 'A' && cmd[n] <= 'Z' ? cmd[n] - 'A' + 'a' : cmd[n]);
+  if (cmd + n >= eol || cmd[n] != '\'') return;
+  lower[n] = '\0';
+  if (used > 0 && err[used - 1] == '.') used--;
+  snprintf(err + used, cap - used, " (redislock's %s script calls %.*s there: the Redis user needs +%s,"
+           " and the server must not rename %.*s away)", name, (int)n, cmd, lower, (int)n, cmd);
+}

@@ -383,6 +383,15 @@ typedef struct {
    malformed redirect. */
 rl_redirect_kind rl_parse_redirect(const char *msg, size_t len, rl_redirect *out);
 
+/*
+ * When the error message err (NUL-terminated, in a buffer of cap bytes)
+ * is the server's about a command one of our scripts calls (refused to the
+ * user, or unknown: renamed or disabled; "... script: <sha>, on
+ * @user_script:<line>."), appends which command the library needs there
+ * and in which script, read from the script's own line; else leaves err.
+ */
+void rl_script_hint(char *err, size_t cap);
+
 /* NULL when key may name a lock, else why not (a sentence fragment). */
 const char *rl_check_key(const char *key, size_t len);
 

@@ -12,8 +12,9 @@
 #
 # Run by hand from the checkout (needs a redis-server and redis-cli;
 # REDIS_URL, else 127.0.0.1:6379; LUA_PATH and LUA_CPATH as `make test` sets
-# them): sh examples/fenced_job.sh. It takes the lock "report" twice, then
-# plays a stale job with the first run's fence, and prints what each did.
+# them): sh examples/fenced_job.sh. It takes the lock "report" twice, each
+# run writing its result, then plays a stale job with the first run's fence
+# (one that wrote, then was overtaken), and prints what each did.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 URL=${REDIS_URL:-redis://127.0.0.1:6379}
@@ -38,8 +39,9 @@ run_lua() {
   if [ -n "${REDISLOCK_PRELOAD-}" ]; then LD_PRELOAD=$REDISLOCK_PRELOAD "$LUA" "$@"; else "$LUA" "$@"; fi
 }
 redis-cli -u "$URL" DEL report:latest "{report:latest}:fence" > /dev/null
-first=$(run_lua bin/redislock run report -- env -u LD_PRELOAD sh -c 'echo "$REDISLOCK_FENCE"')
-echo "run 1: $(run_lua bin/redislock run report -- env -u LD_PRELOAD sh examples/fenced_job.sh write "run 1")"
+run1=$(run_lua bin/redislock run report -- env -u LD_PRELOAD sh examples/fenced_job.sh write "run 1")
+echo "run 1: $run1"
+first=${run1##* } # "written with fence N"
 echo "run 2: $(run_lua bin/redislock run report -- env -u LD_PRELOAD sh examples/fenced_job.sh write "run 2")"
 echo "a stale job with fence $first: $(REDISLOCK_FENCE=$first sh examples/fenced_job.sh write "stale")"
 echo "report:latest says: $(redis-cli -u "$URL" --raw GET report:latest)"

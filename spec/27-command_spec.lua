@@ -223,6 +223,29 @@ describe("the redislock command", function()
     assert.matches("usage: redislock run", out)
   end)
 
+  it("prints the usage for a subcommand's --help or -h, and blames an option's bad number, hex too", function()
+    for _, words in ipairs({ "run --help", "elect --help", "status --help", "break --help", "elect -h", "run -h",
+                             "run --ttl 5 --help" }) do
+      local out, code = redislock_cmd(words)
+      assert.are.equal(0, code, words .. ": " .. out)
+      assert.matches("^usage: redislock run", out, words)
+    end
+    for words, said in pairs({
+      ["elect -w n -- true"] = "option '-w' needs a number of seconds, got 'n'",
+      ["run --ttl 0x10 job true"] = "option '--ttl' needs a number of seconds, got '0x10'",
+      ["run --grace=nan job true"] = "option '--grace' needs a number of seconds, got 'nan'",
+      ["run -E 0x2 job true"] = "option '-E' needs a whole number in 0..255, got '0x2'",
+    }) do
+      local out, code = redislock_cmd(words)
+      assert.are.equal(64, code, words .. ": " .. out)
+      assert.are.equal("redislock: " .. said .. "\nTry 'redislock --help'.\n", out)
+    end
+    -- after KEY, --help is the command's own argument
+    local out, code = redislock_cmd("run job -- " .. SH .. " -c 'echo \"$0 $1\"' --help")
+    assert.are.equal(0, code, out)
+    assert.matches("%-%-help", out)
+  end)
+
   it("elect runs the command while it leads, with REDISLOCK_TERM and REDISLOCK_VALUE, and passes its status", function()
     local out, code = redislock_cmd("elect --value node-a jobs -- " .. SH .. " -c " .. helpers.sh_quote(
       'echo "election=$REDISLOCK_ELECTION term=$REDISLOCK_TERM fence=$REDISLOCK_FENCE value=$REDISLOCK_VALUE '

@@ -170,6 +170,55 @@ describe("guarded writes on one server", function()
     assert.are.equal(0, raw:command("EXISTS", "k:bad"))
   end)
 
+  it("give a script's error as nil and a redis: error, with the script's own line numbers", function()
+    local lock = assert(client:acquire("gw:err", 10))
+    for _, g in ipairs({ lock:fenced(), lock:owned() }) do
+      local key = g.owned and "lock:{gw:err}:data" or "gw:err:data"
+      local ok, err = g:eval("return redis.error_reply('boom')", { key })
+      assert.is_nil(ok)
+      assert.are.equal("redis: ERR boom", err)
+      ok, err = g:eval("local x = 1\nreturn redis.call('NOPE')", { key })
+      assert.is_nil(ok)
+      assert.matches("^redis: ERR Unknown Redis command called from script script: %x+, on @user_script:2%.$", err)
+      ok, err = g:eval("error('bad')", { key })
+      assert.is_nil(ok)
+      assert.matches("user_script:1: bad ", err)
+      -- an error inside the reply is the reply's, not the call's
+      local reply
+      ok, reply = g:eval("return {1, redis.error_reply('inner')}", { key })
+      assert.is_true(ok)
+      assert.are.equal(1, reply[1])
+    end
+    assert(lock:release())
+  end)
+
+  it("say plainly, at the caller's line, why a guard cannot be made or used", function()
+    local lock = assert(client:acquire("gw:bad", 10))
+    local closed = srv:client()
+    local g = lock:fenced(closed)
+    closed:close()
+    local ok, err = pcall(function() local r = g:set("gw:bad:data", "v") return r end)
+    assert.is_false(ok)
+    assert.matches("33%-guarded_writes_spec%.lua:%d+: bad self to 'set' %(the guard's client is closed%)$", err)
+    ok, err = pcall(function() local r = lock:fenced(closed) return r end)
+    assert.is_false(ok)
+    assert.matches("33%-guarded_writes_spec%.lua:%d+: bad argument #1 to 'fenced' %(client is closed%)$", err)
+    local multi = assert(client:acquire({ "gw:m1", "gw:m2" }, 10))
+    for _, fname in ipairs({ "fenced", "owned" }) do
+      ok, err = pcall(function() local r = multi[fname](multi) return r end)
+      assert.is_false(ok)
+      assert.matches("33%-guarded_writes_spec%.lua:%d+: bad self to '" .. fname .. "' %(a multi%-key lock has a "
+                     .. "fence per key %(fence%[i%]%) and guards no writes", err)
+    end
+    assert(multi:release())
+    local adopted = client:from_token("gw:bad", lock.token)
+    ok, err = pcall(function() local r = adopted:fenced() return r end)
+    assert.is_false(ok)
+    assert.matches("bad self to 'fenced' %(a hold with one fence expected; a lock made by from_token has none", err)
+    assert.is_true((adopted:owned():set("lock:{gw:bad}:note", "n"))) -- the owner check needs no fence
+    assert(lock:release())
+  end)
+
   it("keep each fence record in its key's hash slot", function()
     local guard = require "redislock.guard"
     for _, k in ipairs({ "doc", "user:{42}:doc", "a{b", "a{b}c{d}", "{x}" }) do

@@ -69,6 +69,44 @@ describe("a SQL row guarded by the fence", function()
     assert(later:release())
   end)
 
+  it("guards a write by an election's leadership, whose term is its fence", function()
+    pg:psql("INSERT INTO reports (id, body) VALUES (53, 'none')")
+    local lead = assert(client:election("sql:e"):campaign("me", 5))
+    local text, params = sql.update(lead, "reports", { body = "leader" }, { id = 53 })
+    assert.are.same({ "leader", lead.term, 53 }, params)
+    assert.are.equal(1, exec(text, params))
+    assert.are.equal("leader " .. string.format("%.0f", lead.term), body(53))
+    assert(lead:resign())
+    local next_lead = assert(client:election("sql:e"):campaign("other", 5))
+    assert.is_true(next_lead.term > lead.term)
+    assert.are.equal(1, exec(sql.update(next_lead, "reports", { body = "next" }, { id = 53 })))
+    assert.are.equal(0, exec(sql.update(lead, "reports", { body = "deposed" }, { id = 53 })))
+    assert.are.equal("next " .. string.format("%.0f", next_lead.term), body(53))
+    assert(next_lead:resign())
+  end)
+
+  it("refuses what would make a bad statement: the fence column set, bad values, escape's nil, missing params",
+     function()
+    local hold = { fence = 7 }
+    assert.has_error(function() sql.update(hold, "t", { fence = 5, a = 1 }, { id = 1 }) end,
+                     "bad argument #3 to 'update' (values must not name the fence column \"fence\": the hold's "
+                     .. "fence goes there)")
+    assert.has_error(function() sql.update(hold, "t", { a = 1 }, { f = 1 }, { fence = "f" }) end,
+                     "bad argument #4 to 'update' (where must not name the fence column \"f\": the hold's "
+                     .. "fence goes there)")
+    assert.has_error(function() sql.upsert(hold, "t", { k = 1, fence = 2 }, { "k" }) end)
+    assert.has_error(function() sql.update(hold, "t", { a = {} }, { id = 1 }) end,
+                     "bad argument #3 to 'update' (the value of column \"a\" must be a finite number, a string or "
+                     .. "a boolean, got a table)")
+    assert.has_error(function() sql.update(hold, "t", { a = 0 / 0 }, { id = 1 }) end)
+    assert.has_error(function() sql.update(hold, "t", { a = 1 }, { id = 1 / 0 }) end)
+    assert.has_error(function() sql.upsert(hold, "t", { k = 1, v = {} }, { "k" }) end)
+    assert.has_error(function() sql.inline("x = $1", { "s" }, function() return nil end) end,
+                     "bad argument #3 to 'inline' (escape must return a string, got nil for parameter $1)")
+    assert.has_error(function() sql.inline("x = $1 AND y = $2", { 1 }, tostring) end,
+                     "bad argument #2 to 'inline' (the text has $2, but params has 1 value)")
+  end)
+
   it("writes statements for $ or ? placeholders, quoting names, and refuses bad input", function()
     local hold = { fence = 7 }
     local text, params = sql.update(hold, "my table", { ['we"ird'] = "x", a = 1 }, { id = 3 }, { fence = "f" })
@@ -83,7 +121,7 @@ describe("a SQL row guarded by the fence", function()
     assert.are.same({ "a", "b", 7 }, params)
     assert.has_error(function() sql.update(nil, "t", { a = 1 }, { id = 1 }) end,
                      "bad argument #1 to 'update' (a hold with a fence expected (a lock, a permit, a read or write "
-                     .. "lock))")
+                     .. "lock, a leadership))")
     assert.has_error(function() sql.update(hold, "", { a = 1 }, { id = 1 }) end)
     assert.has_error(function() sql.update(hold, "t", {}, { id = 1 }) end)
     assert.has_error(function() sql.upsert(hold, "t", { v = 1 }, { "k" }) end,

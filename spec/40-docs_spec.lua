@@ -17,6 +17,16 @@ describe("the documentation", function()
     for _, page in ipairs({ "index.html", "modules/redislock.election.html", "modules/redislock.client.html" }) do
       assert.is_truthy(io.open(dir .. "/" .. page), page .. " not written: " .. out)
     end
+    -- The comments' placeholders are text in the HTML, not tags it drops.
+    for page, text in pairs({
+      ["modules/redislock.election.html"] = '"election:&lt;name&gt;"',
+      ["modules/redislock.rwlock.html"] = "&lt;prefix&gt;{&lt;name&gt;}:rw:readers",
+      ["modules/redislock.client.html"] = '"redis: &lt;server error&gt;"',
+      ["modules/redislock.lock.html"] = "local lock &lt;close&gt;",
+    }) do
+      local html = helpers.read_file(dir .. "/" .. page) or ""
+      assert.is_truthy(html:find(text, 1, true), page .. " lacks " .. text)
+    end
     os.execute("rm -rf " .. helpers.sh_quote(dir))
   end)
 

@@ -71,7 +71,8 @@ local OWNER = {
 -- hold:fenced([client]) (see above); hold is a lock object (redislock/lock.lua).
 function _M.fenced(hold, client)
   if type(hold.fence) ~= "number" then
-    bad_self("fenced", "a hold with one fence expected")
+    bad_self("fenced", "a hold with one fence expected; a lock made by from_token has none (its fence is not "
+                       .. "known): guard with hold:owned(), or take the lock with acquire")
   end
   local t
   if client == nil then
@@ -80,6 +81,7 @@ function _M.fenced(hold, client)
       argerror(1, "fenced", "a Redlock lock guards writes to a client of the resource's server: hold:fenced(client)")
     end
   elseif hold_mod.is_client(client) then
+    if hold_mod.closed(client) then argerror(1, "fenced", "client is closed") end
     t = client._transport
     if t.quorum then
       argerror(1, "fenced", "the resource's client must reach one server, Sentinel's master or a cluster, "
@@ -88,7 +90,7 @@ function _M.fenced(hold, client)
   else
     argerror(1, "fenced", "client must be a redislock client, got " .. type(client))
   end
-  return setmetatable({ hold = hold, t = t, owned = false }, guard_mt)
+  return setmetatable({ hold = hold, t = t, owned = false, client = client }, guard_mt)
 end
 
 -- hold:owned() (see above).
@@ -120,6 +122,21 @@ local function value_of(n, fname, v)
   argerror(n, fname, "value must be a string or a finite number, got " .. show(v))
 end
 
+-- An error message about a user's script (script) run in the guard's
+-- text (text: a guard's head, the script, its tail (csrc/scripts/guard_*.lua)) with the server's
+-- line numbers (user_script:N) turned into the script's own; a line of the
+-- guard's head or tail keeps its number.
+local function user_lines(msg, text, script)
+  local at = text:find(script, 1, true)
+  if not at then return msg end
+  local _, offset = text:sub(1, at - 1):gsub("\n", "")
+  local _, inside = script:gsub("\n", "")
+  return (msg:gsub("user_script:(%d+)", function(n)
+    n = tonumber(n)
+    if n > offset and n <= offset + inside + 1 then return "user_script:" .. (n - offset) end
+  end))
+end
+
 -- Sends the write (keys: the resource keys, argument nk of fname; argv:
 -- the write and its arguments; script: a user's script text, for eval)
 -- under the guard.
@@ -128,6 +145,11 @@ local function guarded(self, fname, nk, keys, argv, script)
   args.check_phase(t, fname)
   -- A hold released here or found lost sends nothing; a closed client's
   -- hold can still fence writes to another client.
+  -- The resource's own client (fenced(client)) closed since: refused as a
+  -- closed client's methods are.
+  if self.client and hold_mod.closed(self.client) then
+    bad_self(fname, "the guard's client is closed")
+  end
   local gone = lock_mod.no_longer_ours(hold) or (t == hold._t and lock_mod.unusable(hold))
   if gone then
     if gone:find("^connection:") then return nil, gone end
@@ -166,8 +188,16 @@ local function guarded(self, fname, nk, keys, argv, script)
     op = { sha = sha, text = text }
   end
   local reply, err = t:script(op, names, unpack(words))
-  if reply == nil then return nil, err end
-  if reply[1] == 1 then return true, reply[2] end
+  if reply == nil then return nil, script and user_lines(err, op.text, script) or err end
+  if reply[1] == 1 then
+    local v = reply[2]
+    -- A user's script that answered an error (redis.error_reply, or a
+    -- redis.pcall's error passed on) failed: the error is its reply.
+    if script and type(v) == "table" and type(v.err) == "string" then
+      return nil, "redis: " .. user_lines(v.err, op.text, script)
+    end
+    return true, v
+  end
   if self.owned then return false, lock_mod.set_lost(hold, "found by an owner-checked write") end
   return false, string_format("stale: %s accepted fence %s already; this %s's is %s", quote(keys[1]),
                               tostring(reply[2]), hold._ops.kind, number_text(hold.fence))

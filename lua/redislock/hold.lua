@@ -127,7 +127,21 @@ local function acquire(self, key, ms, how, kind)
   local began = self._link.observer and now()
   local fence, sent, acked, werr, held_with, cohort, expires = take(self, key, tok, ms, how, kind)
   if began then observe_take(self, began, key, kind and kind.ops.kind or "lock", fence, sent) end
-  if not fence then return nil, sent end
+  if not fence then
+    -- Refused after a step that may have taken it (a script that wrote, then
+    -- met a command the user may not run): no hold of nobody's is left for
+    -- its TTL. The token is this try's own; its release compares it on the
+    -- server. The C core undoes a take by plain commands itself (for a
+    -- user who may run no script), and then says that nothing is left. A
+    -- refusal for a passing state (READONLY, LOADING ...) ran nothing.
+    if sent:sub(1, 6) == "redis:" and not lock_mod.passing(sent)
+       and not sent:find("; nothing its first try took is left", 1, true)
+       and t:eval(kind and kind.ops.release or "release", key, tok) == nil then
+      sent = sent .. string_format("; %s may stay taken by this failed try until its TTL runs out",
+                                   kind and kind.ops.label:format(quote(key)) or quote(key))
+    end
+    return nil, sent
+  end
   tok = held_with -- a lock handed down within the worker keeps its token
   if how.replicas and (not acked or acked < how.replicas) then
     lock_mod.new(t, self._link, key, tok, nil, nil, kind and kind.ops):release() -- give it back

@@ -228,6 +228,28 @@ function MultiLock:check(server, ...)
   return true
 end
 
+-- A multi-key lock guards no writes: each key has its fence (fence[i]) and
+-- no one of them stands for the lot. Said plainly, where Lua would say
+-- "attempt to call a nil value".
+local function no_guard(self, fname)
+  check_self(self, multi_mt, fname, "redislock multi-key lock")
+  args.raise_at_caller(string_format("bad self to '%s' (a multi-key lock has a fence per key (fence[i]) and "
+                                     .. "guards no writes; guard them with a lock on the resource's own key)", fname))
+end
+
+--- Raises: a multi-key lock guards no writes (each key has its own fence,
+-- fence[i]); guard them with a lock on the resource's own key.
+-- @return never: it raises "bad self to 'fenced' (...)"
+function MultiLock:fenced()
+  no_guard(self, "fenced")
+end
+
+--- Raises, as fenced does: a multi-key lock owns no writes.
+-- @return never: it raises "bad self to 'owned' (...)"
+function MultiLock:owned()
+  no_guard(self, "owned")
+end
+
 multi_mt.__tostring = function(self)
   local names = {}
   for i, key in ipairs(self.key) do names[i] = quote(key) end

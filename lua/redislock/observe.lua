@@ -55,7 +55,13 @@ local function observe_opts(opts)
   end
   local wait = io_mod.FOREVER
   if opts.wait ~= nil and opts.wait ~= math_huge then
-    wait = check_seconds(2, "observe", "option 'wait'", opts.wait) / 1000
+    -- as acquire's: 0 tells the leader now, once
+    local w = opts.wait
+    if type(w) ~= "number" or w ~= w or w < 0 or w > io_mod.FOREVER then
+      argerror(2, "observe", string_format("option 'wait' must be a number of seconds in 0..%.3f (2^53 ms), got %s",
+                                           io_mod.FOREVER, args.show(w)))
+    end
+    wait = w
   end
   return late, wait
 end
@@ -96,8 +102,9 @@ function _M.observe(self, fn, opts, ...)
   -- After a failure: true after a pause (doubling; under Redlock the next
   -- server is tried), or false when `late` seconds of failures, or the
   -- wait, would pass first.
+  local heard_at = now() -- when a server last answered
   local function pause_after_failure()
-    failing = failing or now()
+    failing = failing or heard_at
     at = at % #nodes + 1
     local next_step = lock_mod.pause(sleep, step, math_min(deadline, failing + late))
     if not next_step then return false end
@@ -106,7 +113,9 @@ function _M.observe(self, fn, opts, ...)
   end
   local popped -- what the last block was woken by, told with the state that follows
   local result, result_err = true, nil
-  while now() < deadline do
+  local first = true
+  while first or now() < deadline do
+    first = false
     local node = nodes[at]
     local reply, err = node:script("elect_observe", self._key, me, string_format("%.0f", (late + STAY_SLACK) * 1000))
     local state
@@ -117,7 +126,7 @@ function _M.observe(self, fn, opts, ...)
         break
       end
     else
-      failing, step = nil, lock_mod.FIRST_STEP
+      failing, step, heard_at = nil, lock_mod.FIRST_STEP, now()
       -- Announcements in the order they were made, then the state: the
       -- current leader's with its TTL.
       local news = reply[4]
@@ -131,13 +140,18 @@ function _M.observe(self, fn, opts, ...)
           break
         end
       end
-      if stop or not tell(state) then break end
+      if stop or not tell(state) or now() >= deadline then break end
       local block = math_min(late, deadline - now())
       if state and state.ttl then block = math_min(block, state.ttl + 0.01) end
       popped = nil
       block = math_floor(math_max(block, 0.001) * 1000)
-      local woke = node:wait(self._key, me, block)
-      if woke == nil then
+      local woke, werr = node:wait(self._key, me, block)
+      if woke == nil and werr and werr:find("^connection:") and now() >= heard_at + late then
+        -- The server went quiet while it blocked (the block's own time
+        -- and the client's timeout passed): nothing heard for late seconds.
+        if heard_at + late <= deadline then result, result_err = nil, werr end
+        break
+      elseif woke == nil then
         -- No block (under OpenResty the worker's wait_connections may all
         -- be in use; or the server went, which the next read tells): it
         -- reads the state again after a pause, doubling, as a waiter polls.
@@ -150,8 +164,9 @@ function _M.observe(self, fn, opts, ...)
     end
   end
   -- Gone: no announcement for it from now on (best effort; else it leaves
-  -- with its stay).
-  nodes[at]:command("ZREM", self._observers, me)
+  -- with its stay). Not asked of a server that just failed to answer: that
+  -- would cost the client's timeout again.
+  if result_err == nil and not failing then nodes[at]:command("ZREM", self._observers, me) end
   return result, result_err
 end
 

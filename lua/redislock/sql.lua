@@ -53,10 +53,12 @@ local function columns(n, fname, t, what)
   return names
 end
 
--- The fence of a hold, and the options: fence column, placeholder style.
+-- The fence of a hold (a leadership's is its term), and the options:
+-- fence column, placeholder style.
 local function setup(fname, hold, opts, nopts)
-  if type(hold) ~= "table" or type(hold.fence) ~= "number" then
-    argerror(1, fname, "a hold with a fence expected (a lock, a permit, a read or write lock)")
+  local fence = type(hold) == "table" and (hold.fence or hold.term) or nil
+  if type(fence) ~= "number" then
+    argerror(1, fname, "a hold with a fence expected (a lock, a permit, a read or write lock, a leadership)")
   end
   opts = opts or {}
   if type(opts) ~= "table" then argerror(nopts, fname, "options must be a table, got " .. type(opts)) end
@@ -64,7 +66,28 @@ local function setup(fname, hold, opts, nopts)
   if style ~= "$" and style ~= "?" then
     argerror(nopts, fname, "option 'placeholder' must be \"$\" or \"?\", got " .. show(style))
   end
-  return hold.fence, ident(nopts, fname, opts.fence or "fence"), style
+  return fence, ident(nopts, fname, opts.fence or "fence"), style
+end
+
+-- A value a statement may carry: a finite number, a string or a boolean
+-- (what inline can write, and every driver takes); else a bad argument n
+-- naming the column.
+local function check_value(n, fname, what, column, v)
+  local t = type(v)
+  if (t == "number" and v == v and v ~= 1 / 0 and v ~= -1 / 0) or t == "string" or t == "boolean" then return v end
+  argerror(n, fname, what .. " of column " .. show(column) .. " must be a finite number, a string or a boolean, got "
+           .. (t == "number" and show(v) or "a " .. t))
+end
+
+-- Refuses a table of columns (argument n, what) that names the fence
+-- column fcol (quoted): the hold's fence is written there.
+local function check_no_fence(n, fname, what, names, fcol, opts)
+  local plain = (type(opts) == "table" and opts.fence) or "fence"
+  for _, c in ipairs(names) do
+    if c == plain then
+      argerror(n, fname, what .. " must not name the fence column " .. fcol .. ": the hold's fence goes there")
+    end
+  end
 end
 
 -- Collects params and writes placeholders: p(value[, name]) -> "$n" or "?";
@@ -84,7 +107,7 @@ end
 -- rows of tbl that match where (column -> value, all equal) and whose fence
 -- is at most the hold's, setting values and the fence.
 -- @tparam redislock.lock.Lock hold a hold with a fence (a lock, permit,
---   write hold, leadership)
+--   write hold; a leadership, whose term is its fence)
 -- @string tbl the table's name
 -- @tab values column -> value: what to set
 -- @tab where column -> value: which rows (all equal)
@@ -97,12 +120,15 @@ function _M.update(hold, tbl, values, where, opts)
   local t = ident(2, "update", tbl)
   local params, p = params_of(style)
   local sets, conds = {}, {}
-  for _, c in ipairs(columns(3, "update", values, "values")) do
-    sets[#sets + 1] = ident(3, "update", c) .. " = " .. p(values[c])
+  local set_names, where_names = columns(3, "update", values, "values"), columns(4, "update", where, "where")
+  check_no_fence(3, "update", "values", set_names, fcol, opts)
+  check_no_fence(4, "update", "where", where_names, fcol, opts)
+  for _, c in ipairs(set_names) do
+    sets[#sets + 1] = ident(3, "update", c) .. " = " .. p(check_value(3, "update", "the value", c, values[c]))
   end
   sets[#sets + 1] = fcol .. " = " .. p(fence, "fence")
-  for _, c in ipairs(columns(4, "update", where, "where")) do
-    conds[#conds + 1] = ident(4, "update", c) .. " = " .. p(where[c])
+  for _, c in ipairs(where_names) do
+    conds[#conds + 1] = ident(4, "update", c) .. " = " .. p(check_value(4, "update", "the value", c, where[c]))
   end
   conds[#conds + 1] = fcol .. " <= " .. p(fence, "fence")
   return string_format("UPDATE %s SET %s WHERE %s", t, table_concat(sets, ", "), table_concat(conds, " AND ")),
@@ -132,9 +158,11 @@ function _M.upsert(hold, tbl, row, keys, opts)
     is_key[k] = true
     if row[k] == nil then argerror(4, "upsert", "the row has no value for key column " .. show(k)) end
   end
-  for _, c in ipairs(columns(3, "upsert", row, "row")) do
+  local row_names = columns(3, "upsert", row, "row")
+  check_no_fence(3, "upsert", "row", row_names, fcol, opts)
+  for _, c in ipairs(row_names) do
     local q = ident(3, "upsert", c)
-    names[#names + 1], marks[#marks + 1] = q, p(row[c])
+    names[#names + 1], marks[#marks + 1] = q, p(check_value(3, "upsert", "the value", c, row[c]))
     if not is_key[c] then updates[#updates + 1] = q .. " = EXCLUDED." .. q end
   end
   names[#names + 1], marks[#marks + 1] = fcol, p(fence)
@@ -167,9 +195,19 @@ function _M.inline(text, params, escape)
     elseif type(v) == "boolean" then
       literals[i] = v and "TRUE" or "FALSE"
     elseif type(v) == "string" then
-      literals[i] = "'" .. escape(v) .. "'"
+      local e = escape(v)
+      if type(e) ~= "string" then
+        argerror(3, "inline", "escape must return a string, got " .. show(e) .. " for parameter $" .. i)
+      end
+      literals[i] = "'" .. e .. "'"
     else
       argerror(2, "inline", "parameter $" .. i .. " must be a finite number, a string or a boolean, got " .. show(v))
+    end
+  end
+  for i in text:gmatch("%$(%d+)") do
+    if not literals[tonumber(i)] then
+      argerror(2, "inline", "the text has $" .. i .. ", but params has " .. #params .. " value"
+               .. (#params == 1 and "" or "s"))
     end
   end
   return (text:gsub("%$(%d+)", function(i) return literals[tonumber(i)] end))

@@ -365,8 +365,15 @@ local function take(client, key, tok, ms, how, kind)
       -- Redis ends a BLPOP that timed out only at its next tick (10 a second
       -- by default): block that much less, and sleep what is left near the end.
       local on = status == -1 and acked or key -- a multi-key lock's busy key
-      local woke = c:wait(on, registered and tok or nil, wait_ms(block - BLPOP_SLACK), kind.wait)
-      if woke == nil then
+      local woke, blerr = c:wait(on, registered and tok or nil, wait_ms(block - BLPOP_SLACK), kind.wait)
+      if woke == nil and blerr and not retryable(blerr) then
+        -- Refused (NOPERM: a user without +blpop), not a passing state: an
+        -- error, as every refused command is, never a wait that polls
+        -- unawares. Its registration goes (best effort).
+        if stays then c:eval(kind.leave, key, tok, hand_ms) end
+        if w then quit(w) end
+        return nil, blerr
+      elseif woke == nil then
         sleep(math_max(math_min(step * jitter(), block), 0.001)) -- the wait failed: back off
         step = math_min(step * 2, MAX_STEP)
       elseif not how.replicas then -- with replicas to wait for, the next try WAITs for them

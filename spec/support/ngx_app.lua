@@ -476,4 +476,30 @@ function app.log()
   ngx.log(ngx.ERR, "log phase, module: ", ok and "none" or tostring(err))
 end
 
+--- GET /cut_release?key=K&cut=0.2&wait=0.5: takes K, waits wait seconds
+-- (the spec makes the server sleep or busy meanwhile), releases it in a
+-- light thread that is killed cut seconds into the release, then (once
+-- the server answers) says "<EXISTS of the lock> <a second release's
+-- result> <its error> <whether K is taken again at once>".
+function app.cut_release()
+  local c, key = client(), ngx.var.arg_key
+  local lock = assert(c:acquire(key, 10))
+  ngx.sleep(arg_number("wait", 0.5))
+  local t = ngx.thread.spawn(function() return lock:release() end)
+  ngx.sleep(arg_number("cut", 0.2))
+  local killed, kerr = ngx.thread.kill(t)
+  if not killed then return reply(500, "not killed: " .. tostring(kerr)) end
+  local exists, err
+  for _ = 1, 100 do
+    exists, err = c:command("EXISTS", "lock:{" .. key .. "}")
+    if exists then break end
+    ngx.sleep(0.05)
+  end
+  if not exists then return reply(500, "no answer: " .. tostring(err)) end
+  local ok, rerr = lock:release()
+  local again, aerr = c:acquire(key, 1)
+  if again then again:release() end
+  return reply(200, string.format("%d %s %s %s", exists, tostring(ok), tostring(rerr), again and "again" or aerr))
+end
+
 return app

@@ -310,11 +310,34 @@ static void test_call(void) {
   rl_call_free(&call);
   rl_cmd_free(&cmd);
   /* A claim the server refused (an error in the script's place): the
-     connection keeps a name no script confirmed, and must not be pooled. */
+     connection keeps a name no script confirmed, and must not be pooled.
+     The take's lock is given back first (issue 53): WATCH and GET it on
+     the same connection, then MULTI, DEL, EXEC as it holds the take's
+     token; the call fails all the same, saying nothing is left. */
   CHECK(start(&call, &cmd, RL_OP_TAKE, NULL, 0, rd) == RL_STEP_SEND);
   CHECK(feed(&call, rec) == RL_STEP_SEND && sends(&call, "SETNAME"));
-  CHECK(feed(&call, "+OK\r\n-OOM command not allowed\r\n") == RL_STEP_FAILED && !rl_call_keep(&call));
-  CHECK(strcmp(call.err, "redis: OOM command not allowed") == 0);
+  CHECK(feed(&call, "+OK\r\n-OOM command not allowed\r\n") == RL_STEP_SEND
+        && sends(&call, "$5\r\nWATCH\r\n$10\r\nlock:{job}\r\n") && sends(&call, "$3\r\nGET\r\n$10\r\nlock:{job}\r\n"));
+  CHECK(feed(&call, "+OK\r\n$3\r\ntok\r\n") == RL_STEP_SEND && sends(&call, "MULTI")
+        && sends(&call, "$3\r\nDEL\r\n$10\r\nlock:{job}\r\n") && sends(&call, "EXEC"));
+  CHECK(feed(&call, "+OK\r\n+QUEUED\r\n*1\r\n:1\r\n") == RL_STEP_FAILED && !rl_call_keep(&call));
+  CHECK(strcmp(call.err, "redis: OOM command not allowed; nothing its first try took is left") == 0);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+  /* The same, the lock another's by then (GET): nothing to delete; a
+     refused WATCH: the lock is left to the caller (its release script). */
+  CHECK(start(&call, &cmd, RL_OP_TAKE, NULL, 0, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, rec) == RL_STEP_SEND);
+  CHECK(feed(&call, "+OK\r\n-OOM command not allowed\r\n") == RL_STEP_SEND && sends(&call, "WATCH"));
+  CHECK(feed(&call, "+OK\r\n$5\r\nother\r\n") == RL_STEP_FAILED && !rl_call_keep(&call));
+  CHECK(strcmp(call.err, "redis: OOM command not allowed; nothing its first try took is left") == 0);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+  CHECK(start(&call, &cmd, RL_OP_TAKE, NULL, 0, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, rec) == RL_STEP_SEND);
+  CHECK(feed(&call, "+OK\r\n-NOPERM no evalsha\r\n") == RL_STEP_SEND && sends(&call, "WATCH"));
+  CHECK(feed(&call, "-NOPERM no watch\r\n$3\r\ntok\r\n") == RL_STEP_FAILED && !rl_call_keep(&call));
+  CHECK(strcmp(call.err, "redis: NOPERM no evalsha") == 0);
   rl_call_free(&call);
   rl_cmd_free(&cmd);
 
