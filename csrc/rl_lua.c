@@ -34,6 +34,16 @@ void rl_lua_newtype(lua_State *L, const char *name, const luaL_Reg *meta, const 
   lua_pop(L, 1);
 }
 
+/* The op named at idx (a name of rl_op_name); raises on any other value. */
+static rl_op check_op(lua_State *L, int idx) {
+  static const char *ops[RL_OP_COUNT + 1];
+  if (ops[0] == NULL) { /* the same names every time: a race writes the same pointers */
+    int i;
+    for (i = 0; i < RL_OP_COUNT; i++) ops[i] = rl_op_name((rl_op)i);
+  }
+  return (rl_op)luaL_checkoption(L, idx, NULL, ops);
+}
+
 /*
  * Checks the arguments of a script starting at idx: op (a name of
  * rl_op_name: "acquire", "release", ... "sem_acquire", "write_leave"), key,
@@ -43,14 +53,8 @@ void rl_lua_newtype(lua_State *L, const char *name, const luaL_Reg *meta, const 
  */
 rl_op rl_lua_check_script(lua_State *L, int idx, int nidx, const char **key, size_t *klen,
                           const char **token, size_t *tlen, long long *ms, long long *n) {
-  static const char *ops[RL_OP_COUNT + 1];
-  rl_op op;
+  rl_op op = check_op(L, idx);
   const char *why;
-  if (ops[0] == NULL) { /* the same names every time: a race writes the same pointers */
-    int i;
-    for (i = 0; i < RL_OP_COUNT; i++) ops[i] = rl_op_name((rl_op)i);
-  }
-  op = (rl_op)luaL_checkoption(L, idx, NULL, ops);
   if (rl_op_takes_args(op)) luaL_argerror(L, idx, lua_pushfstring(L, "%s is sent by script, not eval", rl_op_name(op)));
   *key = luaL_checklstring(L, idx + 1, klen);
   *token = luaL_checklstring(L, idx + 2, tlen);
@@ -173,14 +177,10 @@ int rl_lua_push_command_reply(lua_State *L, redisReply *r, int fidx) {
  * raises only before that.
  */
 void rl_lua_check_args(lua_State *L, int idx, int last, const char *prefix, size_t plen, rl_args_cmd *a) {
-  static const char *ops[RL_OP_COUNT + 1];
   const char *text = NULL, *sha = NULL, **keys, **args;
   size_t *klen, *alen, len, tlen = 0;
   rl_op op = RL_OP_COUNT;
   int nkeys, nargs = last - idx - 1, i;
-  if (ops[0] == NULL) { /* the same names every time: a race writes the same pointers */
-    for (i = 0; i < RL_OP_COUNT; i++) ops[i] = rl_op_name((rl_op)i);
-  }
   if (lua_type(L, idx) == LUA_TTABLE) { /* a guard's script: its fields stay on the stack */
     lua_getfield(L, idx, "text");
     lua_getfield(L, idx, "sha");
@@ -188,8 +188,8 @@ void rl_lua_check_args(lua_State *L, int idx, int last, const char *prefix, size
     sha = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
     luaL_argcheck(L, text != NULL && sha != NULL && len == 40, idx, "a guard's script { text =, sha = } expected");
   } else {
-    op = (rl_op)luaL_checkoption(L, idx, NULL, ops);
-    if (!rl_op_takes_args(op)) luaL_argerror(L, idx, lua_pushfstring(L, "%s is sent by eval", ops[op]));
+    op = check_op(L, idx);
+    if (!rl_op_takes_args(op)) luaL_argerror(L, idx, lua_pushfstring(L, "%s is sent by eval", rl_op_name(op)));
   }
   luaL_argcheck(L, last >= idx + 1, idx + 1, "a key, or an array of keys, expected");
   nkeys = lua_type(L, idx + 1) == LUA_TTABLE ? (int)lua_rawlen(L, idx + 1) : 1;
