@@ -396,7 +396,7 @@ static int core_lock_slot(lua_State *L) {
   return 1;
 }
 
-/* core.era_tag(slot) -> the tag of the slot's era record (rl_era_tag):
+/* core.era_tag(slot) -> the tag of the slot's fence record (rl_era_tag):
    the record is "<prefix>{<tag>}:era". */
 static int core_era_tag(lua_State *L) {
   lua_Integer slot = luaL_checkinteger(L, 1);
@@ -466,7 +466,6 @@ static void push_scripts(lua_State *L) {
   int op;
   lua_createtable(L, 0, RL_OP_COUNT);
   for (op = 0; op < RL_OP_COUNT; op++) {
-    if (op == RL_OP_TAKE) continue; /* no script of its own */
     lua_createtable(L, 0, 2);
     lua_pushstring(L, rl_script_sha((rl_op)op));
     lua_setfield(L, -2, "sha");

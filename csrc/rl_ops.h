@@ -19,7 +19,7 @@
 enum { K_LOCK, K_FENCE, K_SIGNAL, K_QUEUE, K_HAND, K_WAITERS, K_HANDOFF,
        K_PERMITS, K_PFENCE, K_PSIGNAL, K_PWAITERS, K_PQUEUE, K_PHAND, K_PHANDED,
        K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWSIGNAL, K_RWWAITERS, K_RWQUEUE, K_RWHAND,
-       K_ERA, /* the slot's era record: "<prefix>{<era tag>}:era", not the key's */
+       K_ERA, /* the slot's fence record: "<prefix>{<era tag>}:era", not the key's */
        K_OBSERVERS /* an election's observers */ };
 
 extern const char *const rl_key_suffix[RL_NAMES];
@@ -39,10 +39,9 @@ enum { RL_F_MS = 1, RL_F_N = 2, RL_F_ONCE = 4, RL_F_STAY = 8,
           caller names its keys (guarded writes) */
        RL_F_ARGS = 16, RL_F_EACH = 32, RL_F_NAMED = 64 };
 
-/* One op: its name (as Lua calls it), its script (NULL for a take, which
-   runs none: it falls back on acquire's), the names its script gets as
-   KEYS, in order (-1 ends them), and its flags; a script file's "--! op"
-   line. */
+/* One op: its name (as Lua calls it), its script, the names its script
+   gets as KEYS, in order (-1 ends them), and its flags; a script file's
+   "--! op" line. */
 typedef struct {
   const char *name;
   const char *script;

@@ -65,7 +65,7 @@ int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
   }
 
   cmd->argv[0] = "EVALSHA";
-  cmd->argv[1] = rl_script_sha(op); /* a take's: acquire's */
+  cmd->argv[1] = rl_script_sha(op);
   cmd->argc = 3;
   for (i = 0; rl_ops[op].keys[i] >= 0; i++) {
     cmd->argv[cmd->argc] = cmd->key[rl_ops[op].keys[i]];
@@ -157,103 +157,11 @@ long long rl_format(char *buf, size_t cap, char **out, int argc, const char *con
   return (long long)total;
 }
 
-/* Writes "$<len>\r\n<bytes>\r\n" at p; returns the end. */
-static char *put_bulk(char *p, const char *bytes, size_t len) {
-  *p++ = '$';
-  p = put_size(p, len);
-  *p++ = '\r', *p++ = '\n';
-  memcpy(p, bytes, len);
-  p += len;
-  *p++ = '\r', *p++ = '\n';
-  return p;
-}
-
-/* A take's bytes: its five or six commands, in one buffer (the caller frees
-   *out when it is not buf). The argv of a take is acquire's EVALSHA sha 4
-   lock fence waiters era token ms. */
-static long long take_bytes(const rl_cmd *cmd, char *buf, size_t cap, char **out) {
-  static const char multi[] = "*1\r\n$5\r\nMULTI\r\n", set_head[] = "*6\r\n$3\r\nSET\r\n";
-  static const char set_tail[] = "$2\r\nNX\r\n$2\r\nPX\r\n", incr[] = "*2\r\n$4\r\nINCR\r\n";
-  static const char get[] = "*2\r\n$3\r\nGET\r\n";
-  static const char getname[] = "*2\r\n$6\r\nCLIENT\r\n$7\r\nGETNAME\r\n", exec[] = "*1\r\n$4\r\nEXEC\r\n";
-  const char *token = cmd->argv[7], *ms = cmd->argv[8];
-  size_t tlen = cmd->len[7], mlen = cmd->len[8], named = cmd->ask_name ? sizeof getname - 1 : 0;
-  size_t lock = cmd->klen[K_LOCK], fence = cmd->klen[K_FENCE], era = cmd->klen[K_ERA];
-  size_t total = sizeof multi - 1 + sizeof set_head - 1 + 1 + digits(lock) + 2 + lock + 2 +
-                 1 + digits(tlen) + 2 + tlen + 2 + sizeof set_tail - 1 + 1 + digits(mlen) + 2 + mlen + 2 +
-                 sizeof incr - 1 + 1 + digits(fence) + 2 + fence + 2 +
-                 sizeof get - 1 + 1 + digits(era) + 2 + era + 2 + named + sizeof exec - 1;
-  char *p = total <= cap ? buf : (char *)malloc(total);
-  if (p == NULL) return -1;
-  *out = p;
-  memcpy(p, multi, sizeof multi - 1), p += sizeof multi - 1;
-  memcpy(p, set_head, sizeof set_head - 1), p += sizeof set_head - 1;
-  p = put_bulk(p, cmd->key[K_LOCK], lock);
-  p = put_bulk(p, token, tlen);
-  memcpy(p, set_tail, sizeof set_tail - 1), p += sizeof set_tail - 1;
-  p = put_bulk(p, ms, mlen);
-  memcpy(p, incr, sizeof incr - 1), p += sizeof incr - 1;
-  p = put_bulk(p, cmd->key[K_FENCE], fence);
-  memcpy(p, get, sizeof get - 1), p += sizeof get - 1;
-  p = put_bulk(p, cmd->key[K_ERA], era);
-  memcpy(p, getname, named), p += named;
-  memcpy(p, exec, sizeof exec - 1);
-  return (long long)total;
-}
-
 long long rl_cmd_bytes(const rl_cmd *cmd, char *buf, size_t cap, char **out) {
-  if (cmd->op == RL_OP_TAKE) return take_bytes(cmd, buf, cap, out);
   return rl_format(buf, cap, out, cmd->argc, cmd->argv, cmd->len);
 }
 
-int rl_cmd_replies(const rl_cmd *cmd) {
-  if (cmd->op != RL_OP_TAKE) return 1;
-  return cmd->ask_name ? RL_TAKE_REPLIES : RL_TAKE_REPLIES - 1;
-}
-
-size_t rl_setname_bytes(const char *era, char *buf) {
-  static const char head[] = "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n";
-  char name[sizeof RL_ERA_NAME + RL_REPLID_LEN];
-  size_t n = strlen(era);
-  char *p = buf;
-  if (n > RL_REPLID_LEN) n = RL_REPLID_LEN;
-  memcpy(name, RL_ERA_NAME, sizeof RL_ERA_NAME - 1);
-  memcpy(name + sizeof RL_ERA_NAME - 1, era, n);
-  memcpy(p, head, sizeof head - 1), p += sizeof head - 1;
-  p = put_bulk(p, name, sizeof RL_ERA_NAME - 1 + n);
-  return (size_t)(p - buf);
-}
-
-void rl_cmd_use_acquire(rl_cmd *cmd) {
-  if (cmd->op == RL_OP_TAKE) cmd->op = RL_OP_ACQUIRE; /* argv is acquire's already */
-}
-
-/* Appends a master ID (RL_REPLID_LEN hex digits) to cmd's arguments, kept
-   in cmd->era: 0, or -1 when era is not one or there is no room. */
-static int add_era(rl_cmd *cmd, const char *era) {
-  size_t n = strlen(era);
-  if (n != RL_REPLID_LEN || cmd->argc >= RL_CMD_MAXARGS) return -1;
-  memcpy(cmd->era, era, n + 1);
-  cmd->argv[cmd->argc] = cmd->era;
-  cmd->len[cmd->argc++] = n;
-  return 0;
-}
-
-int rl_cmd_claim(rl_cmd *cmd, const char *era) {
-  return cmd->op == RL_OP_ACQUIRE ? add_era(cmd, era) : -1;
-}
-
-int rl_cmd_trust(rl_cmd *cmd, const char *era) {
-  if (cmd->op != RL_OP_RELEASE) return -1;
-  if (cmd->era[0] != '\0') { /* the ID told before goes */
-    cmd->argc--;
-    cmd->era[0] = '\0';
-  }
-  return era != NULL && era[0] != '\0' ? add_era(cmd, era) : 0;
-}
-
 void rl_cmd_use_eval(rl_cmd *cmd) {
-  rl_cmd_use_acquire(cmd);
   cmd->argv[0] = "EVAL";
   cmd->len[0] = 4;
   cmd->argv[1] = rl_ops[cmd->op].script;
@@ -410,91 +318,9 @@ static void from_integer(long long n, rl_result *out) {
   out->value = n >= 1 ? n : n == 0 ? 0 : -n - 2;
 }
 
-/*
- * A take's result from what its transaction answered: held (SET took the
- * lock), n (INCR's), the era record (rlen bytes at rec, NULL when none) and
- * the connection's name (nlen bytes at name, NULL when none or not asked).
- * See "Fences across failovers": the fence is n plus the record's offset
- * when the record's master ID is vouched for, by the name (RL_ERA_NAME and
- * the ID) or by the caller (rl_take_vouch).
- */
-static void take_result(int held, long long n, const char *rec, size_t rlen, const char *name, size_t nlen,
-                        rl_result *out) {
-  static const char hex[] = "0123456789abcdef";
-  size_t i, pre = sizeof RL_ERA_NAME - 1;
-  long long off = 0;
-  int id_ok = rec != NULL && rlen > RL_REPLID_LEN + 1 && rec[RL_REPLID_LEN] == ' ';
-  out->era[0] = '\0';
-  out->offset = 0;
-  if (!held) {
-    out->status = RL_OTHER;
-    out->value = RL_PTTL_UNKNOWN;
-    return;
-  }
-  for (i = 0; id_ok && i < RL_REPLID_LEN; i++) id_ok = memchr(hex, rec[i], 16) != NULL;
-  for (i = RL_REPLID_LEN + 1; id_ok && i < rlen; i++) {
-    id_ok = rec[i] >= '0' && rec[i] <= '9' && i < RL_REPLID_LEN + 17; /* 16 digits at most */
-    off = off * 10 + (rec[i] - '0');
-  }
-  out->status = RL_UNVERIFIED;
-  out->value = n;
-  if (!id_ok) return;
-  memcpy(out->era, rec, RL_REPLID_LEN);
-  out->era[RL_REPLID_LEN] = '\0';
-  out->offset = off;
-  if (name != NULL && nlen == pre + RL_REPLID_LEN && memcmp(name, RL_ERA_NAME, pre) == 0)
-    rl_take_vouch(out, name + pre);
-}
-
-void rl_take_vouch(rl_result *out, const char *id) {
-  if (out->status != RL_UNVERIFIED || out->era[0] == '\0' || memcmp(id, out->era, RL_REPLID_LEN) != 0) return;
-  out->status = RL_HELD;
-  out->value += out->offset;
-  out->era[0] = '\0';
-}
-
-/* Reads "$<len>\r\n<bytes>\r\n" or "$-1\r\n" at *p (before end): *s and
-   *slen (*s NULL for the nil), moving *p past it; 0 or -1. */
-static int read_bulk(const char **p, const char *end, const char **s, size_t *slen) {
-  const char *q = *p;
-  size_t n = 0;
-  int nd = 0;
-  if (end - q >= 5 && memcmp(q, "$-1\r\n", 5) == 0) {
-    *s = NULL, *slen = 0, *p = q + 5;
-    return 0;
-  }
-  if (q >= end || *q++ != '$') return -1;
-  while (q < end && *q >= '0' && *q <= '9' && nd < 6) n = n * 10 + (size_t)(*q++ - '0'), nd++;
-  if (nd == 0 || end - q < 2 || q[0] != '\r' || q[1] != '\n') return -1;
-  q += 2;
-  if ((size_t)(end - q) < n + 2 || q[n] != '\r' || q[n + 1] != '\n') return -1;
-  *s = q, *slen = n, *p = q + n + 2;
-  return 0;
-}
-
-int rl_decode_bytes(const char *buf, size_t len, int take, rl_result *out) {
-  /* MULTI's and the QUEUEDs (two fewer than the replies), then EXEC's array */
-  static const char queued[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n";
+int rl_decode_bytes(const char *buf, size_t len, rl_result *out) {
   const char *p = buf, *end = buf + len;
   long long status, value;
-  if (take == RL_TAKE_REPLIES || take == RL_TAKE_REPLIES - 1) {
-    const char *rec, *name = NULL;
-    size_t rlen, nlen = 0, head = 5 + 9 * (size_t)(take - 2);
-    int held;
-    if (len < head + 4 + 5 || memcmp(p, queued, head) != 0 || p[head] != '*' ||
-        p[head + 1] != '0' + take - 2 || memcmp(p + head + 2, "\r\n", 2) != 0)
-      return 0;
-    p += head + 4;
-    if (memcmp(p, "+OK\r\n", 5) == 0) held = 1;
-    else if (memcmp(p, "$-1\r\n", 5) == 0) held = 0;
-    else return 0;
-    p += 5;
-    if (read_int_line(&p, end, &value) != 0 || read_bulk(&p, end, &rec, &rlen) != 0 ||
-        (take == RL_TAKE_REPLIES && read_bulk(&p, end, &name, &nlen) != 0) || p != end)
-      return 0;
-    take_result(held, value, rec, rlen, name, nlen, out);
-    return 1;
-  }
   if (len > 0 && buf[0] == ':') {
     if (read_int_line(&p, end, &value) != 0 || p != end) return 0;
     from_integer(value, out);
@@ -503,7 +329,7 @@ int rl_decode_bytes(const char *buf, size_t len, int take, rl_result *out) {
   if (len < 4 || memcmp(buf, "*2\r\n", 4) != 0) return 0;
   p += 4;
   if (read_int_line(&p, end, &status) != 0 || read_int_line(&p, end, &value) != 0 || p != end) return 0;
-  if (status < RL_OTHER || status > RL_UNVERIFIED) return 0;
+  if (status < RL_OTHER || status > RL_HELD) return 0;
   out->status = (int)status;
   out->value = value;
   return 1;
@@ -522,34 +348,10 @@ rl_decoded rl_decode(const redisReply *r, rl_result *out, char *err, size_t errl
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
       r->element[0]->type != REDIS_REPLY_INTEGER ||
       r->element[1]->type != REDIS_REPLY_INTEGER ||
-      r->element[0]->integer < RL_OTHER || r->element[0]->integer > RL_UNVERIFIED)
+      r->element[0]->integer < RL_OTHER || r->element[0]->integer > RL_HELD)
     return fail(err, errlen, bad, sizeof bad - 1);
   out->status = (int)r->element[0]->integer;
   out->value = r->element[1]->integer;
-  return RL_DECODED;
-}
-
-rl_decoded rl_decode_take(redisReply *const *r, int n, rl_result *out, char *err, size_t errlen) {
-  static const char bad[] = "unexpected reply to MULTI/EXEC of a take";
-  const redisReply *exec = r[n - 1], *set, *incr, *rec, *name = NULL;
-  for (int i = 0; i < n; i++)
-    if (r[i]->type == REDIS_REPLY_ERROR) return fail(err, errlen, r[i]->str, r[i]->len);
-  if (exec->type != REDIS_REPLY_ARRAY || exec->elements != (size_t)n - 2) /* all but MULTI's and EXEC's */
-    return fail(err, errlen, bad, sizeof bad - 1);
-  set = exec->element[0], incr = exec->element[1], rec = exec->element[2];
-  if (n == RL_TAKE_REPLIES) name = exec->element[3];
-  for (size_t i = 0; i < exec->elements; i++) {
-    const redisReply *e = exec->element[i];
-    if (e->type == REDIS_REPLY_ERROR) return fail(err, errlen, e->str, e->len);
-  }
-  if (incr->type != REDIS_REPLY_INTEGER || (set->type != REDIS_REPLY_STATUS && set->type != REDIS_REPLY_NIL) ||
-      (rec->type != REDIS_REPLY_STRING && rec->type != REDIS_REPLY_NIL) ||
-      (name != NULL && name->type != REDIS_REPLY_STRING && name->type != REDIS_REPLY_NIL))
-    return fail(err, errlen, bad, sizeof bad - 1);
-  if (name != NULL && name->type != REDIS_REPLY_STRING) name = NULL;
-  take_result(set->type == REDIS_REPLY_STATUS, incr->integer,
-              rec->type == REDIS_REPLY_STRING ? rec->str : NULL, rec->type == REDIS_REPLY_STRING ? rec->len : 0,
-              name != NULL ? name->str : NULL, name != NULL ? name->len : 0, out);
   return RL_DECODED;
 }
 
@@ -557,7 +359,7 @@ const char *rl_check_key(const char *key, size_t len) {
   (void)key;
   if (len == 0) return "key must not be empty";
   /* "<prefix>{}..." would make an empty hash tag: Redis Cluster would then hash
-     the whole names and put the lock and its fence counter on different slots. */
+     the whole names and put the lock and its other names on different slots. */
   if (key[0] == '}') return "key must not start with '}'";
   return NULL;
 }
@@ -588,7 +390,7 @@ const char *rl_seconds_to_ms(double seconds, long long *ms) {
 static const char *script_by_sha(const char *sha, const char **name) {
   int i;
   for (i = 0; i < RL_OP_COUNT; i++) {
-    if (i == RL_OP_TAKE || memcmp(rl_script_sha((rl_op)i), sha, 40) != 0) continue;
+    if (memcmp(rl_script_sha((rl_op)i), sha, 40) != 0) continue;
     *name = rl_op_name((rl_op)i);
     return rl_script_text((rl_op)i);
   }

@@ -43,8 +43,8 @@ function _M.inspect(client, key)
 end
 
 --- force_release(client, key) -> true (it was held) | false (it was free) | nil, err:
--- deletes the lock whoever holds it and wakes one waiter; the fence
--- counter stays, so the next holder's fence is larger.
+-- deletes the lock whoever holds it and wakes one waiter; the next
+-- holder's fence is larger (the slot's fence record stays).
 function _M.force_release(client, key)
   local reply, err = client._transport:script("force_release", key)
   if reply == nil then return nil, err end
