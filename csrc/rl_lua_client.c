@@ -410,7 +410,7 @@ static int client_usable(lua_State *L) {
 
 /*
  * core.eval_many(timeout_ms, op, key, token, ms, client, ...) -> statuses, values
- * Runs one lock script (op as client:eval takes it, but not "take") on every
+ * Runs one lock script (op as client:eval takes it) on every
  * client's connection at once (rl_conn_eval_many): all are sent, then all
  * replies read as they come within timeout_ms. statuses[i] is the status
  * (1, 0, -1) and values[i] the value for the i-th client, or statuses[i]

@@ -50,7 +50,7 @@ int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
   cmd->keys = p = total <= sizeof cmd->inline_keys ? cmd->inline_keys : (char *)malloc(total);
   if (p == NULL) return -1;
   /* "<prefix>{<key>}" then each name the op uses with its suffix, one after
-     another; the era record's hash tag is its slot's tag, not the key */
+     another; the fence record's hash tag is its slot's tag, not the key */
   for (i = 0; (k = rl_ops[op].keys[i]) >= 0; i++) {
     const char *tagged = k == K_ERA ? tag : key;
     size_t taglen = k == K_ERA ? strlen(tag) : klen, slen = strlen(rl_key_suffix[k]);
@@ -174,7 +174,7 @@ void rl_cmd_free(rl_cmd *cmd) {
 }
 
 /* Writes the name k (rl_ops.h) of the lock on key under prefix at p, when
-   p is not NULL; returns its length. The era record's hash tag is its
+   p is not NULL; returns its length. The fence record's hash tag is its
    slot's tag (rl_era_tag), not the key. */
 static size_t put_name(char *p, int k, const char *prefix, size_t plen, const char *key, size_t klen) {
   const char *tag = k == K_ERA ? rl_era_tag(rl_lock_slot(key, klen)) : key;
