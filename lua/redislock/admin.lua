@@ -28,7 +28,7 @@ end
 
 --- inspect(client, key) -> { held, ttl, fence, token, holder } | nil, err:
 -- held (boolean); ttl (seconds left, nil when free or without expiry);
--- fence (the last fence handed out, nil when none yet); token and holder
+-- fence (its holder's, nil when the lock is free); token and holder
 -- (see holder_of) when held.
 function _M.inspect(client, key)
   local reply, err = client._transport:script("inspect", key)
