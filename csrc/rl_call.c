@@ -8,10 +8,13 @@
 
 /* Where the call stands: what the bytes being sent are. */
 enum {
-  PH_SCRIPT,  /* the script (after ASKING when asked) */
-  PH_WAIT,    /* WAIT replicas ms */
+  PH_TAKE,   /* the take's transaction */
+  PH_SCRIPT, /* the script (after ASKING when asked) */
+  PH_WAIT,   /* WAIT replicas ms */
   PH_COMMAND, /* a plain command (rl_call_init_command) */
-  PH_ARGS     /* a script with its caller's arguments (rl_call_init_args) */
+  PH_ARGS,    /* a script with its caller's arguments (rl_call_init_args) */
+  PH_UNDO,    /* WATCH lock, GET lock: the script after a take failed, the take's lock goes */
+  PH_UNDO_DEL /* MULTI, DEL lock, EXEC: the lock held the take's token */
 };
 
 static const char ASKING[] = "*1\r\n$6\r\nASKING\r\n";
@@ -48,7 +51,7 @@ static void init(rl_call *call, rl_cmd *cmd, int phase) {
   call->reader = NULL;
   call->phase = phase;
   call->reply = NULL;
-  call->reused = call->resent = call->evaled = call->prefixed = call->fresh = 0;
+  call->reused = call->resent = call->evaled = call->prefixed = call->fresh = call->taken = 0;
   call->keep = 1;
   call->want = call->got = 0;
   call->len = 0;
@@ -56,7 +59,7 @@ static void init(rl_call *call, rl_cmd *cmd, int phase) {
 }
 
 void rl_call_init(rl_call *call, rl_cmd *cmd) {
-  init(call, cmd, PH_SCRIPT);
+  init(call, cmd, cmd->op == RL_OP_TAKE ? PH_TAKE : PH_SCRIPT);
 }
 
 void rl_call_init_command(rl_call *call, const char *bytes, size_t len, int resend) {
@@ -91,6 +94,36 @@ static rl_step out_of_memory(rl_call *call) {
   return RL_STEP_FAILED;
 }
 
+/* An undo's bytes (see PH_UNDO): WATCH and GET of the lock, or MULTI, DEL
+   and EXEC, in call->bytes (the stack's, or an allocation for a long
+   name). 0, or -1 when out of memory. */
+static int undo_bytes(rl_call *call) {
+  static const char *const verbs[2][3] = { { "WATCH", "GET", NULL }, { "MULTI", "DEL", "EXEC" } };
+  const char *argv[2];
+  size_t alen[2], cap = 64 + 2 * call->cmd->len[3], used = 0;
+  char *buf = cap <= sizeof call->stack ? call->stack : (char *)malloc(cap), *out;
+  int i, set = call->phase == PH_UNDO_DEL;
+  if (buf == NULL) return -1;
+  argv[1] = call->cmd->argv[3]; /* the lock's name: an acquire's first key */
+  alen[1] = call->cmd->len[3];
+  for (i = 0; i < 3 && verbs[set][i] != NULL; i++) {
+    long long n;
+    argv[0] = verbs[set][i];
+    alen[0] = strlen(argv[0]);
+    n = rl_format(buf + used, cap - used, &out, i == 1 || !set ? 2 : 1, argv, alen);
+    if (n < 0 || out != buf + used) { /* cap has room for them all: never */
+      if (n >= 0) free(out);
+      if (buf != call->stack) free(buf);
+      return -1;
+    }
+    used += (size_t)n;
+  }
+  call->bytes = buf;
+  call->len = (long long)used;
+  call->want = i;
+  return 0;
+}
+
 /* The bytes of the current phase, with pre (plen bytes) before a lock
    command's; want: the replies they are answered with. 0, or -1 when out
    of memory. */
@@ -103,6 +136,9 @@ static int make_bytes(rl_call *call) {
   drop_bytes(call);
   call->prefixed = 0;
   switch (call->phase) {
+  case PH_UNDO:
+  case PH_UNDO_DEL:
+    return undo_bytes(call);
   case PH_WAIT:
     alen[0] = 4;
     alen[1] = (size_t)snprintf(num[0], sizeof num[0], "%lld", call->replicas);
@@ -122,7 +158,7 @@ static int make_bytes(rl_call *call) {
     break;
   }
   call->prefixed = pre != NULL;
-  call->want = 1 + call->prefixed;
+  call->want = (call->cmd != NULL ? rl_cmd_replies(call->cmd) : 1) + call->prefixed;
   if (plen > 0) memcpy(call->stack, pre, plen);
   if (call->cmd != NULL) {
     n = rl_cmd_bytes(call->cmd, call->stack + plen, sizeof call->stack - plen, &body);
@@ -166,6 +202,11 @@ rl_step rl_call_start(rl_call *call, int reused, redisReader *reader) {
   call->reader = reader;
   call->keep = 1;
   drop_replies(call);
+  /* A transaction after ASKING is refused whole: the script instead. */
+  if (call->phase == PH_TAKE && call->asking) {
+    rl_cmd_use_acquire(call->cmd);
+    call->phase = PH_SCRIPT;
+  }
   return next_bytes(call);
 }
 
@@ -196,10 +237,44 @@ static rl_step held(rl_call *call) {
   return next_bytes(call);
 }
 
+/* The take's replies, decoded (d, with msg when it is an error). */
+static rl_step after_take(rl_call *call, rl_decoded d, const char *msg) {
+  if (d != RL_DECODED) return fail(call, "", msg, strlen(msg));
+  if (call->out.status == RL_HELD) return held(call);
+  /* Held by another (the script tells its TTL and marks a waiter), or
+     taken with a record that tells no fence (RL_UNTOLD): the script finds
+     our token and tells one. */
+  rl_cmd_use_acquire(call->cmd);
+  call->taken = call->out.status == RL_UNTOLD; /* the lock holds our token */
+  call->phase = PH_SCRIPT;
+  return next_bytes(call);
+}
+
+/* The script after a take that took the lock failed (call->err says why):
+   the take's lock must not stay held by nobody for its TTL. When the
+   connection is in step (in_step), it is deleted if it still holds the
+   take's token: WATCH and GET it, then MULTI, DEL, EXEC (plain commands: the
+   script may be what the server refused). The call fails all the same. */
+static rl_step undo_take(rl_call *call, int in_step) {
+  if (!call->taken || !in_step) return RL_STEP_FAILED;
+  call->keep = 1;
+  call->phase = PH_UNDO;
+  if (make_bytes(call) != 0) {
+    call->keep = 0;
+    return RL_STEP_FAILED;
+  }
+  call->fresh = 1;
+  return RL_STEP_SEND;
+}
+
 /* The script's reply, decoded (d, with msg when it is an error). */
 static rl_step after_script(rl_call *call, rl_decoded d, const char *msg) {
+  int in_step = call->keep;
   if (d == RL_NOSCRIPT) {
-    if (call->evaled) return fail(call, "NOSCRIPT after EVAL", "", 0);
+    if (call->evaled) {
+      fail(call, "NOSCRIPT after EVAL", "", 0);
+      return undo_take(call, in_step);
+    }
     call->evaled = 1;
     rl_cmd_use_eval(call->cmd); /* EVAL also caches the script for the next EVALSHA */
     return next_bytes(call);
@@ -207,9 +282,43 @@ static rl_step after_script(rl_call *call, rl_decoded d, const char *msg) {
   if (d != RL_DECODED) {
     fail(call, "", msg, strlen(msg));
     rl_script_hint(call->err, sizeof call->err);
-    return RL_STEP_FAILED;
+    return undo_take(call, in_step);
   }
   return held(call);
+}
+
+/* The failed call's message says that no lock of its take is left (which
+   redislock/hold.lua reads: no release script needs to follow). */
+static void left_nothing(rl_call *call) {
+  size_t used = strlen(call->err);
+  snprintf(call->err + used, sizeof call->err - used, "; nothing its first try took is left");
+}
+
+/* WATCH's and GET's replies are in (PH_UNDO): the lock still holds the
+   take's token (DEL it in a transaction, which the WATCH voids if the lock
+   changes meanwhile), or it does not (nothing to undo; the connection,
+   still watching, is closed). A refused WATCH leaves the lock to the
+   caller (redislock/hold.lua tries the release script). */
+static rl_step undo_watched(rl_call *call) {
+  redisReply **r = call->r;
+  const rl_cmd *cmd = call->cmd;
+  int token = 3 + (cmd->numkeys[0] - '0');
+  int watched = r[0]->type == REDIS_REPLY_STATUS;
+  int ours = r[1]->type == REDIS_REPLY_STRING && r[1]->len == cmd->len[token] &&
+             memcmp(r[1]->str, cmd->argv[token], r[1]->len) == 0;
+  drop_replies(call);
+  if (watched && !ours) left_nothing(call);
+  if (!watched || !ours) {
+    call->keep = 0; /* still watching */
+    return RL_STEP_FAILED;
+  }
+  call->phase = PH_UNDO_DEL;
+  if (make_bytes(call) != 0) {
+    call->keep = 0;
+    return RL_STEP_FAILED;
+  }
+  call->fresh = 1;
+  return RL_STEP_SEND;
 }
 
 /* All the replies to the bytes are in: what they say. */
@@ -219,6 +328,16 @@ static rl_step replies_in(rl_call *call) {
   rl_decoded d;
   rl_step step;
   switch (call->phase) {
+  case PH_TAKE:
+    d = rl_decode_take(r, &call->out, msg, sizeof msg);
+    drop_replies(call);
+    return after_take(call, d, msg);
+  case PH_UNDO:
+    return undo_watched(call);
+  case PH_UNDO_DEL: /* EXEC ran the DEL, or found the lock changed since WATCH: not ours */
+    if (r[2]->type == REDIS_REPLY_ARRAY) left_nothing(call);
+    drop_replies(call);
+    return RL_STEP_FAILED;
   case PH_WAIT:
     if (r[0]->type == REDIS_REPLY_INTEGER)
       call->acked = r[0]->integer;
@@ -261,10 +380,11 @@ rl_step rl_call_feed(rl_call *call, const char *in, size_t n) {
   /* The common replies, read without the reader (no allocation): only the
      first read after a send, into an empty reader, and only when it holds
      the whole answer (a reply in pieces goes to the reader). */
-  if (fresh && call->got == 0 && !call->prefixed && rd->pos == rd->len && call->phase == PH_SCRIPT &&
-      rl_decode_bytes(in, n, &call->out)) {
+  if (fresh && call->got == 0 && !call->prefixed && rd->pos == rd->len &&
+      (call->phase == PH_TAKE || call->phase == PH_SCRIPT) &&
+      rl_decode_bytes(in, n, call->phase == PH_TAKE, &call->out)) {
     call->reused = 1;
-    return after_script(call, RL_DECODED, "");
+    return call->phase == PH_TAKE ? after_take(call, RL_DECODED, "") : after_script(call, RL_DECODED, "");
   }
   if (redisReaderFeed(rd, in, n) != REDIS_OK) return out_of_memory(call);
   while (call->got < call->want) {
@@ -289,6 +409,13 @@ rl_step rl_call_lost(rl_call *call, int timeout, const char *msg) {
   call->keep = 0;
   drop_replies(call);
   switch (call->phase) {
+  case PH_TAKE:
+    /* It may have landed: only the acquire script reconciles, never a take twice. */
+    if (!again) break;
+    call->resent = 1;
+    rl_cmd_use_acquire(call->cmd);
+    call->phase = PH_SCRIPT;
+    return RL_STEP_RECONNECT;
   case PH_SCRIPT:
     /* The connection died while idle in the pool, or the server closed it
        while running the script: once more on another, when the script is
@@ -297,6 +424,9 @@ rl_step rl_call_lost(rl_call *call, int timeout, const char *msg) {
     if (!again || !rl_op_resendable(call->cmd->op)) break;
     call->resent = 1;
     return RL_STEP_RECONNECT;
+  case PH_UNDO:
+  case PH_UNDO_DEL:
+    return RL_STEP_FAILED; /* the script's failure; the lock, if not deleted, runs out by its TTL */
   case PH_COMMAND:
   case PH_ARGS:
     if (!again || !call->resend) break;

@@ -9,14 +9,21 @@
  * them, feeds back what it reads, or says the connection failed. The steps
  * around the script live here only:
  *
+ * - a take (MULTI, SET NX PX, XADD to the slot's fence record, EXEC: the
+ *   fence is the record's new ID) falls back on the acquire script when
+ *   the lock is held or the ID tells no fence (csrc/scripts/README.md,
+ *   "Fences"); a script that then fails gives the take's lock back (plain
+ *   commands: WATCH, GET, MULTI, DEL, EXEC);
  * - EVALSHA, then EVAL after NOSCRIPT (which caches the script), for the
  *   lock scripts and for those sent with their callers' arguments (the
  *   multi-key acquire, the admin's, guarded writes, elections);
  * - the one resend per call: bytes lost on a connection that had answered
  *   before (idle in a pool, or the server closed it meanwhile), not timed
  *   out, go once more on another, except a release's (a second would find
- *   the hold gone; an acquire's is safe: the script finds its own token);
- * - ASKING before the command in the same write (a cluster's ASK redirect);
+ *   the hold gone) and a take's (it may have landed: the acquire script
+ *   follows instead, and finds its own token);
+ * - ASKING before the command in the same write (a cluster's ASK redirect;
+ *   a take becomes the acquire script then);
  * - WAIT for replicas on the connection that wrote, after a script that
  *   answered RL_HELD.
  */
@@ -71,10 +78,11 @@ typedef struct {
   int fresh;          /* nothing was read since the bytes were made */
   int resent;         /* the one resend is spent */
   int evaled;         /* EVAL was sent after a NOSCRIPT */
+  int taken;          /* the take's SET took the lock: a script that fails after it gives it back */
   int keep;           /* the connection is in step and may serve the next call */
   int prefixed;       /* the bytes begin with ASKING */
   int want, got;      /* replies the bytes are answered with, and read so far */
-  redisReply *r[2];
+  redisReply *r[RL_TAKE_REPLIES];
   long long len;      /* of the bytes */
   char *bytes;        /* stack, or an allocation */
   char stack[1024];
@@ -82,7 +90,7 @@ typedef struct {
 
 /*
  * Prepares a call of cmd (rl_cmd_init'd; the call points at it, and may
- * change it: EVALSHA into EVAL).
+ * change it: a take into the acquire, EVALSHA into EVAL).
  * No I/O. Set the fields above it, then rl_call_start.
  */
 void rl_call_init(rl_call *call, rl_cmd *cmd);

@@ -466,6 +466,7 @@ static void push_scripts(lua_State *L) {
   int op;
   lua_createtable(L, 0, RL_OP_COUNT);
   for (op = 0; op < RL_OP_COUNT; op++) {
+    if (op == RL_OP_TAKE) continue; /* no script of its own */
     lua_createtable(L, 0, 2);
     lua_pushstring(L, rl_script_sha((rl_op)op));
     lua_setfield(L, -2, "sha");

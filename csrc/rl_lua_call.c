@@ -95,7 +95,7 @@ static void set_fields(call_ud *c, long long timeout_ms) {
 
 /*
  * core.script_call(t, op, key, token[, ms[, n]]) -> call
- * A call of one lock script (op as client:eval's) for the
+ * A call of one lock script (op as client:eval's, "take" too) for the
  * transport t, whose prefix, where and timeout_ms it reads.
  */
 static int core_script_call(lua_State *L) {

@@ -181,7 +181,9 @@ static int core_new(lua_State *L) {
  * client:eval(op, key, token[, ms[, more]]) -> status, value[, acked | nil, err] | nil, err
  * Runs one script. op is "acquire", "release", "extend", "pttl",
  * "acquire_wait", "acquire_fair", "leave" or "release_one" (a release of the lock's key
- * alone, for a cluster slot half moved); or one of the
+ * alone, for a cluster slot half moved), or "take": the first try of an
+ * acquire, a transaction without a script (see csrc/scripts/README.md),
+ * followed by the acquire script when the lock is held; or one of the
  * semaphore's and read-write lock's ("sem_acquire" ... "write_leave"). ms is
  * the ttl of the ops that take one; more a table of what else: n (the limit
  * of sem_acquire; the TTL a handoff gives, in ms, of acquire_wait and
@@ -431,6 +433,7 @@ static int core_eval_many(lua_State *L) {
   luaL_argcheck(L, lua_type(L, 1) == LUA_TNUMBER && isnum && timeout >= 1 && timeout <= RL_MAX_MS, 1,
                 "timeout must be an integer number of milliseconds >= 1");
   op = rl_lua_check_script(L, 2, 0, &key, &klen, &token, &tlen, &ms, &nlimit);
+  luaL_argcheck(L, op != RL_OP_TAKE, 2, "a take runs on one connection only");
   luaL_argcheck(L, n >= 1 && n <= RL_MANY_MAX, 6, "1 to 64 clients expected");
   for (i = 0; i < n; i++) conns[i] = &rl_lua_check_client(L, 6 + i)->conn;
   /* One block for the commands and answers, freed by Lua (no leak if a later step raises). */

@@ -39,9 +39,10 @@ enum { RL_F_MS = 1, RL_F_N = 2, RL_F_ONCE = 4, RL_F_STAY = 8,
           caller names its keys (guarded writes) */
        RL_F_ARGS = 16, RL_F_EACH = 32, RL_F_NAMED = 64 };
 
-/* One op: its name (as Lua calls it), its script, the names its script
-   gets as KEYS, in order (-1 ends them), and its flags; a script file's
-   "--! op" line. */
+/* One op: its name (as Lua calls it), its script (NULL for a take, which
+   runs none: it falls back on acquire's), the names its script gets as
+   KEYS, in order (-1 ends them), and its flags; a script file's "--! op"
+   line. */
 typedef struct {
   const char *name;
   const char *script;

@@ -65,7 +65,7 @@ int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
   }
 
   cmd->argv[0] = "EVALSHA";
-  cmd->argv[1] = rl_script_sha(op);
+  cmd->argv[1] = rl_script_sha(op); /* a take's: acquire's */
   cmd->argc = 3;
   for (i = 0; rl_ops[op].keys[i] >= 0; i++) {
     cmd->argv[cmd->argc] = cmd->key[rl_ops[op].keys[i]];
@@ -157,11 +157,62 @@ long long rl_format(char *buf, size_t cap, char **out, int argc, const char *con
   return (long long)total;
 }
 
+/* Writes "$<len>\r\n<bytes>\r\n" at p; returns the end. */
+static char *put_bulk(char *p, const char *bytes, size_t len) {
+  *p++ = '$';
+  p = put_size(p, len);
+  *p++ = '\r', *p++ = '\n';
+  memcpy(p, bytes, len);
+  p += len;
+  *p++ = '\r', *p++ = '\n';
+  return p;
+}
+
+/* A take's bytes: its four commands, in one buffer (the caller frees *out
+   when it is not buf). The argv of a take is acquire's EVALSHA sha 4 lock
+   fence waiters era token ms. */
+static long long take_bytes(const rl_cmd *cmd, char *buf, size_t cap, char **out) {
+  static const char multi[] = "*1\r\n$5\r\nMULTI\r\n", set_head[] = "*6\r\n$3\r\nSET\r\n";
+  static const char set_tail[] = "$2\r\nNX\r\n$2\r\nPX\r\n", xadd_head[] = "*7\r\n$4\r\nXADD\r\n";
+  static const char xadd_tail[] = "$6\r\nMAXLEN\r\n$1\r\n0\r\n$1\r\n*\r\n$1\r\nf\r\n$1\r\n1\r\n";
+  static const char exec[] = "*1\r\n$4\r\nEXEC\r\n";
+  const char *token = cmd->argv[7], *ms = cmd->argv[8];
+  size_t tlen = cmd->len[7], mlen = cmd->len[8];
+  size_t lock = cmd->klen[K_LOCK], rec = cmd->klen[K_ERA];
+  size_t total = sizeof multi - 1 + sizeof set_head - 1 + 1 + digits(lock) + 2 + lock + 2 +
+                 1 + digits(tlen) + 2 + tlen + 2 + sizeof set_tail - 1 + 1 + digits(mlen) + 2 + mlen + 2 +
+                 sizeof xadd_head - 1 + 1 + digits(rec) + 2 + rec + 2 + sizeof xadd_tail - 1 + sizeof exec - 1;
+  char *p = total <= cap ? buf : (char *)malloc(total);
+  if (p == NULL) return -1;
+  *out = p;
+  memcpy(p, multi, sizeof multi - 1), p += sizeof multi - 1;
+  memcpy(p, set_head, sizeof set_head - 1), p += sizeof set_head - 1;
+  p = put_bulk(p, cmd->key[K_LOCK], lock);
+  p = put_bulk(p, token, tlen);
+  memcpy(p, set_tail, sizeof set_tail - 1), p += sizeof set_tail - 1;
+  p = put_bulk(p, ms, mlen);
+  memcpy(p, xadd_head, sizeof xadd_head - 1), p += sizeof xadd_head - 1;
+  p = put_bulk(p, cmd->key[K_ERA], rec);
+  memcpy(p, xadd_tail, sizeof xadd_tail - 1), p += sizeof xadd_tail - 1;
+  memcpy(p, exec, sizeof exec - 1);
+  return (long long)total;
+}
+
 long long rl_cmd_bytes(const rl_cmd *cmd, char *buf, size_t cap, char **out) {
+  if (cmd->op == RL_OP_TAKE) return take_bytes(cmd, buf, cap, out);
   return rl_format(buf, cap, out, cmd->argc, cmd->argv, cmd->len);
 }
 
+int rl_cmd_replies(const rl_cmd *cmd) {
+  return cmd->op == RL_OP_TAKE ? RL_TAKE_REPLIES : 1;
+}
+
+void rl_cmd_use_acquire(rl_cmd *cmd) {
+  if (cmd->op == RL_OP_TAKE) cmd->op = RL_OP_ACQUIRE; /* argv is acquire's already */
+}
+
 void rl_cmd_use_eval(rl_cmd *cmd) {
+  rl_cmd_use_acquire(cmd);
   cmd->argv[0] = "EVAL";
   cmd->len[0] = 4;
   cmd->argv[1] = rl_ops[cmd->op].script;
@@ -318,9 +369,65 @@ static void from_integer(long long n, rl_result *out) {
   out->value = n >= 1 ? n : n == 0 ? 0 : -n - 2;
 }
 
-int rl_decode_bytes(const char *buf, size_t len, rl_result *out) {
+/*
+ * A take's result from what its transaction answered: held (SET took the
+ * lock), and the fence record's new ID (idlen bytes at id; NULL when XADD
+ * was refused). See "Fences": the fence is ms * RL_FENCE_SCALE + seq when
+ * the ID "<ms>-<seq>" has seq below RL_FENCE_SCALE; else none (RL_UNTOLD).
+ */
+static void take_result(int held, const char *id, size_t idlen, rl_result *out) {
+  long long ms = 0, seq = 0;
+  size_t i = 0;
+  if (!held) {
+    out->status = RL_OTHER;
+    out->value = RL_PTTL_UNKNOWN;
+    return;
+  }
+  out->status = RL_UNTOLD;
+  out->value = 0;
+  if (id == NULL) return;
+  while (i < idlen && i < 15 && id[i] >= '0' && id[i] <= '9') ms = ms * 10 + (id[i++] - '0');
+  if (i == 0 || i >= idlen || id[i++] != '-' || i == idlen || idlen - i > 2) return;
+  while (i < idlen && id[i] >= '0' && id[i] <= '9') seq = seq * 10 + (id[i++] - '0');
+  if (i != idlen || seq >= RL_FENCE_SCALE) return;
+  out->status = RL_HELD;
+  out->value = ms * RL_FENCE_SCALE + seq;
+}
+
+/* Reads "$<len>\r\n<bytes>\r\n" at *p (before end): *s and *slen, moving
+   *p past it; 0 or -1. */
+static int read_bulk(const char **p, const char *end, const char **s, size_t *slen) {
+  const char *q = *p;
+  size_t n = 0;
+  int nd = 0;
+  if (q >= end || *q++ != '$') return -1;
+  while (q < end && *q >= '0' && *q <= '9' && nd < 6) n = n * 10 + (size_t)(*q++ - '0'), nd++;
+  if (nd == 0 || end - q < 2 || q[0] != '\r' || q[1] != '\n') return -1;
+  q += 2;
+  if ((size_t)(end - q) < n + 2 || q[n] != '\r' || q[n + 1] != '\n') return -1;
+  *s = q, *slen = n, *p = q + n + 2;
+  return 0;
+}
+
+int rl_decode_bytes(const char *buf, size_t len, int take, rl_result *out) {
+  /* MULTI's and the QUEUEDs, then EXEC's array */
+  static const char head[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n";
   const char *p = buf, *end = buf + len;
   long long status, value;
+  if (take) {
+    const char *id;
+    size_t idlen;
+    int held;
+    if (len < sizeof head - 1 + 5 || memcmp(p, head, sizeof head - 1) != 0) return 0;
+    p += sizeof head - 1;
+    if (memcmp(p, "+OK\r\n", 5) == 0) held = 1;
+    else if (memcmp(p, "$-1\r\n", 5) == 0) held = 0;
+    else return 0;
+    p += 5;
+    if (read_bulk(&p, end, &id, &idlen) != 0 || p != end) return 0;
+    take_result(held, id, idlen, out);
+    return 1;
+  }
   if (len > 0 && buf[0] == ':') {
     if (read_int_line(&p, end, &value) != 0 || p != end) return 0;
     from_integer(value, out);
@@ -352,6 +459,24 @@ rl_decoded rl_decode(const redisReply *r, rl_result *out, char *err, size_t errl
     return fail(err, errlen, bad, sizeof bad - 1);
   out->status = (int)r->element[0]->integer;
   out->value = r->element[1]->integer;
+  return RL_DECODED;
+}
+
+rl_decoded rl_decode_take(redisReply *const *r, rl_result *out, char *err, size_t errlen) {
+  static const char bad[] = "unexpected reply to MULTI/EXEC of a take";
+  const redisReply *exec = r[RL_TAKE_REPLIES - 1], *set, *id;
+  for (int i = 0; i < RL_TAKE_REPLIES; i++)
+    if (r[i]->type == REDIS_REPLY_ERROR) return fail(err, errlen, r[i]->str, r[i]->len);
+  if (exec->type != REDIS_REPLY_ARRAY || exec->elements != 2) return fail(err, errlen, bad, sizeof bad - 1);
+  set = exec->element[0], id = exec->element[1];
+  if (set->type == REDIS_REPLY_ERROR) return fail(err, errlen, set->str, set->len);
+  if ((set->type != REDIS_REPLY_STATUS && set->type != REDIS_REPLY_NIL) ||
+      (id->type != REDIS_REPLY_STRING && id->type != REDIS_REPLY_ERROR))
+    return fail(err, errlen, bad, sizeof bad - 1);
+  /* A refused XADD (a record of an earlier version: WRONGTYPE) leaves the
+     fence to the acquire script, which replaces the record. */
+  take_result(set->type == REDIS_REPLY_STATUS, id->type == REDIS_REPLY_STRING ? id->str : NULL,
+              id->type == REDIS_REPLY_STRING ? id->len : 0, out);
   return RL_DECODED;
 }
 
@@ -390,7 +515,7 @@ const char *rl_seconds_to_ms(double seconds, long long *ms) {
 static const char *script_by_sha(const char *sha, const char **name) {
   int i;
   for (i = 0; i < RL_OP_COUNT; i++) {
-    if (memcmp(rl_script_sha((rl_op)i), sha, 40) != 0) continue;
+    if (i == RL_OP_TAKE || memcmp(rl_script_sha((rl_op)i), sha, 40) != 0) continue;
     *name = rl_op_name((rl_op)i);
     return rl_script_text((rl_op)i);
   }

@@ -14,14 +14,15 @@
 
 #pragma GCC visibility push(hidden)
 
-/* The operations: each is one server-side script that checks the token. */
+/* The operations: each but take is one server-side script that checks the token. */
 typedef enum {
-  RL_OP_ACQUIRE, /* every acquire's first try: SET NX PX, or refresh if the key already holds our token */
+  RL_OP_ACQUIRE, /* SET NX PX, or refresh if the key already holds our token */
   RL_OP_RELEASE, /* compare-and-delete */
   RL_OP_EXTEND,  /* compare-and-pexpire */
   RL_OP_PTTL,    /* compare, then PTTL */
   RL_OP_ACQUIRE_FAIR, /* take it if free and first in the FIFO queue, else queue */
   RL_OP_LEAVE,   /* a registered waiter gives up (ms: the TTL it registered): leave, wake the next */
+  RL_OP_TAKE,    /* the first try of an acquire: MULTI, SET NX PX, XADD of the slot's fence record, EXEC */
   RL_OP_RELEASE_ONE, /* compare-and-delete of the lock's own key only, waking nobody: a
                         release in a cluster slot half moved (one key: never TRYAGAIN) */
   RL_OP_FENCE_UP, /* Redlock's second phase: where the lock holds our token, raise the
@@ -69,11 +70,20 @@ typedef enum {
 enum {
   RL_HELD = 1,     /* ours (acquired, released, extended, or still held) */
   RL_FREE = 0,     /* the key does not exist: expired or released */
-  RL_OTHER = -1    /* the key holds another owner's token */
+  RL_OTHER = -1,   /* the key holds another owner's token */
+  /* A take: SET took the lock, but the fence record's new ID tells no
+     fence (RL_FENCE_SCALE or more IDs in one ms, or a record of an earlier
+     version): the acquire script follows, which finds our token and tells
+     one (csrc/scripts/README.md, "Fences"). */
+  RL_UNTOLD = 2
 };
 
+/* The value of a take that found the lock held: its PTTL is not known (the
+   acquire script that follows the take tells it). */
+#define RL_PTTL_UNKNOWN (-3)
+
 typedef struct {
-  int status;      /* RL_HELD, RL_FREE or RL_OTHER */
+  int status;      /* RL_HELD, RL_FREE or RL_OTHER (RL_UNTOLD: a take's) */
   long long value; /* acquire: fence when held, PTTL (ms) when not; pttl: ms */
 } rl_result;
 
@@ -129,7 +139,8 @@ typedef struct {
   char inline_keys[384]; /* keys, when they fit */
 } rl_cmd;
 
-/* The script text and SHA-1 of op (computed once, on first use). */
+/* The script text and SHA-1 of op (computed once, on first use); take runs
+   no script of its own: those of acquire, which it falls back on. */
 const char *rl_script_text(rl_op op);
 const char *rl_script_sha(rl_op op);
 const char *rl_op_name(rl_op op);
@@ -153,7 +164,10 @@ int rl_op_resendable(rl_op op);
  * Fills cmd for op on key under prefix. token is the owner's token; ms is used
  * by the ops that take it (rl_op_takes_ms), n by those that take a count.
  * Returns 0, or -1 when out of memory.
- * Validate key with rl_check_key first. Free with rl_cmd_free.
+ * Validate key with rl_check_key first. Free with rl_cmd_free. A take is
+ * filled as an acquire (argv is acquire's EVALSHA) with op RL_OP_TAKE:
+ * rl_cmd_bytes writes its own bytes, and rl_cmd_use_acquire turns it into the
+ * acquire it falls back on.
  */
 int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
                 const char *key, size_t klen, const char *token, size_t tlen,
@@ -216,9 +230,22 @@ int rl_wait_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen, const c
  */
 long long rl_format(char *buf, size_t cap, char **out, int argc, const char *const *argv, const size_t *len);
 
-/* The bytes of cmd (see rl_format). Returns their length, or -1 when out
-   of memory. */
+/*
+ * The bytes of cmd (see rl_format): one command; for a take, MULTI, SET key
+ * token NX PX ms, XADD of the slot's fence record (MAXLEN 0, its ID the
+ * server's), and EXEC, which answer RL_TAKE_REPLIES replies. Returns their
+ * length, or -1 when out of memory.
+ */
 long long rl_cmd_bytes(const rl_cmd *cmd, char *buf, size_t cap, char **out);
+
+#define RL_TAKE_REPLIES 4
+
+/* How many replies the bytes of cmd are answered with: a take's
+   RL_TAKE_REPLIES, else 1. */
+int rl_cmd_replies(const rl_cmd *cmd);
+
+/* Turns a take into the acquire script with the same key, token and ttl. */
+void rl_cmd_use_acquire(rl_cmd *cmd);
 
 /* A short string (letters and digits) whose hash slot is slot (0 ..
    RL_SLOTS - 1): the fence record of the locks in that slot is
@@ -227,7 +254,8 @@ long long rl_cmd_bytes(const rl_cmd *cmd, char *buf, size_t cap, char **out);
    The same tags in every process and version. */
 const char *rl_era_tag(int slot);
 
-/* Switches cmd from EVALSHA to EVAL (after a NOSCRIPT reply). */
+/* Switches cmd from EVALSHA to EVAL (after a NOSCRIPT reply); a take becomes
+   the acquire script. */
 void rl_cmd_use_eval(rl_cmd *cmd);
 void rl_cmd_free(rl_cmd *cmd);
 
@@ -238,12 +266,25 @@ void rl_cmd_free(rl_cmd *cmd);
 rl_decoded rl_decode(const redisReply *r, rl_result *out, char *err, size_t errlen);
 
 /*
+ * Classifies the replies to a take (MULTI, then QUEUED for SET and XADD,
+ * then EXEC): RL_HELD and the fence when SET took the lock and the record's
+ * new ID "<ms>-<seq>" has seq below RL_FENCE_SCALE (the fence is ms *
+ * RL_FENCE_SCALE + seq); RL_UNTOLD when SET took it but the ID tells no
+ * fence (or XADD was refused: a record of an earlier version); RL_OTHER
+ * and RL_PTTL_UNKNOWN when the lock was held; RL_ERROR with the first
+ * error reply (LOADING, READONLY, MOVED ... come back at MULTI already) or
+ * a description of an unexpected one.
+ */
+rl_decoded rl_decode_take(redisReply *const *r, rl_result *out, char *err, size_t errlen);
+
+/*
  * The common case of rl_decode without a reader: 1 when the len bytes at buf
  * are exactly one script reply that rl_decode would take (":<n>\r\n" or
  * "*2\r\n:<status>\r\n:<value>\r\n"), filling out; else 0 (read them
- * with a reader).
+ * with a reader). With take, the same for the replies of a take that took
+ * the lock or found it held (see rl_decode_take).
  */
-int rl_decode_bytes(const char *buf, size_t len, rl_result *out);
+int rl_decode_bytes(const char *buf, size_t len, int take, rl_result *out);
 
 /*
  * Describes a failed read (hiredis' reader, a connection's or the Lua binding's) whose error

@@ -21,7 +21,7 @@ const char *const rl_key_suffix[RL_NAMES] = {
 static char script_sha[RL_OP_COUNT][41];
 static pthread_once_t script_sha_once = PTHREAD_ONCE_INIT;
 
-const char *rl_script_text(rl_op op) { return rl_ops[op].script; }
+const char *rl_script_text(rl_op op) { return rl_ops[op == RL_OP_TAKE ? RL_OP_ACQUIRE : op].script; }
 
 const char *rl_op_name(rl_op op) { return rl_ops[op].name; }
 
@@ -47,10 +47,10 @@ void rl_guard_parts(int owned, const char **head, const char **tail) {
 static void compute_script_shas(void) {
   int op;
   for (op = 0; op < RL_OP_COUNT; op++)
-    rl_sha1_hex(rl_ops[op].script, strlen(rl_ops[op].script), script_sha[op]);
+    if (rl_ops[op].script != NULL) rl_sha1_hex(rl_ops[op].script, strlen(rl_ops[op].script), script_sha[op]);
 }
 
 const char *rl_script_sha(rl_op op) {
   pthread_once(&script_sha_once, compute_script_shas);
-  return script_sha[op];
+  return script_sha[op == RL_OP_TAKE ? RL_OP_ACQUIRE : op];
 }

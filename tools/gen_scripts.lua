@@ -16,7 +16,8 @@
 --        an op of rl_proto.h's rl_op (RL_OP_<NAME>) that sends this script;
 --        its keys by their names in rl_ops.h (lock: K_LOCK ...), in KEYS'
 --        order (none: its caller names them); flags: ms, n, once, stay,
---        args, each, named (rl_ops.h's RL_F_*).
+--        args, each, named (rl_ops.h's RL_F_*), and noscript (the take,
+--        which sends no script: it falls back on this one).
 --        Several ops may share one script.
 --   --! guard NAME       the wrapper of a user's script (guard.lua's eval):
 --                        the line --! user marks where the user's text goes
@@ -115,7 +116,8 @@ local function resolve(path, included, into, meta)
       local fl = flags:match("^flags=([%w,]+)$")
       if flags ~= "" and not fl then fail("%s:%d: 'flags=...' expected", path, n) end
       for f in (fl or ""):gmatch("[^,]+") do
-        if flag_names[f] then op.flags[#op.flags + 1] = flag_names[f]
+        if f == "noscript" then op.noscript = true
+        elseif flag_names[f] then op.flags[#op.flags + 1] = flag_names[f]
         else fail("%s:%d: no flag %s", path, n, f) end
       end
       meta.ops[#meta.ops + 1] = op
@@ -226,8 +228,8 @@ for _, name in ipairs(op_order) do
   local op = ops[name]
   local keys = table.concat(op.keys, ", ") .. (#op.keys > 0 and ", " or "") .. "-1"
   local flags = #op.flags > 0 and table.concat(op.flags, " | ") or "0"
-  emit(string.format('  [RL_OP_%s] = { "%s", %s, { %s }, %s },', name:upper(), name, "s_" .. op.script.base, keys,
-    flags))
+  emit(string.format('  [RL_OP_%s] = { "%s", %s, { %s }, %s },', name:upper(), name,
+    op.noscript and "NULL" or "s_" .. op.script.base, keys, flags))
 end
 emit("};")
 emit("")

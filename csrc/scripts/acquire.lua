@@ -1,5 +1,6 @@
 -- SPDX-License-Identifier: MIT
 --! op acquire keys=lock,fence,waiters,era flags=ms
+--! op take keys=lock,fence,waiters,era flags=ms,noscript
 -- acquire, every acquire's first try: KEYS lock, fence (its holder's
 -- fence, kept as long as the lock), waiters, era (the slot's fence record:
 -- README.md, "Fences"); ARGV[1] token, ARGV[2] ttl (ms). Replies one

@@ -4,14 +4,14 @@
 -- record); ARGV[1] token, ARGV[2] a fence (Redlock's second phase: the
 -- majority's highest). Only while the lock holds our token (a holder whose
 -- lock expired must not push a stale fence past a newer holder's), the
--- holder's fence becomes ARGV[2] and the record is raised to it, so that
--- this server's next fences are above it. Replies as release: 1 (ours,
--- done), 0, or -2 - PTTL.
---! include whole
+-- record is raised to it, so that this server's next fences are above it,
+-- and it becomes the holder's fence. Replies as release: 1 (ours, done), 0,
+-- or -2 - PTTL.
+--! include add_fence fence_id whole
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   local want = tonumber(ARGV[2])
-  if (tonumber(redis.call('GET', KEYS[3])) or 0) < want then redis.call('SET', KEYS[3], whole(want)) end
+  add_fence(KEYS[3], fence_id(want)) -- refused when the record is there already
   local left = redis.call('PTTL', KEYS[1])
   if left > 0 then redis.call('SET', KEYS[2], whole(want), 'PX', left) end
   return 1

@@ -63,7 +63,7 @@ local REFRESH_GAP = 0.1
 local FIRST_PAUSE, MAX_PAUSE = 0.01, 0.2
 
 -- Scripts that may wait: their TRYAGAIN goes back to the wait loop.
-local ACQUIRES = { acquire = true, acquire_wait = true, acquire_fair = true, sem_acquire = true,
+local ACQUIRES = { take = true, acquire = true, acquire_wait = true, acquire_fair = true, sem_acquire = true,
                    sem_acquire_wait = true, read_acquire = true, write_acquire = true, write_acquire_wait = true }
 
 -- Releases and their forms on the hold's own key alone (see route).
@@ -211,8 +211,9 @@ end
 
 -- Calls method(first, ...) of the node transport that owns slot, following
 -- redirects; with retry_here, TRYAGAIN and CLUSTERDOWN are retried within
--- the client's timeout. For eval (first: the op), a release that met
--- TRYAGAIN goes at once as its ONE_KEY form
+-- the client's timeout. For eval (first: the op), a take goes as the
+-- acquire script after ASKING (a transaction after ASKING is refused
+-- whole), and a release that met TRYAGAIN goes at once as its ONE_KEY form
 -- (the hold's key alone, which a half-moved slot never refuses). Returns what
 -- the method returned (its first value nil: failed).
 local function route(self, slot, retry_here, method, first, ...)
@@ -220,7 +221,10 @@ local function route(self, slot, retry_here, method, first, ...)
   if not n then return nil, err end
   local asking, redirects, pause, deadline = false, 0, FIRST_PAUSE, nil
   while true do
-    if asking then n.t:asking() end
+    if asking then
+      n.t:asking()
+      if method == "eval" and first == "take" then first = "acquire" end
+    end
     local a, b, c, d = n.t[method](n.t, first, ...)
     if a ~= nil then
       -- The node a script last ran on (its port, as a Sentinel client's
@@ -235,7 +239,7 @@ local function route(self, slot, retry_here, method, first, ...)
       n, asking = to, what == "ask"
     elseif what == "retry" and method == "eval" and ONE_KEY[first] and b:find("^redis: TRYAGAIN") then
       first = ONE_KEY[first] -- on the same node, after ASKING again if it was asked
-    elseif what == "retry" and method == "eval" and first == "acquire"
+    elseif what == "retry" and method == "eval" and (first == "take" or first == "acquire")
            and b:find("^redis: TRYAGAIN") then
       -- Held by another owner, the lock answers busy with its PTTL, as the
       -- acquire script would; else the TRYAGAIN goes to the wait loop.

@@ -238,7 +238,7 @@ end
 -- eval, where a release or extend is settled (above) until deadline, if
 -- given.
 local function run(self, deadline, op, key, tok, ms)
-  if op == "acquire" then return acquire(self, key, tok, ms) end
+  if op == "take" or op == "acquire" then return acquire(self, key, tok, ms) end
   if op == "acquire_fair" or op == "leave" then
     return nil, "redis: Redlock has no fair queue" -- refused at acquire already
   end

@@ -136,7 +136,7 @@ end
 -- ones are (a read-write lock's writer); unwoken: a handoff to others may
 -- leave it unwoken, so it comes back at least every FAIR_STEP (a
 -- read-write lock's reader). The lock's:
-_M.LOCK = { take = "acquire", acquire = "acquire", hand = "acquire_wait", fair = "acquire_fair", leave = "leave",
+_M.LOCK = { take = "take", acquire = "acquire", hand = "acquire_wait", fair = "acquire_fair", leave = "leave",
             keyed = true }
 
 -- A handoff's wake-up (csrc/scripts/README.md, "Handing over"):
@@ -264,11 +264,10 @@ local function take(client, key, tok, ms, how, kind)
   local hand_ms = (how.renew and ms > 2 * HAND_MS and (kind.keyed or kind.first_ttl)) and HAND_MS or ms
   local more = (kind.n or how.replicas or hand or fair)
     and { n = kind.n or hand_ms, replicas = how.replicas, replica_ms = how.replica_ms } or nil
-  -- The first try is the kind's take (the acquire script, which also marks
-  -- a waiter); a waiter's tries after it register it for a handoff. A
-  -- caller that will wait for a key this client found busy lately
-  -- registers from its first try: a plain try would most likely find it
-  -- busy too, and cost a round trip.
+  -- The first try is a take (no script, the cheapest for Redis); the tries
+  -- after it are the acquire script, which also marks a waiter. A caller
+  -- that will wait for a key this client found busy lately starts with the
+  -- script: a take would most likely find it busy too, and cost a round trip.
   local op = fair and kind.fair or (wait > 0 and hot.keys[key]) and (hand or kind.acquire) or kind.take
   local eval = kind.eval or c.eval
   local first = true

@@ -100,13 +100,39 @@ static void test_commands(void) {
 
 static void test_replies(void) {
   rl_result r;
-  CHECK(rl_decode_bytes(":42\r\n", 5, &r) == 1 && r.status == RL_HELD && r.value == 42);
-  CHECK(rl_decode_bytes(":0\r\n", 4, &r) == 1 && r.status == RL_FREE);
-  CHECK(rl_decode_bytes(":-1502\r\n", 8, &r) == 1 && r.status == RL_OTHER && r.value == 1500);
-  CHECK(rl_decode_bytes("*2\r\n:-1\r\n:250\r\n", 15, &r) == 1 && r.status == RL_OTHER && r.value == 250);
-  CHECK(rl_decode_bytes(":42\r", 4, &r) == 0);            /* not whole: for a reader */
-  CHECK(rl_decode_bytes("-NOSCRIPT x\r\n", 13, &r) == 0);  /* errors too */
-  CHECK(rl_decode_bytes("*2\r\n:2\r\n:7\r\n", 13, &r) == 0);  /* no status 2 any more */
+  CHECK(rl_decode_bytes(":42\r\n", 5, 0, &r) == 1 && r.status == RL_HELD && r.value == 42);
+  CHECK(rl_decode_bytes(":0\r\n", 4, 0, &r) == 1 && r.status == RL_FREE);
+  CHECK(rl_decode_bytes(":-1502\r\n", 8, 0, &r) == 1 && r.status == RL_OTHER && r.value == 1500);
+  CHECK(rl_decode_bytes("*2\r\n:-1\r\n:250\r\n", 15, 0, &r) == 1 && r.status == RL_OTHER && r.value == 250);
+  CHECK(rl_decode_bytes(":42\r", 4, 0, &r) == 0);            /* not whole: for a reader */
+  CHECK(rl_decode_bytes("-NOSCRIPT x\r\n", 13, 0, &r) == 0);  /* errors too */
+  CHECK(rl_decode_bytes("*2\r\n:2\r\n:7\r\n", 13, 0, &r) == 0);  /* a script never answers 2 */
+}
+
+/* A take's replies: MULTI's, two QUEUED, then EXEC's array (SET's, the
+   fence record's new ID). */
+static void test_takes(void) {
+  static const char head[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n";
+  char buf[256];
+  rl_result r;
+  int n;
+  /* Taken: the fence is ms * RL_FENCE_SCALE + seq. */
+  n = snprintf(buf, sizeof buf, "%s+OK\r\n$15\r\n1795815729123-7\r\n", head);
+  CHECK(rl_decode_bytes(buf, (size_t)n, 1, &r) == 1 && r.status == RL_HELD);
+  CHECK(r.value == 1795815729123LL * RL_FENCE_SCALE + 7);
+  /* Taken, but RL_FENCE_SCALE IDs in one ms: the script tells the fence. */
+  n = snprintf(buf, sizeof buf, "%s+OK\r\n$16\r\n1795815729123-16\r\n", head);
+  CHECK(rl_decode_bytes(buf, (size_t)n, 1, &r) == 1 && r.status == RL_UNTOLD);
+  /* Held by another: its TTL unknown (the acquire script tells it). */
+  n = snprintf(buf, sizeof buf, "%s$-1\r\n$15\r\n1795815729123-8\r\n", head);
+  CHECK(rl_decode_bytes(buf, (size_t)n, 1, &r) == 1 && r.status == RL_OTHER && r.value == RL_PTTL_UNKNOWN);
+  /* Not an ID: no fence. Cut short, or an error inside EXEC: for a reader. */
+  n = snprintf(buf, sizeof buf, "%s+OK\r\n$5\r\nbogus\r\n", head);
+  CHECK(rl_decode_bytes(buf, (size_t)n, 1, &r) == 1 && r.status == RL_UNTOLD);
+  n = snprintf(buf, sizeof buf, "%s+OK\r\n$15\r\n1795815729123-7\r\n", head);
+  CHECK(rl_decode_bytes(buf, (size_t)n - 3, 1, &r) == 0);
+  n = snprintf(buf, sizeof buf, "%s+OK\r\n-WRONGTYPE Operation against a key\r\n", head);
+  CHECK(rl_decode_bytes(buf, (size_t)n, 1, &r) == 0);
 }
 
 static void test_slots(void) {
@@ -170,14 +196,66 @@ static rl_step start(rl_call *call, rl_cmd *cmd, rl_op op, int reused, redisRead
 
 /* The call state machine, fed canned replies (no server, no I/O). */
 static void test_call(void) {
+  static const char took[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+OK\r\n$15\r\n1795815729123-3\r\n";
+  static const char busy[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n$-1\r\n$15\r\n1795815729123-4\r\n";
+  static const char untold[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+OK\r\n$16\r\n1795815729123-16\r\n";
   redisReader *rd = redisReaderCreate();
   rl_cmd cmd;
   rl_call call;
 
-  /* The first try is the acquire script; its reply is the result. */
+  /* The acquire script; its reply is the result. */
   CHECK(start(&call, &cmd, RL_OP_ACQUIRE, 0, rd) == RL_STEP_SEND && sends(&call, "EVALSHA") && !sends(&call, "MULTI"));
   CHECK(feed(&call, ":28723456789012345\r\n") == RL_STEP_DONE);
   CHECK(call.out.status == RL_HELD && call.out.value == 28723456789012345LL && rl_call_keep(&call));
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+
+  /* A take: MULTI, SET NX PX, XADD of the slot's fence record, EXEC. Taken:
+     the record's new ID is the fence, with no script. */
+  CHECK(start(&call, &cmd, RL_OP_TAKE, 0, rd) == RL_STEP_SEND && sends(&call, "MULTI") && sends(&call, "XADD"));
+  CHECK(sends(&call, "$4\r\nXADD\r\n$") && sends(&call, ":era\r\n$6\r\nMAXLEN\r\n$1\r\n0\r\n$1\r\n*"));
+  CHECK(feed(&call, took) == RL_STEP_DONE && call.out.status == RL_HELD);
+  CHECK(call.out.value == 1795815729123LL * RL_FENCE_SCALE + 3 && rl_call_keep(&call));
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+
+  /* A take that found the lock held: the acquire script follows on the
+     same connection; its reply is the result. */
+  CHECK(start(&call, &cmd, RL_OP_TAKE, 0, rd) == RL_STEP_SEND);
+  CHECK(rl_call_feed(&call, busy, 10) == RL_STEP_READ); /* in pieces */
+  CHECK(feed(&call, busy + 10) == RL_STEP_SEND && sends(&call, "EVALSHA") && !sends(&call, "MULTI"));
+  CHECK(feed(&call, "*2\r\n:-1\r\n:4200\r\n") == RL_STEP_DONE);
+  CHECK(call.out.status == RL_OTHER && call.out.value == 4200 && rl_call_keep(&call));
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+
+  /* Taken, the ID telling no fence (16 in one ms): the script tells it. */
+  CHECK(start(&call, &cmd, RL_OP_TAKE, 0, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, untold) == RL_STEP_SEND && sends(&call, "EVALSHA"));
+  CHECK(feed(&call, ":28733051674977\r\n") == RL_STEP_DONE && call.out.status == RL_HELD);
+  CHECK(call.out.value == 28733051674977LL);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+
+  /* The script after a take that took the lock, refused: the take's lock
+     is given back (WATCH and GET it on the same connection, then MULTI,
+     DEL, EXEC while it holds the take's token); the call fails all the
+     same, saying nothing is left. */
+  CHECK(start(&call, &cmd, RL_OP_TAKE, 0, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, untold) == RL_STEP_SEND);
+  CHECK(feed(&call, "-NOPERM no evalsha\r\n") == RL_STEP_SEND
+        && sends(&call, "$5\r\nWATCH\r\n$10\r\nlock:{job}\r\n") && sends(&call, "$3\r\nGET\r\n$10\r\nlock:{job}\r\n"));
+  CHECK(feed(&call, "+OK\r\n$3\r\ntok\r\n") == RL_STEP_SEND && sends(&call, "MULTI")
+        && sends(&call, "$3\r\nDEL\r\n$10\r\nlock:{job}\r\n") && sends(&call, "EXEC"));
+  CHECK(feed(&call, "+OK\r\n+QUEUED\r\n*1\r\n:1\r\n") == RL_STEP_FAILED && rl_call_keep(&call)); /* EXEC ended the WATCH */
+  CHECK(strcmp(call.err, "redis: NOPERM no evalsha; nothing its first try took is left") == 0);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+
+  /* A take lost: the acquire script reconciles on another connection. */
+  CHECK(start(&call, &cmd, RL_OP_TAKE, 1, rd) == RL_STEP_SEND);
+  CHECK(rl_call_lost(&call, 0, "connection: lost") == RL_STEP_RECONNECT);
+  CHECK(rl_call_start(&call, 0, rd) == RL_STEP_SEND && sends(&call, "EVALSHA") && !sends(&call, "MULTI"));
   rl_call_free(&call);
   rl_cmd_free(&cmd);
 
@@ -230,8 +308,8 @@ static void test_call(void) {
   rl_call_free(&call);
   rl_cmd_free(&cmd);
 
-  /* ASKING first, in the same write; its refusal is the call's error. */
-  CHECK(rl_cmd_init(&cmd, RL_OP_ACQUIRE, "lock:", 5, "job", 3, "tok", 3, 5000, 0) == 0);
+  /* ASKING first, a take as the script; its refusal is the call's error. */
+  CHECK(rl_cmd_init(&cmd, RL_OP_TAKE, "lock:", 5, "job", 3, "tok", 3, 5000, 0) == 0);
   rl_call_init(&call, &cmd);
   call.asking = 1;
   CHECK(rl_call_start(&call, 0, rd) == RL_STEP_SEND && sends(&call, "ASKING") && sends(&call, "EVALSHA"));
@@ -311,6 +389,7 @@ int main(void) {
   test_ops();
   test_commands();
   test_replies();
+  test_takes();
   test_slots();
   test_checks();
   test_call();
