@@ -13,9 +13,9 @@
 --    when they have the same token too: a lock handed down within an nginx
 --    worker, one section after the other), or a
 --    section that entered after another one left, whose lock was asked for
---    after that one entered, yet holds a lower fence (inversions), within
---    one lifetime of the lock server (a restart without its data starts the
---    fences again: the documented loss). Refused stale writes (the register
+--    after that one entered, yet holds a lower fence (inversions), across
+--    every fault: a server restarted without its data, as any other, hands
+--    out fences above every earlier one (they follow its clock). Refused stale writes (the register
 --    answered stale) are the fence doing its job, counted. Where a failover may
 --    happen (o.failover), a lower fence from another master than the
 --    earlier section's (the E line's node) is a deposed master still
@@ -42,10 +42,9 @@ local function read_log(w, sections, failures)
   for line in text:gmatch("[^\n]+") do
     local kind, rest = line:match("^(%u+) ?(.*)$")
     if kind == "E" then
-      local t, key, fence, mode, life, node, sent, token =
-        rest:match("^(%S+) (%S+) (%d+) (%S+) (%d+) ?(%S*) ?(%S*) ?(%S*)")
+      local t, key, fence, mode, node, sent, token = rest:match("^(%S+) (%S+) (%d+) (%S+) ?(%S*) ?(%S*) ?(%S*)")
       open = { worker = w.id, enter = tonumber(t), key = key, fence = tonumber(fence), mode = mode,
-               life = tonumber(life), node = node, sent = tonumber(sent) or tonumber(t),
+               node = node, sent = tonumber(sent) or tonumber(t),
                token = token ~= "" and token or nil }
       sections[#sections + 1] = open
     elseif kind == "X" and open then
@@ -88,8 +87,6 @@ end
 -- register(cli args...) -> string, keys_left, seed, failover, windows,
 -- fault_log ({ from, to, kind } per fault injected), ttl }. Returns { ok,
 -- summary, details, by_fault (a line per kind of fault) }.
--- A section's lifetime of the lock server is the one the register counted
--- when it began (the injector counts restarts without data there).
 function _M.run(o)
   local sections, failures, details = {}, {}, {}
   local crashes = 0
@@ -152,7 +149,7 @@ function _M.run(o)
     local seen = {}
     for i, a in ipairs(list) do
       if a.outcome then writes = writes + 1 end
-      local id = a.life .. ":" .. a.fence
+      local id = a.fence
       -- The same fence with the same token is one lock handed down within
       -- an nginx worker (redislock/ngx_gate.lua), section after section.
       if seen[id] and not (a.token and seen[id].token == a.token) then
@@ -170,7 +167,7 @@ function _M.run(o)
           -- between its grant and its entry (Redlock's two phases leave a
           -- wide window) enters late, with the fence it was granted before
           -- a's, and is told it lost the lock.
-          if b.fence < a.fence and b.life == a.life and b.sent >= a.enter then
+          if b.fence < a.fence and b.sent >= a.enter then
             if o.failover and b.node ~= a.node then
               deposed = deposed + 1
               if b.outcome == "ok" then deposed_written = deposed_written + 1 end
@@ -203,22 +200,21 @@ function _M.run(o)
   end
   -- The same, clock-free: in the register's order of "in"/"out" events.
   local silent_order, told_order = 0, 0
-  local function section_of(key, worker, fence, life)
+  local function section_of(key, worker, fence)
     for _, s in ipairs(by_key[key] or {}) do
-      if s.worker == worker and s.fence == fence and s.life == life then return s end
+      if s.worker == worker and s.fence == fence then return s end
     end
   end
   for k = 1, o.nkeys do
     local key = "k" .. k
     local inside = {}
     for event in o.register("LRANGE", "history:" .. key, "0", "-1"):gmatch("[^\n]+") do
-      local what, worker, fence, life = event:match("^(%a+) (%d+) (%d+) (%d+)$")
-      worker, fence, life = tonumber(worker), tonumber(fence), tonumber(life)
+      local what, worker, fence = event:match("^(%a+) (%d+) (%d+)$")
+      worker, fence = tonumber(worker), tonumber(fence)
       if what == "in" then
-        local a = section_of(key, worker, fence, life)
-        for other, o_in in pairs(inside) do
-          local ofence = o_in.fence
-          local b = section_of(key, other, ofence, o_in.life)
+        local a = section_of(key, worker, fence)
+        for other, ofence in pairs(inside) do
+          local b = section_of(key, other, ofence)
           if (a and a.told) or (b and b.told) then
             told_order = told_order + 1
           elseif jumped(a, b) then
@@ -231,7 +227,7 @@ function _M.run(o)
               .. "worker %d (fence %d) was inside, and neither was told", key, worker, fence, other, ofence)
           end
         end
-        inside[worker] = { fence = fence, life = life }
+        inside[worker] = fence
       elseif what == "out" then
         inside[worker] = nil
       end
