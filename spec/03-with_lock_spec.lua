@@ -157,8 +157,12 @@ describe("with_lock", function()
     local out, ok = helpers.run("REDIS_URL=" .. helpers.sh_quote(srv.url .. "/4") .. " " ..
                                 helpers.lua .. " -e " .. helpers.sh_quote(code))
     assert.is_true(ok, out)
-    assert.is_truthy(out:match("^fence %d+"), out)
-    assert.are.equal("1", srv:cli("-n", "4", "EXISTS", "lock:{mod}:fence"))
+    local fence = assert(out:match("^fence (%d+)"), out)
+    -- Taken in db 4 and given back: the lock and its holder's fence went,
+    -- the slot's fence record there holds the fence it had.
+    assert.are.equal("0", srv:cli("-n", "4", "EXISTS", "lock:{mod}", "lock:{mod}:fence"))
+    local record = "lock:{" .. core.era_tag(core.lock_slot("mod")) .. "}:era"
+    assert.are.equal(fence, srv:cli("-n", "4", "GET", record))
   end)
 
   it("makes a new default client after the old one was closed", function()
