@@ -373,8 +373,8 @@ describe("with_lock", function()
 
       it("reports a lease the renewal timer found lost, through with_lock and on_lost", function()
         -- Deleted once fn runs: before, the acquire may still be at work (a
-        -- take whose era the acquire script then checks, and which sets the
-        -- lock again if it is gone).
+        -- resend of the acquire script, which sets the lock again if it is
+        -- gone).
         local req = http.start(ngx.port, "GET", "/with_lock?key=vanished&ttl=0.3&hold=1&on_lost=1&mark=1")
         assert.is_truthy(helpers.eventually(2, function() return raw:command("GET", "inside:vanished") == "1" end))
         assert.are.equal(1, raw:command("DEL", "lock:{vanished}"))
