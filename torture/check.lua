@@ -14,15 +14,16 @@
 --    worker, one section after the other), or a
 --    section that entered after another one left, whose lock was asked for
 --    after that one entered, yet holds a lower fence (inversions), within
---    one lifetime of the lock server (a restart without its data starts the
---    fences again: the documented loss). Refused stale writes (the register
+--    one lifetime of the lock server (a restart without its data starts its
+--    fences from its clock again, above the earlier ones only as far as the
+--    clocks agree: docs/guarantees.md). Refused stale writes (the register
 --    answered stale) are the fence doing its job, counted. Where a failover may
 --    happen (o.failover), a lower fence from another master than the
 --    earlier section's (the E line's node) is a deposed master still
---    granting in its older era, or a master named again after a failover
---    that was undone (csrc/scripts/README.md, "Fences across failovers"), which the
---    design allows: counted apart, with whether the register took its
---    write; from the same master it is an inversion.
+--    granting by a clock behind the new master's fences, or a master named
+--    again after a failover that was undone (csrc/scripts/README.md,
+--    "Fences"), which the design allows: counted apart, with whether the
+--    register took its write; from the same master it is an inversion.
 --  * lost updates: the register's counter against the sections that wrote it.
 --  * crashes (a worker that exited non-zero or without its DONE line), hangs,
 --    errors without a code word, redis errors while wait time was left, and
@@ -105,7 +106,7 @@ function _M.run(o)
 
   -- Overlaps and fences, key by key.
   local silent, told, dups, inversions, stale, silent_stale = 0, 0, 0, 0, 0, 0
-  local deposed, deposed_written = 0, 0 -- a deposed master's grants after a newer era's, and those written
+  local deposed, deposed_written = 0, 0 -- a deposed master's grants below a newer master's, and those written
   local clock, clock_order = 0, 0 -- silent overlaps during a clock jump
   local split, split_order = 0, 0 -- silent overlaps of sections two masters granted (o.failover)
   -- Whether sections a and b (when known) were both inside during a clock jump.
