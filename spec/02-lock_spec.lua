@@ -130,18 +130,35 @@ describe("locks", function()
         core.sleep(0.05) -- let it expire
       end
     end
-    -- The counter never expires, so it survives the lock key.
-    assert.are.equal(-1, raw:command("PTTL", "lock:{fenced}:fence"))
-    assert.are.equal(tostring(last), raw:command("GET", "lock:{fenced}:fence"))
+    -- The holder's fence goes with the lock; the slot's fence record, which
+    -- the next fence must pass, never expires and holds the last one.
+    assert.are.equal(0, raw:command("EXISTS", "lock:{fenced}:fence"))
+    local record = "lock:{" .. core.era_tag(core.lock_slot("fenced")) .. "}:era"
+    assert.are.equal(-1, raw:command("PTTL", record))
+    assert.are.equal(tostring(last), raw:command("GET", record))
   end)
 
-  it("keeps the lock and its fence counter in one hash slot", function()
+  it("keeps the holder's fence as long as the lock, and drops it with the lock", function()
+    local lock = assert(client:acquire("k", 5))
+    assert.are.equal(tostring(lock.fence), raw:command("GET", "lock:{k}:fence"))
+    local pttl = raw:command("PTTL", "lock:{k}:fence")
+    assert.is_true(pttl > 4000 and pttl <= 5000, tostring(pttl))
+    assert.is_true(lock:extend(20))
+    pttl = raw:command("PTTL", "lock:{k}:fence")
+    assert.is_true(pttl > 19000 and pttl <= 20000, "extended with the lock: " .. pttl)
+    assert.is_true(lock:release())
+    assert.are.equal(0, raw:command("EXISTS", "lock:{k}:fence"))
+  end)
+
+  it("keeps the lock, its holder's fence and the slot's fence record in one hash slot", function()
     for _, key in ipairs({ "orders:42", "a{b}c", "{x}", "x}", "plain" }) do
       local lock = assert(client:acquire(key, 5))
       local name = "lock:{" .. key .. "}"
       assert.are.equal(lock.token, raw:command("GET", name))
       assert.are.equal(tostring(lock.fence), raw:command("GET", name .. ":fence"))
       assert.are.equal(crc16.slot(name), crc16.slot(name .. ":fence"), key)
+      local record = "lock:{" .. core.era_tag(core.lock_slot(key)) .. "}:era"
+      assert.are.equal(crc16.slot(name), crc16.slot(record), key)
     end
   end)
 
@@ -172,7 +189,7 @@ describe("locks", function()
     assert.are.equal("OK", raw:command("SCRIPT", "FLUSH"))
     local again = assert(client:acquire("k", 5))
     assert.is_true(again.fence > lock.fence)
-    -- A busy lock: the first try (no script) is followed by the acquire script.
+    -- A busy lock: the acquire script (every first try) answers busy, by EVAL again.
     local busy, err = client:acquire("k", 5)
     assert.is_nil(busy)
     assert.is_truthy(err:match("^busy: "), err)
@@ -190,18 +207,24 @@ describe("locks", function()
     core.sleep(0.05)
     local s2, fence2 = c:eval("acquire", "k", tok, 1000)
     assert.are.equal(1, s2)
-    assert.are.equal(fence1, fence2) -- counted once
+    -- The first answer was lost (nobody saw fence1): the resend's is a new
+    -- one, above it, and it is the holder's fence from then on.
+    assert.is_true(fence2 > fence1, fence2 .. " > " .. fence1)
+    assert.are.equal(tostring(fence2), raw:command("GET", "lock:{k}:fence"))
     local pttl = raw:command("PTTL", "lock:{k}")
     assert.is_true(pttl > 960, "TTL refreshed: " .. pttl)
     local s3, left = c:eval("acquire", "k", core.token(), 1000)
     assert.are.equal(-1, s3)
     assert.is_true(left > 0)
-    -- Should the counter vanish (FLUSHDB, eviction), a resend still answers a
-    -- fence, never 0.
-    assert.are.equal(1, raw:command("DEL", "lock:{k}:fence"))
+    -- Should the holder's fence and the slot's record vanish (FLUSHDB,
+    -- eviction), a resend still answers a fence above every earlier one
+    -- (the clock's, which moved on since).
+    core.sleep(0.002)
+    local record = "lock:{" .. core.era_tag(core.lock_slot("k")) .. "}:era"
+    assert.are.equal(2, raw:command("DEL", "lock:{k}:fence", record))
     local s4, fence4 = c:eval("acquire", "k", tok, 1000)
     assert.are.equal(1, s4)
-    assert.is_true(fence4 >= 1)
+    assert.is_true(fence4 > fence2, fence4 .. " > " .. fence2)
     c:close()
   end)
 

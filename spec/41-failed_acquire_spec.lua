@@ -1,11 +1,16 @@
 -- SPDX-License-Identifier: MIT
 -- A failed acquire leaves no lock behind (issue 53): when a step after the
--- first try is refused (a user without +info, one without +eval +evalsha,
--- a server with INFO renamed away), acquire fails with a message naming
--- the command the library needs, and the key it may have taken is given
--- back at once: the same client, another one and an administrator take it
--- next, not after its TTL. Real ACL users made from the README's own line
--- with rights taken away, and a real server started with INFO renamed.
+-- script took the lock is refused (a user without +time: the acquire
+-- script takes the lock, then may not read the clock for its fence),
+-- acquire fails with a message naming the command the library needs, and
+-- the key it took is given back at once: the same client, another one and
+-- an administrator take it next, not after its TTL. A refusal of the
+-- script's command itself (a user without +eval +evalsha) ran nothing:
+-- nothing was taken, nothing is released, and the message says no more.
+-- No INFO is read: a user without +info, and a server with INFO renamed
+-- away, take and give back every primitive. Real ACL users made from the
+-- README's own line with rights taken away, and a real server started with
+-- INFO renamed.
 local core = require "redislock.core"
 local helpers = require "spec.helpers"
 local http = require "spec.support.http"
@@ -32,10 +37,11 @@ end
 
 local unpack = table.unpack or unpack -- luacheck: ignore (LuaJIT's global)
 
--- Asserts that nothing of a failed acquire of key is left: no lock key, no
--- permit, no read or write hold; and that another client takes it at once.
+-- Asserts that nothing of a failed (or released) acquire of key is left: no
+-- lock key nor its holder's fence, no permit, no read or write hold, no
+-- fence of an earlier version's; and that another client takes it at once.
 local function nothing_left(srv, admin, key)
-  for _, suffix in ipairs({ "", ":permits", ":rw:readers", ":rw:writer" }) do
+  for _, suffix in ipairs({ "", ":fence", ":permits", ":permits:fence", ":rw:readers", ":rw:writer", ":rw:fence" }) do
     local name = "lock:{" .. key .. "}" .. suffix
     local kind = srv:cli("TYPE", name)
     if kind == "zset" then
@@ -61,63 +67,98 @@ describe("an acquire refused after its first try", function()
     if srv then srv:stop() end
   end)
 
-  it("by a user without +info: names INFO and gives the lock back, for every primitive", function()
-    assert.are.equal("OK", srv:cli(unpack(readme_user("noinfo", { ["+info"] = true }))))
-    local c = srv:client({ username = "noinfo", password = PASSWORD, timeout = 2 })
+  it("by a user without +time: names TIME and gives the lock back, for every primitive", function()
+    assert.are.equal("OK", srv:cli(unpack(readme_user("notime1", { ["+time"] = true }))))
+    local c = srv:client({ username = "notime1", password = PASSWORD, timeout = 2 })
     for round = 1, 2 do -- the second on a connection that already failed once
-      local key = "noinfo:" .. round
+      local key = "notime:" .. round
       local lock, err = c:acquire(key, TTL)
       assert.is_nil(lock)
       assert.matches("^redis: ERR The user executing the script can't run this command", err)
-      assert.matches("redislock's acquire script calls INFO there: the Redis user needs %+info", err)
+      assert.matches("redislock's acquire script calls TIME there: the Redis user needs %+time", err)
+      assert.is_nil(err:find("TTL runs out", 1, true)) -- the release gave it back
       nothing_left(srv, admin, key)
       -- the same client again: refused the same way, never busy
       lock, err = c:acquire(key, TTL, { wait = 0.5 })
       assert.is_nil(lock)
-      assert.matches("calls INFO there", err)
+      assert.matches("calls TIME there", err)
       nothing_left(srv, admin, key)
     end
-    local ok, raised = pcall(c.with_lock, c, "noinfo:w", TTL, function() end)
+    local ok, raised = pcall(c.with_lock, c, "notime:w", TTL, function() end)
     assert.is_false(ok)
-    assert.matches("calls INFO there", tostring(raised))
-    nothing_left(srv, admin, "noinfo:w")
-    -- without +watch as well: the release script gives it back
-    assert.are.equal("OK", srv:cli(unpack(readme_user("noinfo2", { ["+info"] = true, ["+watch"] = true }))))
-    local c2 = srv:client({ username = "noinfo2", password = PASSWORD, timeout = 2 })
-    local lock, err = c2:acquire("noinfo:2", TTL)
-    assert.is_nil(lock)
-    assert.matches("calls INFO there", err)
-    assert.is_nil(err:find("TTL runs out", 1, true))
-    nothing_left(srv, admin, "noinfo:2")
-    c2:close()
-    local permit, perr = c:semaphore("noinfo:s", 2):acquire(TTL)
+    assert.matches("calls TIME there", tostring(raised))
+    nothing_left(srv, admin, "notime:w")
+    local w, werr = c:rwlock("notime:rw"):write(TTL)
+    assert.is_nil(w)
+    assert.matches("write_acquire script calls TIME there", werr)
+    nothing_left(srv, admin, "notime:rw")
+    -- A semaphore's permit is a time: refused before it is added (its
+    -- release, which needs the clock too, cannot say so).
+    local permit, perr = c:semaphore("notime:s", 2):acquire(TTL)
     assert.is_nil(permit)
-    assert.matches("sem_acquire script calls INFO there", perr)
-    nothing_left(srv, admin, "noinfo:s")
+    assert.matches("sem_acquire script calls TIME there", perr)
+    nothing_left(srv, admin, "notime:s")
     c:close()
   end)
 
-  it("by a user without +eval +evalsha: names EVALSHA and gives the lock back without a script", function()
+  it("by a user without +info: takes and gives back every primitive (no INFO is read)", function()
+    assert.are.equal("OK", srv:cli(unpack(readme_user("noinfo", { ["+info"] = true }))))
+    local c = srv:client({ username = "noinfo", password = PASSWORD, timeout = 2 })
+    for round = 1, 2 do
+      local key = "noinfo:" .. round
+      local lock = assert(c:acquire(key, TTL))
+      assert.are.equal(lock.token, srv:cli("GET", "lock:{" .. key .. "}"))
+      assert.is_true(lock:release())
+      nothing_left(srv, admin, key)
+      lock = assert(c:acquire(key, TTL, { wait = 0.5 }))
+      assert.is_true(lock:release())
+      nothing_left(srv, admin, key)
+    end
+    assert.are.equal("ran", c:with_lock("noinfo:w", TTL, function() return "ran" end))
+    nothing_left(srv, admin, "noinfo:w")
+    local permit = assert(c:semaphore("noinfo:s", 2):acquire(TTL))
+    assert.is_true(permit:release())
+    nothing_left(srv, admin, "noinfo:s")
+    local w = assert(c:rwlock("noinfo:rw"):write(TTL))
+    assert.is_true(w:release())
+    local r = assert(c:rwlock("noinfo:rw"):read(TTL))
+    assert.is_true(r:release())
+    nothing_left(srv, admin, "noinfo:rw")
+    assert.are.equal("0", srv:cli("INFO", "commandstats"):match("cmdstat_info:calls=(%d+)") or "0")
+    c:close()
+  end)
+
+  -- Rejected calls of EVALSHA (refused before they ran), as Redis counts them.
+  local function evalsha_rejected()
+    return tonumber(srv:cli("INFO", "commandstats"):match("cmdstat_evalsha:[^\n]*rejected_calls=(%d+)") or "0")
+  end
+
+  it("by a user without +eval +evalsha: refused whole, nothing taken, no release tried", function()
     assert.are.equal("OK", srv:cli(unpack(readme_user("noeval", { ["+eval"] = true, ["+evalsha"] = true }))))
     local c = srv:client({ username = "noeval", password = PASSWORD, timeout = 2 })
     for _, key in ipairs({ "noeval:1", "noeval:1", "noeval:2" }) do
+      local before = evalsha_rejected()
       local lock, err = c:acquire(key, TTL)
       assert.is_nil(lock)
-      assert.are.equal("redis: NOPERM this user has no permissions to run the 'evalsha' command; "
-                       .. "nothing its first try took is left", err)
+      assert.are.equal("redis: NOPERM this user has no permissions to run the 'evalsha' command", err)
+      assert.are.equal(before + 1, evalsha_rejected()) -- the acquire's, and no release after it
+      assert.are.equal("0", srv:cli("EXISTS", "lock:{" .. key .. "}"))
       nothing_left(srv, admin, key)
     end
     c:close()
   end)
 
-  it("by a user without +eval +evalsha nor +watch: says the lock may stay until its TTL", function()
+  it("by a user without +eval +evalsha nor +watch: the same", function()
     assert.are.equal("OK", srv:cli(unpack(readme_user("bare", { ["+eval"] = true, ["+evalsha"] = true,
                                                                 ["+watch"] = true }))))
     local c = srv:client({ username = "bare", password = PASSWORD, timeout = 2 })
+    local before = evalsha_rejected()
     local lock, err = c:acquire("bare:1", TTL)
     assert.is_nil(lock)
-    assert.are.equal("redis: NOPERM this user has no permissions to run the 'evalsha' command; "
-                     .. '"bare:1" may stay taken by this failed try until its TTL runs out', err)
+    assert.are.equal("redis: NOPERM this user has no permissions to run the 'evalsha' command", err)
+    assert.are.equal(before + 1, evalsha_rejected())
+    assert.are.equal("0", srv:cli("EXISTS", "lock:{bare:1}"))
+    nothing_left(srv, admin, "bare:1")
     c:close()
   end)
 end)
@@ -176,28 +217,23 @@ describe("an acquire on a server with INFO renamed away", function()
     if srv then srv:stop() end
   end)
 
-  it("names INFO and leaves no lock behind", function()
+  it("takes and gives back a lock, a waiting one and a read-write lock (no INFO is read)", function()
     local c = srv:client({ timeout = 2 })
-    local lock, err = c:acquire("renamed", TTL)
-    assert.is_nil(lock)
-    assert.matches("^redis: ERR Unknown Redis command called from script", err)
-    assert.matches("calls INFO there: the Redis user needs %+info, and the server must not rename INFO away", err)
-    assert.are.equal("0", srv:cli("EXISTS", "lock:{renamed}"))
-    -- nobody can take it on this server, but nobody finds it busy either
-    lock, err = c:acquire("renamed", TTL, { wait = 0.3 })
-    assert.is_nil(lock)
-    assert.matches("calls INFO there", err)
-    assert.are.equal("0", srv:cli("EXISTS", "lock:{renamed}"))
-    local rw, rerr = c:rwlock("renamed:rw"):write(TTL)
-    assert.is_nil(rw)
-    assert.matches("^redis: ", rerr)
-    assert.are.equal("0", srv:cli("EXISTS", "lock:{renamed:rw}:rw:writer"))
+    local lock = assert(c:acquire("renamed", TTL))
+    assert.are.equal(lock.token, srv:cli("GET", "lock:{renamed}"))
+    assert.is_true(lock:release())
+    nothing_left(srv, admin, "renamed")
+    lock = assert(c:acquire("renamed", TTL, { wait = 0.3 }))
+    assert.is_true(lock:release())
+    nothing_left(srv, admin, "renamed")
+    local rw = assert(c:rwlock("renamed:rw"):write(TTL))
+    assert.is_true(rw:release())
+    nothing_left(srv, admin, "renamed:rw")
     c:close()
-    assert(core.now())
   end)
 end)
 
-describe("OpenResty: an acquire refused after its first try", function()
+describe("OpenResty: an acquire without +info, and one refused whole", function()
   if helpers.no_nginx(pending) then return end
 
   local srv, admin, nginx
@@ -214,6 +250,7 @@ describe("OpenResty: an acquire refused after its first try", function()
         '  set $redis_url "redis://' .. user .. ":" .. PASSWORD .. "@127.0.0.1:" .. srv.port .. '";',
         '  set $redis_timeout "2";',
         "  " .. helpers.location("/acquire", "acquire"),
+        "  " .. helpers.location("/release", "release"),
         "}",
       }, "\n")
     end
@@ -225,15 +262,20 @@ describe("OpenResty: an acquire refused after its first try", function()
     if srv then srv:stop() end
   end)
 
-  it("over cosockets too: names the command and leaves no lock behind", function()
+  it("over cosockets too: without +info it works; without +eval +evalsha nothing is taken", function()
     for round = 1, 2 do -- the second on a pooled connection
       local status, body = http.request(nginx.port, "GET", "/acquire?key=ngx:noinfo&ttl=30")
-      assert.are.equal(502, status, body)
-      assert.matches("calls INFO there: the Redis user needs %+info", body)
+      assert.are.equal(200, status, body)
+      local token = body:match("^%d+ (%S+)\n$")
+      assert.are.equal(token, srv:cli("GET", "lock:{ngx:noinfo}"))
+      status, body = http.request(nginx.port, "GET", "/release?key=ngx:noinfo&token=" .. token)
+      assert.are.equal(200, status, body)
       nothing_left(srv, admin, "ngx:noinfo")
       status, body = http.request(nginx.port2, "GET", "/acquire?key=ngx:noeval&ttl=30")
       assert.are.equal(502, status, body)
-      assert.matches("^redis: NOPERM this user has no permissions to run the 'evalsha' command", body)
+      assert.are.equal("redis: NOPERM this user has no permissions to run the 'evalsha' command",
+                       (body:gsub("\n$", "")))
+      assert.are.equal("0", srv:cli("EXISTS", "lock:{ngx:noeval}"))
       nothing_left(srv, admin, "ngx:noeval")
       assert(round)
     end

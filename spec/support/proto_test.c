@@ -32,8 +32,8 @@ static int arg_is(const rl_cmd *cmd, int i, const char *s) {
   return i < cmd->argc && cmd->len[i] == strlen(s) && memcmp(cmd->argv[i], s, cmd->len[i]) == 0;
 }
 
-/* The ops: a name each, a script each but the take's, whose SHA-1 is the
-   script's, and the commands made of them. */
+/* The ops: a name each, a script each, whose SHA-1 is the script's, and
+   the commands made of them. */
 static void test_ops(void) {
   int op, other;
   for (op = 0; op < RL_OP_COUNT; op++) {
