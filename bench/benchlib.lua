@@ -178,20 +178,21 @@ function M.emit(f)
 end
 
 --- The raw floor (build/bench/floor, bench/floor.c) for client's lock cycle:
--- the exact bytes the library sends for an uncontended acquire (the
--- acquire script, by EVALSHA: every acquire's first try) and release of
+-- the exact bytes the library sends for an uncontended acquire (a take:
+-- MULTI, SET NX PX, XADD of the slot's fence record, EXEC) and release of
 -- key (ttl in seconds), with a token as the library makes it.
 -- Returns an object with :rate(n) (cycles per second over n cycles),
 -- :close() and the fields acquire and release (the bytes).
 function M.floor(client, key, ttl)
   local tok = require("redislock.hold").new_token(client) -- the holder's part too, as the library's
   local f = {
-    acquire = core.encode_script("acquire", key, tok, ttl * 1000, client.prefix),
+    acquire = core.encode_script("take", key, tok, ttl * 1000, client.prefix),
     release = core.encode_script("release", key, tok, nil, client.prefix),
   }
   local files = { M.temp_file(f.acquire), M.temp_file(f.release) }
   function f.rate(_, n)
-    local out, ok = M.run(table.concat({ M.root .. "/build/bench/floor", M.port, n, files[1], files[2] }, " "))
+    -- A take is answered with 4 replies (MULTI's, 2 QUEUED, EXEC's).
+    local out, ok = M.run(table.concat({ M.root .. "/build/bench/floor", M.port, n, files[1], files[2], 4 }, " "))
     local rate = ok and tonumber(out:match("cycles_per_s=([%d.]+)"))
     return (assert(rate, "bench/floor failed: " .. out))
   end

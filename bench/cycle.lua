@@ -2,7 +2,7 @@
 -- Benchmark (not a test): uncontended acquire+release cycles per second from
 -- one client, as a ratio to floors taken in the same run and placement:
 --  * the raw floor, build/bench/floor (bench/floor.c): the very bytes the
---    library sends (core.encode_script: the acquire script, then the
+--    library sends (core.encode_script: the take, MULTI SET XADD EXEC, then the
 --    release script), one write and one read per round trip over a plain
 --    socket, no library;
 --  * the minimal lock, the floor a user compares with: the same raw client

@@ -64,7 +64,9 @@ static int push_formatted(lua_State *L, int argc, const char **argv, const size_
  * The bytes of one lock script command, as client:eval first sends it
  * (for the benchmarks' floors, which send the same bytes): EVALSHA, or
  * EVAL with the script text when eval is true. ms is ignored (may be nil)
- * for release and pttl; n is sem_acquire's limit.
+ * for release and pttl; n is sem_acquire's limit. A take is MULTI, SET,
+ * XADD of the slot's fence record, EXEC; with eval, the acquire script it
+ * falls back on.
  */
 static int core_encode_script(lua_State *L) {
   const char *key, *token, *prefix, *why;
