@@ -1,0 +1,399 @@
+-- SPDX-License-Identifier: MIT
+-- Fences that follow the clock (csrc/scripts/lib/next_fence.lua): a fence is
+-- the granting server's TIME in ms times RL_FENCE_SCALE, or one above the
+-- slot's last when that is as high, kept in one record per hash slot
+-- ("<prefix>{<era tag>}:era"). So the first fence after each of these is
+-- above every fence handed out before it, for a lock, a semaphore's permit,
+-- a read-write lock's writer, each key of a multi-key lock and an
+-- election's term: the server behind the client's one address killed and
+-- started again empty; a failover behind that address undone (the old
+-- master named again, never demoted, its data unchanged); a replica
+-- promoted before it synced anything. Within one master fences grow with
+-- every grant of a slot. Nothing of a name is left once its holds are
+-- gone, only the slot records; counters an earlier version kept per name
+-- are honoured, and go at the name's next grant. One topology per describe
+-- block, started once.
+local redislock = require "redislock"
+local core = require "redislock.core"
+local helpers = require "spec.helpers"
+
+local failover = require "spec.support.failover"
+
+local signal, synced, cut_off = failover.signal, failover.synced, failover.cut_off
+
+-- What an earlier version left (its fences: a per-name counter plus its
+-- era's offset, a master's clock in ms): a record of a slot, and the
+-- highest fence its counters made.
+local LEGACY_ERA = ("5f0c"):rep(10) .. " 1795800188748"
+local LEGACY_TOP = 1795800188748 + 123456
+
+-- A master's arguments: its replica's first sync at once (a diskless sync
+-- waits 5 s for more replicas by default).
+local QUICK_SYNC = { "--repl-diskless-sync-delay", "0" }
+
+-- The fence record of the slot of the lock on name.
+local function record(name)
+  return "lock:{" .. core.era_tag(core.lock_slot(name)) .. "}:era"
+end
+
+-- The highest fence in t (name -> fence), and its name.
+local function top_of(t)
+  local top, at = -1, nil
+  for name, f in pairs(t) do
+    if f > top then top, at = f, name end
+  end
+  return top, at
+end
+
+-- Checks (busted's assert) that every fence in new is above every fence in
+-- old (tables of name -> fence): the first fences after an event against
+-- all those handed out before it, whatever the primitive or slot.
+local function above_all(new, old, what)
+  local top, at = top_of(old)
+  assert.is_true(top > 0, what .. ": no fences before")
+  for name, f in pairs(new) do
+    assert(f > top, string.format("%s: %s fence %d is not above %s fence %d (%d below)", what, name, f, at, top,
+                                  top - f))
+  end
+end
+
+-- Checks that srv granted the lock fences in top came from: its record of
+-- the lock's slot (on key: no other name of take_all's shares it) holds it.
+local function granted_by(srv, top, key, what)
+  assert.are.equal(top.lock, tonumber(srv:cli("GET", record(key))), what .. ": granted elsewhere")
+end
+
+-- Notes fence under name in top if it is above what is there.
+local function note(top, name, fence)
+  assert.is_number(fence, name)
+  if not top[name] or fence > top[name] then top[name] = fence end
+end
+
+-- Takes and releases, rounds times over client, a lock on key, a permit of
+-- the semaphore "<key>:pool", the writer of the read-write lock
+-- "<key>:doc", a lock on "<key>:a" and "<key>:b" and the leadership of the
+-- election "<key>:jobs" (campaign, resign). Returns the highest fence of
+-- each: { lock, permit, write, multi_a, multi_b, term }.
+local function take_all(client, rounds, key)
+  local top, opts = {}, { wait = 6 }
+  for _ = 1, rounds do
+    local l = assert(client:acquire(key, 5, opts))
+    note(top, "lock", l.fence)
+    assert(l:release())
+    l = assert(client:semaphore(key .. ":pool", 2):acquire(5, opts))
+    note(top, "permit", l.fence)
+    assert(l:release())
+    l = assert(client:rwlock(key .. ":doc"):write(5, opts))
+    note(top, "write", l.fence)
+    assert(l:release())
+    l = assert(client:acquire({ key .. ":a", key .. ":b" }, 5, opts))
+    note(top, "multi_a", l.fence[1])
+    note(top, "multi_b", l.fence[2])
+    assert(l:release())
+    l = assert(client:election(key .. ":jobs"):campaign("me", 5, opts))
+    note(top, "term", l.term)
+    assert(l:resign())
+  end
+  return top
+end
+
+-- take_all's first round, tried again for up to 15 s while the address
+-- settles (a connection to the server gone fails the first call).
+local function first_round(client, key)
+  local first, err
+  assert(helpers.eventually(15, function()
+    local ok, top = pcall(take_all, client, 1, key)
+    first, err = ok and top, top
+    return first
+  end), "no locks behind the address: " .. tostring(err))
+  return first
+end
+
+-- take_all's rounds over client for about seconds: their highest fences.
+local function take_for(client, seconds, key)
+  local top, deadline = {}, core.now() + seconds
+  repeat
+    for name, f in pairs(take_all(client, 1, key)) do note(top, name, f) end
+  until core.now() >= deadline
+  return top
+end
+
+-- A new folder with "redis.sock" in it, a symbolic link to srv's socket:
+-- the one address (as a managed Redis re-points its name). Returns the
+-- folder and the link.
+local function one_address(srv)
+  local dir = helpers.tmpdir()
+  assert(os.execute("ln -s " .. helpers.sh_quote(srv.sock) .. " " .. helpers.sh_quote(dir .. "/redis.sock")))
+  return dir, dir .. "/redis.sock"
+end
+
+-- Points the address at srv's socket.
+local function point(addr, srv)
+  assert(os.execute("ln -sfn " .. helpers.sh_quote(srv.sock) .. " " .. helpers.sh_quote(addr)))
+end
+
+-- Starts an empty server that is a replica of a port nobody listens on, so
+-- it never syncs, and promotes it.
+local function never_synced()
+  local srv = helpers.start_redis({ "--replicaof", "127.0.0.1", tostring(helpers.free_port()) })
+  assert.matches("^slave", srv:cli("ROLE"))
+  assert.are.equal("OK", srv:cli("REPLICAOF", "NO", "ONE"))
+  assert.are.equal("0", srv:cli("DBSIZE"))
+  return srv
+end
+
+-- Stops the servers in list (any of them nil) by PID, and removes dirs.
+local function stop_all(servers, dirs)
+  for _, s in pairs(servers) do
+    if s.pid then signal(s, "CONT") end
+    s:stop()
+  end
+  for _, d in pairs(dirs) do os.execute("rm -rf " .. helpers.sh_quote(d)) end
+end
+
+describe("the server behind the one address killed and started again without its data", function()
+  local srv, dir, client
+
+  lazy_setup(function()
+    srv = helpers.start_redis()
+    dir = one_address(srv)
+  end)
+  lazy_teardown(function()
+    if client then client:close() end
+    stop_all({ srv }, { dir })
+  end)
+
+  it("hands out fences above every fence it handed out before", function()
+    client = redislock.new({ path = dir .. "/redis.sock", timeout = 2 })
+    local before = take_all(client, 5, "orders:42")
+    for i = 1, 2 do
+      srv:restart(true)
+      assert(helpers.eventually(5, function() return srv:cli("DBSIZE") == "0" end), "not back empty")
+      local first = first_round(client, "orders:42")
+      granted_by(srv, first, "orders:42", "restart " .. i)
+      above_all(first, before, "restart " .. i .. ": the first locks")
+      before = take_all(client, 3, "orders:42")
+      above_all(before, first, "restart " .. i .. ": the next locks")
+    end
+  end)
+end)
+
+describe("a failover behind the one address, undone", function()
+  local master, replica, dir, client
+
+  lazy_setup(function()
+    master = helpers.start_redis(QUICK_SYNC)
+    replica = helpers.start_redis({ "--replicaof", "127.0.0.1", tostring(master.port) })
+    dir = one_address(master)
+  end)
+  lazy_teardown(function()
+    if client then client:close() end
+    stop_all({ master, replica }, { dir })
+  end)
+
+  it("gives the old master's first fences above every fence the promoted replica handed out", function()
+    local addr = dir .. "/redis.sock"
+    client = redislock.new({ path = addr, timeout = 2 })
+    local old = take_all(client, 2, "orders:42")
+    synced(master, replica)
+    cut_off(master, replica)
+    for name, f in pairs(take_all(client, 5, "orders:42")) do note(old, name, f) end -- the replica never sees these
+
+    -- The replica is promoted, the address names it, and it grants a while.
+    signal(replica, "CONT")
+    assert.are.equal("OK", replica:cli("REPLICAOF", "NO", "ONE"))
+    master:cli("CLIENT", "KILL", "TYPE", "normal")
+    point(addr, replica)
+    local promoted = first_round(client, "orders:42")
+    granted_by(replica, promoted, "orders:42", "the promoted replica's first locks")
+    above_all(promoted, old, "the promoted replica's first locks")
+    for name, f in pairs(take_for(client, 1.5, "orders:42")) do note(promoted, name, f) end
+
+    -- Undone: the address names the old master again, never demoted, its
+    -- data as it was (its records below the replica's fences).
+    replica:cli("CLIENT", "KILL", "TYPE", "normal")
+    point(addr, master)
+    assert.matches("^master", master:cli("ROLE"))
+    local back = first_round(client, "orders:42")
+    granted_by(master, back, "orders:42", "the old master's first locks")
+    above_all(back, promoted, "the old master's first locks after the promoted replica's")
+    above_all(take_all(client, 2, "orders:42"), back, "the old master's next locks")
+  end)
+end)
+
+describe("a replica promoted before its first sync behind the one address", function()
+  local master, fresh, dir, client
+
+  lazy_setup(function()
+    master = helpers.start_redis()
+    dir = one_address(master)
+  end)
+  lazy_teardown(function()
+    if client then client:close() end
+    stop_all({ master, fresh }, { dir })
+  end)
+
+  it("hands out fences above every fence of the master it replaced", function()
+    local addr = dir .. "/redis.sock"
+    client = redislock.new({ path = addr, timeout = 2 })
+    local old = take_all(client, 5, "orders:42")
+    fresh = never_synced()
+    master:cli("CLIENT", "KILL", "TYPE", "normal")
+    point(addr, fresh)
+    local first = first_round(client, "orders:42")
+    granted_by(fresh, first, "orders:42", "the promoted replica's first locks")
+    above_all(first, old, "the promoted replica's first locks")
+    above_all(take_all(client, 2, "orders:42"), first, "its next locks")
+  end)
+end)
+
+describe("the keys fences leave", function()
+  local srv, raw, client
+
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
+  lazy_teardown(function() if client then client:close() end end)
+
+  it("are the slot records alone once the holds of thousands of names are gone", function()
+    client = srv:client()
+    local n, slots, names = 3000, {}, 0
+    local function used(name)
+      slots[core.lock_slot(name)] = true
+      names = names + 1
+    end
+    for i = 1, n do
+      local name = "name" .. i
+      local l = assert(client:acquire(name, 5))
+      assert(l:release())
+      used(name)
+      local p = assert(client:semaphore(name, 2):acquire(5))
+      assert(p:release())
+      local rw = client:rwlock(name)
+      local r = assert(rw:read(5))
+      assert(r:release())
+      local w = assert(rw:write(5))
+      assert(w:release())
+      local m = assert(client:acquire({ name .. ":a", name .. ":b" }, 5))
+      assert(m:release())
+      used(name .. ":a")
+      used(name .. ":b")
+      local lead = assert(client:election(name):campaign("me", 5))
+      assert(lead:resign())
+      used("election:" .. name)
+    end
+    local want = {}
+    for slot in pairs(slots) do want["lock:{" .. core.era_tag(slot) .. "}:era"] = true end
+    -- Waiters' marks and signal lists (none made here: nobody waited) lapse
+    -- within seconds.
+    local left
+    assert(helpers.eventually(5, function()
+      left = {}
+      for _, k in ipairs(raw:command("KEYS", "*")) do
+        if not want[k] then left[#left + 1] = k end
+      end
+      return #left == 0
+    end), "keys left besides the slot records: " .. table.concat(left, " ", 1, math.min(#left, 20)))
+    local records = #raw:command("KEYS", "*:era")
+    local count = 0
+    for _ in pairs(want) do count = count + 1 end
+    assert.are.equal(count, records)
+    assert.are.equal(records, raw:command("DBSIZE"))
+    assert.is_true(records <= 16384)
+    assert.is_true(records < names, string.format("%d records for %d names", records, names))
+  end)
+end)
+
+describe("one master", function()
+  local srv, raw, client
+
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
+  lazy_teardown(function() if client then client:close() end end)
+
+  it("hands out growing fences: one name taken again and again, and names of one slot", function()
+    client = srv:client()
+    local last = 0
+    for i = 1, 50 do
+      local l = assert(client:acquire("grow", 5))
+      assert(l.fence > last, string.format("cycle %d: fence %d after %d", i, l.fence, last))
+      last = l.fence
+      assert(l:release())
+    end
+    -- "{grow}:<i>" share a slot, so a record: each grant above the last.
+    local slot = core.lock_slot("{grow}:1")
+    last = 0
+    for i = 1, 50 do
+      local name = "{grow}:" .. i
+      assert.are.equal(slot, core.lock_slot(name))
+      local l = assert(client:acquire(name, 5))
+      assert(l.fence > last, string.format("%s: fence %d after %d", name, l.fence, last))
+      last = l.fence
+      if i % 5 == 0 then assert(l:release()) end -- some held meanwhile
+    end
+    assert.are.equal(last, tonumber(raw:command("GET", record("{grow}:1"))))
+  end)
+
+  it("honours an earlier version's counters, which go at the name's next grant", function()
+    client = client or srv:client()
+    local function legacy(key, value)
+      assert.are.equal("OK", raw:command("SET", key, value))
+    end
+    for _, name in ipairs({ "legacy", "legacy:a", "legacy:b", "election:legacy" }) do
+      legacy(record(name), LEGACY_ERA)
+    end
+    legacy("lock:{legacy}:fence", "123456")
+    legacy("lock:{legacy:a}:fence", "17")
+    legacy("lock:{legacy:b}:fence", "123456")
+    legacy("lock:{election:legacy}:fence", "123456")
+    legacy("lock:{legacy}:permits:fence", "123456")
+    legacy("lock:{legacy}:rw:fence", "123456")
+
+    -- A lock: its fence above, the counter now its holder's fence, for as
+    -- long as the lock; gone with it.
+    local l = assert(client:acquire("legacy", 5))
+    assert.is_true(l.fence > LEGACY_TOP, "fence " .. l.fence)
+    assert.are.equal(l.fence, tonumber(raw:command("GET", "lock:{legacy}:fence")))
+    local pttl = raw:command("PTTL", "lock:{legacy}:fence")
+    assert.is_true(pttl > 0 and pttl <= 5000, "PTTL " .. pttl)
+    assert.are.equal(l.fence, tonumber(raw:command("GET", record("legacy"))))
+    assert(l:release())
+    assert.are.equal(0, raw:command("EXISTS", "lock:{legacy}:fence"))
+
+    -- Each key of a multi-key lock.
+    local m = assert(client:acquire({ "legacy:a", "legacy:b" }, 5))
+    for i, key in ipairs({ "lock:{legacy:a}:fence", "lock:{legacy:b}:fence" }) do
+      assert.is_true(m.fence[i] > LEGACY_TOP, "fence " .. m.fence[i])
+      assert.is_true(raw:command("PTTL", key) > 0, key)
+    end
+    assert(m:release())
+    assert.are.equal(0, raw:command("EXISTS", "lock:{legacy:a}:fence", "lock:{legacy:b}:fence"))
+
+    -- An election's term.
+    local lead = assert(client:election("legacy"):campaign("me", 5))
+    assert.is_true(lead.term > LEGACY_TOP, "term " .. lead.term)
+    assert.is_true(raw:command("PTTL", "lock:{election:legacy}:fence") > 0)
+    assert(lead:resign())
+    assert.are.equal(0, raw:command("EXISTS", "lock:{election:legacy}:fence"))
+
+    -- A semaphore's and a read-write lock's counters go at their next grant.
+    local p = assert(client:semaphore("legacy", 2):acquire(5))
+    assert.is_true(p.fence > LEGACY_TOP, "fence " .. p.fence)
+    assert.are.equal(0, raw:command("EXISTS", "lock:{legacy}:permits:fence"))
+    assert(p:release())
+    local r = assert(client:rwlock("legacy"):read(5))
+    assert.is_true(r.fence > LEGACY_TOP, "fence " .. r.fence)
+    assert.are.equal(0, raw:command("EXISTS", "lock:{legacy}:rw:fence"))
+    assert(r:release())
+    legacy("lock:{legacy}:rw:fence", "123456")
+    local w = assert(client:rwlock("legacy"):write(5))
+    assert.is_true(w.fence > LEGACY_TOP, "fence " .. w.fence)
+    assert.are.equal(0, raw:command("EXISTS", "lock:{legacy}:rw:fence"))
+    assert(w:release())
+
+    -- A counter of a lock that then expires goes with it.
+    legacy("lock:{legacy}:fence", "123456")
+    l = assert(client:acquire("legacy", 0.2, { renew = false }))
+    assert.is_true(l.fence > LEGACY_TOP)
+    assert(helpers.eventually(3, function() return raw:command("EXISTS", "lock:{legacy}:fence") == 0 end),
+           "the counter outlived the lock")
+    assert.are.equal(0, raw:command("EXISTS", "lock:{legacy}"))
+  end)
+end)
