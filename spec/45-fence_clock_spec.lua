@@ -1,4 +1,5 @@
 -- SPDX-License-Identifier: MIT
+-- run.sh: long 40 (its seconds on a loaded 2-core machine, the LuaJIT pass with nginx: spec/run.sh starts it early)
 -- Fences that follow the clock (csrc/scripts/lib/next_fence.lua): a fence is
 -- the granting server's TIME in ms times RL_FENCE_SCALE, or one above the
 -- slot's last when that is as high, kept in one record per hash slot
@@ -12,14 +13,16 @@
 -- every grant of a slot. Nothing of a name is left once its holds are
 -- gone, only the slot records; counters an earlier version kept per name
 -- are honoured, and go at the name's next grant. One topology per describe
--- block, started once.
+-- block, started once; then the same under OpenResty (the LuaJIT pass).
 local redislock = require "redislock"
 local core = require "redislock.core"
 local helpers = require "spec.helpers"
+local http = require "spec.support.http"
 
 local failover = require "spec.support.failover"
 
 local signal, synced, cut_off = failover.signal, failover.synced, failover.cut_off
+local unpack = table.unpack or unpack
 
 -- What an earlier version left (its fences: a per-name counter plus its
 -- era's offset, a master's clock in ms): a record of a slot, and the
@@ -395,5 +398,196 @@ describe("one master", function()
     assert(helpers.eventually(3, function() return raw:command("EXISTS", "lock:{legacy}:fence") == 0 end),
            "the counter outlived the lock")
     assert.are.equal(0, raw:command("EXISTS", "lock:{legacy}"))
+  end)
+end)
+
+-- The same under OpenResty (the cosocket transport), in a real nginx (2
+-- workers) whose server blocks name each topology: "restart", "one" and
+-- "early" a unix socket path (the one address), "direct" a server's port.
+-- The handlers are spec/support/ngx_app.lua's: /fences (a lock, a fresh
+-- key, a semaphore's permit, a writer, a multi-key lock), /election (a
+-- campaign and a resign), /acquire and /release. LuaJIT pass only (nginx
+-- loads that build).
+describe("under OpenResty", function()
+  if helpers.no_nginx(pending) then return end
+
+  local lost, master, replica, early, fresh, direct, raw, nginx
+  local dirs = {}
+
+  lazy_setup(function()
+    lost = helpers.start_redis()
+    dirs.lost = one_address(lost)
+    master = helpers.start_redis(QUICK_SYNC)
+    replica = helpers.start_redis({ "--replicaof", "127.0.0.1", tostring(master.port) })
+    dirs.one = one_address(master)
+    early = helpers.start_redis()
+    dirs.early = one_address(early)
+    direct = helpers.start_redis()
+    raw = direct:raw()
+    local function server(name, url)
+      return table.concat({
+        "server {", "  listen 127.0.0.1:{{port}};", "  server_name " .. name .. ";",
+        string.format('  set $redis_url "%s";', url), '  set $redis_timeout "1";',
+        "  " .. helpers.location("/fences", "fences"), "  " .. helpers.location("/election", "election"),
+        "  " .. helpers.location("/acquire", "acquire"), "  " .. helpers.location("/release", "release"),
+        "}" }, "\n")
+    end
+    nginx = helpers.start_nginx({
+      workers = 2,
+      http = table.concat({
+        "lua_socket_log_errors off;",
+        server("restart", "unix://" .. dirs.lost .. "/redis.sock"),
+        server("one", "unix://" .. dirs.one .. "/redis.sock"),
+        server("early", "unix://" .. dirs.early .. "/redis.sock"),
+        server("direct", "redis://127.0.0.1:" .. direct.port),
+      }, "\n"),
+    })
+  end)
+  lazy_teardown(function()
+    if nginx then nginx:stop() end
+    if raw then raw:close() end
+    stop_all({ lost, master, replica, early, fresh, direct }, dirs)
+  end)
+
+  -- A request to the server named host -> its body, or nil and the status
+  -- and body.
+  local function get(host, path)
+    local status, body = http.request(nginx.port, "GET", path, { headers = { Host = host } })
+    if status ~= 200 then return nil, status .. " " .. tostring(body) end
+    return body
+  end
+
+  -- The highest fences of rounds requests to /fences and /election on the
+  -- server named host (names from key), or nil and the first failure.
+  local function fences(host, key, rounds)
+    local top = {}
+    for _ = 1, rounds or 1 do
+      local body, err = get(host, "/fences?key=" .. key .. "&fresh=" .. key .. ":fresh")
+      if not body then return nil, err end
+      for name, f in pairs(failover.parse(body)) do note(top, name, f) end
+      body, err = get(host, "/election?name=" .. key .. ":jobs")
+      if not body then return nil, err end
+      note(top, "term", tonumber(body:match("^(%d+) ")))
+    end
+    return top
+  end
+
+  -- fences(), tried again for up to 20 s (while the address settles: each
+  -- worker may hold connections to the server it named before).
+  local function first_fences(host, key)
+    local got, last
+    helpers.eventually(20, function()
+      got, last = fences(host, key)
+      return got
+    end)
+    return assert(got, "no fences from " .. host .. ": " .. tostring(last) .. "\n" .. nginx:error_log())
+  end
+
+  -- fences() for about seconds: their highest.
+  local function fences_for(host, key, seconds)
+    local top, deadline = {}, core.now() + seconds
+    repeat
+      for name, f in pairs(assert(fences(host, key))) do note(top, name, f) end
+    until core.now() >= deadline
+    return top
+  end
+
+  it("after the server behind the one address started again empty: fences above every earlier one", function()
+    local before = assert(fences("restart", "orders:42", 5))
+    for i = 1, 2 do
+      lost:restart(true)
+      assert(helpers.eventually(5, function() return lost:cli("DBSIZE") == "0" end), "not back empty")
+      local first = first_fences("restart", "orders:42")
+      granted_by(lost, first, "orders:42", "restart " .. i)
+      above_all(first, before, "restart " .. i .. ": the first locks")
+      before = assert(fences("restart", "orders:42", 3))
+      above_all(before, first, "restart " .. i .. ": the next locks")
+    end
+  end)
+
+  it("after a failover behind the one address is undone: the old master's fences above the replica's", function()
+    local old = assert(fences("one", "orders:42", 2))
+    synced(master, replica)
+    cut_off(master, replica)
+    for name, f in pairs(assert(fences("one", "orders:42", 5))) do note(old, name, f) end
+    signal(replica, "CONT")
+    assert.are.equal("OK", replica:cli("REPLICAOF", "NO", "ONE"))
+    master:cli("CLIENT", "KILL", "TYPE", "normal")
+    point(dirs.one .. "/redis.sock", replica)
+    local promoted = first_fences("one", "orders:42")
+    granted_by(replica, promoted, "orders:42", "the promoted replica's first locks")
+    above_all(promoted, old, "the promoted replica's first locks")
+    for name, f in pairs(fences_for("one", "orders:42", 1.5)) do note(promoted, name, f) end
+    replica:cli("CLIENT", "KILL", "TYPE", "normal")
+    point(dirs.one .. "/redis.sock", master)
+    assert.matches("^master", master:cli("ROLE"))
+    local back = first_fences("one", "orders:42")
+    granted_by(master, back, "orders:42", "the old master's first locks")
+    above_all(back, promoted, "the old master's first locks after the promoted replica's")
+    -- A request on each worker (2 workers: four requests reach both, most likely).
+    for _ = 1, 4 do
+      local later = assert(fences("one", "orders:42"))
+      granted_by(master, later, "orders:42", "the old master's next locks")
+      above_all(later, promoted, "the old master's next locks")
+    end
+  end)
+
+  it("after a replica promoted before its first sync: fences above the master's", function()
+    local old = assert(fences("early", "orders:42", 5))
+    fresh = never_synced()
+    early:cli("CLIENT", "KILL", "TYPE", "normal")
+    point(dirs.early .. "/redis.sock", fresh)
+    local first = first_fences("early", "orders:42")
+    granted_by(fresh, first, "orders:42", "the promoted replica's first locks")
+    above_all(first, old, "the promoted replica's first locks")
+    for _ = 1, 4 do
+      local later = assert(fences("early", "orders:42"))
+      granted_by(fresh, later, "orders:42", "its next locks")
+      above_all(later, old, "its next locks")
+    end
+  end)
+
+  it("hands out growing fences: one name taken again and again, and names of one slot", function()
+    local last = 0
+    for _, name in ipairs({ "grow", "{grow}:" }) do
+      last = 0
+      for i = 1, 50 do
+        local key = name == "grow" and name or name .. i
+        local body = assert(get("direct", "/acquire?key=" .. key .. "&ttl=5"))
+        local fence, token = body:match("^(%d+) (%S+)")
+        fence = tonumber(fence)
+        assert(fence > last, string.format("%s: fence %d after %d", key, fence, last))
+        last = fence
+        assert(get("direct", "/release?key=" .. key .. "&token=" .. token))
+      end
+    end
+    assert.are.equal(last, tonumber(raw:command("GET", record("{grow}:1"))))
+  end)
+
+  it("honours an earlier version's counters, which go at the name's next grant", function()
+    local function legacy(key, value)
+      assert.are.equal("OK", raw:command("SET", key, value))
+    end
+    for _, name in ipairs({ "legacy", "old", "old:pool", "old:doc", "old:a", "old:b", "election:old:jobs" }) do
+      legacy(record(name), LEGACY_ERA)
+    end
+    legacy("lock:{legacy}:fence", "123456")
+    local body = assert(get("direct", "/acquire?key=legacy&ttl=5"))
+    local fence, token = body:match("^(%d+) (%S+)")
+    assert.is_true(tonumber(fence) > LEGACY_TOP, "fence " .. fence)
+    assert.are.equal(fence, raw:command("GET", "lock:{legacy}:fence"))
+    local pttl = raw:command("PTTL", "lock:{legacy}:fence")
+    assert.is_true(pttl > 0 and pttl <= 5000, "PTTL " .. pttl)
+    assert(get("direct", "/release?key=legacy&token=" .. token))
+    assert.are.equal(0, raw:command("EXISTS", "lock:{legacy}:fence"))
+
+    local counters = { "lock:{old}:fence", "lock:{old:pool}:permits:fence", "lock:{old:doc}:rw:fence",
+                       "lock:{old:a}:fence", "lock:{old:b}:fence", "lock:{election:old:jobs}:fence" }
+    for _, key in ipairs(counters) do legacy(key, "123456") end
+    local top = assert(fences("direct", "old"))
+    for name, f in pairs(top) do
+      assert.is_true(f > LEGACY_TOP, name .. " fence " .. f)
+    end
+    assert.are.equal(0, raw:command("EXISTS", unpack(counters)))
   end)
 end)
