@@ -253,10 +253,13 @@ describe("a replica promoted before its first sync behind the one address", func
 end)
 
 describe("the keys fences leave", function()
-  local srv, raw, client
+  local srv, raw, client, other
 
   helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
-  lazy_teardown(function() if client then client:close() end end)
+  lazy_teardown(function()
+    if client then client:close() end
+    if other then other:close() end
+  end)
 
   it("are the slot records alone once the holds of thousands of names are gone", function()
     client = srv:client()
@@ -285,6 +288,28 @@ describe("the keys fences leave", function()
       assert(lead:resign())
       used("election:" .. name)
     end
+    -- Some names waited for (a try by another client that fails): their
+    -- waiters' marks (the holder's TTL and a second) and the signal lists
+    -- the releases push (RL_SIGNAL_MS).
+    other = srv:client()
+    for i = 1, 200 do
+      local name = "busy" .. i
+      local l = assert(client:acquire(name, 0.5))
+      assert.is_nil(other:acquire(name, 0.5))
+      assert(l:release())
+      local p = assert(client:semaphore(name, 1):acquire(0.5))
+      assert.is_nil(other:semaphore(name, 1):acquire(0.5))
+      assert(p:release())
+      local w = assert(client:rwlock(name):write(0.5))
+      assert.is_nil(other:rwlock(name):read(0.5))
+      assert(w:release())
+      local lead = assert(client:election(name):campaign("me", 0.5))
+      assert.is_nil(other:election(name):campaign("you", 0.5, { wait = 0 }))
+      assert(lead:resign())
+      used(name)
+      used("election:" .. name)
+    end
+    assert.is_true(raw:command("DBSIZE") > 0 and #raw:command("KEYS", "*:waiters") > 0, "no marks made")
     local want = {}
     for slot in pairs(slots) do want["lock:{" .. core.era_tag(slot) .. "}:era"] = true end
     -- Waiters' marks and signal lists (none made here: nobody waited) lapse
