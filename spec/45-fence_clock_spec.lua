@@ -1,5 +1,5 @@
 -- SPDX-License-Identifier: MIT
--- run.sh: long 40 (its seconds on a loaded 2-core machine, the LuaJIT pass with nginx: spec/run.sh starts it early)
+-- run.sh: long 40 (its seconds on a loaded 2-core machine, with nginx: 11-60 s seen; spec/run.sh starts it early)
 -- Fences that follow the clock (csrc/scripts/lib/next_fence.lua): a fence is
 -- the granting server's TIME in ms times RL_FENCE_SCALE, or one above the
 -- slot's last when that is as high, kept in one record per hash slot
