@@ -130,24 +130,41 @@ describe("locks", function()
         core.sleep(0.05) -- let it expire
       end
     end
-    -- The holder's fence goes with the lock; the slot's fence record, which
-    -- the next fence must pass, never expires and holds the last one.
+    -- Nothing of the name stays; the slot's fence record, which the next
+    -- fence must pass, never expires and stands for the last one.
     assert.are.equal(0, raw:command("EXISTS", "lock:{fenced}:fence"))
-    local record = "lock:{" .. core.era_tag(core.lock_slot("fenced")) .. "}:era"
+    local record, top = helpers.fence_record(raw, "fenced")
     assert.are.equal(-1, raw:command("PTTL", record))
-    assert.are.equal(tostring(last), raw:command("GET", record))
+    assert.are.equal(last, top)
   end)
 
-  it("keeps the holder's fence as long as the lock, and drops it with the lock", function()
+  it("takes an uncontended lock without a script, its fence the slot record's new ID", function()
+    assert.are.equal("OK", raw:command("CONFIG", "RESETSTAT"))
     local lock = assert(client:acquire("k", 5))
-    assert.are.equal(tostring(lock.fence), raw:command("GET", "lock:{k}:fence"))
+    local _, top = helpers.fence_record(raw, "k")
+    assert.are.equal(top, lock.fence)
+    assert.are.equal(0, helpers.scripts_run(raw))
+    -- A take keeps no holder's fence (it would cost every lock a write).
+    assert.are.equal(0, raw:command("EXISTS", "lock:{k}:fence"))
+    assert.is_true(lock:release())
+  end)
+
+  it("keeps the holder's fence of a lock a script took as long as the lock, and drops it with the lock", function()
+    -- A lock taken by its acquire script (a resend's, a waiter's, a
+    -- handoff's, an election's) keeps its holder's fence beside it.
+    local c = srv:raw()
+    local tok = core.token()
+    local status, fence = c:eval("acquire", "k", tok, 5000)
+    assert.are.equal(1, status)
+    assert.are.equal(tostring(fence), raw:command("GET", "lock:{k}:fence"))
     local pttl = raw:command("PTTL", "lock:{k}:fence")
     assert.is_true(pttl > 4000 and pttl <= 5000, tostring(pttl))
-    assert.is_true(lock:extend(20))
+    assert.are.equal(1, (c:eval("extend", "k", tok, 20000)))
     pttl = raw:command("PTTL", "lock:{k}:fence")
     assert.is_true(pttl > 19000 and pttl <= 20000, "extended with the lock: " .. pttl)
-    assert.is_true(lock:release())
+    assert.are.equal(1, (c:eval("release", "k", tok)))
     assert.are.equal(0, raw:command("EXISTS", "lock:{k}:fence"))
+    c:close()
   end)
 
   it("keeps the lock, its holder's fence and the slot's fence record in one hash slot", function()
@@ -155,9 +172,9 @@ describe("locks", function()
       local lock = assert(client:acquire(key, 5))
       local name = "lock:{" .. key .. "}"
       assert.are.equal(lock.token, raw:command("GET", name))
-      assert.are.equal(tostring(lock.fence), raw:command("GET", name .. ":fence"))
       assert.are.equal(crc16.slot(name), crc16.slot(name .. ":fence"), key)
-      local record = "lock:{" .. core.era_tag(core.lock_slot(key)) .. "}:era"
+      local record, top = helpers.fence_record(raw, key)
+      assert.are.equal(lock.fence, top, key)
       assert.are.equal(crc16.slot(name), crc16.slot(record), key)
     end
   end)
@@ -189,7 +206,7 @@ describe("locks", function()
     assert.are.equal("OK", raw:command("SCRIPT", "FLUSH"))
     local again = assert(client:acquire("k", 5))
     assert.is_true(again.fence > lock.fence)
-    -- A busy lock: the acquire script (every first try) answers busy, by EVAL again.
+    -- A busy lock: the take finds it held, and the acquire script answers busy, by EVAL again.
     local busy, err = client:acquire("k", 5)
     assert.is_nil(busy)
     assert.is_truthy(err:match("^busy: "), err)
@@ -220,7 +237,7 @@ describe("locks", function()
     -- eviction), a resend still answers a fence above every earlier one
     -- (the clock's, which moved on since).
     core.sleep(0.002)
-    local record = "lock:{" .. core.era_tag(core.lock_slot("k")) .. "}:era"
+    local record = helpers.fence_record(raw, "k")
     assert.are.equal(2, raw:command("DEL", "lock:{k}:fence", record))
     local s4, fence4 = c:eval("acquire", "k", tok, 1000)
     assert.are.equal(1, s4)
