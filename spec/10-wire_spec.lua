@@ -100,62 +100,116 @@ describe("wire functions", function()
     assert.are.same({ 0, 0 }, script("pttl", "k", tok)) -- 0: no such lock
   end)
 
-  it("acquires with the acquire script alone, one EVALSHA: no transaction, no INFO, no CLIENT", function()
+  it("takes with one transaction, no script (MULTI, SET NX PX, XADD of the slot's record, EXEC)", function()
     local tok = core.token()
-    local want = core.encode("EVALSHA", core.scripts.acquire.sha, 4, "lock:{k}", "lock:{k}:fence",
-                             "lock:{k}:waiters", record("k"), tok, 5000)
-    local sent, keep, result = drive(core.script_call(transport(), "acquire", "k", tok, 5000))
+    local rec = record("k")
+    local function take(t, ms)
+      return core.encode("MULTI") .. core.encode("SET", "lock:{k}", t, "NX", "PX", ms)
+             .. core.encode("XADD", rec, "MAXLEN", 0, "*", "f", 1) .. core.encode("EXEC")
+    end
+    local before = clock()
+    local sent, keep, result = drive(core.script_call(transport(), "take", "k", tok, 5000))
+    local after = clock()
     local fence = granted(result)
-    assert.are.same({ want }, sent)
+    assert.are.same({ take(tok, 5000) }, sent) -- no INFO, no CLIENT, no script
     assert.is_true(keep)
-    -- The holder's fence, kept as long as the lock; the slot's record, for good.
-    assert.are.equal(tostring(fence), raw:command("GET", "lock:{k}:fence"))
-    local pttl = raw:command("PTTL", "lock:{k}:fence")
+    assert.is_true(fence >= before * 16 and fence <= after * 16 + 15, fence .. " for clock " .. before)
+    assert.are.equal(tok, raw:command("GET", "lock:{k}"))
+    local pttl = raw:command("PTTL", "lock:{k}")
     assert.is_true(pttl > 4000 and pttl <= 5000, tostring(pttl))
-    assert.are.equal(tostring(fence), raw:command("GET", record("k")))
-    assert.are.equal(-1, raw:command("PTTL", record("k")))
-    -- Held: the same script tells the holder's TTL, and grants no fence.
-    sent, keep, result = drive(core.script_call(transport(), "acquire", "k", core.token(), 1000))
+    -- The fence is the record's new ID; a take keeps no holder's fence key.
+    -- The record is a stream that keeps no entry, for good.
+    assert.are.equal(0, raw:command("EXISTS", "lock:{k}:fence"))
+    assert.are.same({ rec, fence }, { helpers.fence_record(raw, "k") })
+    assert.are.equal(0, raw:command("XLEN", rec))
+    assert.are.equal(-1, raw:command("PTTL", rec))
+    -- Held: the acquire script follows the take, tells the holder's TTL and
+    -- sets the waiters mark. The take's XADD ran all the same: the record
+    -- grew (fences grow by more than one now and then), the lock did not move.
+    local other = core.token()
+    sent, keep, result = drive(core.script_call(transport(), "take", "k", other, 1000))
     assert.are.equal(-1, result[1])
     assert.is_true(result[2] > 4000 and result[2] <= 5000, tostring(result[2]))
-    assert.are.equal(1, #sent)
+    assert.are.equal(2, #sent)
+    assert.are.equal(take(other, 1000), sent[1])
+    assert.are.equal(core.encode("EVALSHA", core.scripts.acquire.sha, 4, "lock:{k}", "lock:{k}:fence",
+                                 "lock:{k}:waiters", rec, other, 1000), sent[2])
     assert.is_true(keep)
-    assert.are.equal(tostring(fence), raw:command("GET", record("k")))
-    assert.are.equal(tostring(fence), raw:command("GET", "lock:{k}:fence"))
-    -- The next holder's fence is above.
+    assert.are.equal(tok, raw:command("GET", "lock:{k}"))
+    assert.are.equal(1, raw:command("EXISTS", "lock:{k}:waiters"))
+    assert.are.equal(0, raw:command("EXISTS", "lock:{k}:fence"))
+    local _, last = helpers.fence_record(raw, "k")
+    assert.is_true(last > fence, last .. " > " .. fence)
+    -- The next holder's fence is above every ID the record gave.
     assert.are.equal(1, script("release", "k", tok)[1])
-    local next_fence = granted(script("acquire", "k", core.token(), 1000))
-    assert.is_true(next_fence > fence, next_fence .. " > " .. fence)
-    -- An error reply (here a lock key of another type) is the error.
+    sent, _, result = drive(core.script_call(transport(), "take", "k", other, 1000))
+    local next_fence = granted(result)
+    assert.are.equal(1, #sent)
+    assert.is_true(next_fence > last, next_fence .. " > " .. last)
+    -- An error reply (here a lock key of another type, which SET NX finds
+    -- there: the script follows, and its GET is refused) is the error.
     assert.are.equal(1, raw:command("HSET", "lock:{w}", "f", "v"))
-    local failed = script("acquire", "w", tok, 1000)
-    assert.is_nil(failed[1])
-    assert.is_truthy(failed[2]:match("^redis: WRONGTYPE"), failed[2])
+    sent, _, result = drive(core.script_call(transport(), "take", "w", tok, 1000))
+    assert.are.equal(2, #sent)
+    assert.is_nil(result[1])
+    assert.is_truthy(result[2]:match("^redis: WRONGTYPE"), result[2])
   end)
 
   it("makes a fence of the server's clock (ms x 16), or one above the slot's record", function()
-    -- A record of an earlier version ("<master ID> <offset>"), and a
-    -- counter it kept per name without a TTL: the fence is the clock's,
-    -- the record becomes a number and the holder's fence gets the lock's TTL.
-    assert.are.equal("OK", raw:command("SET", record("k"), ("f"):rep(40) .. " 7000000000"))
+    -- A record of an earlier version ("<master ID> <offset>", a string), and
+    -- a counter it kept per name without a TTL: the take's XADD is refused
+    -- (WRONGTYPE) after its SET took the lock, so the acquire script
+    -- follows; it finds our token, replaces the record with a stream and
+    -- gives the fence of the clock, kept in the holder's fence key with
+    -- the lock's TTL.
+    local rec = record("k")
+    assert.are.equal("OK", raw:command("SET", rec, ("f"):rep(40) .. " 7000000000"))
     assert.are.equal("OK", raw:command("SET", "lock:{k}:fence", "7"))
     local tok = core.token()
     local before = clock()
-    local fence = granted(script("acquire", "k", tok, 5000))
+    local sent, _, result = drive(core.script_call(transport(), "take", "k", tok, 5000))
     local after = clock()
+    local fence = granted(result)
+    assert.are.equal(2, #sent)
+    assert.is_truthy(sent[2]:find("EVALSHA", 1, true))
     assert.is_true(fence >= before * 16 and fence <= after * 16 + 15, fence .. " for clock " .. before)
-    assert.are.equal(tostring(fence), raw:command("GET", record("k")))
+    assert.are.equal(tok, raw:command("GET", "lock:{k}"))
+    assert.are.equal("stream", raw:command("TYPE", rec))
+    assert.are.equal(fence, select(2, helpers.fence_record(raw, "k")))
+    assert.are.equal(tostring(fence), raw:command("GET", "lock:{k}:fence"))
     local pttl = raw:command("PTTL", "lock:{k}:fence")
     assert.is_true(pttl > 4000 and pttl <= 5000, tostring(pttl))
     assert.are.equal(1, script("release", "k", tok)[1])
+    assert.are.equal(0, raw:command("EXISTS", "lock:{k}", "lock:{k}:fence"))
     -- A record ahead of this clock (raised by a clock ahead of it, or more
-    -- than 16 fences in one ms): one above it, for any key of the slot.
-    local ahead = (clock() + 60000) * 16
-    assert.are.equal("OK", raw:command("SET", record("k"), tostring(ahead)))
-    assert.are.equal(ahead + 1, granted(script("acquire", "k", tok, 5000)))
+    -- than 16 fences in one ms): one above it, for any key of the slot,
+    -- each from the take alone.
+    local ms = clock() + 60000
+    assert.are.equal(ms .. "-0", raw:command("XADD", rec, "MAXLEN", 0, ms .. "-0", "f", 1))
+    sent, _, result = drive(core.script_call(transport(), "take", "k", tok, 5000))
+    assert.are.equal(1, #sent)
+    assert.are.equal(ms * 16 + 1, granted(result))
     assert.are.equal(1, script("release", "k", tok)[1])
-    assert.are.equal(ahead + 2, granted(script("acquire", "k", tok, 5000)))
-    assert.are.equal(tostring(ahead + 2), raw:command("GET", record("k")))
+    assert.are.equal(ms * 16 + 2, granted(select(3, drive(core.script_call(transport(), "take", "k", tok, 5000)))))
+    assert.are.equal(ms * 16 + 2, select(2, helpers.fence_record(raw, "k")))
+    assert.are.equal(1, script("release", "k", tok)[1])
+    -- A record at seq 15: the take's ID ("<ms>-16") tells no fence; the
+    -- script carries it into the next ms (an entry "<ms+1>-1" follows its
+    -- own "<ms>-17"), and the next take goes on from there.
+    assert.are.equal(ms .. "-15", raw:command("XADD", rec, "MAXLEN", 0, ms .. "-15", "f", 1))
+    sent, _, result = drive(core.script_call(transport(), "take", "k", tok, 5000))
+    assert.are.equal(2, #sent)
+    assert.is_truthy(sent[2]:find("EVALSHA", 1, true))
+    assert.are.equal((ms + 1) * 16 + 1, granted(result))
+    assert.are.equal((ms + 1) * 16 + 1, select(2, helpers.fence_record(raw, "k")))
+    assert.are.equal(tostring((ms + 1) * 16 + 1), raw:command("GET", "lock:{k}:fence"))
+    assert.are.equal(1, script("release", "k", tok)[1])
+    sent, _, result = drive(core.script_call(transport(), "take", "k", tok, 5000))
+    assert.are.equal(1, #sent)
+    assert.are.equal((ms + 1) * 16 + 2, granted(result))
+    -- The acquire script's fences come from the same record.
+    assert.are.equal(1, script("release", "k", tok)[1])
+    assert.are.equal((ms + 1) * 16 + 3, granted(script("acquire", "k", tok, 5000)))
   end)
 
   it("resends once on a reused connection lost while idle, never a release, never after a timeout", function()
@@ -180,6 +234,19 @@ describe("wire functions", function()
     assert.are.equal(bytes, abytes)
     assert.are.equal("failed", call:lost(false, "connection: lost again")) -- once only
     assert.are.same({ nil, "connection: lost again" }, { call:result() })
+    -- A take that may have landed is followed by the acquire script, which
+    -- finds its own token: never a take twice (a second SET NX would find
+    -- our own lock held).
+    assert.are.equal("failed", (lost("take", 0, false)))
+    assert.are.equal("failed", (lost("take", 1, true)))
+    step, call, bytes = lost("take", 1, false)
+    assert.are.equal("reconnect", step)
+    assert.are.equal(core.encode("MULTI"), bytes:sub(1, #core.encode("MULTI")))
+    again, abytes = call:start(0)
+    assert.are.equal("send", again)
+    assert.are.equal(core.encode("EVALSHA", core.scripts.acquire.sha, 4, "lock:{k}", "lock:{k}:fence",
+                                 "lock:{k}:waiters", record("k"), tok, 1000), abytes)
+    assert.are.equal("failed", call:lost(false, "connection: lost again"))
   end)
 
   it("resends an acquire whose reply was lost, and answers a new fence, above the lost one", function()
@@ -207,13 +274,18 @@ describe("wire functions", function()
     assert.is_true(pttl > 4000 and pttl <= 5000, tostring(pttl))
   end)
 
-  it("sends ASKING first when asked, then the acquire script", function()
-    local call = core.script_call(transport(), "acquire", "k", core.token(), 1000)
+  it("sends ASKING first when asked, then the acquire script, a take's too", function()
+    local tok = core.token()
+    local want = core.encode("ASKING") .. core.encode("EVALSHA", core.scripts.acquire.sha, 4, "lock:{k}",
+                                                      "lock:{k}:fence", "lock:{k}:waiters", record("k"), tok, 1000)
+    local take = core.script_call(transport(), "take", "k", tok, 1000)
+    take:asking()
+    assert.are.same({ "send", want }, { take:start(false) })
+    local call = core.script_call(transport(), "acquire", "k", tok, 1000)
     call:asking()
     local step, bytes = call:start(false)
     assert.are.equal("send", step)
-    assert.are.equal(core.encode("ASKING"), bytes:sub(1, #core.encode("ASKING")))
-    assert.is_truthy(bytes:find("EVALSHA", 1, true))
+    assert.are.equal(want, bytes)
     -- Not a cluster: the server refuses ASKING, and that is the call's error.
     local _, _, result = drive(call)
     assert.is_nil(result[1])
