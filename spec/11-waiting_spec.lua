@@ -58,7 +58,8 @@ describe("waiting", function()
       assert.are.equal(2, blocked())
       for _, out in ipairs(finish(procs)) do assert.is_truthy(out:match("^got w%d"), out) end
       assert.are.equal(3, raw:command("LLEN", "order"))
-      -- The holder's release, then per waiter: its first try (the acquire script),
+      -- The holder's release, then per waiter: its first try (a take, no
+      -- script, then the acquire script, as the lock is held),
       -- one try that registers it before blocking, one more each second it
       -- waits (it blocks 1 s at most: its registration lasts 3 s), and its
       -- release; none after its wake-up: the release handed it the lock.
@@ -96,23 +97,28 @@ describe("waiting", function()
       assert.are.equal("OK", raw:command("CONFIG", "RESETSTAT"))
       for _ = 1, 20 do assert(assert(holder:acquire("quiet", 5)):release()) end
       local quiet = calls()
-      -- No wake-up work: no signal pushed, no queue looked at; the clock is
-      -- read once per acquire (its fence), never by a release.
+      -- No wake-up work: no signal pushed, no queue looked at.
       for _, name in ipairs({ "rpush", "pexpire", "zrange", "zrangebyscore" }) do
         assert.is_nil(quiet[name], name .. " ran on an uncontended release")
       end
-      assert.are.equal(20, quiet.time)
-      -- Each acquire is the acquire script: SET NX PX of the lock, its fence
-      -- (TIME, GET and SET of the slot's record) and SET PX of the holder's
-      -- fence; no transaction, no INFO, no connection names.
-      assert.are.equal(60, quiet.set)
-      assert.are.equal(40, quiet.get) -- the record, and the release's script reads the lock
-      for _, name in ipairs({ "multi", "incr", "exec", "client|getname", "client|setname", "info" }) do
-        assert.is_nil(quiet[name], name .. " ran on an uncontended acquire")
+      -- Each acquire is a take, no script: MULTI, SET NX PX of the lock,
+      -- XADD of the slot's record (Redis makes its ID, the fence, from its
+      -- clock: no TIME), EXEC. No holder's fence key, no INFO, no
+      -- connection names, no counter.
+      assert.are.equal(20, quiet.multi)
+      assert.are.equal(20, quiet.set)
+      assert.are.equal(20, quiet.xadd)
+      assert.are.equal(20, quiet.exec)
+      for _, name in ipairs({ "time", "incr", "client|getname", "client|setname", "info", "eval", "type" }) do
+        assert.is_nil(quiet[name], name .. " ran on an uncontended cycle")
       end
-      assert.are.equal(40, quiet.evalsha) -- the acquires and the releases
-      assert.are.equal(20, quiet.exists) -- the waiters mark, checked once per release
-      assert.are.equal(20, quiet.del) -- the lock and its holder's fence, at once
+      -- Each release is the release script: GET of the lock, one EXISTS of
+      -- the waiters mark and the handoff set, DEL of the lock and its
+      -- holder's fence key (none here), at once.
+      assert.are.equal(20, quiet.evalsha)
+      assert.are.equal(20, quiet.get)
+      assert.are.equal(20, quiet.exists)
+      assert.are.equal(20, quiet.del)
       assert.are.equal(0, raw:command("EXISTS", "lock:{quiet}:waiters"))
       -- A failed try sets the mark (for the holder's TTL and a second) ...
       local lock = assert(holder:acquire("busy", 5))
@@ -127,7 +133,7 @@ describe("waiting", function()
       assert.are.equal(1, calls().rpush)
     end)
 
-    it("tries a key it found busy with the acquire script, then registers; a hot key from its first try", function()
+    it("tries a key it found busy with a take and the acquire script, then registers; a hot key from its first try", function()
       -- What tells the tries apart on the server: the acquire script that
       -- finds the lock held sets the waiters mark, a registering try
       -- (acquire_wait) never does; a registering try that takes the lock
@@ -138,7 +144,7 @@ describe("waiting", function()
       assert(holder:acquire("hot", 0.3))
       local c = srv:client()
       local z0 = zrems()
-      -- First wait: the acquire script (found busy), then registering tries,
+      -- First wait: a take, then the acquire script (found busy), then registering tries,
       -- which wait it out.
       assert(c:acquire("hot", 0.3, { wait = 2 }))
       assert.are.equal(1, raw:command("EXISTS", "lock:{hot}:waiters"))
@@ -150,12 +156,14 @@ describe("waiting", function()
       assert.are.equal(0, raw:command("EXISTS", "lock:{hot}:waiters"))
       assert.are.equal(z0 + 2, zrems())
       -- Once a registering first try finds it free, the key cools down: the
-      -- next waiting acquire tries the acquire script first again.
+      -- next waiting acquire takes first again (no registration to drop).
       assert.is_true(b:release())
       assert(assert(c:acquire("hot", 5, { wait = 2 })):release())
       assert.are.equal(z0 + 3, zrems())
+      local runs = scripts_run()
       assert(assert(c:acquire("hot", 5, { wait = 2 })):release())
       assert.are.equal(z0 + 3, zrems())
+      assert.are.equal(runs + 1, scripts_run()) -- the release's only
       c:close()
     end)
 
@@ -240,10 +248,10 @@ describe("waiting", function()
 
     it("is taken at once when free and nobody waits, and works with with_lock", function()
       local fence = holder:with_lock("fair", 5, function(lock) return lock.fence end, { fair = true })
-      -- Taken at once by a grant in its slot: the slot's record holds its fence.
-      local record = "lock:{" .. core.era_tag(core.lock_slot("fair")) .. "}:era"
-      assert.are.equal(tostring(fence), raw:command("GET", record))
-      assert.are.equal(0, raw:command("EXISTS", "lock:{fair}"))
+      -- Taken at once by a grant in its slot (a fair waiter registers from
+      -- its first try, a script): the slot's record holds its fence.
+      assert.are.equal(fence, select(2, helpers.fence_record(raw, "fair")))
+      assert.are.equal(0, raw:command("EXISTS", "lock:{fair}", "lock:{fair}:fence"))
     end)
   end)
 end)
