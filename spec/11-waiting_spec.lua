@@ -133,7 +133,7 @@ describe("waiting", function()
       assert.are.equal(1, calls().rpush)
     end)
 
-    it("tries a key it found busy with a take and the acquire script, then registers; a hot key from its first try", function()
+    it("takes, then tries the acquire script on a busy key, then registers; a hot key registers at once", function()
       -- What tells the tries apart on the server: the acquire script that
       -- finds the lock held sets the waiters mark, a registering try
       -- (acquire_wait) never does; a registering try that takes the lock
