@@ -2,9 +2,11 @@
 -- The mid-command resend path, forced: a proxy (spec/workers/drop_proxy.lua)
 -- forwards a lock command to a real redis-server and closes the client's
 -- connection before the reply, so the command ran and its answer is lost
--- (what a failover or a network cut mid-command does). An acquire is then
--- reconciled by its token (taken once; its fence a new one, above the one
--- the lost reply carried, which nobody saw), never taken twice; a
+-- (what a failover or a network cut mid-command does). An acquire's first
+-- try, a take (MULTI, SET NX PX, XADD of the slot's fence record, EXEC),
+-- is then followed by the acquire script, which reconciles by its token
+-- (taken once; its fence a new one, above the one the lost take's ID
+-- stood for, which nobody saw), never by a second take; a
 -- release is never sent twice, and the next one finds it done. Plain Lua,
 -- and (LuaJIT pass) OpenResty in a real nginx.
 local core = require "redislock.core"
@@ -20,8 +22,8 @@ describe("a command whose reply is lost", function()
   -- Starts a proxy to the server that drops the reply to the first write
   -- containing marker, for the running test; returns its port and a
   -- function that stops it and returns how many it dropped and the first
-  -- line of the reply it dropped (nil when none). The acquire script is
-  -- loaded first: the dropped send runs it (no NOSCRIPT).
+  -- the replies it dropped (nil when none; see drop_proxy.lua). The
+  -- acquire script is loaded first: the resend runs it (no NOSCRIPT).
   local function proxy(marker)
     assert.are.equal(core.scripts.acquire.sha, raw:command("SCRIPT", "LOAD", core.scripts.acquire.text))
     local port, quit = helpers.free_port(), os.tmpname()
@@ -50,16 +52,19 @@ describe("a command whose reply is lost", function()
     return port, stop
   end
 
-  -- Asserts that lock holds key with a fence above the one the lost reply
-  -- (a line ":<fence>") carried, and that it is its holder's fence and
-  -- the slot's last: the resend took the lock over, no second grant.
+  -- Asserts that the lost replies were a take's that took the lock (SET's
+  -- +OK, then the record's new ID "<ms>-<seq>"), and that lock holds key
+  -- with a fence above the one that ID stood for (ms x 16 + seq), which is
+  -- its holder's fence (a script's grant: the acquire script took the
+  -- lock over) and the slot's last: no second take, no second grant.
   local function reconciled(lock, key, lost)
-    local lost_fence = tonumber(assert(lost, "no reply was dropped"):match("^:(%d+)$"))
-    assert.is_truthy(lost_fence, lost)
+    local ms, seq = assert(lost, "no reply was dropped"):match("^%+OK %+QUEUED %+QUEUED %*2 %+OK %$%d+ (%d+)%-(%d+)$")
+    assert.is_truthy(ms, lost)
+    local lost_fence = tonumber(ms) * 16 + tonumber(seq)
     assert.is_true(lock.fence > lost_fence, lock.fence .. " > " .. lost_fence)
     assert.are.equal(lock.token, raw:command("GET", "lock:{" .. key .. "}"))
     assert.are.equal(tostring(lock.fence), raw:command("GET", "lock:{" .. key .. "}:fence"))
-    assert.are.equal(tostring(lock.fence), raw:command("GET", "lock:{" .. core.era_tag(core.lock_slot(key)) .. "}:era"))
+    assert.are.equal(lock.fence, select(2, helpers.fence_record(raw, key)))
   end
 
   it("reconciles an acquire whose reply was lost on a reused connection: taken once, a new fence", function()

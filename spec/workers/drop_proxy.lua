@@ -6,8 +6,9 @@
 -- client gets a connection of its own to the server.
 -- usage: drop_proxy.lua <listen port> <redis port> <marker> <quit file>
 -- Runs until <quit file> exists; prints "dropped <n>" (0 or 1) at the end,
--- and after a drop "lost <line>": the first line of the reply the client
--- never got (e.g. ":<fence>" of an acquire).
+-- and after a drop "lost <reply>": the replies the client never got, their
+-- lines joined by spaces (e.g. ":<fence>" of an acquire script, "+OK
+-- +QUEUED +QUEUED *2 +OK $15 <ms>-<seq>" of a take that took the lock).
 local socket = require "socket"
 
 local listen_port, redis_port, marker, quit_file = tonumber(arg[1]), tonumber(arg[2]), arg[3], arg[4]
@@ -69,7 +70,16 @@ while not quit() do
           s:close()
           socket.sleep(0.2) -- let the server run it before its side goes too
           o:settimeout(1)
-          lost = o:receive("*l")
+          local line = o:receive("*l")
+          local lines = { line }
+          -- The rest of the replies (a take's five) came in the same write,
+          -- or come right after.
+          o:settimeout(0.1)
+          while line do
+            line = o:receive("*l")
+            lines[#lines + 1] = line
+          end
+          lost = lines[1] and table.concat(lines, " ")
           o:close()
         end
       end
