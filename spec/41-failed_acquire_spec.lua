@@ -1,16 +1,22 @@
 -- SPDX-License-Identifier: MIT
--- A failed acquire leaves no lock behind (issue 53): when a step after the
--- script took the lock is refused (a user without +time: the acquire
--- script takes the lock, then may not read the clock for its fence),
--- acquire fails with a message naming the command the library needs, and
--- the key it took is given back at once: the same client, another one and
--- an administrator take it next, not after its TTL. A refusal of the
--- script's command itself (a user without +eval +evalsha) ran nothing:
--- nothing was taken, nothing is released, and the message says no more.
--- No INFO is read: a user without +info, and a server with INFO renamed
--- away, take and give back every primitive. Real ACL users made from the
--- README's own line with rights taken away, and a real server started with
--- INFO renamed.
+-- A failed acquire leaves no lock behind (issue 53). Its first try is a
+-- take (MULTI, SET NX PX, XADD of the slot's fence record, EXEC: no
+-- script); when the acquire script must follow a take that took the lock
+-- (its record tells no fence: here an earlier version's string record) and
+-- is refused (a user without +type, whose script may not tell that record,
+-- or without +eval +evalsha), the call gives the lock back itself (WATCH,
+-- GET, MULTI, DEL, EXEC), says "nothing its first try took is left", and
+-- no release follows: the same client, another one and an administrator
+-- take it next, not after its TTL. A user without +time takes and gives
+-- back a plain lock (no script of that reads the clock); a semaphore and a
+-- read-write lock fail naming TIME, and leave nothing. A user without
+-- +eval +evalsha takes a free plain lock (the take) but cannot release it
+-- (a script): the release names EVALSHA, and the lock runs out by its TTL,
+-- nothing else left; a busy lock is refused whole, nothing released. No
+-- INFO is read: the README's user has no +info, and a server with INFO
+-- renamed away takes and gives back every primitive. Real ACL users made
+-- from the README's own line with rights taken away, and a real server
+-- started with INFO renamed.
 local core = require "redislock.core"
 local helpers = require "spec.helpers"
 local http = require "spec.support.http"
@@ -19,7 +25,8 @@ local PASSWORD = "s3cret"
 local TTL = 30 -- long: a lock left behind would still be there when checked
 
 -- The README's ACL SETUSER line for the lock client (the first one in its
--- ACL section), as a list of arguments, with the words in without dropped.
+-- ACL section), as a list of arguments, with the words in without dropped
+-- (each must be in the line).
 local function readme_user(name, without)
   local readme = assert(io.open(helpers.spec_dir .. "../README.md")):read("a")
   local section = assert(readme:match("\n## A Redis user of its own %(ACL%)\n(.-)\n## "), "the README's ACL section")
@@ -36,6 +43,21 @@ local function readme_user(name, without)
 end
 
 local unpack = table.unpack or unpack -- luacheck: ignore (LuaJIT's global)
+
+-- Makes the slot of key's fence record one of an earlier version (a string
+-- "<master ID> <offset>"): the next take's XADD is refused (WRONGTYPE), so
+-- the acquire script must follow it to tell a fence.
+local function legacy_record(srv, key)
+  local record = "lock:{" .. core.era_tag(core.lock_slot(key)) .. "}:era"
+  assert.are.equal("OK", srv:cli("SET", record, ("f"):rep(40) .. " 7000000000"))
+  return record
+end
+
+-- EVALSHA calls the server counted (Redis counts a rejected one apart).
+local function evalsha_calls(srv)
+  local stats = srv:cli("INFO", "commandstats"):match("cmdstat_evalsha:([^\n]*)") or ""
+  return tonumber(stats:match("^calls=(%d+)") or "0"), tonumber(stats:match("rejected_calls=(%d+)") or "0")
+end
 
 -- Asserts that nothing of a failed (or released) acquire of key is left: no
 -- lock key nor its holder's fence, no permit, no read or write hold, no
@@ -67,30 +89,65 @@ describe("an acquire refused after its first try", function()
     if srv then srv:stop() end
   end)
 
-  it("by a user without +time: names TIME and gives the lock back, for every primitive", function()
-    assert.are.equal("OK", srv:cli(unpack(readme_user("notime1", { ["+time"] = true }))))
-    local c = srv:client({ username = "notime1", password = PASSWORD, timeout = 2 })
+  it("by a user without +type, on an earlier version's record: names TYPE, gives the lock back itself", function()
+    assert.are.equal("OK", srv:cli(unpack(readme_user("notype", { ["+type"] = true }))))
+    local c = srv:client({ username = "notype", password = PASSWORD, timeout = 2 })
     for round = 1, 2 do -- the second on a connection that already failed once
-      local key = "notime:" .. round
+      local key = "notype:" .. round
+      local record = legacy_record(srv, key)
+      local calls = evalsha_calls(srv)
       local lock, err = c:acquire(key, TTL)
       assert.is_nil(lock)
       assert.matches("^redis: ERR The user executing the script can't run this command", err)
-      assert.matches("redislock's acquire script calls TIME there: the Redis user needs %+time", err)
-      assert.is_nil(err:find("TTL runs out", 1, true)) -- the release gave it back
-      nothing_left(srv, admin, key)
-      -- the same client again: refused the same way, never busy
+      assert.matches("redislock's acquire script calls TYPE there: the Redis user needs %+type", err)
+      assert.matches("; nothing its first try took is left$", err)
+      -- The acquire script, and no release after it: the call gave it back.
+      assert.are.equal(calls + 1, (evalsha_calls(srv)))
+      assert.are.equal("string", srv:cli("TYPE", record)) -- the script could not replace it
+      nothing_left(srv, admin, key) -- whose take and script replace it
+      assert.are.equal("stream", srv:cli("TYPE", record))
+      -- the same client again, waiting: refused the same way, never busy
+      legacy_record(srv, key)
       lock, err = c:acquire(key, TTL, { wait = 0.5 })
       assert.is_nil(lock)
-      assert.matches("calls TIME there", err)
+      assert.matches("calls TYPE there", err)
       nothing_left(srv, admin, key)
     end
-    local ok, raised = pcall(c.with_lock, c, "notime:w", TTL, function() end)
+    legacy_record(srv, "notype:w")
+    local ran = false
+    local ok, raised = pcall(c.with_lock, c, "notype:w", TTL, function() ran = true end)
     assert.is_false(ok)
-    assert.matches("calls TIME there", tostring(raised))
+    assert.is_false(ran)
+    assert.matches("calls TYPE there", tostring(raised))
+    nothing_left(srv, admin, "notype:w")
+    -- With the slot's record a stream, this user needs no TYPE.
+    assert(assert(c:acquire("notype:w", TTL)):release())
+    nothing_left(srv, admin, "notype:w")
+    c:close()
+  end)
+
+  it("by a user without +time: a plain lock is taken and given back; a semaphore and a write lock name TIME", function()
+    assert.are.equal("OK", srv:cli(unpack(readme_user("notime1", { ["+time"] = true }))))
+    local c = srv:client({ username = "notime1", password = PASSWORD, timeout = 2 })
+    for round = 1, 2 do
+      local key = "notime:" .. round
+      -- The take, and a release with nobody waiting: no clock read.
+      local lock = assert(c:acquire(key, TTL))
+      assert.are.equal(lock.token, srv:cli("GET", "lock:{" .. key .. "}"))
+      assert.is_true(lock:release())
+      nothing_left(srv, admin, key)
+      -- An earlier version's record: the acquire script follows the take,
+      -- and tells the fence without the clock too.
+      legacy_record(srv, key)
+      lock = assert(c:acquire(key, TTL))
+      assert.is_true(lock:release())
+      nothing_left(srv, admin, key)
+    end
+    assert.are.equal("ran", c:with_lock("notime:w", TTL, function() return "ran" end))
     nothing_left(srv, admin, "notime:w")
     local w, werr = c:rwlock("notime:rw"):write(TTL)
     assert.is_nil(w)
-    assert.matches("write_acquire script calls TIME there", werr)
+    assert.matches("write_acquire script calls TIME there: the Redis user needs %+time", werr)
     nothing_left(srv, admin, "notime:rw")
     -- A semaphore's permit is a time: refused before it is added (its
     -- release, which needs the clock too, cannot say so).
@@ -101,8 +158,13 @@ describe("an acquire refused after its first try", function()
     c:close()
   end)
 
-  it("by a user without +info: takes and gives back every primitive (no INFO is read)", function()
-    assert.are.equal("OK", srv:cli(unpack(readme_user("noinfo", { ["+info"] = true }))))
+  it("by the README's user, who has no +info: takes and gives back every primitive (no INFO is read)", function()
+    local words = readme_user("noinfo", {})
+    for _, word in ipairs(words) do
+      assert(word ~= "+info" and word ~= "+@all" and word ~= "+incr", word .. " is in the README's line")
+    end
+    assert.are.equal("OK", srv:cli(unpack(words)))
+    assert.are.equal("OK", srv:cli("CONFIG", "RESETSTAT")) -- the INFO of this file's checks before
     local c = srv:client({ username = "noinfo", password = PASSWORD, timeout = 2 })
     for round = 1, 2 do
       local key = "noinfo:" .. round
@@ -129,36 +191,78 @@ describe("an acquire refused after its first try", function()
   end)
 
   -- Rejected calls of EVALSHA (refused before they ran), as Redis counts them.
-  local function evalsha_rejected()
-    return tonumber(srv:cli("INFO", "commandstats"):match("cmdstat_evalsha:[^\n]*rejected_calls=(%d+)") or "0")
+  local function evalsha_rejected() return select(2, evalsha_calls(srv)) end
+
+  -- Waits for key's lock to run out by its TTL (short here), then checks
+  -- that nothing else is left.
+  local function runs_out(key)
+    assert(helpers.eventually(5, function() return srv:cli("EXISTS", "lock:{" .. key .. "}") == "0" end),
+           key .. " never ran out")
+    nothing_left(srv, admin, key)
   end
 
-  it("by a user without +eval +evalsha: refused whole, nothing taken, no release tried", function()
+  local NOEVAL = "redis: NOPERM this user has no permissions to run the 'evalsha' command"
+
+  it("by a user without +eval +evalsha: takes a free lock, cannot release it; refused whole where a script must run",
+     function()
     assert.are.equal("OK", srv:cli(unpack(readme_user("noeval", { ["+eval"] = true, ["+evalsha"] = true }))))
     local c = srv:client({ username = "noeval", password = PASSWORD, timeout = 2 })
+    -- Free: the take takes it (no script) and keeps no holder's fence key;
+    -- its release is a script, refused: the lock runs out by its TTL.
+    local before = evalsha_rejected()
+    local lock = assert(c:acquire("noeval:free", 1, { renew = false }))
+    assert.is_number(lock.fence)
+    assert.are.equal(before, evalsha_rejected())
+    assert.are.equal(lock.token, srv:cli("GET", "lock:{noeval:free}"))
+    assert.are.equal("0", srv:cli("EXISTS", "lock:{noeval:free}:fence"))
+    local ok, err = lock:release()
+    assert.is_nil(ok)
+    assert.are.equal(NOEVAL, err)
+    runs_out("noeval:free")
+    -- with_lock runs fn, then raises the release's error; the same.
+    local ran = false
+    local wok, raised = pcall(c.with_lock, c, "noeval:w", 1, function() ran = true end, { renew = false })
+    assert.is_false(wok)
+    assert.is_true(ran)
+    assert.are.equal(NOEVAL, tostring(raised))
+    runs_out("noeval:w")
+    -- Busy: the acquire script must follow the take; refused, nothing
+    -- taken, no release tried, the holder's lock untouched.
+    local held = assert(admin:acquire("noeval:busy", TTL))
+    before = evalsha_rejected()
+    local none
+    none, err = c:acquire("noeval:busy", TTL)
+    assert.is_nil(none)
+    assert.are.equal(NOEVAL, err)
+    assert.are.equal(before + 1, evalsha_rejected())
+    assert.are.equal(held.token, srv:cli("GET", "lock:{noeval:busy}"))
+    assert(held:release())
+    -- An earlier version's record: the take took it, the script that must
+    -- tell its fence is refused, and the call gives the lock back itself.
     for _, key in ipairs({ "noeval:1", "noeval:1", "noeval:2" }) do
-      local before = evalsha_rejected()
-      local lock, err = c:acquire(key, TTL)
-      assert.is_nil(lock)
-      assert.are.equal("redis: NOPERM this user has no permissions to run the 'evalsha' command", err)
+      legacy_record(srv, key)
+      before = evalsha_rejected()
+      none, err = c:acquire(key, TTL)
+      assert.is_nil(none)
+      assert.are.equal(NOEVAL .. "; nothing its first try took is left", err)
       assert.are.equal(before + 1, evalsha_rejected()) -- the acquire's, and no release after it
-      assert.are.equal("0", srv:cli("EXISTS", "lock:{" .. key .. "}"))
       nothing_left(srv, admin, key)
     end
     c:close()
   end)
 
-  it("by a user without +eval +evalsha nor +watch: the same", function()
+  it("by a user without +eval +evalsha nor +watch: the take's lock is not given back; its TTL ends it", function()
     assert.are.equal("OK", srv:cli(unpack(readme_user("bare", { ["+eval"] = true, ["+evalsha"] = true,
                                                                 ["+watch"] = true }))))
     local c = srv:client({ username = "bare", password = PASSWORD, timeout = 2 })
+    legacy_record(srv, "bare:1")
     local before = evalsha_rejected()
-    local lock, err = c:acquire("bare:1", TTL)
+    local lock, err = c:acquire("bare:1", 1)
     assert.is_nil(lock)
-    assert.are.equal("redis: NOPERM this user has no permissions to run the 'evalsha' command", err)
+    assert.are.equal(NOEVAL, err:sub(1, #NOEVAL))
+    assert.is_nil(err:find("nothing its first try took is left", 1, true)) -- WATCH was refused: it may be left
     assert.are.equal(before + 1, evalsha_rejected())
-    assert.are.equal("0", srv:cli("EXISTS", "lock:{bare:1}"))
-    nothing_left(srv, admin, "bare:1")
+    runs_out("bare:1")
     c:close()
   end)
 end)
@@ -233,7 +337,7 @@ describe("an acquire on a server with INFO renamed away", function()
   end)
 end)
 
-describe("OpenResty: an acquire without +info, and one refused whole", function()
+describe("OpenResty: an acquire by the README's user (no +info), and one refused whole", function()
   if helpers.no_nginx(pending) then return end
 
   local srv, admin, nginx
@@ -241,7 +345,7 @@ describe("OpenResty: an acquire without +info, and one refused whole", function(
   lazy_setup(function()
     srv = helpers.start_redis()
     admin = srv:client({ timeout = 2 })
-    assert.are.equal("OK", srv:cli(unpack(readme_user("noinfo", { ["+info"] = true }))))
+    assert.are.equal("OK", srv:cli(unpack(readme_user("noinfo", {}))))
     assert.are.equal("OK", srv:cli(unpack(readme_user("noeval", { ["+eval"] = true, ["+evalsha"] = true }))))
     local function server(user)
       return table.concat({
@@ -262,7 +366,7 @@ describe("OpenResty: an acquire without +info, and one refused whole", function(
     if srv then srv:stop() end
   end)
 
-  it("over cosockets too: without +info it works; without +eval +evalsha nothing is taken", function()
+  it("over cosockets too: the README's user works; without +eval +evalsha a busy lock is refused whole", function()
     for round = 1, 2 do -- the second on a pooled connection
       local status, body = http.request(nginx.port, "GET", "/acquire?key=ngx:noinfo&ttl=30")
       assert.are.equal(200, status, body)
@@ -271,11 +375,15 @@ describe("OpenResty: an acquire without +info, and one refused whole", function(
       status, body = http.request(nginx.port, "GET", "/release?key=ngx:noinfo&token=" .. token)
       assert.are.equal(200, status, body)
       nothing_left(srv, admin, "ngx:noinfo")
+      -- Busy for the user without +eval +evalsha: the acquire script must
+      -- follow its take, and is refused; nothing taken.
+      local held = assert(admin:acquire("ngx:noeval", 30))
       status, body = http.request(nginx.port2, "GET", "/acquire?key=ngx:noeval&ttl=30")
       assert.are.equal(502, status, body)
       assert.are.equal("redis: NOPERM this user has no permissions to run the 'evalsha' command",
                        (body:gsub("\n$", "")))
-      assert.are.equal("0", srv:cli("EXISTS", "lock:{ngx:noeval}"))
+      assert.are.equal(held.token, srv:cli("GET", "lock:{ngx:noeval}"))
+      assert(held:release())
       nothing_left(srv, admin, "ngx:noeval")
       assert(round)
     end
