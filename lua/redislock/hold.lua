@@ -122,12 +122,15 @@ _M.observe_take = observe_take
 -- script that declares writes.
 local REFUSED = { NOPERM = true, NOSCRIPT = true, OOM = true }
 
--- Whether err (an acquire's error message) says that its script ran
--- nothing: refused itself, or for a passing state (READONLY, LOADING ...:
--- redislock/lock.lua's passing). An error from a command within a script
--- names the script's line ("@user_script", Redis 6 and 7): it ran up to
--- there.
+-- Whether err (an acquire's error message) says that it left nothing to
+-- give back: its call gave back what its take took (the C call's message
+-- then ends "; nothing its first try took is left", rl_call.c), or its
+-- script ran nothing: refused itself, or for a passing state (READONLY,
+-- LOADING ...: redislock/lock.lua's passing). An error from a command
+-- within a script names the script's line ("@user_script", Redis 6 and
+-- 7): it ran up to there.
 local function ran_nothing(err)
+  if err:sub(-36) == "; nothing its first try took is left" then return true end
   if err:find("@user_script", 1, true) then return false end
   return lock_mod.passing(err) or REFUSED[err:match("^redis: (%u+)") or ""] == true
 end
@@ -148,7 +151,8 @@ local function acquire(self, key, ms, how, kind)
     -- its TTL. The token is this try's own; its release compares it on the
     -- server. A refusal of the script's command itself (NOPERM for EVALSHA,
     -- NOSCRIPT, OOM) or for a passing state (READONLY, LOADING ...) ran
-    -- nothing: nothing to give back, and no release to try.
+    -- nothing, and a call that gave its take's lock back says so: nothing
+    -- to give back, and no release to try (ran_nothing).
     if sent:sub(1, 6) == "redis:" and not ran_nothing(sent)
        and t:eval(kind and kind.ops.release or "release", key, tok) == nil then
       sent = sent .. string_format("; %s may stay taken by this failed try until its TTL runs out",
