@@ -1,9 +1,10 @@
 -- SPDX-License-Identifier: MIT
 -- run.sh: long 40 (its seconds on a loaded 2-core machine, with nginx: 11-60 s seen; spec/run.sh starts it early)
--- Fences that follow the clock (csrc/scripts/lib/next_fence.lua): a fence is
--- the granting server's TIME in ms times RL_FENCE_SCALE, or one above the
--- slot's last when that is as high, kept in one record per hash slot
--- ("<prefix>{<era tag>}:era"). So the first fence after each of these is
+-- Fences that follow the clock (csrc/scripts/README.md, "Fences"): a fence
+-- is the number the new ID "<ms>-<seq>" of the slot's fence record (a
+-- stream, "<prefix>{<era tag>}:era") stands for, ms times RL_FENCE_SCALE
+-- plus seq; Redis makes the ID from its clock, above the record's last (the
+-- take's XADD, or a script's next_fence). So the first fence after each of these is
 -- above every fence handed out before it, for a lock, a semaphore's permit,
 -- a read-write lock's writer, each key of a multi-key lock and an
 -- election's term: the server behind the client's one address killed and
@@ -11,8 +12,10 @@
 -- master named again, never demoted, its data unchanged); a replica
 -- promoted before it synced anything. Within one master fences grow with
 -- every grant of a slot. Nothing of a name is left once its holds are
--- gone, only the slot records; counters an earlier version kept per name
--- are honoured, and go at the name's next grant. One topology per describe
+-- gone, only the slot records; an earlier version's string records are
+-- replaced by the first take's script, and the counters it kept per name
+-- are honoured, and go: a lock's at its next release or a script's grant,
+-- the others' at their next grant. One topology per describe
 -- block, started once; then the same under OpenResty (the LuaJIT pass).
 local redislock = require "redislock"
 local core = require "redislock.core"
@@ -62,11 +65,19 @@ local function above_all(new, old, what)
   end
 end
 
+-- The last fence of srv's record of the slot of the lock on key (nil: none).
+local function last_fence(srv, key)
+  local raw = srv:raw()
+  local _, last = helpers.fence_record(raw, key)
+  raw:close()
+  return last
+end
+
 -- Checks that srv granted the lock's fence in top: its record of the slot
 -- of the lock on key holds that fence (no other name take_all uses shares
 -- that slot).
 local function granted_by(srv, top, key, what)
-  assert.are.equal(top.lock, tonumber(srv:cli("GET", record(key))), what .. ": granted elsewhere")
+  assert.are.equal(top.lock, last_fence(srv, key), what .. ": granted elsewhere")
 end
 
 -- Notes fence under name in top if it is above what is there.
@@ -361,7 +372,7 @@ describe("one master", function()
       last = l.fence
       if i % 5 == 0 then assert(l:release()) end -- some held meanwhile
     end
-    assert.are.equal(last, tonumber(raw:command("GET", record("{grow}:1"))))
+    assert.are.equal(last, select(2, helpers.fence_record(raw, "{grow}:1")))
   end)
 
   it("honours an earlier version's counters, which go at the name's next grant", function()
@@ -379,14 +390,17 @@ describe("one master", function()
     legacy("lock:{legacy}:permits:fence", "123456")
     legacy("lock:{legacy}:rw:fence", "123456")
 
-    -- A lock: its fence above, the counter now its holder's fence, for as
-    -- long as the lock; gone with it.
+    -- A lock: the take's XADD is refused by the string record (WRONGTYPE),
+    -- so the acquire script follows; it replaces the record with a stream
+    -- and grants a fence above, which overwrites the counter: its holder's
+    -- fence, for as long as the lock; gone with it.
     local l = assert(client:acquire("legacy", 5))
     assert.is_true(l.fence > LEGACY_TOP, "fence " .. l.fence)
     assert.are.equal(l.fence, tonumber(raw:command("GET", "lock:{legacy}:fence")))
     local pttl = raw:command("PTTL", "lock:{legacy}:fence")
     assert.is_true(pttl > 0 and pttl <= 5000, "PTTL " .. pttl)
-    assert.are.equal(l.fence, tonumber(raw:command("GET", record("legacy"))))
+    assert.are.equal("stream", raw:command("TYPE", record("legacy")))
+    assert.are.equal(l.fence, select(2, helpers.fence_record(raw, "legacy")))
     assert(l:release())
     assert.are.equal(0, raw:command("EXISTS", "lock:{legacy}:fence"))
 
@@ -421,13 +435,20 @@ describe("one master", function()
     assert.are.equal(0, raw:command("EXISTS", "lock:{legacy}:rw:fence"))
     assert(w:release())
 
-    -- A counter of a lock that then expires goes with it.
+    -- The record a stream now, a lock is a take's (no script): its fence
+    -- is above the counter, which it leaves alone; a lock that expires
+    -- leaves it too, and the name's next release deletes it.
     legacy("lock:{legacy}:fence", "123456")
     l = assert(client:acquire("legacy", 0.2, { renew = false }))
     assert.is_true(l.fence > LEGACY_TOP)
-    assert(helpers.eventually(3, function() return raw:command("EXISTS", "lock:{legacy}:fence") == 0 end),
-           "the counter outlived the lock")
-    assert.are.equal(0, raw:command("EXISTS", "lock:{legacy}"))
+    assert.are.equal("123456", raw:command("GET", "lock:{legacy}:fence"))
+    assert(helpers.eventually(3, function() return raw:command("EXISTS", "lock:{legacy}") == 0 end),
+           "the lock never expired")
+    assert.are.equal(1, raw:command("EXISTS", "lock:{legacy}:fence"))
+    l = assert(client:acquire("legacy", 5))
+    assert.is_true(l.fence > LEGACY_TOP)
+    assert(l:release())
+    assert.are.equal(0, raw:command("EXISTS", "lock:{legacy}", "lock:{legacy}:fence"))
   end)
 end)
 
@@ -591,7 +612,7 @@ describe("under OpenResty", function()
         assert(get("direct", "/release?key=" .. key .. "&token=" .. token))
       end
     end
-    assert.are.equal(last, tonumber(raw:command("GET", record("{grow}:1"))))
+    assert.are.equal(last, select(2, helpers.fence_record(raw, "{grow}:1")))
   end)
 
   it("honours an earlier version's counters, which go at the name's next grant", function()
@@ -602,6 +623,8 @@ describe("under OpenResty", function()
       legacy(record(name), LEGACY_ERA)
     end
     legacy("lock:{legacy}:fence", "123456")
+    -- The take meets the string record: the acquire script follows, and
+    -- its grant overwrites the counter.
     local body = assert(get("direct", "/acquire?key=legacy&ttl=5"))
     local fence, token = body:match("^(%d+) (%S+)")
     assert.is_true(tonumber(fence) > LEGACY_TOP, "fence " .. fence)
