@@ -473,8 +473,8 @@ rl_decoded rl_decode_take(redisReply *const *r, rl_result *out, char *err, size_
   if ((set->type != REDIS_REPLY_STATUS && set->type != REDIS_REPLY_NIL) ||
       (id->type != REDIS_REPLY_STRING && id->type != REDIS_REPLY_ERROR))
     return fail(err, errlen, bad, sizeof bad - 1);
-  /* A refused XADD (a record of an earlier version: WRONGTYPE) leaves the
-     fence to the acquire script, which replaces the record. */
+  /* A refused XADD leaves the fence to the acquire script, whose own
+     refusal then says why. */
   take_result(set->type == REDIS_REPLY_STATUS, id->type == REDIS_REPLY_STRING ? id->str : NULL,
               id->type == REDIS_REPLY_STRING ? id->len : 0, out);
   return RL_DECODED;

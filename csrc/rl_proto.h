@@ -72,9 +72,9 @@ enum {
   RL_FREE = 0,     /* the key does not exist: expired or released */
   RL_OTHER = -1,   /* the key holds another owner's token */
   /* A take: SET took the lock, but the fence record's new ID tells no
-     fence (RL_FENCE_SCALE or more IDs in one ms, or a record of an earlier
-     version): the acquire script follows, which finds our token and tells
-     one (csrc/scripts/README.md, "Fences"). */
+     fence (RL_FENCE_SCALE or more IDs in one ms, or XADD refused): the
+     acquire script follows, which finds our token and tells one (or why
+     it cannot): csrc/scripts/README.md, "Fences". */
   RL_UNTOLD = 2
 };
 
@@ -249,9 +249,9 @@ void rl_cmd_use_acquire(rl_cmd *cmd);
 
 /* A short string (letters and digits) whose hash slot is slot (0 ..
    RL_SLOTS - 1): the fence record of the locks in that slot is
-   "<prefix>{<tag>}:era" (the name of the era record it replaces, so that
-   an upgrade leaves no record behind: csrc/scripts/README.md, "Fences").
-   The same tags in every process and version. */
+   "<prefix>{<tag>}:fences" (csrc/scripts/README.md, "Fences"; an earlier
+   version's era record, "<prefix>{<tag>}:era", had the same tag). The
+   same tags in every process and version. */
 const char *rl_era_tag(int slot);
 
 /* Switches cmd from EVALSHA to EVAL (after a NOSCRIPT reply); a take becomes
@@ -270,7 +270,7 @@ rl_decoded rl_decode(const redisReply *r, rl_result *out, char *err, size_t errl
  * then EXEC): RL_HELD and the fence when SET took the lock and the record's
  * new ID "<ms>-<seq>" has seq below RL_FENCE_SCALE (the fence is ms *
  * RL_FENCE_SCALE + seq); RL_UNTOLD when SET took it but the ID tells no
- * fence (or XADD was refused: a record of an earlier version); RL_OTHER
+ * fence (or XADD was refused); RL_OTHER
  * and RL_PTTL_UNKNOWN when the lock was held; RL_ERROR with the first
  * error reply (LOADING, READONLY, MOVED ... come back at MULTI already) or
  * a description of an unexpected one.

@@ -10,10 +10,9 @@
 
 /* csrc/scripts/acquire.lua */
 static const char s_acquire[] =
-  "local function add_fence(rec, id)\nlocal r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\n"
-  "if type(r) == 'table' and r.err then\nif redis.call('TYPE', rec)['ok'] ~= 'string' then\n"
-  "if id ~= '*' and string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\n"
-  "redis.call('DEL', rec)\nr = redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nend\nreturn r\nend\n"
+  "local function add_fence(rec, id)\nif id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
+  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
+  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
   "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
   "return whole(math.floor(f / 16)) .. '-' .. whole(f % 16)\nend\nlocal function id_fence(id)\n"
   "local ms, seq = string.match(id, '^(%d+)%-(%d+)$')\nreturn tonumber(ms) * 16 + tonumber(seq)\nend\n"
@@ -43,10 +42,9 @@ static const char s_acquire_fair[] =
   "local due, ttl = string.match(r or '', '^(%d+) (%d+)$')\nif due and tonumber(due) > now then\n"
   "return heir, ttl, tonumber(due) - 3000\nend\nredis.call('ZREM', queue, heir)\n"
   "if r then redis.call('HDEL', hand, heir) end\nend\nend\nlocal function add_fence(rec, id)\n"
+  "if id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
   "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
-  "if redis.call('TYPE', rec)['ok'] ~= 'string' then\n"
-  "if id ~= '*' and string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\n"
-  "redis.call('DEL', rec)\nr = redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nend\nreturn r\nend\n"
+  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
   "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
   "return whole(math.floor(f / 16)) .. '-' .. whole(f % 16)\nend\nlocal function id_fence(id)\n"
   "local ms, seq = string.match(id, '^(%d+)%-(%d+)$')\nreturn tonumber(ms) * 16 + tonumber(seq)\nend\n"
@@ -85,10 +83,9 @@ static const char s_acquire_fair[] =
 
 /* csrc/scripts/acquire_wait.lua */
 static const char s_acquire_wait[] =
-  "local function add_fence(rec, id)\nlocal r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\n"
-  "if type(r) == 'table' and r.err then\nif redis.call('TYPE', rec)['ok'] ~= 'string' then\n"
-  "if id ~= '*' and string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\n"
-  "redis.call('DEL', rec)\nr = redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nend\nreturn r\nend\n"
+  "local function add_fence(rec, id)\nif id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
+  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
+  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
   "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
   "return whole(math.floor(f / 16)) .. '-' .. whole(f % 16)\nend\nlocal function id_fence(id)\n"
   "local ms, seq = string.match(id, '^(%d+)%-(%d+)$')\nreturn tonumber(ms) * 16 + tonumber(seq)\nend\n"
@@ -168,10 +165,9 @@ static const char s_elect_proclaim[] =
 
 /* csrc/scripts/fence_up.lua */
 static const char s_fence_up[] =
-  "local function add_fence(rec, id)\nlocal r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\n"
-  "if type(r) == 'table' and r.err then\nif redis.call('TYPE', rec)['ok'] ~= 'string' then\n"
-  "if id ~= '*' and string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\n"
-  "redis.call('DEL', rec)\nr = redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nend\nreturn r\nend\n"
+  "local function add_fence(rec, id)\nif id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
+  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
+  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
   "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
   "return whole(math.floor(f / 16)) .. '-' .. whole(f % 16)\nend\nlocal v = redis.call('GET', KEYS[1])\n"
   "if v == ARGV[1] then\nlocal want = tonumber(ARGV[2])\n"
@@ -239,10 +235,9 @@ static const char s_leave[] =
   "local hms, heir = string.match(e[1], '^(%d+) (.+)$')\nif heir then return heir, hms, tonumber(e[2]) - 3000 end\n"
   "end\nend\nend\nlocal function list(...)\nlocal r = redis.pcall(...)\n"
   "if type(r) == 'table' and r.err then return nil, true end\nreturn r\nend\nlocal function add_fence(rec, id)\n"
+  "if id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
   "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
-  "if redis.call('TYPE', rec)['ok'] ~= 'string' then\n"
-  "if id ~= '*' and string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\n"
-  "redis.call('DEL', rec)\nr = redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nend\nreturn r\nend\n"
+  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
   "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
   "return whole(math.floor(f / 16)) .. '-' .. whole(f % 16)\nend\nlocal function id_fence(id)\n"
   "local ms, seq = string.match(id, '^(%d+)%-(%d+)$')\nreturn tonumber(ms) * 16 + tonumber(seq)\nend\n"
@@ -270,10 +265,9 @@ static const char s_leave[] =
 
 /* csrc/scripts/multi_acquire.lua */
 static const char s_multi_acquire[] =
-  "local function add_fence(rec, id)\nlocal r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\n"
-  "if type(r) == 'table' and r.err then\nif redis.call('TYPE', rec)['ok'] ~= 'string' then\n"
-  "if id ~= '*' and string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\n"
-  "redis.call('DEL', rec)\nr = redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nend\nreturn r\nend\n"
+  "local function add_fence(rec, id)\nif id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
+  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
+  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
   "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
   "return whole(math.floor(f / 16)) .. '-' .. whole(f % 16)\nend\nlocal function id_fence(id)\n"
   "local ms, seq = string.match(id, '^(%d+)%-(%d+)$')\nreturn tonumber(ms) * 16 + tonumber(seq)\nend\n"
@@ -303,10 +297,9 @@ static const char s_owned_write[] =
 
 /* csrc/scripts/read_acquire.lua */
 static const char s_read_acquire[] =
-  "local function add_fence(rec, id)\nlocal r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\n"
-  "if type(r) == 'table' and r.err then\nif redis.call('TYPE', rec)['ok'] ~= 'string' then\n"
-  "if id ~= '*' and string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\n"
-  "redis.call('DEL', rec)\nr = redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nend\nreturn r\nend\n"
+  "local function add_fence(rec, id)\nif id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
+  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
+  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
   "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
   "return whole(math.floor(f / 16)) .. '-' .. whole(f % 16)\nend\nlocal function id_fence(id)\n"
   "local ms, seq = string.match(id, '^(%d+)%-(%d+)$')\nreturn tonumber(ms) * 16 + tonumber(seq)\nend\n"
@@ -349,10 +342,9 @@ static const char s_read_release[] =
   "return heir, ttl, tonumber(due) - 3000\nend\nredis.call('ZREM', queue, heir)\n"
   "if r then redis.call('HDEL', hand, heir) end\nend\nend\nlocal function list(...)\nlocal r = redis.pcall(...)\n"
   "if type(r) == 'table' and r.err then return nil, true end\nreturn r\nend\nlocal function add_fence(rec, id)\n"
+  "if id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
   "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
-  "if redis.call('TYPE', rec)['ok'] ~= 'string' then\n"
-  "if id ~= '*' and string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\n"
-  "redis.call('DEL', rec)\nr = redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nend\nreturn r\nend\n"
+  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
   "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
   "return whole(math.floor(f / 16)) .. '-' .. whole(f % 16)\nend\nlocal function id_fence(id)\n"
   "local ms, seq = string.match(id, '^(%d+)%-(%d+)$')\nreturn tonumber(ms) * 16 + tonumber(seq)\nend\n"
@@ -387,10 +379,9 @@ static const char s_release[] =
   "local hms, heir = string.match(e[1], '^(%d+) (.+)$')\nif heir then return heir, hms, tonumber(e[2]) - 3000 end\n"
   "end\nend\nend\nlocal function list(...)\nlocal r = redis.pcall(...)\n"
   "if type(r) == 'table' and r.err then return nil, true end\nreturn r\nend\nlocal function add_fence(rec, id)\n"
+  "if id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
   "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
-  "if redis.call('TYPE', rec)['ok'] ~= 'string' then\n"
-  "if id ~= '*' and string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\n"
-  "redis.call('DEL', rec)\nr = redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nend\nreturn r\nend\n"
+  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
   "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
   "return whole(math.floor(f / 16)) .. '-' .. whole(f % 16)\nend\nlocal function id_fence(id)\n"
   "local ms, seq = string.match(id, '^(%d+)%-(%d+)$')\nreturn tonumber(ms) * 16 + tonumber(seq)\nend\n"
@@ -420,10 +411,9 @@ static const char s_release_one[] =
 
 /* csrc/scripts/sem_acquire.lua */
 static const char s_sem_acquire[] =
-  "local function add_fence(rec, id)\nlocal r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\n"
-  "if type(r) == 'table' and r.err then\nif redis.call('TYPE', rec)['ok'] ~= 'string' then\n"
-  "if id ~= '*' and string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\n"
-  "redis.call('DEL', rec)\nr = redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nend\nreturn r\nend\n"
+  "local function add_fence(rec, id)\nif id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
+  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
+  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
   "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
   "return whole(math.floor(f / 16)) .. '-' .. whole(f % 16)\nend\nlocal function id_fence(id)\n"
   "local ms, seq = string.match(id, '^(%d+)%-(%d+)$')\nreturn tonumber(ms) * 16 + tonumber(seq)\nend\n"
@@ -454,10 +444,9 @@ static const char s_sem_acquire[] =
 
 /* csrc/scripts/sem_acquire_wait.lua */
 static const char s_sem_acquire_wait[] =
-  "local function add_fence(rec, id)\nlocal r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\n"
-  "if type(r) == 'table' and r.err then\nif redis.call('TYPE', rec)['ok'] ~= 'string' then\n"
-  "if id ~= '*' and string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\n"
-  "redis.call('DEL', rec)\nr = redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nend\nreturn r\nend\n"
+  "local function add_fence(rec, id)\nif id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
+  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
+  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
   "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
   "return whole(math.floor(f / 16)) .. '-' .. whole(f % 16)\nend\nlocal function id_fence(id)\n"
   "local ms, seq = string.match(id, '^(%d+)%-(%d+)$')\nreturn tonumber(ms) * 16 + tonumber(seq)\nend\n"
@@ -503,10 +492,9 @@ static const char s_sem_leave[] =
   "local r = redis.call('HGET', hand, heir)\nlocal due, ttl = string.match(r or '', '^(%d+) (%d+)$')\n"
   "if due and tonumber(due) > now then\nreturn heir, ttl, tonumber(due) - 3000\nend\nredis.call('ZREM', queue, heir)\n"
   "if r then redis.call('HDEL', hand, heir) end\nend\nend\nlocal function add_fence(rec, id)\n"
+  "if id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
   "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
-  "if redis.call('TYPE', rec)['ok'] ~= 'string' then\n"
-  "if id ~= '*' and string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\n"
-  "redis.call('DEL', rec)\nr = redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nend\nreturn r\nend\n"
+  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
   "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
   "return whole(math.floor(f / 16)) .. '-' .. whole(f % 16)\nend\nlocal function id_fence(id)\n"
   "local ms, seq = string.match(id, '^(%d+)%-(%d+)$')\nreturn tonumber(ms) * 16 + tonumber(seq)\nend\n"
@@ -543,10 +531,9 @@ static const char s_sem_release[] =
   "if due and tonumber(due) > now then\nreturn heir, ttl, tonumber(due) - 3000\nend\nredis.call('ZREM', queue, heir)\n"
   "if r then redis.call('HDEL', hand, heir) end\nend\nend\nlocal function list(...)\nlocal r = redis.pcall(...)\n"
   "if type(r) == 'table' and r.err then return nil, true end\nreturn r\nend\nlocal function add_fence(rec, id)\n"
+  "if id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
   "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
-  "if redis.call('TYPE', rec)['ok'] ~= 'string' then\n"
-  "if id ~= '*' and string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\n"
-  "redis.call('DEL', rec)\nr = redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nend\nreturn r\nend\n"
+  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
   "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
   "return whole(math.floor(f / 16)) .. '-' .. whole(f % 16)\nend\nlocal function id_fence(id)\n"
   "local ms, seq = string.match(id, '^(%d+)%-(%d+)$')\nreturn tonumber(ms) * 16 + tonumber(seq)\nend\n"
@@ -570,10 +557,9 @@ static const char s_sem_release[] =
 
 /* csrc/scripts/write_acquire.lua */
 static const char s_write_acquire[] =
-  "local function add_fence(rec, id)\nlocal r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\n"
-  "if type(r) == 'table' and r.err then\nif redis.call('TYPE', rec)['ok'] ~= 'string' then\n"
-  "if id ~= '*' and string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\n"
-  "redis.call('DEL', rec)\nr = redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nend\nreturn r\nend\n"
+  "local function add_fence(rec, id)\nif id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
+  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
+  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
   "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
   "return whole(math.floor(f / 16)) .. '-' .. whole(f % 16)\nend\nlocal function id_fence(id)\n"
   "local ms, seq = string.match(id, '^(%d+)%-(%d+)$')\nreturn tonumber(ms) * 16 + tonumber(seq)\nend\n"
@@ -606,10 +592,9 @@ static const char s_write_acquire[] =
 
 /* csrc/scripts/write_acquire_wait.lua */
 static const char s_write_acquire_wait[] =
-  "local function add_fence(rec, id)\nlocal r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\n"
-  "if type(r) == 'table' and r.err then\nif redis.call('TYPE', rec)['ok'] ~= 'string' then\n"
-  "if id ~= '*' and string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\n"
-  "redis.call('DEL', rec)\nr = redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nend\nreturn r\nend\n"
+  "local function add_fence(rec, id)\nif id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
+  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
+  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
   "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
   "return whole(math.floor(f / 16)) .. '-' .. whole(f % 16)\nend\nlocal function id_fence(id)\n"
   "local ms, seq = string.match(id, '^(%d+)%-(%d+)$')\nreturn tonumber(ms) * 16 + tonumber(seq)\nend\n"
@@ -671,10 +656,9 @@ static const char s_write_release[] =
   "return heir, ttl, tonumber(due) - 3000\nend\nredis.call('ZREM', queue, heir)\n"
   "if r then redis.call('HDEL', hand, heir) end\nend\nend\nlocal function list(...)\nlocal r = redis.pcall(...)\n"
   "if type(r) == 'table' and r.err then return nil, true end\nreturn r\nend\nlocal function add_fence(rec, id)\n"
+  "if id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
   "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
-  "if redis.call('TYPE', rec)['ok'] ~= 'string' then\n"
-  "if id ~= '*' and string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\n"
-  "redis.call('DEL', rec)\nr = redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nend\nreturn r\nend\n"
+  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
   "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
   "return whole(math.floor(f / 16)) .. '-' .. whole(f % 16)\nend\nlocal function id_fence(id)\n"
   "local ms, seq = string.match(id, '^(%d+)%-(%d+)$')\nreturn tonumber(ms) * 16 + tonumber(seq)\nend\n"

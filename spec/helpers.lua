@@ -402,7 +402,7 @@ end
 -- last ID "<ms>-<seq>" as ms * 16 + seq: csrc/scripts/README.md, "Fences"),
 -- or nil when there is none.
 function helpers.fence_record(raw, key, prefix)
-  local name = (prefix or "lock:") .. "{" .. core.era_tag(core.lock_slot(key)) .. "}:era"
+  local name = (prefix or "lock:") .. "{" .. core.era_tag(core.lock_slot(key)) .. "}:fences"
   if raw:command("TYPE", name) ~= "stream" then return name, nil end
   local info = raw:command("XINFO", "STREAM", name)
   for i = 1, #info, 2 do

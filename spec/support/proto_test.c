@@ -56,7 +56,7 @@ static void test_commands(void) {
   char buf[512], *out = NULL, era[64];
   long long n;
   const char *tag = rl_era_tag(rl_lock_slot("job", 3));
-  snprintf(era, sizeof era, "lock:{%s}:era", tag);
+  snprintf(era, sizeof era, "lock:{%s}:fences", tag);
 
   CHECK(rl_cmd_init(&cmd, RL_OP_ACQUIRE, "lock:", 5, "job", 3, "tok", 3, 1500, 0) == 0);
   CHECK(cmd.argc == 9 && arg_is(&cmd, 0, "EVALSHA") && arg_is(&cmd, 1, rl_script_sha(RL_OP_ACQUIRE)));
@@ -213,7 +213,7 @@ static void test_call(void) {
   /* A take: MULTI, SET NX PX, XADD of the slot's fence record, EXEC. Taken:
      the record's new ID is the fence, with no script. */
   CHECK(start(&call, &cmd, RL_OP_TAKE, 0, rd) == RL_STEP_SEND && sends(&call, "MULTI") && sends(&call, "XADD"));
-  CHECK(sends(&call, "$4\r\nXADD\r\n$") && sends(&call, ":era\r\n$6\r\nMAXLEN\r\n$1\r\n0\r\n$1\r\n*"));
+  CHECK(sends(&call, "$4\r\nXADD\r\n$") && sends(&call, ":fences\r\n$6\r\nMAXLEN\r\n$1\r\n0\r\n$1\r\n*"));
   CHECK(feed(&call, took) == RL_STEP_DONE && call.out.status == RL_HELD);
   CHECK(call.out.value == 1795815729123LL * RL_FENCE_SCALE + 3 && rl_call_keep(&call));
   rl_call_free(&call);
