@@ -67,7 +67,7 @@ describe("wire functions", function()
   end
 
   -- The name of the fence record of the slot of the lock on key.
-  local function record(key) return "lock:{" .. core.era_tag(core.lock_slot(key)) .. "}:era" end
+  local function record(key) return "lock:{" .. core.era_tag(core.lock_slot(key)) .. "}:fences" end
 
   -- Asserts that result is an acquire's success, with a fence; returns it.
   local function granted(result)
@@ -156,25 +156,33 @@ describe("wire functions", function()
   end)
 
   it("makes a fence of the server's clock (ms x 16), or one above the slot's record", function()
-    -- A record of an earlier version ("<master ID> <offset>", a string), and
-    -- a counter it kept per name without a TTL: the take's XADD is refused
-    -- (WRONGTYPE) after its SET took the lock, so the acquire script
-    -- follows; it finds our token, replaces the record with a stream and
-    -- gives the fence of the clock, kept in the holder's fence key with
-    -- the lock's TTL.
-    local rec = record("k")
-    assert.are.equal("OK", raw:command("SET", rec, ("f"):rep(40) .. " 7000000000"))
+    -- An earlier version's era record of the slot ("<master ID> <offset>",
+    -- a string, "...:era") and the counter it kept per name without a TTL:
+    -- the take's fence is the clock's, from a record of its own name; the
+    -- era record stays the earlier version's, the counter is left alone
+    -- (a take keeps no holder's fence) and goes with the release.
+    local rec, era = record("k"), "lock:{" .. core.era_tag(core.lock_slot("k")) .. "}:era"
+    assert.are_not.equal(era, rec)
+    assert.are.equal("OK", raw:command("SET", era, ("f"):rep(40) .. " 7000000000"))
     assert.are.equal("OK", raw:command("SET", "lock:{k}:fence", "7"))
     local tok = core.token()
     local before = clock()
     local sent, _, result = drive(core.script_call(transport(), "take", "k", tok, 5000))
     local after = clock()
     local fence = granted(result)
-    assert.are.equal(2, #sent)
-    assert.is_truthy(sent[2]:find("EVALSHA", 1, true))
+    assert.are.equal(1, #sent)
     assert.is_true(fence >= before * 16 and fence <= after * 16 + 15, fence .. " for clock " .. before)
     assert.are.equal(tok, raw:command("GET", "lock:{k}"))
     assert.are.equal("stream", raw:command("TYPE", rec))
+    assert.are.equal(fence, select(2, helpers.fence_record(raw, "k")))
+    assert.are.equal(("f"):rep(40) .. " 7000000000", raw:command("GET", era))
+    assert.are.equal("7", raw:command("GET", "lock:{k}:fence"))
+    assert.are.equal(1, script("release", "k", tok)[1])
+    assert.are.equal(0, raw:command("EXISTS", "lock:{k}", "lock:{k}:fence"))
+    -- The acquire script's fence too comes from the slot's record, and its
+    -- grant writes the holder's fence with the lock's TTL (over a counter).
+    assert.are.equal("OK", raw:command("SET", "lock:{k}:fence", "7"))
+    fence = granted(script("acquire", "k", tok, 5000))
     assert.are.equal(fence, select(2, helpers.fence_record(raw, "k")))
     assert.are.equal(tostring(fence), raw:command("GET", "lock:{k}:fence"))
     local pttl = raw:command("PTTL", "lock:{k}:fence")
@@ -210,6 +218,18 @@ describe("wire functions", function()
     -- The acquire script's fences come from the same record.
     assert.are.equal(1, script("release", "k", tok)[1])
     assert.are.equal((ms + 1) * 16 + 3, granted(script("acquire", "k", tok, 5000)))
+    assert.are.equal(1, script("release", "k", tok)[1])
+    -- A record that is no stream (another program's key of that name): the
+    -- take's SET took the lock and its XADD was refused (WRONGTYPE); the
+    -- script that follows is refused too, and the call gives the lock back
+    -- itself (WATCH, GET, MULTI, DEL, EXEC), and says so.
+    assert.are.equal(1, raw:command("DEL", rec))
+    assert.are.equal("OK", raw:command("SET", rec, "x"))
+    sent, _, result = drive(core.script_call(transport(), "take", "k", tok, 5000))
+    assert.is_nil(result[1])
+    assert.is_truthy(result[2]:match("^redis: WRONGTYPE.*; nothing its first try took is left$"), result[2])
+    assert.are.equal(core.encode("WATCH", "lock:{k}") .. core.encode("GET", "lock:{k}"), sent[3])
+    assert.are.equal(0, raw:command("EXISTS", "lock:{k}"))
   end)
 
   it("resends once on a reused connection lost while idle, never a release, never after a timeout", function()
@@ -313,7 +333,7 @@ describe("wire functions", function()
     for slot = 0, 16383 do
       local tag = core.era_tag(slot)
       assert(#tag >= 1 and #tag <= 4 and not tag:find("[{}]"), tag)
-      assert(core.slot("{" .. tag .. "}:era") == slot, tag)
+      assert(core.slot("{" .. tag .. "}:fences") == slot, tag)
     end
     assert.are.equal("0", core.era_tag(core.slot("0")))
   end)
