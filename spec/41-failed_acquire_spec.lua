@@ -2,21 +2,21 @@
 -- A failed acquire leaves no lock behind (issue 53). Its first try is a
 -- take (MULTI, SET NX PX, XADD of the slot's fence record, EXEC: no
 -- script); when the acquire script must follow a take that took the lock
--- (its record tells no fence: here an earlier version's string record) and
--- is refused (a user without +type, whose script may not tell that record,
--- or without +eval +evalsha), the call gives the lock back itself (WATCH,
--- GET, MULTI, DEL, EXEC), says "nothing its first try took is left", and
--- no release follows: the same client, another one and an administrator
--- take it next, not after its TTL. A user without +time takes and gives
--- back a plain lock (no script of that reads the clock); a semaphore and a
--- read-write lock fail naming TIME, and leave nothing. A user without
--- +eval +evalsha takes a free plain lock (the take) but cannot release it
--- (a script): the release names EVALSHA, and the lock runs out by its TTL,
--- nothing else left; a busy lock is refused whole, nothing released. No
--- INFO is read: the README's user has no +info, and a server with INFO
--- renamed away takes and gives back every primitive. Real ACL users made
--- from the README's own line with rights taken away, and a real server
--- started with INFO renamed.
+-- (its record's new ID tells no fence: here a record at seq 15, so the
+-- take's ID is "<ms>-16") and is refused (a user without +pexpire, which
+-- the script runs on the lock it finds ours, or without +eval +evalsha),
+-- the call gives the lock back itself (WATCH, GET, MULTI, DEL, EXEC), says
+-- "nothing its first try took is left", and no release follows: the same
+-- client, another one and an administrator take it next, not after its
+-- TTL. A user without +time takes and gives back a plain lock (no script
+-- of that reads the clock); a semaphore and a read-write lock fail naming
+-- TIME, and leave nothing. A user without +eval +evalsha takes a free
+-- plain lock (the take) but cannot release it (a script): the release
+-- names EVALSHA, and the lock runs out by its TTL, nothing else left; a
+-- busy lock is refused whole, nothing released. No INFO is read: the
+-- README's user has no +info, and a server with INFO renamed away takes and
+-- gives back every primitive. Real ACL users made from the README's own
+-- line with rights taken away, and a real server started with INFO renamed.
 local core = require "redislock.core"
 local helpers = require "spec.helpers"
 local http = require "spec.support.http"
@@ -44,13 +44,17 @@ end
 
 local unpack = table.unpack or unpack -- luacheck: ignore (LuaJIT's global)
 
--- Makes the slot of key's fence record one of an earlier version (a string
--- "<master ID> <offset>"): the next take's XADD is refused (WRONGTYPE), so
--- the acquire script must follow it to tell a fence.
-local function legacy_record(srv, key)
-  local record = "lock:{" .. core.era_tag(core.lock_slot(key)) .. "}:era"
-  assert.are.equal("OK", srv:cli("SET", record, ("f"):rep(40) .. " 7000000000"))
-  return record
+-- Raises the fence record of the slot of key to "<ms>-15" (a minute
+-- ahead of the server's clock, or the ms after its last): the next take's
+-- ID, "<ms>-16", tells no fence, so the acquire script must follow it
+-- (csrc/scripts/README.md, "Fences").
+local function untold(srv, key)
+  local raw = srv:raw()
+  local rec, last = helpers.fence_record(raw, key)
+  local t = raw:command("TIME")
+  local ms = math.max(tonumber(t[1]) * 1000 + 60000, last and math.floor(last / 16) + 1 or 0)
+  assert.are.equal(ms .. "-15", raw:command("XADD", rec, "MAXLEN", 0, ms .. "-15", "f", 1))
+  raw:close()
 end
 
 -- EVALSHA calls the server counted (Redis counts a rejected one apart).
@@ -89,40 +93,40 @@ describe("an acquire refused after its first try", function()
     if srv then srv:stop() end
   end)
 
-  it("by a user without +type, on an earlier version's record: names TYPE, gives the lock back itself", function()
-    assert.are.equal("OK", srv:cli(unpack(readme_user("notype", { ["+type"] = true }))))
-    local c = srv:client({ username = "notype", password = PASSWORD, timeout = 2 })
+  it("by a user without +pexpire, after a take whose ID tells no fence: names PEXPIRE, gives the lock back itself",
+     function()
+    assert.are.equal("OK", srv:cli(unpack(readme_user("nopexpire", { ["+pexpire"] = true }))))
+    local c = srv:client({ username = "nopexpire", password = PASSWORD, timeout = 2 })
     for round = 1, 2 do -- the second on a connection that already failed once
-      local key = "notype:" .. round
-      local record = legacy_record(srv, key)
+      local key = "nopexpire:" .. round
+      untold(srv, key)
       local calls = evalsha_calls(srv)
       local lock, err = c:acquire(key, TTL)
       assert.is_nil(lock)
       assert.matches("^redis: ERR The user executing the script can't run this command", err)
-      assert.matches("redislock's acquire script calls TYPE there: the Redis user needs %+type", err)
+      assert.matches("redislock's acquire script calls PEXPIRE there: the Redis user needs %+pexpire", err)
       assert.matches("; nothing its first try took is left$", err)
       -- The acquire script, and no release after it: the call gave it back.
       assert.are.equal(calls + 1, (evalsha_calls(srv)))
-      assert.are.equal("string", srv:cli("TYPE", record)) -- the script could not replace it
-      nothing_left(srv, admin, key) -- whose take and script replace it
-      assert.are.equal("stream", srv:cli("TYPE", record))
+      nothing_left(srv, admin, key)
       -- the same client again, waiting: refused the same way, never busy
-      legacy_record(srv, key)
+      untold(srv, key)
       lock, err = c:acquire(key, TTL, { wait = 0.5 })
       assert.is_nil(lock)
-      assert.matches("calls TYPE there", err)
+      assert.matches("calls PEXPIRE there", err)
       nothing_left(srv, admin, key)
     end
-    legacy_record(srv, "notype:w")
+    untold(srv, "nopexpire:w")
     local ran = false
-    local ok, raised = pcall(c.with_lock, c, "notype:w", TTL, function() ran = true end)
+    local ok, raised = pcall(c.with_lock, c, "nopexpire:w", TTL, function() ran = true end)
     assert.is_false(ok)
     assert.is_false(ran)
-    assert.matches("calls TYPE there", tostring(raised))
-    nothing_left(srv, admin, "notype:w")
-    -- With the slot's record a stream, this user needs no TYPE.
-    assert(assert(c:acquire("notype:w", TTL)):release())
-    nothing_left(srv, admin, "notype:w")
+    assert.matches("calls PEXPIRE there", tostring(raised))
+    nothing_left(srv, admin, "nopexpire:w")
+    -- A take whose ID tells the fence needs no script, and a release with
+    -- nobody waiting no PEXPIRE.
+    assert(assert(c:acquire("nopexpire:w", TTL)):release())
+    nothing_left(srv, admin, "nopexpire:w")
     c:close()
   end)
 
@@ -136,9 +140,9 @@ describe("an acquire refused after its first try", function()
       assert.are.equal(lock.token, srv:cli("GET", "lock:{" .. key .. "}"))
       assert.is_true(lock:release())
       nothing_left(srv, admin, key)
-      -- An earlier version's record: the acquire script follows the take,
-      -- and tells the fence without the clock too.
-      legacy_record(srv, key)
+      -- A take whose ID tells no fence: the acquire script follows, and
+      -- tells one without the clock too.
+      untold(srv, key)
       lock = assert(c:acquire(key, TTL))
       assert.is_true(lock:release())
       nothing_left(srv, admin, key)
@@ -237,10 +241,10 @@ describe("an acquire refused after its first try", function()
     assert.are.equal(before + 1, evalsha_rejected())
     assert.are.equal(held.token, srv:cli("GET", "lock:{noeval:busy}"))
     assert(held:release())
-    -- An earlier version's record: the take took it, the script that must
-    -- tell its fence is refused, and the call gives the lock back itself.
+    -- A take whose ID tells no fence: the take took it, the script that
+    -- must tell its fence is refused, and the call gives the lock back itself.
     for _, key in ipairs({ "noeval:1", "noeval:1", "noeval:2" }) do
-      legacy_record(srv, key)
+      untold(srv, key)
       before = evalsha_rejected()
       none, err = c:acquire(key, TTL)
       assert.is_nil(none)
@@ -255,7 +259,7 @@ describe("an acquire refused after its first try", function()
     assert.are.equal("OK", srv:cli(unpack(readme_user("bare", { ["+eval"] = true, ["+evalsha"] = true,
                                                                 ["+watch"] = true }))))
     local c = srv:client({ username = "bare", password = PASSWORD, timeout = 2 })
-    legacy_record(srv, "bare:1")
+    untold(srv, "bare:1")
     local before = evalsha_rejected()
     local lock, err = c:acquire("bare:1", 1)
     assert.is_nil(lock)
