@@ -2,7 +2,7 @@
 -- run.sh: long 40 (its seconds on a loaded 2-core machine, with nginx: 11-60 s seen; spec/run.sh starts it early)
 -- Fences that follow the clock (csrc/scripts/README.md, "Fences"): a fence
 -- is the number the new ID "<ms>-<seq>" of the slot's fence record (a
--- stream, "<prefix>{<era tag>}:era") stands for, ms times RL_FENCE_SCALE
+-- stream, "<prefix>{<era tag>}:fences") stands for, ms times RL_FENCE_SCALE
 -- plus seq; Redis makes the ID from its clock, above the record's last (the
 -- take's XADD, or a script's next_fence). So the first fence after each of these is
 -- above every fence handed out before it, for a lock, a semaphore's permit,
@@ -12,10 +12,10 @@
 -- master named again, never demoted, its data unchanged); a replica
 -- promoted before it synced anything. Within one master fences grow with
 -- every grant of a slot. Nothing of a name is left once its holds are
--- gone, only the slot records; an earlier version's string records are
--- replaced by the first take's script, and the counters it kept per name
--- are honoured, and go: a lock's at its next release or a script's grant,
--- the others' at their next grant. One topology per describe
+-- gone, only the slot records; an earlier version's era records (strings,
+-- "...:era") are left to it, and the counters it kept per name are
+-- honoured, and go: a lock's at its next release or a script's grant, the
+-- others' at their next grant. One topology per describe
 -- block, started once; then the same under OpenResty (the LuaJIT pass).
 local redislock = require "redislock"
 local core = require "redislock.core"
@@ -37,8 +37,9 @@ local LEGACY_TOP = 1795800188748 + 123456
 -- waits 5 s for more replicas by default).
 local QUICK_SYNC = { "--repl-diskless-sync-delay", "0" }
 
--- The fence record of the slot of the lock on name.
-local function record(name)
+-- The era record an earlier version kept for the slot of the lock on name
+-- (a string; this version's fence record is "...:fences").
+local function era_record(name)
   return "lock:{" .. core.era_tag(core.lock_slot(name)) .. "}:era"
 end
 
@@ -324,7 +325,7 @@ describe("the keys fences leave", function()
     assert.is_true(raw:command("DBSIZE") > 0 and #raw:command("KEYS", "*:waiters") > 0, "no marks made")
     local want, count = {}, 0
     for slot in pairs(slots) do
-      want["lock:{" .. core.era_tag(slot) .. "}:era"] = true
+      want["lock:{" .. core.era_tag(slot) .. "}:fences"] = true
       count = count + 1
     end
     -- The waiters' marks and signal lists lapse within seconds; DBSIZE
@@ -339,7 +340,7 @@ describe("the keys fences leave", function()
       return #left == 0 and size == count
     end), string.format("DBSIZE %d for %d slot records; keys left besides them: %s", size, count,
                         table.concat(left, " ", 1, math.min(#left, 20))))
-    local records = #raw:command("KEYS", "*:era")
+    local records = #raw:command("KEYS", "*:fences")
     assert.are.equal(count, records)
     assert.is_true(records <= 16384)
     assert.is_true(records < names, string.format("%d records for %d names", records, names))
@@ -381,7 +382,7 @@ describe("one master", function()
       assert.are.equal("OK", raw:command("SET", key, value))
     end
     for _, name in ipairs({ "legacy", "legacy:a", "legacy:b", "election:legacy" }) do
-      legacy(record(name), LEGACY_ERA)
+      legacy(era_record(name), LEGACY_ERA)
     end
     legacy("lock:{legacy}:fence", "123456")
     legacy("lock:{legacy:a}:fence", "17")
@@ -390,18 +391,29 @@ describe("one master", function()
     legacy("lock:{legacy}:permits:fence", "123456")
     legacy("lock:{legacy}:rw:fence", "123456")
 
-    -- A lock: the take's XADD is refused by the string record (WRONGTYPE),
-    -- so the acquire script follows; it replaces the record with a stream
-    -- and grants a fence above, which overwrites the counter: its holder's
-    -- fence, for as long as the lock; gone with it.
+    -- A lock: a take (no script), its fence from the slot's own record,
+    -- above; the era record stays the earlier version's, and the counter
+    -- is left alone until the release deletes it.
     local l = assert(client:acquire("legacy", 5))
     assert.is_true(l.fence > LEGACY_TOP, "fence " .. l.fence)
+    assert.are.equal(l.fence, select(2, helpers.fence_record(raw, "legacy")))
+    assert.are.equal(LEGACY_ERA, raw:command("GET", era_record("legacy")))
+    assert.are.equal("123456", raw:command("GET", "lock:{legacy}:fence"))
+    assert(l:release())
+    assert.are.equal(0, raw:command("EXISTS", "lock:{legacy}:fence"))
+    -- Taken by a script (a waiting acquire's tries after a take that found
+    -- the lock held are scripts), its grant overwrites the counter: its
+    -- holder's fence, for as long as the lock; gone with it.
+    legacy("lock:{legacy}:fence", "123456")
+    local holder = assert(client:acquire("legacy", 0.3, { renew = false }))
+    local other = srv:client()
+    l = assert(other:acquire("legacy", 5, { wait = 3 }))
+    assert.is_true(l.fence > holder.fence, "fence " .. l.fence)
     assert.are.equal(l.fence, tonumber(raw:command("GET", "lock:{legacy}:fence")))
     local pttl = raw:command("PTTL", "lock:{legacy}:fence")
     assert.is_true(pttl > 0 and pttl <= 5000, "PTTL " .. pttl)
-    assert.are.equal("stream", raw:command("TYPE", record("legacy")))
-    assert.are.equal(l.fence, select(2, helpers.fence_record(raw, "legacy")))
     assert(l:release())
+    other:close()
     assert.are.equal(0, raw:command("EXISTS", "lock:{legacy}:fence"))
 
     -- Each key of a multi-key lock.
@@ -620,19 +632,18 @@ describe("under OpenResty", function()
       assert.are.equal("OK", raw:command("SET", key, value))
     end
     for _, name in ipairs({ "legacy", "old", "old:pool", "old:doc", "old:a", "old:b", "election:old:jobs" }) do
-      legacy(record(name), LEGACY_ERA)
+      legacy(era_record(name), LEGACY_ERA)
     end
     legacy("lock:{legacy}:fence", "123456")
-    -- The take meets the string record: the acquire script follows, and
-    -- its grant overwrites the counter.
+    -- A take: its fence above; the counter left alone until the release.
     local body = assert(get("direct", "/acquire?key=legacy&ttl=5"))
     local fence, token = body:match("^(%d+) (%S+)")
     assert.is_true(tonumber(fence) > LEGACY_TOP, "fence " .. fence)
-    assert.are.equal(fence, raw:command("GET", "lock:{legacy}:fence"))
-    local pttl = raw:command("PTTL", "lock:{legacy}:fence")
-    assert.is_true(pttl > 0 and pttl <= 5000, "PTTL " .. pttl)
+    assert.are.equal(tonumber(fence), select(2, helpers.fence_record(raw, "legacy")))
+    assert.are.equal("123456", raw:command("GET", "lock:{legacy}:fence"))
     assert(get("direct", "/release?key=legacy&token=" .. token))
     assert.are.equal(0, raw:command("EXISTS", "lock:{legacy}:fence"))
+    assert.are.equal(LEGACY_ERA, raw:command("GET", era_record("legacy")))
 
     local counters = { "lock:{old}:fence", "lock:{old:pool}:permits:fence", "lock:{old:doc}:rw:fence",
                        "lock:{old:a}:fence", "lock:{old:b}:fence", "lock:{election:old:jobs}:fence" }
