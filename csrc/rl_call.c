@@ -237,9 +237,31 @@ static rl_step held(rl_call *call) {
   return next_bytes(call);
 }
 
+/* The failed call's message says that no lock of its take is left (which
+   redislock/hold.lua reads: no release script needs to follow). */
+static void left_nothing(rl_call *call) {
+  size_t used = strlen(call->err);
+  snprintf(call->err + used, sizeof call->err - used, "; nothing its first try took is left");
+}
+
+/* The failed call's message says that the take's lock stays (it could
+   not be given back: the connection was lost, or the user may not WATCH
+   or MULTI): redislock/hold.lua tries no release after it. */
+static void left_staying(rl_call *call) {
+  size_t used = strlen(call->err);
+  snprintf(call->err + used, sizeof call->err - used, "; the lock its first try took stays until its TTL runs out");
+}
+
+static rl_step undo_take(rl_call *call, int in_step);
+
 /* The take's replies, decoded (d, with msg when it is an error). */
 static rl_step after_take(rl_call *call, rl_decoded d, const char *msg) {
-  if (d != RL_DECODED) return fail(call, "", msg, strlen(msg));
+  if (d != RL_DECODED) {
+    fail(call, "", msg, strlen(msg));
+    rl_script_hint(call->err, sizeof call->err);
+    call->taken = call->out.status == RL_UNTOLD; /* MULTI refused, SET took it alone */
+    return undo_take(call, call->keep);
+  }
   if (call->out.status == RL_HELD) return held(call);
   /* Held by another (the script tells its TTL and marks a waiter), or
      taken with a record that tells no fence (RL_UNTOLD): the script finds
@@ -256,7 +278,11 @@ static rl_step after_take(rl_call *call, rl_decoded d, const char *msg) {
    take's token: WATCH and GET it, then MULTI, DEL, EXEC (plain commands: the
    script may be what the server refused). The call fails all the same. */
 static rl_step undo_take(rl_call *call, int in_step) {
-  if (!call->taken || !in_step) return RL_STEP_FAILED;
+  if (!call->taken) return RL_STEP_FAILED;
+  if (!in_step) {
+    left_staying(call);
+    return RL_STEP_FAILED;
+  }
   call->keep = 1;
   call->phase = PH_UNDO;
   if (make_bytes(call) != 0) {
@@ -287,12 +313,6 @@ static rl_step after_script(rl_call *call, rl_decoded d, const char *msg) {
   return held(call);
 }
 
-/* The failed call's message says that no lock of its take is left (which
-   redislock/hold.lua reads: no release script needs to follow). */
-static void left_nothing(rl_call *call) {
-  size_t used = strlen(call->err);
-  snprintf(call->err + used, sizeof call->err - used, "; nothing its first try took is left");
-}
 
 /* WATCH's and GET's replies are in (PH_UNDO): the lock still holds the
    take's token (DEL it in a transaction, which the WATCH voids if the lock
@@ -308,6 +328,7 @@ static rl_step undo_watched(rl_call *call) {
              memcmp(r[1]->str, cmd->argv[token], r[1]->len) == 0;
   drop_replies(call);
   if (watched && !ours) left_nothing(call);
+  if (!watched && ours) left_staying(call);
   if (!watched || !ours) {
     call->keep = 0; /* still watching */
     return RL_STEP_FAILED;
@@ -334,8 +355,15 @@ static rl_step replies_in(rl_call *call) {
     return after_take(call, d, msg);
   case PH_UNDO:
     return undo_watched(call);
-  case PH_UNDO_DEL: /* EXEC ran the DEL, or found the lock changed since WATCH: not ours */
-    if (r[2]->type == REDIS_REPLY_ARRAY) left_nothing(call);
+  case PH_UNDO_DEL:
+    /* EXEC ran the DEL, or found the lock changed since WATCH: not ours.
+       A refused MULTI ran the DEL alone, at once after GET found our token
+       (only an expiry in between could make it another's). */
+    if (r[2]->type == REDIS_REPLY_ARRAY || r[2]->type == REDIS_REPLY_NIL ||
+        (r[0]->type == REDIS_REPLY_ERROR && r[1]->type == REDIS_REPLY_INTEGER))
+      left_nothing(call);
+    else
+      left_staying(call);
     drop_replies(call);
     return RL_STEP_FAILED;
   case PH_WAIT:

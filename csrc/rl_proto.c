@@ -465,6 +465,10 @@ rl_decoded rl_decode(const redisReply *r, rl_result *out, char *err, size_t errl
 rl_decoded rl_decode_take(redisReply *const *r, rl_result *out, char *err, size_t errlen) {
   static const char bad[] = "unexpected reply to MULTI/EXEC of a take";
   const redisReply *exec = r[RL_TAKE_REPLIES - 1], *set, *id;
+  /* A refused MULTI (a user without +multi) leaves SET to run alone: when
+     it took the lock, the take is RL_UNTOLD all the same (the caller gives
+     the lock back). */
+  if (r[0]->type == REDIS_REPLY_ERROR && r[1]->type == REDIS_REPLY_STATUS) out->status = RL_UNTOLD;
   for (int i = 0; i < RL_TAKE_REPLIES; i++)
     if (r[i]->type == REDIS_REPLY_ERROR) return fail(err, errlen, r[i]->str, r[i]->len);
   if (exec->type != REDIS_REPLY_ARRAY || exec->elements != 2) return fail(err, errlen, bad, sizeof bad - 1);

@@ -138,7 +138,7 @@ static const char s_elect_observe[] =
   "local function list(...)\nlocal r = redis.pcall(...)\nif type(r) == 'table' and r.err then return nil, true end\n"
   "return r\nend\nlocal function whole(n)\nreturn string.format('%.0f', n)\nend\n"
   "local function lock_state(lock, fence)\nlocal v = redis.call('GET', lock)\n"
-  "local f = v and tonumber(redis.call('GET', fence))\n"
+  "local f = v and redis.call('PTTL', fence) > 0 and tonumber(redis.call('GET', fence))\n"
   "return { v, redis.call('PTTL', lock), f and whole(f) or false }\nend\nlocal function server_time()\n"
   "local t = redis.call('TIME')\nreturn t[1] * 1000 + math.floor(t[2] / 1000), t\nend\n"
   "local function zset_expire(z, now)\nlocal last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')[2]\n"
@@ -210,14 +210,14 @@ static const char s_force_release[] =
 /* csrc/scripts/inspect.lua */
 static const char s_inspect[] =
   "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function lock_state(lock, fence)\n"
-  "local v = redis.call('GET', lock)\nlocal f = v and tonumber(redis.call('GET', fence))\n"
+  "local v = redis.call('GET', lock)\n"
+  "local f = v and redis.call('PTTL', fence) > 0 and tonumber(redis.call('GET', fence))\n"
   "return { v, redis.call('PTTL', lock), f and whole(f) or false }\nend\nreturn lock_state(KEYS[1], KEYS[2])\n";
 
 /* csrc/scripts/key_extend.lua */
 static const char s_key_extend[] =
   "local v = redis.call('GET', KEYS[1])\nif v == ARGV[1] then\nredis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-  "redis.call('PEXPIRE', KEYS[2], ARGV[2])\nreturn {1, tonumber(ARGV[2])}\nend\n"
-  "if v then return {-1, redis.call('PTTL', KEYS[1])} end\nreturn {0, 0}\n";
+  "return {1, tonumber(ARGV[2])}\nend\nif v then return {-1, redis.call('PTTL', KEYS[1])} end\nreturn {0, 0}\n";
 
 /* csrc/scripts/key_pttl.lua */
 static const char s_key_pttl[] =
@@ -708,7 +708,7 @@ static const char s_zset_release_one[] =
 const rl_op_row rl_ops[RL_OP_COUNT] = {
   [RL_OP_ACQUIRE] = { "acquire", s_acquire, { K_LOCK, K_FENCE, K_WAITERS, K_ERA, -1 }, RL_F_MS },
   [RL_OP_RELEASE] = { "release", s_release, { K_LOCK, K_SIGNAL, K_QUEUE, K_HAND, K_WAITERS, K_FENCE, K_ERA, K_HANDOFF, -1 }, RL_F_ONCE },
-  [RL_OP_EXTEND] = { "extend", s_key_extend, { K_LOCK, K_FENCE, -1 }, RL_F_MS },
+  [RL_OP_EXTEND] = { "extend", s_key_extend, { K_LOCK, -1 }, RL_F_MS },
   [RL_OP_PTTL] = { "pttl", s_key_pttl, { K_LOCK, -1 }, 0 },
   [RL_OP_ACQUIRE_FAIR] = { "acquire_fair", s_acquire_fair, { K_LOCK, K_FENCE, K_QUEUE, K_HAND, K_WAITERS, K_ERA, -1 }, RL_F_MS | RL_F_N | RL_F_STAY },
   [RL_OP_LEAVE] = { "leave", s_leave, { K_LOCK, K_SIGNAL, K_QUEUE, K_HAND, K_FENCE, K_ERA, K_HANDOFF, -1 }, RL_F_MS },
@@ -726,7 +726,7 @@ const rl_op_row rl_ops[RL_OP_COUNT] = {
   [RL_OP_READ_PTTL] = { "read_pttl", s_zset_pttl, { K_READERS, -1 }, 0 },
   [RL_OP_WRITE_ACQUIRE] = { "write_acquire", s_write_acquire, { K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWWAITERS, K_ERA, K_RWSIGNAL, -1 }, RL_F_MS | RL_F_STAY },
   [RL_OP_WRITE_RELEASE] = { "write_release", s_write_release, { K_WRITER, K_RWSIGNAL, K_RWWAITERS, K_RWQUEUE, K_RWHAND, K_RWFENCE, K_ERA, K_WRITERS, -1 }, RL_F_ONCE },
-  [RL_OP_WRITE_EXTEND] = { "write_extend", s_key_extend, { K_WRITER, K_RWFENCE, -1 }, RL_F_MS },
+  [RL_OP_WRITE_EXTEND] = { "write_extend", s_key_extend, { K_WRITER, -1 }, RL_F_MS },
   [RL_OP_WRITE_PTTL] = { "write_pttl", s_key_pttl, { K_WRITER, -1 }, 0 },
   [RL_OP_WRITE_LEAVE] = { "write_leave", s_write_leave, { K_WRITERS, K_WRITER, K_RWSIGNAL, K_RWWAITERS, K_RWQUEUE, K_RWHAND, -1 }, 0 },
   [RL_OP_ACQUIRE_WAIT] = { "acquire_wait", s_acquire_wait, { K_LOCK, K_FENCE, K_HANDOFF, K_ERA, -1 }, RL_F_MS | RL_F_N | RL_F_STAY },

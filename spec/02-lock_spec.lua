@@ -149,9 +149,12 @@ describe("locks", function()
     assert.is_true(lock:release())
   end)
 
-  it("keeps the holder's fence of a lock a script took as long as the lock, and drops it with the lock", function()
+  it("keeps the holder's fence of a lock a script took for the TTL it was granted, and drops it with the lock", function()
     -- A lock taken by its acquire script (a resend's, a waiter's, a
-    -- handoff's, an election's) keeps its holder's fence beside it.
+    -- handoff's, an election's) keeps its holder's fence beside it, with
+    -- the TTL it was granted (an extend touches the lock's key alone, as
+    -- it must on a cluster slot half moved; an election's renewal extends
+    -- both).
     local c = srv:raw()
     local tok = core.token()
     local status, fence = c:eval("acquire", "k", tok, 5000)
@@ -160,8 +163,7 @@ describe("locks", function()
     local pttl = raw:command("PTTL", "lock:{k}:fence")
     assert.is_true(pttl > 4000 and pttl <= 5000, tostring(pttl))
     assert.are.equal(1, (c:eval("extend", "k", tok, 20000)))
-    pttl = raw:command("PTTL", "lock:{k}:fence")
-    assert.is_true(pttl > 19000 and pttl <= 20000, "extended with the lock: " .. pttl)
+    assert.is_true(raw:command("PTTL", "lock:{k}") > 19000)
     assert.are.equal(1, (c:eval("release", "k", tok)))
     assert.are.equal(0, raw:command("EXISTS", "lock:{k}:fence"))
     c:close()
