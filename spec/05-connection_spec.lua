@@ -288,7 +288,7 @@ describe("database selection", function()
   end
 
   it("db = 3 keeps the lock and its slot's fence record in db 3", function()
-    local record = "lock:{" .. core.era_tag(core.lock_slot("db:a")) .. "}:era"
+    local record = "lock:{" .. core.era_tag(core.lock_slot("db:a")) .. "}:fences"
     assert.is_false(exists(3, record))
     local lock = assert(srv:client({ db = 3 }):acquire("db:a", 5))
     assert.is_true(exists(3, "lock:{db:a}"))

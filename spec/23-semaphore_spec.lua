@@ -155,7 +155,7 @@ describe("semaphore", function()
     local permit = assert(client:semaphore("pool", 1):acquire(5))
     local read = assert(client:rwlock("pool"):read(5))
     -- Beside them only the slot's fence record (csrc/scripts/README.md, "Fences").
-    local record = "lock:{" .. core.era_tag(core.lock_slot("pool")) .. "}:era"
+    local record = "lock:{" .. core.era_tag(core.lock_slot("pool")) .. "}:fences"
     for _, k in ipairs(raw:command("KEYS", "*")) do
       if k ~= record then assert.matches("^lock:{pool}", k) end
     end
