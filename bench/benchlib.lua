@@ -179,8 +179,8 @@ end
 
 --- The raw floor (build/bench/floor, bench/floor.c) for client's lock cycle:
 -- the exact bytes the library sends for an uncontended acquire (a take:
--- MULTI, SET NX PX, INCR, GET of the era record, EXEC) and
--- release of key (ttl in seconds), with a token as the library makes it.
+-- MULTI, SET NX PX, XADD of the slot's fence record, EXEC) and release of
+-- key (ttl in seconds), with a token as the library makes it.
 -- Returns an object with :rate(n) (cycles per second over n cycles),
 -- :close() and the fields acquire and release (the bytes).
 function M.floor(client, key, ttl)
@@ -191,8 +191,8 @@ function M.floor(client, key, ttl)
   }
   local files = { M.temp_file(f.acquire), M.temp_file(f.release) }
   function f.rate(_, n)
-    -- A take is answered with 5 replies (MULTI's, 3 QUEUED, EXEC's).
-    local out, ok = M.run(table.concat({ M.root .. "/build/bench/floor", M.port, n, files[1], files[2], 5 }, " "))
+    -- A take is answered with 4 replies (MULTI's, 2 QUEUED, EXEC's).
+    local out, ok = M.run(table.concat({ M.root .. "/build/bench/floor", M.port, n, files[1], files[2], 4 }, " "))
     local rate = ok and tonumber(out:match("cycles_per_s=([%d.]+)"))
     return (assert(rate, "bench/floor failed: " .. out))
   end

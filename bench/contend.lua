@@ -300,7 +300,7 @@ if probe then
       local rate, violations = out:match("rate=(%d+) violations=(%d+)")
       assert(rate, "bench/contend_floor failed:\n" .. out)
       local label = string.format("%d processes, one key, a raw C client handing over with %s", procs,
-                                  how == "minimal" and "the smallest scripts (no eras, no liveness)"
+                                  how == "minimal" and "the smallest scripts (a counter for a fence, no liveness)"
                                     or "this library's acquire_wait and release scripts")
       B.emit({ name = string.format("contended.c_%s/%d", how, procs), value = tonumber(rate),
                unit = "acquisitions/s", label = label .. ": acquisitions/s" })

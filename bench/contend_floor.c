@@ -2,7 +2,7 @@
 /*
  * bench/contend_floor.c: contended throughput with no Lua and no library,
  * for `make bench` (a benchmark, not a test): PROCS processes on one key
- * for SECONDS, each looping over a take of the lock (handed over), the
+ * for SECONDS, each looping over an acquisition of the lock (handed over), the
  * section of bench/contend.lua (INCR, GET, SET n+1, DECR) and a release,
  * through raw sockets.
  *
@@ -13,14 +13,15 @@
  * INCR of the fence; or RPUSH of the token on a queue list) then BLPOP on
  * the waiter's own list; the release script checks the token, pops the
  * queue's head and hands it the lock (SET with its token, INCR, RPUSH of
- * the fence on its list). No fence eras, no liveness, no take-back.
+ * the fence on its list). No clock in the fence (a counter's INCR), no
+ * liveness, no take-back.
  * "scripts": redislock's own acquire_wait and release (their text in the
  * two files; bench/contend.lua writes them from redislock.core's), with
- * the keys and arguments the library sends (a release without a master ID
- * its connection vouches for, as a holder handed the lock sends it: the
- * handoff then reads INFO), and the waiter's BLPOP of a second at most, as
- * a registered waiter's. What either makes is how far a
- * handoff goes on this machine without the library's client around it.
+ * the keys and arguments the library sends (the slot's fence record here
+ * under the lock's own tag, which costs the same), and the waiter's BLPOP
+ * of a second at most, as a registered waiter's. What either makes is how
+ * far a handoff goes on this machine without the library's client around
+ * it.
  * Prints "rate=<acquisitions/s> violations=<n>" (overlaps seen, and the
  * counter's distance from the acquisitions made); exits 1 on a failure.
  */

@@ -2,8 +2,8 @@
 -- Benchmark (not a test): uncontended acquire+release cycles per second from
 -- one client, as a ratio to floors taken in the same run and placement:
 --  * the raw floor, build/bench/floor (bench/floor.c): the very bytes the
---    library sends (core.encode_script: a take, MULTI SET INCR GET EXEC,
---    then the release script), one write and one read per round trip over a plain
+--    library sends (core.encode_script: the take, MULTI SET XADD EXEC, then the
+--    release script), one write and one read per round trip over a plain
 --    socket, no library;
 --  * the minimal lock, the floor a user compares with: the same raw client
 --    sending SET key token NX PX ttl, then EVALSHA of the usual
@@ -149,35 +149,6 @@ for _ = 1, 3 do
   cpu.minimal[#cpu.minimal + 1] = server_cpu(minimal_floor, CPU_CYCLES) / CPU_CYCLES
 end
 
--- What the fence's era check costs (csrc/scripts/README.md, "Fences across failovers"),
--- with no client in the way: the raw floor with the library's take (MULTI,
--- SET, INCR, GET of the era record, EXEC) against the take without the GET
--- (the take before the check), the same release after each; server CPU and
--- rate, five times each in turn, the medians.
-local pre_era = (function()
-  local tok = core.token()
-  local era_free = core.encode("MULTI") .. core.encode("SET", client.prefix .. "{" .. KEY .. "}", tok, "NX", "PX",
-                                                       TTL * 1000)
-                   .. core.encode("INCR", client.prefix .. "{" .. KEY .. "}:fence") .. core.encode("EXEC")
-  local files = { B.temp_file(era_free), B.temp_file(core.encode_script("release", KEY, tok, nil, client.prefix)) }
-  local function rate(n)
-    local out, ok = B.run(table.concat({ B.root .. "/build/bench/floor", B.port, n, files[1], files[2], 4 }, " "))
-    return (assert(ok and tonumber(out:match("cycles_per_s=([%d.]+)")), "bench/floor (take before the era) failed: "
-                   .. out))
-  end
-  return { rate = rate, close = function() for _, f in ipairs(files) do os.remove(f) end end }
-end)()
-local era = { cpu = {}, pre_cpu = {}, rate = {}, pre_rate = {} }
-for _ = 1, 5 do
-  local t0 = core.now()
-  era.cpu[#era.cpu + 1] = server_cpu(raw_floor, CPU_CYCLES) / CPU_CYCLES
-  era.rate[#era.rate + 1] = CPU_CYCLES / (core.now() - t0)
-  t0 = core.now()
-  era.pre_cpu[#era.pre_cpu + 1] = server_cpu(pre_era.rate, CPU_CYCLES) / CPU_CYCLES
-  era.pre_rate[#era.pre_rate + 1] = CPU_CYCLES / (core.now() - t0)
-end
-pre_era.close()
-
 local lib_bytes, lib_calls = wire(cycles, 1000)
 local floor_bytes, floor_calls = wire(raw_floor, 1000)
 
@@ -224,16 +195,6 @@ B.emit({ name = "server_cpu/" .. id, value = lib_cpu, unit = "us/cycle", baselin
          baseline_value = min_cpu, target = { "<=", 1.10 },
          note = string.format("redis INFO cpu, median of 3 runs of %d cycles each", CPU_CYCLES),
          label = where .. ": server CPU per acquire+release vs the minimal lock's" })
-local era_cpu, pre_cpu = B.percentile(era.cpu, 50), B.percentile(era.pre_cpu, 50)
-B.emit({ name = "server_cpu.era/" .. id, value = era_cpu, unit = "us/cycle", baseline = "server_cpu.pre_era/" .. id,
-         baseline_value = pre_cpu, target = { "<=", 1.05 },
-         note = string.format("redis INFO cpu, raw floor, median of 5 runs of %d cycles each", CPU_CYCLES),
-         label = where .. ": server CPU per cycle, take with the era check vs without (same bytes otherwise)" })
-local era_rate, pre_rate = B.percentile(era.rate, 50), B.percentile(era.pre_rate, 50)
-B.emit({ name = "floor.era/" .. id, value = math.floor(era_rate + 0.5), unit = "cycles/s",
-         baseline = "floor.pre_era/" .. id, baseline_value = math.floor(pre_rate + 0.5), target = { ">=", 0.97 },
-         note = string.format("raw floor, median of 5 runs of %d cycles each", CPU_CYCLES),
-         label = where .. ": raw cycle, take with the era check vs without" })
 if has_pure_lua then
   B.emit({ name = "peer.pure-lua/" .. id, value = median.pure, unit = "cycles/s", note = slices_note,
            label = where .. ": pure-Lua minimal lock (lua5.3, lua-redis: SET NX PX, EVALSHA compare-and-delete)" })

@@ -4,7 +4,7 @@
 # counted by valgrind's callgrind inside a private redis-server
 # (callgrind_control -z before N cycles, -d after): what the scripts cost
 # Redis, without the noise of rates on a busy machine. Two loops: nobody
-# waits (the take, then the release's GET, EXISTS, DEL), and a waiters
+# waits (the acquire script, then the release's GET, EXISTS, DEL), and a waiters
 # mark left in place, so that every release takes its wake-up branch
 # (the handoff's functions made, no waiter found, one wake-up pushed).
 # With REV, the same loops from that revision (built in a temporary git

@@ -9,8 +9,7 @@
 /* Where the call stands: what the bytes being sent are. */
 enum {
   PH_TAKE,   /* the take's transaction */
-  PH_SCRIPT, /* the script (after ASKING, or CLIENT SETNAME when it claims an era record) */
-  PH_UNNAME, /* CLIENT SETNAME "": a claim failed, the connection's name must go */
+  PH_SCRIPT, /* the script (after ASKING when asked) */
   PH_WAIT,   /* WAIT replicas ms */
   PH_COMMAND, /* a plain command (rl_call_init_command) */
   PH_ARGS,    /* a script with its caller's arguments (rl_call_init_args) */
@@ -19,7 +18,6 @@ enum {
 };
 
 static const char ASKING[] = "*1\r\n$6\r\nASKING\r\n";
-static const char UNNAME[] = "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$0\r\n\r\n";
 
 /* Frees the replies read so far. */
 static void drop_replies(rl_call *call) {
@@ -34,7 +32,7 @@ static void drop_bytes(rl_call *call) {
 }
 
 /* What both kinds of call start with. */
-static void init(rl_call *call, rl_cmd *cmd, char *era, int phase) {
+static void init(rl_call *call, rl_cmd *cmd, int phase) {
   call->asking = 0;
   call->replicas = 0;
   call->replica_ms = 0;
@@ -42,7 +40,6 @@ static void init(rl_call *call, rl_cmd *cmd, char *era, int phase) {
   call->where = "?";
   call->out.status = RL_FREE;
   call->out.value = 0;
-  call->out.era[0] = '\0';
   call->acked = 0;
   call->wait_err[0] = '\0';
   call->err[0] = '\0';
@@ -51,32 +48,29 @@ static void init(rl_call *call, rl_cmd *cmd, char *era, int phase) {
   call->command = NULL;
   call->command_len = 0;
   call->resend = 0;
-  call->era = era;
   call->reader = NULL;
   call->phase = phase;
   call->reply = NULL;
-  call->reused = call->resent = call->evaled = call->claimed = call->prefixed = call->fresh = call->taken = 0;
+  call->reused = call->resent = call->evaled = call->prefixed = call->fresh = call->taken = 0;
   call->keep = 1;
   call->want = call->got = 0;
   call->len = 0;
   call->bytes = NULL;
 }
 
-void rl_call_init(rl_call *call, rl_cmd *cmd, char *era) {
-  init(call, cmd, era, cmd->op == RL_OP_TAKE ? PH_TAKE : PH_SCRIPT);
-  /* A pooled connection's name vouches for the era record: the take asks it. */
-  cmd->ask_name = era == NULL;
+void rl_call_init(rl_call *call, rl_cmd *cmd) {
+  init(call, cmd, cmd->op == RL_OP_TAKE ? PH_TAKE : PH_SCRIPT);
 }
 
 void rl_call_init_command(rl_call *call, const char *bytes, size_t len, int resend) {
-  init(call, NULL, NULL, PH_COMMAND);
+  init(call, NULL, PH_COMMAND);
   call->command = bytes;
   call->command_len = len;
   call->resend = resend;
 }
 
 void rl_call_init_args(rl_call *call, rl_args_cmd *args) {
-  init(call, NULL, NULL, PH_ARGS);
+  init(call, NULL, PH_ARGS);
   call->args = args;
   call->resend = args->op < RL_OP_COUNT && rl_op_resendable(args->op);
 }
@@ -134,7 +128,7 @@ static int undo_bytes(rl_call *call) {
    command's; want: the replies they are answered with. 0, or -1 when out
    of memory. */
 static int make_bytes(rl_call *call) {
-  char setname[RL_SETNAME_BYTES], num[2][24];
+  char num[2][24];
   const char *pre = NULL, *argv[3] = { "WAIT", num[0], num[1] };
   size_t plen = 0, alen[3];
   char *body;
@@ -142,12 +136,6 @@ static int make_bytes(rl_call *call) {
   drop_bytes(call);
   call->prefixed = 0;
   switch (call->phase) {
-  case PH_UNNAME:
-    call->bytes = call->stack;
-    memcpy(call->stack, UNNAME, sizeof UNNAME - 1);
-    call->len = sizeof UNNAME - 1;
-    call->want = 1;
-    return 0;
   case PH_UNDO:
   case PH_UNDO_DEL:
     return undo_bytes(call);
@@ -164,9 +152,6 @@ static int make_bytes(rl_call *call) {
     if (call->asking) {
       pre = ASKING;
       plen = sizeof ASKING - 1;
-    } else if (call->claimed && call->era == NULL) {
-      plen = rl_setname_bytes(call->cmd->era, setname);
-      pre = setname;
     }
     break;
   default:
@@ -217,11 +202,6 @@ rl_step rl_call_start(rl_call *call, int reused, redisReader *reader) {
   call->reader = reader;
   call->keep = 1;
   drop_replies(call);
-  /* A connection that vouches for its master's ID (one kept open since an
-     acquire script checked it) tells a release, whose handoff then needs
-     no INFO; a new one does not, nor a release moved to one. */
-  if (call->cmd != NULL && call->cmd->op == RL_OP_RELEASE)
-    rl_cmd_trust(call->cmd, reused && call->era != NULL ? call->era : NULL);
   /* A transaction after ASKING is refused whole: the script instead. */
   if (call->phase == PH_TAKE && call->asking) {
     rl_cmd_use_acquire(call->cmd);
@@ -257,19 +237,37 @@ static rl_step held(rl_call *call) {
   return next_bytes(call);
 }
 
+/* The failed call's message says that no lock of its take is left (which
+   redislock/hold.lua reads: no release script needs to follow). */
+static void left_nothing(rl_call *call) {
+  size_t used = strlen(call->err);
+  snprintf(call->err + used, sizeof call->err - used, "; nothing its first try took is left");
+}
+
+/* The failed call's message says that the take's lock stays (it could
+   not be given back: the connection was lost, or the user may not WATCH
+   or MULTI): redislock/hold.lua tries no release after it. */
+static void left_staying(rl_call *call) {
+  size_t used = strlen(call->err);
+  snprintf(call->err + used, sizeof call->err - used, "; the lock its first try took stays until its TTL runs out");
+}
+
+static rl_step undo_take(rl_call *call, int in_step);
+
 /* The take's replies, decoded (d, with msg when it is an error). */
 static rl_step after_take(rl_call *call, rl_decoded d, const char *msg) {
-  if (d != RL_DECODED) return fail(call, "", msg, strlen(msg));
-  if (call->era != NULL) rl_take_vouch(&call->out, call->era);
+  if (d != RL_DECODED) {
+    fail(call, "", msg, strlen(msg));
+    rl_script_hint(call->err, sizeof call->err);
+    call->taken = call->out.status == RL_UNTOLD; /* MULTI refused, SET took it alone */
+    return undo_take(call, call->keep);
+  }
   if (call->out.status == RL_HELD) return held(call);
   /* Held by another (the script tells its TTL and marks a waiter), or
-     taken with an era record for the script to check, told the master ID
-     the record names: when it is this master's, the connection vouches for
-     that record from now on. */
+     taken with a record that tells no fence (RL_UNTOLD): the script finds
+     our token and tells one. */
   rl_cmd_use_acquire(call->cmd);
-  call->taken = call->out.status == RL_UNVERIFIED; /* the lock holds our token */
-  call->claimed = call->out.status == RL_UNVERIFIED && call->out.era[0] != '\0' &&
-                  rl_cmd_claim(call->cmd, call->out.era) == 0;
+  call->taken = call->out.status == RL_UNTOLD; /* the lock holds our token */
   call->phase = PH_SCRIPT;
   return next_bytes(call);
 }
@@ -280,7 +278,11 @@ static rl_step after_take(rl_call *call, rl_decoded d, const char *msg) {
    take's token: WATCH and GET it, then MULTI, DEL, EXEC (plain commands: the
    script may be what the server refused). The call fails all the same. */
 static rl_step undo_take(rl_call *call, int in_step) {
-  if (!call->taken || !in_step) return RL_STEP_FAILED;
+  if (!call->taken) return RL_STEP_FAILED;
+  if (!in_step) {
+    left_staying(call);
+    return RL_STEP_FAILED;
+  }
   call->keep = 1;
   call->phase = PH_UNDO;
   if (make_bytes(call) != 0) {
@@ -294,8 +296,6 @@ static rl_step undo_take(rl_call *call, int in_step) {
 /* The script's reply, decoded (d, with msg when it is an error). */
 static rl_step after_script(rl_call *call, rl_decoded d, const char *msg) {
   int in_step = call->keep;
-  /* A claim that failed leaves a name no script confirmed: not for the pool. */
-  if (d != RL_DECODED && call->claimed && call->era == NULL && (d != RL_NOSCRIPT || call->evaled)) call->keep = 0;
   if (d == RL_NOSCRIPT) {
     if (call->evaled) {
       fail(call, "NOSCRIPT after EVAL", "", 0);
@@ -310,36 +310,9 @@ static rl_step after_script(rl_call *call, rl_decoded d, const char *msg) {
     rl_script_hint(call->err, sizeof call->err);
     return undo_take(call, in_step);
   }
-  if (call->claimed) {
-    /* The claim's master ID is this master's (held), or not. A resend on
-       another connection answered for that one: the same server. A
-       connection out of step vouches for nothing (it is closed). */
-    if (call->out.status == RL_HELD) {
-      if (call->era != NULL && call->keep) memcpy(call->era, call->cmd->era, RL_REPLID_LEN + 1);
-      return held(call);
-    }
-    if (call->out.status == RL_UNVERIFIED) call->out.status = RL_HELD; /* ours; its fence from another era */
-    if (call->era != NULL) {
-      memset(call->era, 0, RL_REPLID_LEN + 1);
-    } else if (call->keep) { /* a name left in place could pass a stale era record */
-      call->phase = PH_UNNAME;
-      return next_bytes(call);
-    }
-    return held(call);
-  }
-  if (call->out.status == RL_UNVERIFIED) { /* answers a claim only */
-    fail(call, "unexpected reply to a redislock script (status 2)", "", 0);
-    return undo_take(call, in_step);
-  }
   return held(call);
 }
 
-/* The failed call's message says that no lock of its take is left (which
-   redislock/hold.lua reads: no release script needs to follow). */
-static void left_nothing(rl_call *call) {
-  size_t used = strlen(call->err);
-  snprintf(call->err + used, sizeof call->err - used, "; nothing its first try took is left");
-}
 
 /* WATCH's and GET's replies are in (PH_UNDO): the lock still holds the
    take's token (DEL it in a transaction, which the WATCH voids if the lock
@@ -355,8 +328,9 @@ static rl_step undo_watched(rl_call *call) {
              memcmp(r[1]->str, cmd->argv[token], r[1]->len) == 0;
   drop_replies(call);
   if (watched && !ours) left_nothing(call);
+  if (!watched && ours) left_staying(call);
   if (!watched || !ours) {
-    call->keep = 0; /* watching, or named after a claim no script confirmed */
+    call->keep = 0; /* still watching */
     return RL_STEP_FAILED;
   }
   call->phase = PH_UNDO_DEL;
@@ -376,19 +350,21 @@ static rl_step replies_in(rl_call *call) {
   rl_step step;
   switch (call->phase) {
   case PH_TAKE:
-    d = rl_decode_take(r, call->want, &call->out, msg, sizeof msg);
+    d = rl_decode_take(r, &call->out, msg, sizeof msg);
     drop_replies(call);
     return after_take(call, d, msg);
-  case PH_UNNAME:
-    if (r[0]->type == REDIS_REPLY_ERROR) call->keep = 0; /* the name stays: not this connection */
-    drop_replies(call);
-    return held(call);
   case PH_UNDO:
     return undo_watched(call);
-  case PH_UNDO_DEL: /* EXEC ran the DEL, or found the lock changed since WATCH: not ours */
-    if (r[2]->type == REDIS_REPLY_ARRAY) left_nothing(call);
+  case PH_UNDO_DEL:
+    /* EXEC ran the DEL, or found the lock changed since WATCH: not ours.
+       A refused MULTI ran the DEL alone, at once after GET found our token
+       (only an expiry in between could make it another's). */
+    if (r[2]->type == REDIS_REPLY_ARRAY || r[2]->type == REDIS_REPLY_NIL ||
+        (r[0]->type == REDIS_REPLY_ERROR && r[1]->type == REDIS_REPLY_INTEGER))
+      left_nothing(call);
+    else
+      left_staying(call);
     drop_replies(call);
-    call->keep = 0; /* it may be named after a claim no script confirmed */
     return RL_STEP_FAILED;
   case PH_WAIT:
     if (r[0]->type == REDIS_REPLY_INTEGER)
@@ -420,8 +396,6 @@ static rl_step replies_in(rl_call *call) {
     drop_replies(call);
     return RL_STEP_DONE;
   }
-  /* A refused CLIENT SETNAME leaves the connection unnamed: the next take
-     costs a round trip more, nothing else. */
   d = rl_decode(r[call->prefixed], &call->out, msg, sizeof msg);
   drop_replies(call);
   return after_script(call, d, msg);
@@ -436,7 +410,7 @@ rl_step rl_call_feed(rl_call *call, const char *in, size_t n) {
      the whole answer (a reply in pieces goes to the reader). */
   if (fresh && call->got == 0 && !call->prefixed && rd->pos == rd->len &&
       (call->phase == PH_TAKE || call->phase == PH_SCRIPT) &&
-      rl_decode_bytes(in, n, call->phase == PH_TAKE ? call->want : 0, &call->out)) {
+      rl_decode_bytes(in, n, call->phase == PH_TAKE, &call->out)) {
     call->reused = 1;
     return call->phase == PH_TAKE ? after_take(call, RL_DECODED, "") : after_script(call, RL_DECODED, "");
   }
@@ -478,8 +452,6 @@ rl_step rl_call_lost(rl_call *call, int timeout, const char *msg) {
     if (!again || !rl_op_resendable(call->cmd->op)) break;
     call->resent = 1;
     return RL_STEP_RECONNECT;
-  case PH_UNNAME:
-    return held(call); /* the connection, and its name, are gone */
   case PH_UNDO:
   case PH_UNDO_DEL:
     return RL_STEP_FAILED; /* the script's failure; the lock, if not deleted, runs out by its TTL */

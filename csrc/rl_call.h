@@ -9,10 +9,11 @@
  * them, feeds back what it reads, or says the connection failed. The steps
  * around the script live here only:
  *
- * - a take (MULTI, SET NX PX, INCR, GET of the era record, EXEC) falls back
- *   on the acquire script when the lock is held or the fence's era is for
- *   the script to check (with the master ID the record names: csrc/scripts/README.md,
- *   "Fences across failovers");
+ * - a take (MULTI, SET NX PX, XADD to the slot's fence record, EXEC: the
+ *   fence is the record's new ID) falls back on the acquire script when
+ *   the lock is held or the ID tells no fence (csrc/scripts/README.md,
+ *   "Fences"); a script that then fails gives the take's lock back (plain
+ *   commands: WATCH, GET, MULTI, DEL, EXEC);
  * - EVALSHA, then EVAL after NOSCRIPT (which caches the script), for the
  *   lock scripts and for those sent with their callers' arguments (the
  *   multi-key acquire, the admin's, guarded writes, elections);
@@ -20,17 +21,11 @@
  *   before (idle in a pool, or the server closed it meanwhile), not timed
  *   out, go once more on another, except a release's (a second would find
  *   the hold gone) and a take's (it may have landed: the acquire script
- *   follows instead, and reconciles);
+ *   follows instead, and finds its own token);
  * - ASKING before the command in the same write (a cluster's ASK redirect;
  *   a take becomes the acquire script then);
  * - WAIT for replicas on the connection that wrote, after a script that
  *   answered RL_HELD.
- *
- * How a connection vouches for an era record depends on the transport: the
- * C transport keeps the master ID an acquire script confirmed beside its
- * connection (era, below); a pooled cosocket carries no state of ours, so
- * its name does (CLIENT SETNAME before the claiming script, CLIENT GETNAME
- * in the take, and the name dropped when the claim fails).
  */
 #ifndef REDISLOCK_RL_CALL_H
 #define REDISLOCK_RL_CALL_H
@@ -77,20 +72,17 @@ typedef struct {
   const char *command;          /* its bytes */
   size_t command_len;
   int resend;                   /* a plain command safe to send twice */
-  char *era;          /* the C transport's: the master ID the connection vouches
-                         for (RL_REPLID_LEN + 1 bytes); NULL: its name does */
   redisReader *reader;
   int phase;          /* what the bytes being sent are (rl_call.c's PH_*) */
   int reused;         /* the connection answered before these bytes were sent */
   int fresh;          /* nothing was read since the bytes were made */
   int resent;         /* the one resend is spent */
   int evaled;         /* EVAL was sent after a NOSCRIPT */
-  int claimed;        /* the script claims the take's era record */
   int taken;          /* the take's SET took the lock: a script that fails after it gives it back */
   int keep;           /* the connection is in step and may serve the next call */
-  int prefixed;       /* the bytes begin with ASKING or CLIENT SETNAME */
+  int prefixed;       /* the bytes begin with ASKING */
   int want, got;      /* replies the bytes are answered with, and read so far */
-  redisReply *r[RL_TAKE_REPLIES + 1];
+  redisReply *r[RL_TAKE_REPLIES];
   long long len;      /* of the bytes */
   char *bytes;        /* stack, or an allocation */
   char stack[1024];
@@ -98,10 +90,10 @@ typedef struct {
 
 /*
  * Prepares a call of cmd (rl_cmd_init'd; the call points at it, and may
- * change it: a take into the acquire, EVALSHA into EVAL). era: see above.
+ * change it: a take into the acquire, EVALSHA into EVAL).
  * No I/O. Set the fields above it, then rl_call_start.
  */
-void rl_call_init(rl_call *call, rl_cmd *cmd, char *era);
+void rl_call_init(rl_call *call, rl_cmd *cmd);
 
 /*
  * Prepares a call of one plain command (its len bytes, kept by the caller

@@ -53,7 +53,6 @@ void rl_conn_close(rl_conn *conn) {
   conn->reader = NULL;
   conn->rcv_ms = 0;
   conn->answered = 0;
-  memset(conn->era, 0, sizeof conn->era); /* the next connection may reach another server */
 }
 
 void rl_conn_free(rl_conn *conn) {
@@ -520,7 +519,7 @@ int rl_conn_call(rl_conn *conn, rl_call *call) {
 int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]) {
   rl_call call;
   int rc;
-  rl_call_init(&call, cmd, conn->era);
+  rl_call_init(&call, cmd);
   rc = rl_conn_call(conn, &call);
   *out = call.out;
   if (rc != 0) memcpy(err, call.err, RL_ERRLEN);

@@ -45,10 +45,6 @@ typedef struct {
   int asking;             /* while set, each command goes after an ASKING (a
                              cluster's ASK redirect), in the same write */
   char where[128];        /* "host:port" or the socket path, for messages */
-  char era[RL_REPLID_LEN + 1]; /* the master ID an acquire script confirmed on
-                                  this connection ("" before): a take trusts
-                                  the era records that name it (csrc/scripts/README.md,
-                                  "Fences across failovers") */
 } rl_conn;
 
 /*
@@ -82,12 +78,10 @@ redisReply *rl_conn_command(rl_conn *conn, int argc, const char **argv,
 redisReply *rl_conn_args(rl_conn *conn, rl_args_cmd *a, char err[RL_ERRLEN]);
 
 /*
- * Drives call (rl_call.h: a lock script with its take, NOSCRIPT, resend,
+ * Drives call (rl_call.h: a lock script with its NOSCRIPT, resend,
  * ASKING and WAIT steps) over the connection, connecting first when needed;
- * another connection, when the call asks, is a fresh one. An acquire's
- * confirmed era record is kept beside the connection (conn->era; pass it to
- * rl_call_init) and dropped when it closes. Returns 0 with the result in
- * call, or -1 with call->err.
+ * another connection, when the call asks, is a fresh one. Returns 0 with
+ * the result in call, or -1 with call->err.
  */
 int rl_conn_call(rl_conn *conn, rl_call *call);
 

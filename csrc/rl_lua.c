@@ -396,8 +396,8 @@ static int core_lock_slot(lua_State *L) {
   return 1;
 }
 
-/* core.era_tag(slot) -> the tag of the slot's era record (rl_era_tag):
-   the record is "<prefix>{<tag>}:era". */
+/* core.era_tag(slot) -> the tag of the slot's fence record (rl_era_tag):
+   the record is "<prefix>{<tag>}:fences". */
 static int core_era_tag(lua_State *L) {
   lua_Integer slot = luaL_checkinteger(L, 1);
   luaL_argcheck(L, slot >= 0 && slot < RL_SLOTS, 1, "slot must be in 0..16383");

@@ -118,7 +118,7 @@ static int core_script_call(lua_State *L) {
   memcpy(c->token, token, tlen);
   if (rl_cmd_init(&c->cmd, op, prefix, plen, key, klen, c->token, tlen, ms, n) != 0)
     return luaL_error(L, "redislock: out of memory");
-  rl_call_init(&c->call, &c->cmd, NULL); /* a pooled connection's name vouches for an era */
+  rl_call_init(&c->call, &c->cmd);
   set_fields(c, timeout);
   return 1;
 }

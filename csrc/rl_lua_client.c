@@ -182,7 +182,7 @@ static int core_new(lua_State *L) {
  * Runs one script. op is "acquire", "release", "extend", "pttl",
  * "acquire_wait", "acquire_fair", "leave" or "release_one" (a release of the lock's key
  * alone, for a cluster slot half moved), or "take": the first try of an
- * acquire, the acquire script's work without a script (see csrc/scripts/README.md),
+ * acquire, a transaction without a script (see csrc/scripts/README.md),
  * followed by the acquire script when the lock is held; or one of the
  * semaphore's and read-write lock's ("sem_acquire" ... "write_leave"). ms is
  * the ttl of the ops that take one; more a table of what else: n (the limit
@@ -218,7 +218,7 @@ static int client_eval(lua_State *L) {
   }
   if (rl_cmd_init(&cmd, op, c->prefix, c->plen, key, klen, token, tlen, ms, n) != 0)
     return luaL_error(L, "redislock: out of memory");
-  rl_call_init(&call, &cmd, c->conn.era);
+  rl_call_init(&call, &cmd);
   call.asking = c->asking;
   c->asking = 0;
   call.replicas = replicas;
@@ -412,7 +412,7 @@ static int client_usable(lua_State *L) {
 
 /*
  * core.eval_many(timeout_ms, op, key, token, ms, client, ...) -> statuses, values
- * Runs one lock script (op as client:eval takes it, but not "take") on every
+ * Runs one lock script (op as client:eval takes it) on every
  * client's connection at once (rl_conn_eval_many): all are sent, then all
  * replies read as they come within timeout_ms. statuses[i] is the status
  * (1, 0, -1) and values[i] the value for the i-th client, or statuses[i]

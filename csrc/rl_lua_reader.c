@@ -65,7 +65,7 @@ static int push_formatted(lua_State *L, int argc, const char **argv, const size_
  * (for the benchmarks' floors, which send the same bytes): EVALSHA, or
  * EVAL with the script text when eval is true. ms is ignored (may be nil)
  * for release and pttl; n is sem_acquire's limit. A take is MULTI, SET,
- * INCR, GET of the era record, EXEC; with eval, the acquire script it
+ * XADD of the slot's fence record, EXEC; with eval, the acquire script it
  * falls back on.
  */
 static int core_encode_script(lua_State *L) {

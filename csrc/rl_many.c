@@ -76,7 +76,7 @@ void rl_conn_eval_many(rl_conn *const *conns, rl_cmd *const *cmds, int n, long l
   for (i = 0; i < n; i++) {
     rl_conn *c = conns[i];
     int reused;
-    rl_call_init(&calls[i], cmds[i], c->era);
+    rl_call_init(&calls[i], cmds[i]);
     rl_conn_set_timeout(c, timeout_ms);
     /* A socket the server closed while idle, or a parent's: a fresh one. */
     if (c->fd >= 0 && (c->gen != rl_fork_gen() || rl_conn_went_away(c))) rl_conn_close(c);

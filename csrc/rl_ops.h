@@ -19,7 +19,8 @@
 enum { K_LOCK, K_FENCE, K_SIGNAL, K_QUEUE, K_HAND, K_WAITERS, K_HANDOFF,
        K_PERMITS, K_PFENCE, K_PSIGNAL, K_PWAITERS, K_PQUEUE, K_PHAND, K_PHANDED,
        K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWSIGNAL, K_RWWAITERS, K_RWQUEUE, K_RWHAND,
-       K_ERA, /* the slot's era record: "<prefix>{<era tag>}:era", not the key's */
+       K_ERA, /* the slot's fence record, "<prefix>{<era tag>}:fences", not the key's (named
+                after the era record of earlier versions, which it replaced) */
        K_OBSERVERS /* an election's observers */ };
 
 extern const char *const rl_key_suffix[RL_NAMES];

@@ -50,7 +50,7 @@ int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
   cmd->keys = p = total <= sizeof cmd->inline_keys ? cmd->inline_keys : (char *)malloc(total);
   if (p == NULL) return -1;
   /* "<prefix>{<key>}" then each name the op uses with its suffix, one after
-     another; the era record's hash tag is its slot's tag, not the key */
+     another; the fence record's hash tag is its slot's tag, not the key */
   for (i = 0; (k = rl_ops[op].keys[i]) >= 0; i++) {
     const char *tagged = k == K_ERA ? tag : key;
     size_t taglen = k == K_ERA ? strlen(tag) : klen, slen = strlen(rl_key_suffix[k]);
@@ -168,21 +168,20 @@ static char *put_bulk(char *p, const char *bytes, size_t len) {
   return p;
 }
 
-/* A take's bytes: its five or six commands, in one buffer (the caller frees
-   *out when it is not buf). The argv of a take is acquire's EVALSHA sha 4
-   lock fence waiters era token ms. */
+/* A take's bytes: its four commands, in one buffer (the caller frees *out
+   when it is not buf). The argv of a take is acquire's EVALSHA sha 4 lock
+   fence waiters era token ms. */
 static long long take_bytes(const rl_cmd *cmd, char *buf, size_t cap, char **out) {
   static const char multi[] = "*1\r\n$5\r\nMULTI\r\n", set_head[] = "*6\r\n$3\r\nSET\r\n";
-  static const char set_tail[] = "$2\r\nNX\r\n$2\r\nPX\r\n", incr[] = "*2\r\n$4\r\nINCR\r\n";
-  static const char get[] = "*2\r\n$3\r\nGET\r\n";
-  static const char getname[] = "*2\r\n$6\r\nCLIENT\r\n$7\r\nGETNAME\r\n", exec[] = "*1\r\n$4\r\nEXEC\r\n";
+  static const char set_tail[] = "$2\r\nNX\r\n$2\r\nPX\r\n", xadd_head[] = "*7\r\n$4\r\nXADD\r\n";
+  static const char xadd_tail[] = "$6\r\nMAXLEN\r\n$1\r\n0\r\n$1\r\n*\r\n$1\r\nf\r\n$1\r\n1\r\n";
+  static const char exec[] = "*1\r\n$4\r\nEXEC\r\n";
   const char *token = cmd->argv[7], *ms = cmd->argv[8];
-  size_t tlen = cmd->len[7], mlen = cmd->len[8], named = cmd->ask_name ? sizeof getname - 1 : 0;
-  size_t lock = cmd->klen[K_LOCK], fence = cmd->klen[K_FENCE], era = cmd->klen[K_ERA];
+  size_t tlen = cmd->len[7], mlen = cmd->len[8];
+  size_t lock = cmd->klen[K_LOCK], rec = cmd->klen[K_ERA];
   size_t total = sizeof multi - 1 + sizeof set_head - 1 + 1 + digits(lock) + 2 + lock + 2 +
                  1 + digits(tlen) + 2 + tlen + 2 + sizeof set_tail - 1 + 1 + digits(mlen) + 2 + mlen + 2 +
-                 sizeof incr - 1 + 1 + digits(fence) + 2 + fence + 2 +
-                 sizeof get - 1 + 1 + digits(era) + 2 + era + 2 + named + sizeof exec - 1;
+                 sizeof xadd_head - 1 + 1 + digits(rec) + 2 + rec + 2 + sizeof xadd_tail - 1 + sizeof exec - 1;
   char *p = total <= cap ? buf : (char *)malloc(total);
   if (p == NULL) return -1;
   *out = p;
@@ -192,11 +191,9 @@ static long long take_bytes(const rl_cmd *cmd, char *buf, size_t cap, char **out
   p = put_bulk(p, token, tlen);
   memcpy(p, set_tail, sizeof set_tail - 1), p += sizeof set_tail - 1;
   p = put_bulk(p, ms, mlen);
-  memcpy(p, incr, sizeof incr - 1), p += sizeof incr - 1;
-  p = put_bulk(p, cmd->key[K_FENCE], fence);
-  memcpy(p, get, sizeof get - 1), p += sizeof get - 1;
-  p = put_bulk(p, cmd->key[K_ERA], era);
-  memcpy(p, getname, named), p += named;
+  memcpy(p, xadd_head, sizeof xadd_head - 1), p += sizeof xadd_head - 1;
+  p = put_bulk(p, cmd->key[K_ERA], rec);
+  memcpy(p, xadd_tail, sizeof xadd_tail - 1), p += sizeof xadd_tail - 1;
   memcpy(p, exec, sizeof exec - 1);
   return (long long)total;
 }
@@ -207,49 +204,11 @@ long long rl_cmd_bytes(const rl_cmd *cmd, char *buf, size_t cap, char **out) {
 }
 
 int rl_cmd_replies(const rl_cmd *cmd) {
-  if (cmd->op != RL_OP_TAKE) return 1;
-  return cmd->ask_name ? RL_TAKE_REPLIES : RL_TAKE_REPLIES - 1;
-}
-
-size_t rl_setname_bytes(const char *era, char *buf) {
-  static const char head[] = "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n";
-  char name[sizeof RL_ERA_NAME + RL_REPLID_LEN];
-  size_t n = strlen(era);
-  char *p = buf;
-  if (n > RL_REPLID_LEN) n = RL_REPLID_LEN;
-  memcpy(name, RL_ERA_NAME, sizeof RL_ERA_NAME - 1);
-  memcpy(name + sizeof RL_ERA_NAME - 1, era, n);
-  memcpy(p, head, sizeof head - 1), p += sizeof head - 1;
-  p = put_bulk(p, name, sizeof RL_ERA_NAME - 1 + n);
-  return (size_t)(p - buf);
+  return cmd->op == RL_OP_TAKE ? RL_TAKE_REPLIES : 1;
 }
 
 void rl_cmd_use_acquire(rl_cmd *cmd) {
   if (cmd->op == RL_OP_TAKE) cmd->op = RL_OP_ACQUIRE; /* argv is acquire's already */
-}
-
-/* Appends a master ID (RL_REPLID_LEN hex digits) to cmd's arguments, kept
-   in cmd->era: 0, or -1 when era is not one or there is no room. */
-static int add_era(rl_cmd *cmd, const char *era) {
-  size_t n = strlen(era);
-  if (n != RL_REPLID_LEN || cmd->argc >= RL_CMD_MAXARGS) return -1;
-  memcpy(cmd->era, era, n + 1);
-  cmd->argv[cmd->argc] = cmd->era;
-  cmd->len[cmd->argc++] = n;
-  return 0;
-}
-
-int rl_cmd_claim(rl_cmd *cmd, const char *era) {
-  return cmd->op == RL_OP_ACQUIRE ? add_era(cmd, era) : -1;
-}
-
-int rl_cmd_trust(rl_cmd *cmd, const char *era) {
-  if (cmd->op != RL_OP_RELEASE) return -1;
-  if (cmd->era[0] != '\0') { /* the ID told before goes */
-    cmd->argc--;
-    cmd->era[0] = '\0';
-  }
-  return era != NULL && era[0] != '\0' ? add_era(cmd, era) : 0;
 }
 
 void rl_cmd_use_eval(rl_cmd *cmd) {
@@ -266,7 +225,7 @@ void rl_cmd_free(rl_cmd *cmd) {
 }
 
 /* Writes the name k (rl_ops.h) of the lock on key under prefix at p, when
-   p is not NULL; returns its length. The era record's hash tag is its
+   p is not NULL; returns its length. The fence record's hash tag is its
    slot's tag (rl_era_tag), not the key. */
 static size_t put_name(char *p, int k, const char *prefix, size_t plen, const char *key, size_t klen) {
   const char *tag = k == K_ERA ? rl_era_tag(rl_lock_slot(key, klen)) : key;
@@ -412,57 +371,35 @@ static void from_integer(long long n, rl_result *out) {
 
 /*
  * A take's result from what its transaction answered: held (SET took the
- * lock), n (INCR's), the era record (rlen bytes at rec, NULL when none) and
- * the connection's name (nlen bytes at name, NULL when none or not asked).
- * See "Fences across failovers": the fence is n plus the record's offset
- * when the record's master ID is vouched for, by the name (RL_ERA_NAME and
- * the ID) or by the caller (rl_take_vouch).
+ * lock), and the fence record's new ID (idlen bytes at id; NULL when XADD
+ * was refused). See "Fences": the fence is ms * RL_FENCE_SCALE + seq when
+ * the ID "<ms>-<seq>" has seq below RL_FENCE_SCALE; else none (RL_UNTOLD).
  */
-static void take_result(int held, long long n, const char *rec, size_t rlen, const char *name, size_t nlen,
-                        rl_result *out) {
-  static const char hex[] = "0123456789abcdef";
-  size_t i, pre = sizeof RL_ERA_NAME - 1;
-  long long off = 0;
-  int id_ok = rec != NULL && rlen > RL_REPLID_LEN + 1 && rec[RL_REPLID_LEN] == ' ';
-  out->era[0] = '\0';
-  out->offset = 0;
+static void take_result(int held, const char *id, size_t idlen, rl_result *out) {
+  long long ms = 0, seq = 0;
+  size_t i = 0;
   if (!held) {
     out->status = RL_OTHER;
     out->value = RL_PTTL_UNKNOWN;
     return;
   }
-  for (i = 0; id_ok && i < RL_REPLID_LEN; i++) id_ok = memchr(hex, rec[i], 16) != NULL;
-  for (i = RL_REPLID_LEN + 1; id_ok && i < rlen; i++) {
-    id_ok = rec[i] >= '0' && rec[i] <= '9' && i < RL_REPLID_LEN + 17; /* 16 digits at most */
-    off = off * 10 + (rec[i] - '0');
-  }
-  out->status = RL_UNVERIFIED;
-  out->value = n;
-  if (!id_ok) return;
-  memcpy(out->era, rec, RL_REPLID_LEN);
-  out->era[RL_REPLID_LEN] = '\0';
-  out->offset = off;
-  if (name != NULL && nlen == pre + RL_REPLID_LEN && memcmp(name, RL_ERA_NAME, pre) == 0)
-    rl_take_vouch(out, name + pre);
-}
-
-void rl_take_vouch(rl_result *out, const char *id) {
-  if (out->status != RL_UNVERIFIED || out->era[0] == '\0' || memcmp(id, out->era, RL_REPLID_LEN) != 0) return;
+  out->status = RL_UNTOLD;
+  out->value = 0;
+  if (id == NULL) return;
+  while (i < idlen && i < 15 && id[i] >= '0' && id[i] <= '9') ms = ms * 10 + (id[i++] - '0');
+  if (i == 0 || i >= idlen || id[i++] != '-' || i == idlen || idlen - i > 2) return;
+  while (i < idlen && id[i] >= '0' && id[i] <= '9') seq = seq * 10 + (id[i++] - '0');
+  if (i != idlen || seq >= RL_FENCE_SCALE) return;
   out->status = RL_HELD;
-  out->value += out->offset;
-  out->era[0] = '\0';
+  out->value = ms * RL_FENCE_SCALE + seq;
 }
 
-/* Reads "$<len>\r\n<bytes>\r\n" or "$-1\r\n" at *p (before end): *s and
-   *slen (*s NULL for the nil), moving *p past it; 0 or -1. */
+/* Reads "$<len>\r\n<bytes>\r\n" at *p (before end): *s and *slen, moving
+   *p past it; 0 or -1. */
 static int read_bulk(const char **p, const char *end, const char **s, size_t *slen) {
   const char *q = *p;
   size_t n = 0;
   int nd = 0;
-  if (end - q >= 5 && memcmp(q, "$-1\r\n", 5) == 0) {
-    *s = NULL, *slen = 0, *p = q + 5;
-    return 0;
-  }
   if (q >= end || *q++ != '$') return -1;
   while (q < end && *q >= '0' && *q <= '9' && nd < 6) n = n * 10 + (size_t)(*q++ - '0'), nd++;
   if (nd == 0 || end - q < 2 || q[0] != '\r' || q[1] != '\n') return -1;
@@ -473,26 +410,22 @@ static int read_bulk(const char **p, const char *end, const char **s, size_t *sl
 }
 
 int rl_decode_bytes(const char *buf, size_t len, int take, rl_result *out) {
-  /* MULTI's and the QUEUEDs (two fewer than the replies), then EXEC's array */
-  static const char queued[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n";
+  /* MULTI's and the QUEUEDs, then EXEC's array */
+  static const char head[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n";
   const char *p = buf, *end = buf + len;
   long long status, value;
-  if (take == RL_TAKE_REPLIES || take == RL_TAKE_REPLIES - 1) {
-    const char *rec, *name = NULL;
-    size_t rlen, nlen = 0, head = 5 + 9 * (size_t)(take - 2);
+  if (take) {
+    const char *id;
+    size_t idlen;
     int held;
-    if (len < head + 4 + 5 || memcmp(p, queued, head) != 0 || p[head] != '*' ||
-        p[head + 1] != '0' + take - 2 || memcmp(p + head + 2, "\r\n", 2) != 0)
-      return 0;
-    p += head + 4;
+    if (len < sizeof head - 1 + 5 || memcmp(p, head, sizeof head - 1) != 0) return 0;
+    p += sizeof head - 1;
     if (memcmp(p, "+OK\r\n", 5) == 0) held = 1;
     else if (memcmp(p, "$-1\r\n", 5) == 0) held = 0;
     else return 0;
     p += 5;
-    if (read_int_line(&p, end, &value) != 0 || read_bulk(&p, end, &rec, &rlen) != 0 ||
-        (take == RL_TAKE_REPLIES && read_bulk(&p, end, &name, &nlen) != 0) || p != end)
-      return 0;
-    take_result(held, value, rec, rlen, name, nlen, out);
+    if (read_bulk(&p, end, &id, &idlen) != 0 || p != end) return 0;
+    take_result(held, id, idlen, out);
     return 1;
   }
   if (len > 0 && buf[0] == ':') {
@@ -503,7 +436,7 @@ int rl_decode_bytes(const char *buf, size_t len, int take, rl_result *out) {
   if (len < 4 || memcmp(buf, "*2\r\n", 4) != 0) return 0;
   p += 4;
   if (read_int_line(&p, end, &status) != 0 || read_int_line(&p, end, &value) != 0 || p != end) return 0;
-  if (status < RL_OTHER || status > RL_UNVERIFIED) return 0;
+  if (status < RL_OTHER || status > RL_HELD) return 0;
   out->status = (int)status;
   out->value = value;
   return 1;
@@ -522,34 +455,32 @@ rl_decoded rl_decode(const redisReply *r, rl_result *out, char *err, size_t errl
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
       r->element[0]->type != REDIS_REPLY_INTEGER ||
       r->element[1]->type != REDIS_REPLY_INTEGER ||
-      r->element[0]->integer < RL_OTHER || r->element[0]->integer > RL_UNVERIFIED)
+      r->element[0]->integer < RL_OTHER || r->element[0]->integer > RL_HELD)
     return fail(err, errlen, bad, sizeof bad - 1);
   out->status = (int)r->element[0]->integer;
   out->value = r->element[1]->integer;
   return RL_DECODED;
 }
 
-rl_decoded rl_decode_take(redisReply *const *r, int n, rl_result *out, char *err, size_t errlen) {
+rl_decoded rl_decode_take(redisReply *const *r, rl_result *out, char *err, size_t errlen) {
   static const char bad[] = "unexpected reply to MULTI/EXEC of a take";
-  const redisReply *exec = r[n - 1], *set, *incr, *rec, *name = NULL;
-  for (int i = 0; i < n; i++)
+  const redisReply *exec = r[RL_TAKE_REPLIES - 1], *set, *id;
+  /* A refused MULTI (a user without +multi) leaves SET to run alone: when
+     it took the lock, the take is RL_UNTOLD all the same (the caller gives
+     the lock back). */
+  if (r[0]->type == REDIS_REPLY_ERROR && r[1]->type == REDIS_REPLY_STATUS) out->status = RL_UNTOLD;
+  for (int i = 0; i < RL_TAKE_REPLIES; i++)
     if (r[i]->type == REDIS_REPLY_ERROR) return fail(err, errlen, r[i]->str, r[i]->len);
-  if (exec->type != REDIS_REPLY_ARRAY || exec->elements != (size_t)n - 2) /* all but MULTI's and EXEC's */
+  if (exec->type != REDIS_REPLY_ARRAY || exec->elements != 2) return fail(err, errlen, bad, sizeof bad - 1);
+  set = exec->element[0], id = exec->element[1];
+  if (set->type == REDIS_REPLY_ERROR) return fail(err, errlen, set->str, set->len);
+  if ((set->type != REDIS_REPLY_STATUS && set->type != REDIS_REPLY_NIL) ||
+      (id->type != REDIS_REPLY_STRING && id->type != REDIS_REPLY_ERROR))
     return fail(err, errlen, bad, sizeof bad - 1);
-  set = exec->element[0], incr = exec->element[1], rec = exec->element[2];
-  if (n == RL_TAKE_REPLIES) name = exec->element[3];
-  for (size_t i = 0; i < exec->elements; i++) {
-    const redisReply *e = exec->element[i];
-    if (e->type == REDIS_REPLY_ERROR) return fail(err, errlen, e->str, e->len);
-  }
-  if (incr->type != REDIS_REPLY_INTEGER || (set->type != REDIS_REPLY_STATUS && set->type != REDIS_REPLY_NIL) ||
-      (rec->type != REDIS_REPLY_STRING && rec->type != REDIS_REPLY_NIL) ||
-      (name != NULL && name->type != REDIS_REPLY_STRING && name->type != REDIS_REPLY_NIL))
-    return fail(err, errlen, bad, sizeof bad - 1);
-  if (name != NULL && name->type != REDIS_REPLY_STRING) name = NULL;
-  take_result(set->type == REDIS_REPLY_STATUS, incr->integer,
-              rec->type == REDIS_REPLY_STRING ? rec->str : NULL, rec->type == REDIS_REPLY_STRING ? rec->len : 0,
-              name != NULL ? name->str : NULL, name != NULL ? name->len : 0, out);
+  /* A refused XADD leaves the fence to the acquire script, whose own
+     refusal then says why. */
+  take_result(set->type == REDIS_REPLY_STATUS, id->type == REDIS_REPLY_STRING ? id->str : NULL,
+              id->type == REDIS_REPLY_STRING ? id->len : 0, out);
   return RL_DECODED;
 }
 
@@ -557,7 +488,7 @@ const char *rl_check_key(const char *key, size_t len) {
   (void)key;
   if (len == 0) return "key must not be empty";
   /* "<prefix>{}..." would make an empty hash tag: Redis Cluster would then hash
-     the whole names and put the lock and its fence counter on different slots. */
+     the whole names and put the lock and its other names on different slots. */
   if (key[0] == '}') return "key must not start with '}'";
   return NULL;
 }

@@ -22,11 +22,11 @@ typedef enum {
   RL_OP_PTTL,    /* compare, then PTTL */
   RL_OP_ACQUIRE_FAIR, /* take it if free and first in the FIFO queue, else queue */
   RL_OP_LEAVE,   /* a registered waiter gives up (ms: the TTL it registered): leave, wake the next */
-  RL_OP_TAKE,    /* the first try of an acquire: MULTI, SET NX PX, INCR fence, EXEC */
+  RL_OP_TAKE,    /* the first try of an acquire: MULTI, SET NX PX, XADD of the slot's fence record, EXEC */
   RL_OP_RELEASE_ONE, /* compare-and-delete of the lock's own key only, waking nobody: a
                         release in a cluster slot half moved (one key: never TRYAGAIN) */
   RL_OP_FENCE_UP, /* Redlock's second phase: where the lock holds our token, raise the
-                     fence counter to at least the fence chosen (in place of the ttl) */
+                     fence to at least the fence chosen (in place of the ttl) */
   /* The semaphore (redislock/semaphore.lua): permits in a sorted set by expiry. */
   RL_OP_SEM_ACQUIRE, /* a permit if fewer than n are held (n: the limit) */
   RL_OP_SEM_RELEASE, /* give the permit back, wake one waiter */
@@ -71,28 +71,20 @@ enum {
   RL_HELD = 1,     /* ours (acquired, released, extended, or still held) */
   RL_FREE = 0,     /* the key does not exist: expired or released */
   RL_OTHER = -1,   /* the key holds another owner's token */
-  /* A take: SET took the lock, but nothing vouches for the slot's era
-     record on this connection (a new connection, or a new master): the
-     acquire script follows, which checks the era itself (csrc/scripts/README.md,
-     "Fences across failovers"). The acquire script after it
-     (rl_cmd_claim): ours, but the master ID claimed is not this master's
-     (a connection named after it must lose the name). */
-  RL_UNVERIFIED = 2
+  /* A take: SET took the lock, but the fence record's new ID tells no
+     fence (RL_FENCE_SCALE or more IDs in one ms, or XADD refused): the
+     acquire script follows, which finds our token and tells one (or why
+     it cannot): csrc/scripts/README.md, "Fences". */
+  RL_UNTOLD = 2
 };
 
 /* The value of a take that found the lock held: its PTTL is not known (the
    acquire script that follows the take tells it). */
 #define RL_PTTL_UNKNOWN (-3)
 
-/* The length of a master's replication ID (INFO replication's master_replid). */
-#define RL_REPLID_LEN 40
-
 typedef struct {
-  int status;      /* RL_HELD, RL_FREE or RL_OTHER (RL_UNVERIFIED: a take's) */
+  int status;      /* RL_HELD, RL_FREE or RL_OTHER (RL_UNTOLD: a take's) */
   long long value; /* acquire: fence when held, PTTL (ms) when not; pttl: ms */
-  char era[RL_REPLID_LEN + 1]; /* RL_UNVERIFIED: the master ID the slot's era
-                                  record names, "" when it names none */
-  long long offset; /* RL_UNVERIFIED: the record's offset (see rl_take_vouch) */
 } rl_result;
 
 /* How rl_decode classified a reply. */
@@ -120,13 +112,10 @@ typedef enum {
 /* A lock handed to a waiter that did not take up its wake-up within this
    (it died, or gave up meanwhile) may be taken by another (csrc/scripts/). */
 #define RL_CLAIM_MS 500
-/* A new era's offset is the master's clock in milliseconds, and at least the
-   last era's offset plus this (csrc/scripts/README.md, "Fences across failovers"). */
-#define RL_ERA_STEP 1000
-/* How far ahead of its clock a promoted replica starts its era (ms): see
-   csrc/scripts/README.md, "Fences across failovers". */
-#define RL_ERA_LEAD 5000
-#define RL_ERA_NAME "redislock:"        /* a connection's name: this and the master ID it checked */
+/* A fence is at least the granting server's clock (TIME) in ms times this:
+   csrc/scripts/README.md, "Fences". Below 10^14 (which LuaJIT prints
+   whole) until the year 2168. */
+#define RL_FENCE_SCALE 16
 
 /*
  * One command ready to send: EVALSHA sha numkeys keys... token [ms [stay]], or
@@ -147,11 +136,6 @@ typedef struct {
   char numkeys[2];
   char ms[24];
   char n[24];
-  char era[RL_REPLID_LEN + 1]; /* rl_cmd_claim's */
-  int ask_name; /* a take: ends with CLIENT GETNAME, and the connection's
-                   name vouches for the era record (a pool's connections,
-                   which carry no state of ours); else the caller vouches
-                   (rl_take_vouch) */
   char inline_keys[384]; /* keys, when they fit */
 } rl_cmd;
 
@@ -248,48 +232,27 @@ long long rl_format(char *buf, size_t cap, char **out, int argc, const char *con
 
 /*
  * The bytes of cmd (see rl_format): one command; for a take, MULTI, SET key
- * token NX PX ms, INCR of the fence counter, GET of the slot's era record,
- * CLIENT GETNAME when cmd->ask_name, and EXEC, which answer
- * rl_cmd_replies(cmd) replies. Returns their length, or -1 when out of
- * memory.
+ * token NX PX ms, XADD of the slot's fence record (MAXLEN 0, its ID the
+ * server's), and EXEC, which answer RL_TAKE_REPLIES replies. Returns their
+ * length, or -1 when out of memory.
  */
 long long rl_cmd_bytes(const rl_cmd *cmd, char *buf, size_t cap, char **out);
 
-#define RL_TAKE_REPLIES 6 /* the most: a take that asks the name */
+#define RL_TAKE_REPLIES 4
 
-/* How many replies the bytes of cmd are answered with: a take's 5, or
-   RL_TAKE_REPLIES when it asks the name; else 1. */
+/* How many replies the bytes of cmd are answered with: a take's
+   RL_TAKE_REPLIES, else 1. */
 int rl_cmd_replies(const rl_cmd *cmd);
-
-/*
- * The bytes of CLIENT SETNAME naming a connection after the master ID era
- * (RL_REPLID_LEN hex digits, an RL_UNVERIFIED take's), written at buf (at
- * least RL_SETNAME_BYTES long). Returns their length.
- */
-#define RL_SETNAME_BYTES 128
-size_t rl_setname_bytes(const char *era, char *buf);
-
-/* A short string (letters and digits) whose hash slot is slot (0 ..
-   RL_SLOTS - 1): the era record of the locks in that slot is
-   "<prefix>{<tag>}:era". The same tags in every process and version. */
-const char *rl_era_tag(int slot);
 
 /* Turns a take into the acquire script with the same key, token and ttl. */
 void rl_cmd_use_acquire(rl_cmd *cmd);
 
-/* Adds to an acquire (after a take that answered RL_UNVERIFIED) the master
-   ID era (RL_REPLID_LEN hex digits) the take's era record names, which the
-   connection will vouch for (OpenResty: is named after, in the same
-   write): the script answers RL_UNVERIFIED when this master's ID is
-   another. 0, or -1 when cmd is not an acquire or era not an ID. */
-int rl_cmd_claim(rl_cmd *cmd, const char *era);
-
-/* Tells a release the master ID era (RL_REPLID_LEN hex digits) its
-   connection vouches for (as it does for a take), in place of any told
-   before; era NULL or "" tells none. A handoff then trusts an era record
-   that names it without reading INFO (csrc/scripts/). 0, or -1 when cmd is
-   not a release or era not an ID. */
-int rl_cmd_trust(rl_cmd *cmd, const char *era);
+/* A short string (letters and digits) whose hash slot is slot (0 ..
+   RL_SLOTS - 1): the fence record of the locks in that slot is
+   "<prefix>{<tag>}:fences" (csrc/scripts/README.md, "Fences"; an earlier
+   version's era record, "<prefix>{<tag>}:era", had the same tag). The
+   same tags in every process and version. */
+const char *rl_era_tag(int slot);
 
 /* Switches cmd from EVALSHA to EVAL (after a NOSCRIPT reply); a take becomes
    the acquire script. */
@@ -303,31 +266,23 @@ void rl_cmd_free(rl_cmd *cmd);
 rl_decoded rl_decode(const redisReply *r, rl_result *out, char *err, size_t errlen);
 
 /*
- * Classifies the n replies to a take (MULTI, then QUEUED for SET, INCR,
- * GET and, when n is RL_TAKE_REPLIES, CLIENT GETNAME, then EXEC): RL_HELD
- * and the fence when SET took the lock and the connection's name matches
- * the era record; RL_UNVERIFIED when SET took it but nothing vouched for
- * the record (out->era: its master ID; out->value: the counter, to which
- * rl_take_vouch adds the record's offset); RL_OTHER and RL_PTTL_UNKNOWN
- * when the lock was held; RL_ERROR with the first error reply (LOADING,
- * READONLY, MOVED ... come back at MULTI already) or a description of an
- * unexpected one.
+ * Classifies the replies to a take (MULTI, then QUEUED for SET and XADD,
+ * then EXEC): RL_HELD and the fence when SET took the lock and the record's
+ * new ID "<ms>-<seq>" has seq below RL_FENCE_SCALE (the fence is ms *
+ * RL_FENCE_SCALE + seq); RL_UNTOLD when SET took it but the ID tells no
+ * fence (or XADD was refused); RL_OTHER
+ * and RL_PTTL_UNKNOWN when the lock was held; RL_ERROR with the first
+ * error reply (LOADING, READONLY, MOVED ... come back at MULTI already) or
+ * a description of an unexpected one.
  */
-rl_decoded rl_decode_take(redisReply *const *r, int n, rl_result *out, char *err, size_t errlen);
-
-/* After an RL_UNVERIFIED take: when id (RL_REPLID_LEN hex digits, the
-   master ID an acquire script confirmed on the take's connection) is the
-   record's, the take is RL_HELD and its fence the counter plus the
-   record's offset. */
-void rl_take_vouch(rl_result *out, const char *id);
+rl_decoded rl_decode_take(redisReply *const *r, rl_result *out, char *err, size_t errlen);
 
 /*
  * The common case of rl_decode without a reader: 1 when the len bytes at buf
  * are exactly one script reply that rl_decode would take (":<n>\r\n" or
  * "*2\r\n:<status>\r\n:<value>\r\n"), filling out; else 0 (read them
- * with a reader). With take (its count of replies; 0 for a script), the
- * same for the replies of a take that succeeded or found the lock held (see
- * rl_decode_take).
+ * with a reader). With take, the same for the replies of a take that took
+ * the lock or found it held (see rl_decode_take).
  */
 int rl_decode_bytes(const char *buf, size_t len, int take, rl_result *out);
 

@@ -15,7 +15,7 @@ const char *const rl_key_suffix[RL_NAMES] = {
   ":permits", ":permits:fence", ":permits:signal", ":permits:waiters",
   ":permits:queue", ":permits:hand", ":permits:handed",
   ":rw:readers", ":rw:writer", ":rw:fence", ":rw:writers", ":rw:signal", ":rw:waiters",
-  ":rw:queue", ":rw:hand", ":era", ":observers"
+  ":rw:queue", ":rw:hand", ":fences", ":observers"
 };
 
 static char script_sha[RL_OP_COUNT][41];

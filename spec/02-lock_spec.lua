@@ -130,18 +130,54 @@ describe("locks", function()
         core.sleep(0.05) -- let it expire
       end
     end
-    -- The counter never expires, so it survives the lock key.
-    assert.are.equal(-1, raw:command("PTTL", "lock:{fenced}:fence"))
-    assert.are.equal(tostring(last), raw:command("GET", "lock:{fenced}:fence"))
+    -- Nothing of the name stays; the slot's fence record, which the next
+    -- fence must pass, never expires and stands for the last one.
+    assert.are.equal(0, raw:command("EXISTS", "lock:{fenced}:fence"))
+    local record, top = helpers.fence_record(raw, "fenced")
+    assert.are.equal(-1, raw:command("PTTL", record))
+    assert.are.equal(last, top)
   end)
 
-  it("keeps the lock and its fence counter in one hash slot", function()
+  it("takes an uncontended lock without a script, its fence the slot record's new ID", function()
+    assert.are.equal("OK", raw:command("CONFIG", "RESETSTAT"))
+    local lock = assert(client:acquire("k", 5))
+    local _, top = helpers.fence_record(raw, "k")
+    assert.are.equal(top, lock.fence)
+    assert.are.equal(0, helpers.scripts_run(raw))
+    -- A take keeps no holder's fence (it would cost every lock a write).
+    assert.are.equal(0, raw:command("EXISTS", "lock:{k}:fence"))
+    assert.is_true(lock:release())
+  end)
+
+  it("keeps the holder's fence of a lock a script took for the TTL it was granted, and drops it with the lock", function()
+    -- A lock taken by its acquire script (a resend's, a waiter's, a
+    -- handoff's, an election's) keeps its holder's fence beside it, with
+    -- the TTL it was granted (an extend touches the lock's key alone, as
+    -- it must on a cluster slot half moved; an election's renewal extends
+    -- both).
+    local c = srv:raw()
+    local tok = core.token()
+    local status, fence = c:eval("acquire", "k", tok, 5000)
+    assert.are.equal(1, status)
+    assert.are.equal(tostring(fence), raw:command("GET", "lock:{k}:fence"))
+    local pttl = raw:command("PTTL", "lock:{k}:fence")
+    assert.is_true(pttl > 4000 and pttl <= 5000, tostring(pttl))
+    assert.are.equal(1, (c:eval("extend", "k", tok, 20000)))
+    assert.is_true(raw:command("PTTL", "lock:{k}") > 19000)
+    assert.are.equal(1, (c:eval("release", "k", tok)))
+    assert.are.equal(0, raw:command("EXISTS", "lock:{k}:fence"))
+    c:close()
+  end)
+
+  it("keeps the lock, its holder's fence and the slot's fence record in one hash slot", function()
     for _, key in ipairs({ "orders:42", "a{b}c", "{x}", "x}", "plain" }) do
       local lock = assert(client:acquire(key, 5))
       local name = "lock:{" .. key .. "}"
       assert.are.equal(lock.token, raw:command("GET", name))
-      assert.are.equal(tostring(lock.fence), raw:command("GET", name .. ":fence"))
       assert.are.equal(crc16.slot(name), crc16.slot(name .. ":fence"), key)
+      local record, top = helpers.fence_record(raw, key)
+      assert.are.equal(lock.fence, top, key)
+      assert.are.equal(crc16.slot(name), crc16.slot(record), key)
     end
   end)
 
@@ -172,7 +208,7 @@ describe("locks", function()
     assert.are.equal("OK", raw:command("SCRIPT", "FLUSH"))
     local again = assert(client:acquire("k", 5))
     assert.is_true(again.fence > lock.fence)
-    -- A busy lock: the first try (no script) is followed by the acquire script.
+    -- A busy lock: the take finds it held, and the acquire script answers busy, by EVAL again.
     local busy, err = client:acquire("k", 5)
     assert.is_nil(busy)
     assert.is_truthy(err:match("^busy: "), err)
@@ -190,18 +226,24 @@ describe("locks", function()
     core.sleep(0.05)
     local s2, fence2 = c:eval("acquire", "k", tok, 1000)
     assert.are.equal(1, s2)
-    assert.are.equal(fence1, fence2) -- counted once
+    -- The first answer was lost (nobody saw fence1): the resend's is a new
+    -- one, above it, and it is the holder's fence from then on.
+    assert.is_true(fence2 > fence1, fence2 .. " > " .. fence1)
+    assert.are.equal(tostring(fence2), raw:command("GET", "lock:{k}:fence"))
     local pttl = raw:command("PTTL", "lock:{k}")
     assert.is_true(pttl > 960, "TTL refreshed: " .. pttl)
     local s3, left = c:eval("acquire", "k", core.token(), 1000)
     assert.are.equal(-1, s3)
     assert.is_true(left > 0)
-    -- Should the counter vanish (FLUSHDB, eviction), a resend still answers a
-    -- fence, never 0.
-    assert.are.equal(1, raw:command("DEL", "lock:{k}:fence"))
+    -- Should the holder's fence and the slot's record vanish (FLUSHDB,
+    -- eviction), a resend still answers a fence above every earlier one
+    -- (the clock's, which moved on since).
+    core.sleep(0.002)
+    local record = helpers.fence_record(raw, "k")
+    assert.are.equal(2, raw:command("DEL", "lock:{k}:fence", record))
     local s4, fence4 = c:eval("acquire", "k", tok, 1000)
     assert.are.equal(1, s4)
-    assert.is_true(fence4 >= 1)
+    assert.is_true(fence4 > fence2, fence4 .. " > " .. fence2)
     c:close()
   end)
 

@@ -157,8 +157,14 @@ describe("with_lock", function()
     local out, ok = helpers.run("REDIS_URL=" .. helpers.sh_quote(srv.url .. "/4") .. " " ..
                                 helpers.lua .. " -e " .. helpers.sh_quote(code))
     assert.is_true(ok, out)
-    assert.is_truthy(out:match("^fence %d+"), out)
-    assert.are.equal("1", srv:cli("-n", "4", "EXISTS", "lock:{mod}:fence"))
+    local fence = assert(out:match("^fence (%d+)"), out)
+    -- Taken in db 4 and given back: nothing of the name is left, and the
+    -- slot's fence record there stands for the fence it had.
+    assert.are.equal("0", srv:cli("-n", "4", "EXISTS", "lock:{mod}", "lock:{mod}:fence"))
+    local db4 = core.new({ port = srv.port, db = 4 })
+    local _, top = helpers.fence_record(db4, "mod")
+    db4:close()
+    assert.are.equal(tonumber(fence), top)
   end)
 
   it("makes a new default client after the old one was closed", function()
@@ -369,8 +375,8 @@ describe("with_lock", function()
 
       it("reports a lease the renewal timer found lost, through with_lock and on_lost", function()
         -- Deleted once fn runs: before, the acquire may still be at work (a
-        -- take whose era the acquire script then checks, and which sets the
-        -- lock again if it is gone).
+        -- resend of the acquire script, which sets the lock again if it is
+        -- gone).
         local req = http.start(ngx.port, "GET", "/with_lock?key=vanished&ttl=0.3&hold=1&on_lost=1&mark=1")
         assert.is_truthy(helpers.eventually(2, function() return raw:command("GET", "inside:vanished") == "1" end))
         assert.are.equal(1, raw:command("DEL", "lock:{vanished}"))

@@ -287,12 +287,13 @@ describe("database selection", function()
     return srv:cli("-n", tostring(db), "EXISTS", key) == "1"
   end
 
-  it("db = 3 keeps the lock and its fence in db 3", function()
+  it("db = 3 keeps the lock and its slot's fence record in db 3", function()
+    local record = "lock:{" .. core.era_tag(core.lock_slot("db:a")) .. "}:fences"
+    assert.is_false(exists(3, record))
     local lock = assert(srv:client({ db = 3 }):acquire("db:a", 5))
     assert.is_true(exists(3, "lock:{db:a}"))
-    assert.is_true(exists(3, "lock:{db:a}:fence"))
+    assert.is_true(exists(3, record))
     assert.is_false(exists(0, "lock:{db:a}"))
-    assert.is_false(exists(0, "lock:{db:a}:fence"))
     assert.is_true(lock:release())
   end)
 
@@ -357,14 +358,14 @@ describe("fork()", function()
         if id == parent_id then return "the child reused the parent's connection (CLIENT ID " .. id .. ")" end
         local released, rerr = lock:release()
         if not released then return "child release failed: " .. tostring(rerr) end
-        return "ok"
+        return "ok " .. lock.fence
       end)
       pcall(function()
         local f = io.open(report, "w")
         f:write(ok and msg or "child raised: " .. tostring(msg))
         f:close()
       end)
-      P._exit(ok and msg == "ok" and 0 or 1)
+      P._exit(ok and msg:match("^ok %d+$") and 0 or 1)
     end
 
     local _, how, code = P.wait(pid)
@@ -372,13 +373,14 @@ describe("fork()", function()
     os.remove(report)
     assert.equals("exited", how)
     assert.equals(0, code, said)
-    assert.equals("ok", said)
+    local child_fence = tonumber(said:match("^ok (%d+)$"))
+    assert.is_truthy(child_fence, said)
 
     -- The parent's connection is the one it had, and still in step.
     assert.equals(parent_id, client_id(client))
     assert.is_true(held:release())
     local lock = assert(client:acquire("fork:child", 5))
-    assert.equals(2, lock.fence)
+    assert.is_true(lock.fence > child_fence, lock.fence .. " > " .. child_fence) -- the next holder's
     assert.is_true(lock:release())
     assert.equals(parent_id, client_id(client))
   end)
@@ -436,8 +438,9 @@ describe("connections under OpenResty", function()
     local status, body = http.request(ngx.port, "GET", "/acquire?key=svc&ttl=30")
     assert.are.equal(200, status, body)
     local fence, token = body:match("^(%d+) (%S+)\n$")
-    assert.are.equal("1", fence)
+    assert.is_truthy(fence, body)
     assert.are.equal(token, raw:command("GET", "lock:{svc}"))
+    assert.are.equal(tonumber(fence), select(2, helpers.fence_record(raw, "svc")))
     local wrong = ("0"):rep(32)
     status, body = http.request(ngx.port, "GET", "/release?key=svc&token=" .. wrong)
     assert.are.equal(409, status)
@@ -482,6 +485,9 @@ describe("connections under OpenResty", function()
   it("runs redislock.with_lock on the default client from REDIS_URL", function()
     local status, body = http.request(ngx.port, "GET", "/module")
     assert.are.equal(200, status, body)
-    assert.are.equal("1 redislock.Client (127.0.0.1:" .. srv.port .. ", cosockets)\n", body)
+    local fence, rest = body:match("^(%d+) (.*)$")
+    assert.is_truthy(fence, body)
+    assert.are.equal("redislock.Client (127.0.0.1:" .. srv.port .. ", cosockets)\n", rest)
+    assert.are.equal(tonumber(fence), select(2, helpers.fence_record(raw, "module")))
   end)
 end)

@@ -171,7 +171,7 @@ describe("TLS", function()
       c:close()
       assert.is_nil(l)
       assert.is_true(took < (bound or 1.5), "took " .. took .. " s")
-      -- Nothing ran: no lock, and no fence counter.
+      -- Nothing ran: no lock, and no holder's fence.
       for _, s in ipairs({ raw, optional:raw() }) do
         assert.are.equal(0, s:command("EXISTS", "lock:{never}", "lock:{never}:fence"))
       end

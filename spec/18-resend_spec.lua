@@ -2,8 +2,11 @@
 -- The mid-command resend path, forced: a proxy (spec/workers/drop_proxy.lua)
 -- forwards a lock command to a real redis-server and closes the client's
 -- connection before the reply, so the command ran and its answer is lost
--- (what a failover or a network cut mid-command does). An acquire is then
--- reconciled by its token (taken once, one fence), never taken twice; a
+-- (what a failover or a network cut mid-command does). An acquire's first
+-- try, a take (MULTI, SET NX PX, XADD of the slot's fence record, EXEC),
+-- is then followed by the acquire script, which reconciles by its token
+-- (taken once; its fence a new one, above the one the lost take's ID
+-- stood for, which nobody saw), never by a second take; a
 -- release is never sent twice, and the next one finds it done. Plain Lua,
 -- and (LuaJIT pass) OpenResty in a real nginx.
 local core = require "redislock.core"
@@ -18,8 +21,11 @@ describe("a command whose reply is lost", function()
 
   -- Starts a proxy to the server that drops the reply to the first write
   -- containing marker, for the running test; returns its port and a
-  -- function that stops it and returns how many it dropped.
+  -- function that stops it and returns how many it dropped and the first
+  -- the replies it dropped (nil when none; see drop_proxy.lua). The
+  -- acquire script is loaded first: the resend runs it (no NOSCRIPT).
   local function proxy(marker)
+    assert.are.equal(core.scripts.acquire.sha, raw:command("SCRIPT", "LOAD", core.scripts.acquire.text))
     local port, quit = helpers.free_port(), os.tmpname()
     os.remove(quit)
     local p = helpers.spawn(helpers.spec_dir .. "workers/drop_proxy.lua", port, srv.port, marker, quit)
@@ -30,7 +36,7 @@ describe("a command whose reply is lost", function()
       c:close()
       return ok
     end), "the proxy never listened")
-    local dropped
+    local dropped, lost
     local function stop()
       if dropped == nil then
         io.open(quit, "w"):close()
@@ -38,23 +44,39 @@ describe("a command whose reply is lost", function()
         os.remove(quit)
         assert.is_true(ok, out)
         dropped = tonumber(out:match("dropped (%d+)"))
+        lost = out:match("\nlost ([^\n]*)")
       end
-      return dropped
+      return dropped, lost
     end
     finally(stop) -- also when the test fails before it stops the proxy
     return port, stop
   end
 
-  it("reconciles an acquire whose reply was lost on a reused connection: taken once, one fence", function()
+  -- Asserts that the lost replies were a take's that took the lock (SET's
+  -- +OK, then the record's new ID "<ms>-<seq>"), and that lock holds key
+  -- with a fence above the one that ID stood for (ms x 16 + seq), which is
+  -- its holder's fence (a script's grant: the acquire script took the
+  -- lock over) and the slot's last: no second take, no second grant.
+  local function reconciled(lock, key, lost)
+    local ms, seq = assert(lost, "no reply was dropped"):match("^%+OK %+QUEUED %+QUEUED %*2 %+OK %$%d+ (%d+)%-(%d+)$")
+    assert.is_truthy(ms, lost)
+    local lost_fence = tonumber(ms) * 16 + tonumber(seq)
+    assert.is_true(lock.fence > lost_fence, lock.fence .. " > " .. lost_fence)
+    assert.are.equal(lock.token, raw:command("GET", "lock:{" .. key .. "}"))
+    assert.are.equal(tostring(lock.fence), raw:command("GET", "lock:{" .. key .. "}:fence"))
+    assert.are.equal(lock.fence, select(2, helpers.fence_record(raw, key)))
+  end
+
+  it("reconciles an acquire whose reply was lost on a reused connection: taken once, a new fence", function()
     local port, stop = proxy("lost:a")
     local c = redislock.new({ port = port })
     assert.are.equal("PONG", c:command("PING")) -- the connection is reused next
     local lock = assert(c:acquire("lost:a", 5)) -- try once: the transport reconciles by itself
-    assert.are.equal(lock.token, raw:command("GET", "lock:{lost:a}"))
-    assert.are.equal("1", raw:command("GET", "lock:{lost:a}:fence"))
-    assert.are.equal(1, lock.fence)
-    assert.is_true(lock:release())
-    assert.are.equal(1, stop())
+    local dropped, lost = stop()
+    assert.are.equal(1, dropped)
+    reconciled(lock, "lost:a", lost)
+    assert.is_true(srv:client():from_token("lost:a", lock.token):release()) -- the proxy is gone
+    assert.are.equal(0, raw:command("EXISTS", "lock:{lost:a}", "lock:{lost:a}:fence"))
     c:close()
   end)
 
@@ -62,9 +84,9 @@ describe("a command whose reply is lost", function()
     local port, stop = proxy("lost:b")
     local c = redislock.new({ port = port })
     local lock = assert(c:acquire("lost:b", 5, { wait = 2 }))
-    assert.are.equal(1, stop())
-    assert.are.equal(lock.token, raw:command("GET", "lock:{lost:b}"))
-    assert.are.equal("1", raw:command("GET", "lock:{lost:b}:fence"))
+    local dropped, lost = stop()
+    assert.are.equal(1, dropped)
+    reconciled(lock, "lost:b", lost)
     c:close()
   end)
 
@@ -121,11 +143,10 @@ describe("a command whose reply is lost", function()
       assert.are.equal(200, status, body)
       status, body = http.request(nginx.port, "GET", "/acquire?key=lost:n&ttl=5&wait=2")
       assert.are.equal(200, status, body .. nginx:error_log())
-      assert.are.equal(1, stop())
+      local dropped, lost = stop()
+      assert.are.equal(1, dropped)
       local fence, token = body:match("^(%d+) (%S+)")
-      assert.are.equal(token, raw:command("GET", "lock:{lost:n}"))
-      assert.are.equal("1", raw:command("GET", "lock:{lost:n}:fence"))
-      assert.are.equal("1", fence)
+      reconciled({ fence = tonumber(fence), token = token }, "lost:n", lost)
     end)
   end)
 end)

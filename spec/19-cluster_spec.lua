@@ -166,9 +166,16 @@ describe("Redis Cluster", function()
     local lock = assert(c:acquire(key, 5))
     assert.are.equal(lock.token, to:cli("GET", "lock:{moved}"))
     assert.is_true(lock.fence > first.fence)
-    -- One redirected take: its SET, INCR and GET of the era record each answer MOVED.
+    -- One redirected take: its SET and its XADD each answer MOVED (EXEC
+    -- then refuses the transaction), once; the take then goes again to the
+    -- new owner, where it took the lock alone (a take keeps no holder's
+    -- fence key) with a fence of the slot's record there.
     local now_moved = cl:redirects()
-    assert.is_true(now_moved > moved and now_moved <= moved + 3, now_moved - moved)
+    assert.are.equal(moved + 2, now_moved)
+    assert.are.equal("0", to:cli("EXISTS", "lock:{moved}:fence"))
+    local t = to:raw()
+    assert.are.equal(lock.fence, select(2, helpers.fence_record(t, key)))
+    t:close()
     assert.is_true(lock:release())
     c:close()
   end)
@@ -184,7 +191,22 @@ describe("Redis Cluster", function()
     cl:begin_move(slot, from, to)
     finally(function() cl:end_move(slot, from, to) end)
     cl:move_keys(slot, from, to)
+    -- Another client's take meets ASK at the source; after ASKING it goes
+    -- to the target as the acquire script (a transaction after ASKING is
+    -- refused whole), never as a transaction, and the lock is busy.
+    local function multis()
+      return tonumber(to:cli("INFO", "commandstats"):match("cmdstat_multi:calls=(%d+)") or "0")
+    end
     local _, asked = cl:redirects()
+    local m0, other = multis(), client()
+    local none, err = other:acquire(key, 5)
+    other:close()
+    assert.is_nil(none)
+    assert.matches("^busy: ", err)
+    assert.are.equal(m0, multis())
+    local _, asked_busy = cl:redirects()
+    assert.is_true(asked_busy > asked)
+    asked = asked_busy
     assert.is_true(lock:extend(5))
     assert.is_true(lock:ttl() > 4)
     assert.is_true(lock:release())
@@ -200,7 +222,7 @@ describe("Redis Cluster", function()
     local key = "tryagain"
     local slot = core.lock_slot(key)
     local old = assert(c:acquire(key, 5))
-    assert.is_true(old:release()) -- the fence counter stays
+    assert.is_true(old:release()) -- the slot's fence record stays (and moves with the slot)
     local from = cl:owner(slot)
     local to = cl:other_master(from)
     cl:begin_move(slot, from, to)
@@ -234,8 +256,9 @@ describe("Redis Cluster", function()
     local from = cl:owner(slot)
     local to = cl:other_master(from)
     cl:begin_move(slot, from, to)
-    -- The acquire script's waiters mark is missing on the source: its
-    -- keys are in part there, in part nowhere, and Redis says TRYAGAIN.
+    -- The take finds the lock held; the acquire script's waiters mark (and
+    -- the holder's fence key: a take keeps none) are missing on the source:
+    -- its keys are in part there, in part nowhere, and Redis says TRYAGAIN.
     local none, err = other:acquire(key, 5)
     assert.is_nil(none)
     assert.matches('^busy: "moving:held" is held by another owner %(%d', err)

@@ -154,10 +154,10 @@ describe("semaphore", function()
     local lock = assert(client:acquire("pool", 5))
     local permit = assert(client:semaphore("pool", 1):acquire(5))
     local read = assert(client:rwlock("pool"):read(5))
-    -- Beside them only the era record of the slot (csrc/scripts/README.md, "Fences across failovers").
-    local era = "lock:{" .. core.era_tag(core.lock_slot("pool")) .. "}:era"
+    -- Beside them only the slot's fence record (csrc/scripts/README.md, "Fences").
+    local record = "lock:{" .. core.era_tag(core.lock_slot("pool")) .. "}:fences"
     for _, k in ipairs(raw:command("KEYS", "*")) do
-      if k ~= era then assert.matches("^lock:{pool}", k) end
+      if k ~= record then assert.matches("^lock:{pool}", k) end
     end
     assert(lock:release()); assert(permit:release()); assert(read:release())
   end)

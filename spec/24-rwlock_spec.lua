@@ -122,10 +122,13 @@ describe("read-write lock", function()
 
   it("with_read and with_write return fn's values, re-raise its error unchanged, and raise lost", function()
     local rw = client:rwlock("doc")
-    assert.are.equal(3, rw:with_read(5, function(h)
+    local fence
+    local got = rw:with_read(5, function(h)
       assert.are.equal(1, raw:command("ZCARD", "lock:{doc}:rw:readers"))
+      fence = h.fence
       return h.fence + 2
-    end))
+    end)
+    assert.are.equal(fence + 2, got)
     local value = setmetatable({}, { __tostring = function() return "mine" end })
     local ok, err = pcall(rw.with_write, rw, 5, function() error(value) end)
     assert.is_false(ok)

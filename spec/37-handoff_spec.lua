@@ -309,13 +309,13 @@ describe("the handoff", function()
       assert.is_true(a:release()) -- handed to w, whose wake-up nobody takes yet
       local handed = tonumber(raw:command("LINDEX", "lock:{pool}:permits:signal:" .. w, -1):match("^(%d+) "))
       assert.is_true(b:release())
-      local x = assert(sem:acquire(30)) -- another holder beside w: the counter grew
+      local x = assert(sem:acquire(30)) -- another holder beside w, with a newer fence
       assert.is_true(x.fence > handed)
       local status, fence = t:eval("sem_acquire_wait", "pool", w, 30000, { n = 2 })
       assert.are.equal(1, status)
-      assert.are.equal(handed, fence) -- its own, not the counter's
+      assert.are.equal(handed, fence) -- its own, handed with the permit: not a new one
       assert.are.equal(0, raw:command("EXISTS", "lock:{pool}:permits:signal:" .. w))
-      -- A waiter that gives up gives back what its token holds (a take
+      -- A waiter that gives up gives back what its token holds (an acquire
       -- whose answer was lost, here w's permit).
       t:eval("sem_leave", "pool", w)
       assert.is_false(raw:command("ZSCORE", "lock:{pool}:permits", w))

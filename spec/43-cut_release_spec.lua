@@ -39,9 +39,12 @@ describe("OpenResty: a release whose light thread is killed midway", function()
   end)
 
   -- Runs /cut_release on key while how(srv) holds the server up once the
-  -- request took the lock; returns the handler's words.
+  -- request took the lock; returns the handler's words. The release starts
+  -- 1.5 s after the acquire, and how holds the server up 3 s: on a loaded
+  -- machine how may start late (a redis-cli to start), and the release must
+  -- still meet the server held up, until after its kill 0.2 s in.
   local function cut(key, how)
-    local request = http.start(nginx.port, "GET", "/cut_release?key=" .. key .. "&wait=0.5&cut=0.2", { timeout = 30 })
+    local request = http.start(nginx.port, "GET", "/cut_release?key=" .. key .. "&wait=1.5&cut=0.2", { timeout = 30 })
     assert(helpers.eventually(5, function() return raw:command("EXISTS", "lock:{" .. key .. "}") == 1 end),
            "the request never took the lock")
     how()
@@ -54,7 +57,7 @@ describe("OpenResty: a release whose light thread is killed midway", function()
 
   it("while its answer is awaited: the release lands, and the handle says so", function()
     local exists, ok, err, again = cut("cut:await", function()
-      os.execute("redis-cli -p " .. srv.port .. " DEBUG SLEEP 1 >/dev/null 2>&1 &")
+      os.execute("redis-cli -p " .. srv.port .. " DEBUG SLEEP 3 >/dev/null 2>&1 &")
     end)
     -- Sent before the kill; whether the server ran it once awake depends on
     -- how the killed thread's connection was closed. Either way nothing is
@@ -73,7 +76,7 @@ describe("OpenResty: a release whose light thread is killed midway", function()
     local exists, ok, err, again = cut("cut:busy", function()
       assert.are.equal("OK", srv:cli("CONFIG", "SET", "busy-reply-threshold", "100"))
       local script = "local function t() local x = redis.call('TIME') return x[1] + x[2] / 1e6 end "
-                     .. "local s = t() while t() - s < 1 do end return 1"
+                     .. "local s = t() while t() - s < 3 do end return 1"
       os.execute("redis-cli -p " .. srv.port .. " EVAL " .. helpers.sh_quote(script) .. " 0 >/dev/null 2>&1 &")
       assert(helpers.eventually(5, function() return srv:cli("PING"):find("BUSY", 1, true) end))
     end)

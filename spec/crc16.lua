@@ -1,6 +1,6 @@
 -- SPDX-License-Identifier: MIT
 -- Redis Cluster's key slot (CRC16/XMODEM of the hash tag, mod 16384), so specs
--- can check that a lock and its fence counter land on the same slot.
+-- can check that a lock, its holder's fence and the slot's fence record land on the same slot.
 local crc16 = {}
 
 -- Bit operations for both LuaJIT (bit library) and Lua 5.4 (operators, which

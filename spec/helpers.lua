@@ -397,6 +397,23 @@ function helpers.blocked(raw)
   return tonumber(raw:command("INFO", "clients"):match("blocked_clients:(%d+)"))
 end
 
+--- The slot's fence record of key (under prefix, "lock:" by default) on the
+-- server raw: its name, and the last fence it stands for (its stream's
+-- last ID "<ms>-<seq>" as ms * 16 + seq: csrc/scripts/README.md, "Fences"),
+-- or nil when there is none.
+function helpers.fence_record(raw, key, prefix)
+  local name = (prefix or "lock:") .. "{" .. core.era_tag(core.lock_slot(key)) .. "}:fences"
+  if raw:command("TYPE", name) ~= "stream" then return name, nil end
+  local info = raw:command("XINFO", "STREAM", name)
+  for i = 1, #info, 2 do
+    if info[i] == "last-generated-id" then
+      local ms, seq = info[i + 1]:match("^(%d+)%-(%d+)$")
+      return name, tonumber(ms) * 16 + tonumber(seq)
+    end
+  end
+  return name, nil
+end
+
 --- Lock scripts the server raw has run since its last CONFIG RESETSTAT (an
 -- EVALSHA refused with NOSCRIPT, then sent as EVAL, counts once).
 function helpers.scripts_run(raw)

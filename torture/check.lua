@@ -13,22 +13,25 @@
 --    when they have the same token too: a lock handed down within an nginx
 --    worker, one section after the other), or a
 --    section that entered after another one left, whose lock was asked for
---    after that one entered, yet holds a lower fence (inversions), within
---    one lifetime of the lock server (a restart without its data starts the
---    fences again: the documented loss). Refused stale writes (the register
---    answered stale) are the fence doing its job, counted. Where a failover may
---    happen (o.failover), a lower fence from another master than the
---    earlier section's (the E line's node) is a deposed master still
---    granting in its older era, or a master named again after a failover
---    that was undone (csrc/scripts/README.md, "Fences across failovers"), which the
---    design allows: counted apart, with whether the register took its
---    write; from the same master it is an inversion.
+--    after that one entered, yet holds a lower fence (inversions), across
+--    every fault and whichever master granted either: fences follow the
+--    granting server's clock (csrc/scripts/lib/next_fence.lua), so a server
+--    restarted without its data, a promoted replica, a deposed master still
+--    granting and an old master named again after a failover undone all
+--    hand out fences above every one handed out before. Refused stale
+--    writes (the register answered stale) are the fence doing its job,
+--    counted; but a section that overlapped no other section of its key
+--    and was not told (with_lock raised nothing) held the lock alone by
+--    every account: its write refused is a legitimate write refused,
+--    counted apart while a fault ran (its window: from its start to a TTL
+--    and a second after its end), an anomaly outside every fault's window.
 --  * lost updates: the register's counter against the sections that wrote it.
 --  * crashes (a worker that exited non-zero or without its DONE line), hangs,
 --    errors without a code word, redis errors while wait time was left, and
 --    lock keys left after everything expired.
 -- Holds when there are no silent overlaps (but those counted apart), fence
--- anomalies, crashes, hangs, uncoded errors or redis errors with wait left,
+-- anomalies (legitimate writes refused outside every fault's window among
+-- them), crashes, hangs, uncoded errors or redis errors with wait left,
 -- and no keys are left.
 local helpers = require "spec.helpers"
 
@@ -42,10 +45,9 @@ local function read_log(w, sections, failures)
   for line in text:gmatch("[^\n]+") do
     local kind, rest = line:match("^(%u+) ?(.*)$")
     if kind == "E" then
-      local t, key, fence, mode, life, node, sent, token =
-        rest:match("^(%S+) (%S+) (%d+) (%S+) (%d+) ?(%S*) ?(%S*) ?(%S*)")
+      local t, key, fence, mode, node, sent, token = rest:match("^(%S+) (%S+) (%d+) (%S+) ?(%S*) ?(%S*) ?(%S*)")
       open = { worker = w.id, enter = tonumber(t), key = key, fence = tonumber(fence), mode = mode,
-               life = tonumber(life), node = node, sent = tonumber(sent) or tonumber(t),
+               node = node, sent = tonumber(sent) or tonumber(t),
                token = token ~= "" and token or nil }
       sections[#sections + 1] = open
     elseif kind == "X" and open then
@@ -88,8 +90,6 @@ end
 -- register(cli args...) -> string, keys_left, seed, failover, windows,
 -- fault_log ({ from, to, kind } per fault injected), ttl }. Returns { ok,
 -- summary, details, by_fault (a line per kind of fault) }.
--- A section's lifetime of the lock server is the one the register counted
--- when it began (the injector counts restarts without data there).
 function _M.run(o)
   local sections, failures, details = {}, {}, {}
   local crashes = 0
@@ -105,7 +105,7 @@ function _M.run(o)
 
   -- Overlaps and fences, key by key.
   local silent, told, dups, inversions, stale, silent_stale = 0, 0, 0, 0, 0, 0
-  local deposed, deposed_written = 0, 0 -- a deposed master's grants after a newer era's, and those written
+  local refused, refused_out = 0, 0 -- legitimate writes refused, and those outside every fault's window
   local clock, clock_order = 0, 0 -- silent overlaps during a clock jump
   local split, split_order = 0, 0 -- silent overlaps of sections two masters granted (o.failover)
   -- Whether sections a and b (when known) were both inside during a clock jump.
@@ -121,14 +121,20 @@ function _M.run(o)
   -- after it, while its effects last): the fault that began last before t.
   local by_fault, fault_order = {}, {}
   local windows_in = o.fault_log or {}
-  local function tally(t, field)
-    local kind = "no fault"
+  -- The kind of fault whose window holds t, or nil.
+  local function fault_at(t)
+    local kind
     for _, f in ipairs(windows_in) do
       if f.from <= t and t <= f.to + (o.ttl or 1) + 1 then kind = f.kind end
     end
+    return kind
+  end
+  local function tally(t, field)
+    local kind = fault_at(t) or "no fault"
     local row = by_fault[kind]
     if not row then
-      row = { kind = kind, sections = 0, told = 0, allowed = 0, silent = 0, anomalies = 0, stale = 0, failed = {} }
+      row = { kind = kind, sections = 0, told = 0, allowed = 0, silent = 0, anomalies = 0, stale = 0, refused = 0,
+              failed = {} }
       by_fault[kind] = row
       fault_order[#fault_order + 1] = row
     end
@@ -152,7 +158,7 @@ function _M.run(o)
     local seen = {}
     for i, a in ipairs(list) do
       if a.outcome then writes = writes + 1 end
-      local id = a.life .. ":" .. a.fence
+      local id = a.fence
       -- The same fence with the same token is one lock handed down within
       -- an nginx worker (redislock/ngx_gate.lua), section after section.
       if seen[id] and not (a.token and seen[id].token == a.token) then
@@ -170,18 +176,15 @@ function _M.run(o)
           -- between its grant and its entry (Redlock's two phases leave a
           -- wide window) enters late, with the fence it was granted before
           -- a's, and is told it lost the lock.
-          if b.fence < a.fence and b.life == a.life and b.sent >= a.enter then
-            if o.failover and b.node ~= a.node then
-              deposed = deposed + 1
-              if b.outcome == "ok" then deposed_written = deposed_written + 1 end
-            else
-              inversions = inversions + 1
-              tally(b.enter, "anomalies")
-              details[#details + 1] = string.format("%s: fence %d (worker %d) entered after fence %d (worker %d) left",
-                                                    key, b.fence, b.worker, a.fence, a.worker)
-            end
+          if b.fence < a.fence and b.sent >= a.enter then
+            inversions = inversions + 1
+            tally(b.enter, "anomalies")
+            details[#details + 1] = string.format("%s: fence %d (worker %d, master %s, write %s) entered after fence "
+              .. "%d (worker %d, master %s) left", key, b.fence, b.worker, b.node, tostring(b.outcome), a.fence,
+              a.worker, a.node)
           end
         elseif a.worker ~= b.worker then
+          a.overlapped, b.overlapped = true, true
           if a.told or b.told then
             told = told + 1
             tally(b.enter, "told")
@@ -201,24 +204,37 @@ function _M.run(o)
       end
     end
   end
+  -- Writes refused to a section that held the lock alone, and was not told.
+  for _, s in ipairs(sections) do
+    if s.outcome == "stale" and not s.told and not s.overlapped then
+      refused = refused + 1
+      if fault_at(s.exit) then
+        tally(s.exit, "refused")
+      else
+        refused_out = refused_out + 1
+        tally(s.exit, "anomalies")
+        details[#details + 1] = string.format("%s: fence %d (worker %d, master %s) held the lock alone, its write "
+          .. "refused at %.3f, outside every fault's window", s.key, s.fence, s.worker, s.node, s.exit)
+      end
+    end
+  end
   -- The same, clock-free: in the register's order of "in"/"out" events.
   local silent_order, told_order = 0, 0
-  local function section_of(key, worker, fence, life)
+  local function section_of(key, worker, fence)
     for _, s in ipairs(by_key[key] or {}) do
-      if s.worker == worker and s.fence == fence and s.life == life then return s end
+      if s.worker == worker and s.fence == fence then return s end
     end
   end
   for k = 1, o.nkeys do
     local key = "k" .. k
     local inside = {}
     for event in o.register("LRANGE", "history:" .. key, "0", "-1"):gmatch("[^\n]+") do
-      local what, worker, fence, life = event:match("^(%a+) (%d+) (%d+) (%d+)$")
-      worker, fence, life = tonumber(worker), tonumber(fence), tonumber(life)
+      local what, worker, fence = event:match("^(%a+) (%d+) (%d+)$")
+      worker, fence = tonumber(worker), tonumber(fence)
       if what == "in" then
-        local a = section_of(key, worker, fence, life)
-        for other, o_in in pairs(inside) do
-          local ofence = o_in.fence
-          local b = section_of(key, other, ofence, o_in.life)
+        local a = section_of(key, worker, fence)
+        for other, ofence in pairs(inside) do
+          local b = section_of(key, other, ofence)
           if (a and a.told) or (b and b.told) then
             told_order = told_order + 1
           elseif jumped(a, b) then
@@ -231,7 +247,7 @@ function _M.run(o)
               .. "worker %d (fence %d) was inside, and neither was told", key, worker, fence, other, ofence)
           end
         end
-        inside[worker] = { fence = fence, life = life }
+        inside[worker] = fence
       elseif what == "out" then
         inside[worker] = nil
       end
@@ -261,7 +277,8 @@ function _M.run(o)
   for _, key in ipairs(o.keys_left) do details[#details + 1] = "left behind: " .. key end
   for _, id in ipairs(o.hung) do details[#details + 1] = "worker " .. id .. " hung (killed)" end
 
-  local ok = silent == 0 and silent_order == 0 and dups == 0 and inversions == 0 and crashes == 0
+  local fences_ok = dups == 0 and inversions == 0 and refused_out == 0
+  local ok = silent == 0 and silent_order == 0 and fences_ok and crashes == 0
     and #o.hung == 0 and uncoded == 0 and redis_with_wait == 0 and #o.keys_left == 0
   local code_list = {}
   for code, n in pairs(codes) do code_list[#code_list + 1] = code .. " " .. n end
@@ -269,7 +286,8 @@ function _M.run(o)
   local summary = string.format(
     "torture %s: %s: %d silent overlaps in %s sections (%d workers, %g s, %d faults, seed %d); %d told overlaps; "
       .. "in the register's order %d silent, %d told%s; "
-      .. "fences %s (%d duplicates, %d inversions; %d stale writes refused, %d of them silent%s); "
+      .. "fences %s (%d duplicates, %d inversions; %d stale writes refused, %d of them silent; %d legitimate writes "
+      .. "refused (the lock held alone, not told), %d of them outside every fault's window); "
       .. "%d lost updates; %d crashes, %d hangs, %d uncoded errors, %d redis errors with wait left, %d keys left; "
       .. "failed calls: %s",
     o.topology or "single", ok and "holds" or "FAILS", silent, commas(#sections), #o.workers, o.seconds, o.faults,
@@ -278,9 +296,7 @@ function _M.run(o)
                                  clock, clock_order) or "")
       .. (o.failover and string.format("; %d silent overlaps of sections two masters granted (%d in the register's "
                                        .. "order)", split, split_order) or ""),
-    (dups == 0 and inversions == 0) and "ok" or "BROKEN", dups, inversions, stale, silent_stale,
-    o.failover and string.format("; %d lower fences from another master after a higher one (a deposed master, or "
-                                 .. "a failover undone), %d of them written", deposed, deposed_written) or "",
+    fences_ok and "ok" or "BROKEN", dups, inversions, stale, silent_stale, refused, refused_out,
     writes - counted, crashes, #o.hung, uncoded, redis_with_wait, #o.keys_left,
     #code_list > 0 and table.concat(code_list, ", ") or "none")
   -- One line per kind of fault, the most sections first.
@@ -291,8 +307,9 @@ function _M.run(o)
     for code, n in pairs(row.failed) do failed[#failed + 1] = code .. " " .. n end
     table.sort(failed)
     lines[#lines + 1] = string.format("%s: %s sections, %d told overlaps, %d silent overlaps the design allows, "
-      .. "%d other silent overlaps, %d fence anomalies, %d stale writes refused; failed calls: %s", row.kind,
-      commas(row.sections), row.told, row.allowed, row.silent, row.anomalies, row.stale,
+      .. "%d other silent overlaps, %d fence anomalies, %d stale writes refused (%d of them legitimate); failed "
+      .. "calls: %s", row.kind, commas(row.sections), row.told, row.allowed, row.silent, row.anomalies, row.stale,
+      row.refused,
       #failed > 0 and table.concat(failed, ", ") or "none")
   end
   return { ok = ok, summary = summary, details = details, by_fault = lines }

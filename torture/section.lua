@@ -3,7 +3,7 @@
 -- the OpenResty ones (torture/ngx_app.lua): what a section is, how it is
 -- picked, and the log lines it leaves (on the monotonic clock every process
 -- shares):
---   E <now> <key> <fence> <mode> <lifetime of the lock server> <node> <sent> <token>
+--   E <now> <key> <fence> <mode> <node> <sent> <token>
 --                                        node: the port of the master the
 --                                        client used (Sentinel, Cluster), else "-";
 --                                        sent: when the try that took the
@@ -21,7 +21,7 @@
 -- Inside, a read-modify-write of the key's counter and a fenced write
 -- (lock:fenced(register), redislock/guard.lua), both on the register (never
 -- faulted); entry and exit also go to the register's
--- list history:<key> ("in|out <id> <fence> <lifetime>"), its own order, for
+-- list history:<key> ("in|out <id> <fence>"), its own order, for
 -- a check that needs no clock.
 local core = require "redislock.core"
 
@@ -88,18 +88,17 @@ function _M.run(s, id, ttl, with_lock, client, register, sleep, log)
     -- (internal) field, read before anything yields (OpenResty's watch may
     -- move it, another request's script may change it).
     local node = type(lock._t) == "table" and rawget(lock._t, "_port") or "-"
-    local life = register:command("GET", "lifetime") or "0"
-    local event = id .. " " .. lock.fence .. " " .. life
+    local event = id .. " " .. lock.fence
     register:command("RPUSH", "history:" .. key, "in " .. event)
-    log(string.format("E %.6f %s %d %s %s %s %.6f %s\n", core.now(), key, lock.fence, s.mode, life, tostring(node),
+    log(string.format("E %.6f %s %d %s %s %.6f %s\n", core.now(), key, lock.fence, s.mode, tostring(node),
                       rawget(lock, "_since") or started, lock.token))
     local n = tonumber(register:command("GET", "count:" .. key)) or 0
     sleep(s.hold)
     register:command("SET", "count:" .. key, n + 1)
-    -- The resource: one per key and lifetime of the lock server (a restart
-    -- without data starts the fences again; the injector counts lifetimes
-    -- in the register's "lifetime" key).
-    local accepted, why = lock:fenced(register):set("resource:" .. key .. ":" .. life, event)
+    -- The resource: one per key, across every fault (a server restarted
+    -- without its data, a promoted replica, a master named again: their
+    -- fences follow the clock, above every earlier one).
+    local accepted, why = lock:fenced(register):set("resource:" .. key, event)
     register:command("RPUSH", "history:" .. key, "out " .. event)
     local outcome = accepted and "ok" or (tostring(why):match("^(%a+):") or "error")
     log(string.format("X %.6f %s %d %s\n", core.now(), key, lock.fence, outcome))

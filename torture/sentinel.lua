@@ -11,7 +11,12 @@
 --  * the master killed (SIGKILL) and started again, or paused (SIGSTOP) past
 --    down-after-milliseconds;
 --  * a replica paused, a sentinel cut off or killed and started again;
---  * the master's clients killed (CLIENT KILL).
+--  * the master's clients killed (CLIENT KILL);
+--  * a failover undone: the master cut off from the group until the
+--    sentinels promote a replica, the clients taking locks on it for 1 to 3
+--    s, then the old master named again, never demoted (the sentinels
+--    monitor it anew, the other nodes are made its replicas again): its
+--    data unchanged, the promoted replica's locks gone.
 -- Every node and sentinel has a loopback address of its own (127.0.0.11 ...,
 -- 127.0.0.21 ...), which needs the namespace run.sh makes as root; elsewhere
 -- they share 127.0.0.1 and the partitions are left out (said in the log).
@@ -79,8 +84,7 @@ function _M.start(own)
   for i, s in ipairs(g.sentinels) do addrs[i] = s.host .. ":" .. s.port end
   g.where = "sentinel=" .. table.concat(addrs, ",") .. "@mymaster"
   -- Ready once both replicas have their first copy of the master's data (a
-  -- replica promoted before that has none: its fences start over, as a
-  -- server's restarted without its data; docs/guarantees.md) and every sentinel
+  -- replica promoted before that has none of the locks) and every sentinel
   -- knows both replicas and the two other sentinels.
   assert(helpers.eventually(30, function()
     for i = 2, 3 do
@@ -226,7 +230,60 @@ function Group:faults()
       return "CLIENT KILL TYPE normal on the master: " .. m:cli("CLIENT", "KILL", "TYPE", "normal")
     end,
   }
-  if not g.own then table.remove(list, 1) end -- no partitions without addresses of their own
+  if not g.own then
+    table.remove(list, 1) -- no partitions without addresses of their own
+    return list
+  end
+  list[#list + 1] = function()
+    local m = g:master()
+    if not m then return "no master named now: no failover to undo" end
+    local began = core.now()
+    local cut = g:cut(m.host, g:all_but(m.host))
+    -- The sentinels' own failover: a second for down-after-milliseconds,
+    -- then their vote.
+    local r = helpers.eventually(10, function()
+      local now = g:master()
+      return now ~= m and now
+    end)
+    if not r then
+      g:heal(cut)
+      return string.format("failover undone: none came in 10 s; master :%d cut off, then healed", m.port)
+    end
+    local promoted = core.now() - began
+    local s = 1 + 2 * math.random()
+    core.sleep(s)
+    -- m named again, never demoted: the sentinels forget r's election, all
+    -- of them at once, then monitor m anew (epoch 0), while m is still cut
+    -- off from them, so that none can demote it. Not one after the other: a
+    -- sentinel that still knew r's election would tell one that monitors m
+    -- anew (their hellos), and r's epoch, higher, would win (make torture
+    -- saw it, the calls 1.8 s apart under load). A client that asks in
+    -- between (a few ms) is told no sentinel knows the master.
+    local forget, monitor = {}, {}
+    for i, x in ipairs(g.sentinels) do
+      local to = "redis-cli -h " .. x.host .. " -p " .. x.port .. " SENTINEL "
+      forget[i] = to .. "REMOVE mymaster &"
+      monitor[i] = "(" .. to .. "MONITOR mymaster " .. m.host .. " " .. m.port .. " 2; " .. to .. "SET mymaster "
+        .. "down-after-milliseconds 1000 failover-timeout 4000 parallel-syncs 2) &"
+    end
+    helpers.run(table.concat(forget, " ") .. " wait; " .. table.concat(monitor, " ") .. " wait")
+    g:heal(cut)
+    -- The other nodes, r among them, copy m again (r's locks are gone).
+    for _, n in ipairs(g.nodes) do
+      if n ~= m then n:cli("REPLICAOF", m.host, tostring(m.port)) end
+    end
+    local named = helpers.eventually(10, function()
+      for _, x in ipairs(g.sentinels) do
+        if not cli(x.host, x.port, "SENTINEL", "get-master-addr-by-name", "mymaster"):find("\n" .. m.port .. "$") then
+          return false
+        end
+      end
+      return true
+    end)
+    return string.format("failover undone: master :%d cut off, replica :%d promoted by the sentinels %.2f s later, "
+                         .. "master for %.2f s; then :%d named again, never demoted (%s)", m.port, r.port, promoted,
+                         s, m.port, named and "every sentinel names it" or "NOT named by every sentinel in 10 s")
+  end
   return list
 end
 

@@ -8,7 +8,7 @@
 -- else queues the token (keeping its first arrival), registered for a
 -- handoff (README.md, "Handing over"), and answers {-1, PTTL of the
 -- holder, or -2 when the lock is free}.
---! include era first_live hand_to_heir list register_in server_time stale
+--! include first_live grant hand_to_heir list register_in server_time stale
 local now, t = server_time()
 local signal = KEYS[1] .. ':signal'
 local v = redis.call('GET', KEYS[1])
@@ -17,9 +17,7 @@ if v == ARGV[1] then
   list('DEL', signal .. ':' .. ARGV[1])
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('HDEL', KEYS[4], ARGV[1])
-  local fence = redis.call('GET', KEYS[2])
-  if fence then return {1, tonumber(fence) + era(KEYS[6])} end
-  return {1, redis.call('INCR', KEYS[2]) + era(KEYS[6])}
+  return {1, grant(KEYS[2], KEYS[6], ARGV[2])}
 end
 local s = v and stale(KEYS[1], signal, v)
 if s == 0 then v = false end
@@ -29,9 +27,9 @@ if not v then
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
     redis.call('ZREM', KEYS[3], ARGV[1])
     redis.call('HDEL', KEYS[4], ARGV[1])
-    return {1, redis.call('INCR', KEYS[2]) + era(KEYS[6])}
+    return {1, grant(KEYS[2], KEYS[6], ARGV[2])}
   end
-  hand_to_heir(KEYS[1], signal, KEYS[3], KEYS[4], KEYS[2], KEYS[6], nil, heir, hms, since, false, now)
+  hand_to_heir(KEYS[1], signal, KEYS[3], KEYS[4], KEYS[2], KEYS[6], heir, hms, since, false, now)
 end
 local left = redis.call('PTTL', KEYS[1])
 if s and s > 0 and s < left then left = s end

@@ -10,12 +10,12 @@
 -- lock or reads its holder: SET NX GET (Redis 7), or SET NX then GET where
 -- that is refused (Redis 6: one call more, and a refused one in INFO
 -- errorstats).
---! include era list ready_member register_ready server_time stale
+--! include grant list ready_member register_ready server_time stale
 local member = ready_member(ARGV[3], ARGV[1])
 
-local function taken(fence)
+local function taken()
   redis.call('ZREM', KEYS[3], member)
-  return fence + era(KEYS[4])
+  return grant(KEYS[2], KEYS[4], ARGV[2])
 end
 
 local function take()
@@ -24,18 +24,16 @@ end
 
 local v = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
 if type(v) == 'table' and v.err then v = not take() and redis.call('GET', KEYS[1]) end
-if not v then return taken(redis.call('INCR', KEYS[2])) end
+if not v then return taken() end
 if v == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   list('DEL', KEYS[1] .. ':signal:' .. ARGV[1])
-  local fence = tonumber(redis.call('GET', KEYS[2]))
-  if fence and fence >= 1 then return taken(fence) end
-  return taken(redis.call('INCR', KEYS[2]))
+  return taken()
 end
 local signal = KEYS[1] .. ':signal'
 local left = redis.call('PTTL', KEYS[1])
 local s = stale(KEYS[1], signal, v)
-if s == 0 and take() then return taken(redis.call('INCR', KEYS[2])) end
+if s == 0 and take() then return taken() end
 if s and s > 0 and s < left then left = s end
 register_ready(signal, KEYS[3], ARGV[1], member, ARGV[4], server_time())
 return -2 - left

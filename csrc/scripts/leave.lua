@@ -12,11 +12,11 @@ redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('ZREM', KEYS[7], ready_member(ARGV[2], ARGV[1]))
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[5])
   list('DEL', KEYS[2] .. ':' .. ARGV[1])
   v = false
 end
 if not v then
-  hand_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], nil, server_time())
+  hand_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], server_time())
 end
 return {0, 0}

@@ -19,7 +19,7 @@ if resent or (wleft == -2 and redis.call('ZCARD', KEYS[4]) == 0) then
   redis.call('ZADD', KEYS[1], whole(now + tonumber(ARGV[2])), ARGV[1])
   zset_expire(KEYS[1], now)
   redis.call('ZREM', KEYS[5], ARGV[1])
-  return fence_of(KEYS[3], KEYS[6], resent)
+  return fence_of(KEYS[3], KEYS[6])
 end
 local left = wleft
 if left < 0 then

@@ -15,6 +15,6 @@ if redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf') == 0
   -- The last reader out, and somebody may wait (the fragments come here:
   -- see release.lua).
   --! include rw_hand_or_wake
-  pcall(rw_hand_or_wake, KEYS[4], KEYS[2], KEYS[3], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], now)
+  pcall(rw_hand_or_wake, KEYS[4], KEYS[2], KEYS[3], KEYS[5], KEYS[6], KEYS[8], KEYS[9], now)
 end
 return 1

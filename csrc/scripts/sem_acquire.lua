@@ -16,7 +16,7 @@ if resent or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then
   zset_expire(KEYS[1], now)
   local handed_fence = resent and sem_handed_fence(KEYS[1], ARGV[1])
   if handed_fence then return handed_fence end
-  return fence_of(KEYS[2], KEYS[4], resent)
+  return fence_of(KEYS[2], KEYS[4])
 end
 local left = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]) - now
 local oldest = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')[2]

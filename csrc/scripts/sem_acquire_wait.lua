@@ -16,7 +16,7 @@ if resent or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('HDEL', KEYS[4], ARGV[1])
   if handed_fence then return handed_fence end
-  return fence_of(KEYS[2], KEYS[6], resent)
+  return fence_of(KEYS[2], KEYS[6])
 end
 local left = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]) - now
 register_in(KEYS[1] .. ':signal', KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[4], now, t)

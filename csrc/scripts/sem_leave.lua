@@ -14,7 +14,7 @@ local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if s then
   redis.call('ZREM', KEYS[1], ARGV[1])
   if tonumber(s) > now then
-    sem_hand_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], now)
+    sem_hand_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], now)
   end
 end
 return {0, 0}

@@ -14,5 +14,5 @@ if tonumber(s) <= now then return 0 end
 if redis.call('EXISTS', KEYS[3]) == 0 then return 1 end
 -- Somebody may wait (the fragments come here: see release.lua).
 --! include sem_hand_next
-pcall(sem_hand_next, KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], now)
+pcall(sem_hand_next, KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[7], KEYS[8], now)
 return 1

@@ -12,7 +12,7 @@ local now = server_time()
 local v, s, took = writer_try(KEYS[1], KEYS[2], KEYS[4], KEYS[7], ARGV[1], ARGV[2], now)
 if took then
   redis.call('ZREM', KEYS[5], ARGV[1])
-  return fence_of(KEYS[3], KEYS[6], v)
+  return fence_of(KEYS[3], KEYS[6])
 end
 redis.call('ZADD', KEYS[4], whole(now + tonumber(ARGV[3])), ARGV[1])
 redis.call('PEXPIRE', KEYS[4], ARGV[3])

@@ -14,7 +14,7 @@ if took then
   redis.call('ZREM', KEYS[7], ARGV[1])
   redis.call('HDEL', KEYS[8], ARGV[1])
   if v then list('DEL', KEYS[5] .. ':' .. ARGV[1]) end
-  return fence_of(KEYS[3], KEYS[6], v)
+  return fence_of(KEYS[3], KEYS[6])
 end
 redis.call('ZADD', KEYS[4], whole(now + tonumber(ARGV[4])), ARGV[1])
 redis.call('PEXPIRE', KEYS[4], ARGV[4])

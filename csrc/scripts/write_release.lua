@@ -16,7 +16,7 @@ if redis.call('EXISTS', KEYS[3], KEYS[4]) == 0 then
 end
 -- Somebody may wait (the fragments come here: see release.lua).
 --! include rw_hand_or_wake server_time
-local ok, handed = pcall(rw_hand_or_wake, KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8],
+local ok, handed = pcall(rw_hand_or_wake, KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7], KEYS[8],
                          server_time())
 if not (ok and handed) then redis.call('DEL', KEYS[1]) end
 return 1

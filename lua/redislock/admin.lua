@@ -28,7 +28,7 @@ end
 
 --- inspect(client, key) -> { held, ttl, fence, token, holder } | nil, err:
 -- held (boolean); ttl (seconds left, nil when free or without expiry);
--- fence (the last fence handed out, nil when none yet); token and holder
+-- fence (its holder's, nil when the lock is free); token and holder
 -- (see holder_of) when held.
 function _M.inspect(client, key)
   local reply, err = client._transport:script("inspect", key)
@@ -43,8 +43,8 @@ function _M.inspect(client, key)
 end
 
 --- force_release(client, key) -> true (it was held) | false (it was free) | nil, err:
--- deletes the lock whoever holds it and wakes one waiter; the fence
--- counter stays, so the next holder's fence is larger.
+-- deletes the lock whoever holds it and wakes one waiter; the next
+-- holder's fence is larger (the slot's fence record stays).
 function _M.force_release(client, key)
   local reply, err = client._transport:script("force_release", key)
   if reply == nil then return nil, err end

@@ -8,11 +8,10 @@
 -- next campaigner by the release (a resign) in one round trip, fenced. The
 -- lock is "election:<name>" (prefix and hash tag as a lock's); its token
 -- ends with " <value>", so whoever reads the lock reads the leader's value
--- with it. It is taken by the acquire scripts only, never by a take (which
--- bumps the fence counter even when it finds the lock held): the counter
--- is then the holder's own fence, and it is the leader's term, read back
--- by anyone. Terms grow with every leader, and across a failover as
--- fences do.
+-- with it. The acquire scripts keep its holder's fence beside it for as
+-- long as the lock (csrc/scripts/lib/grant.lua): that fence is the
+-- leader's term, read back by anyone. Terms grow with every leader, and
+-- across a failover as fences do (docs/guarantees.md).
 --
 -- The leadership is redislock/leadership.lua's; observers are
 -- redislock/observe.lua's; under OpenResty, `every` is

@@ -117,6 +117,24 @@ local function observe_take(self, began, key, kind, fence, sent)
 end
 _M.observe_take = observe_take
 
+-- Refusals of a script's command itself, before it ran: the user may not
+-- run EVALSHA (or EVAL, or touch its keys), no such script, no memory for a
+-- script that declares writes.
+local REFUSED = { NOPERM = true, NOSCRIPT = true, OOM = true }
+
+-- Whether err (an acquire's error message) says that it left nothing to
+-- give back: its call gave back what its take took (the C call's message
+-- then ends "; nothing its first try took is left", rl_call.c), or its
+-- script ran nothing: refused itself, or for a passing state (READONLY,
+-- LOADING ...: redislock/lock.lua's passing). An error from a command
+-- within a script names the script's line ("@user_script", Redis 6 and
+-- 7): it ran up to there.
+local function ran_nothing(err)
+  if err:sub(-36) == "; nothing its first try took is left" then return true end
+  if err:find("@user_script", 1, true) then return false end
+  return lock_mod.passing(err) or REFUSED[err:match("^redis: (%u+)") or ""] == true
+end
+
 -- acquire after its arguments were checked (how.scoped: with_lock's lock,
 -- which must not outlive the running thread, see redislock/ngx_lease.lua);
 -- kind: how to take it (wait.take's; nil for a lock; kind.tail, when
@@ -131,11 +149,11 @@ local function acquire(self, key, ms, how, kind)
     -- Refused after a step that may have taken it (a script that wrote, then
     -- met a command the user may not run): no hold of nobody's is left for
     -- its TTL. The token is this try's own; its release compares it on the
-    -- server. The C core undoes a take by plain commands itself (for a
-    -- user who may run no script), and then says that nothing is left. A
-    -- refusal for a passing state (READONLY, LOADING ...) ran nothing.
-    if sent:sub(1, 6) == "redis:" and not lock_mod.passing(sent)
-       and not sent:find("; nothing its first try took is left", 1, true)
+    -- server. A refusal of the script's command itself (NOPERM for EVALSHA,
+    -- NOSCRIPT, OOM) or for a passing state (READONLY, LOADING ...) ran
+    -- nothing, and a call that gave its take's lock back says so: nothing
+    -- to give back, and no release to try (ran_nothing).
+    if sent:sub(1, 6) == "redis:" and not ran_nothing(sent)
        and t:eval(kind and kind.ops.release or "release", key, tok) == nil then
       sent = sent .. string_format("; %s may stay taken by this failed try until its TTL runs out",
                                    kind and kind.ops.label:format(quote(key)) or quote(key))

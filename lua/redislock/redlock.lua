@@ -8,23 +8,26 @@
 -- A lock is held when a majority (floor(N/2)+1) of the servers took it and
 -- its validity, ttl - elapsed - drift (drift = 1 % of the ttl + 2 ms), is
 -- still positive. On each server the lock is exactly a single-server lock
--- (the same key, fence counter and token), so a single-server client on any
--- of them sees and respects it.
+-- (the same key, holder's fence and token), so a single-server client on
+-- any of them sees and respects it.
 --
 -- The fence, in two phases. Phase 1: the acquire script on every server
--- answers its counter's INCR; F = the largest among the majority. Phase 2:
--- on every server, only where the lock still holds our token, the counter
--- is raised to at least F (fence_up); F stands only if a majority confirms.
--- Phase 2 is skipped when a majority's INCR answered F itself: their
--- counters reached F while our lock was there, which is all it would do.
--- Why it grows across quorums: two majorities share a server. When B takes
--- the lock after A held it, some server s confirmed A's F_A in phase 2 (A's
--- majority) and granted B in phase 1 (B's majority); s raised its counter
--- to >= F_A before A's lock on s ended (phase 2 needs our token there), and
--- B's INCR on s came after that lock ended, so F_B >= counter(s) + 1 > F_A.
--- The write-back is conditional because an unconditional one would let a
--- paused, expired A push its stale F past B's. It assumes counters survive
--- a restart (appendfsync always).
+-- answers that server's next fence (its clock, or above its slot's fence
+-- record: csrc/scripts/README.md, "Fences"); F = the largest among the
+-- majority. Phase 2: on every server, only where the lock still holds our
+-- token, the record is raised to at least F (fence_up); F stands only if a
+-- majority confirms. Phase 2 is skipped when a majority answered F itself:
+-- their records reached F while our lock was there, which is all it would
+-- do. Why it grows across quorums: two majorities share a server. When B
+-- takes the lock after A held it, some server s confirmed A's F_A in phase
+-- 2 (A's majority) and granted B in phase 1 (B's majority); s raised its
+-- record to >= F_A before A's lock on s ended (phase 2 needs our token
+-- there), and B's grant on s came after that lock ended, so F_B >=
+-- record(s) + 1 > F_A. The write-back is conditional because an
+-- unconditional one would let a paused, expired A push its stale F past
+-- B's. A server restarted without its data starts from its clock, above
+-- every fence it handed out before (as long as the servers' clocks agree
+-- to within the time a restart takes: docs/guarantees.md).
 
 local args = require "redislock.args"
 local core = require "redislock.core"
@@ -177,10 +180,9 @@ local function acquire(self, key, tok, ms)
     if statuses[i] == 1 and values[i] > fence then fence = values[i] end
   end
   if held >= self.quorum and valid(ms, start) then
-    -- A server whose INCR answered F itself already has its counter at F,
-    -- set while our lock was there: when a majority did, phase 2 would
-    -- change nothing (the common case: servers that grant the same locks
-    -- keep equal counters).
+    -- A server that answered F itself already has its record at F, set
+    -- while our lock was there: when a majority did, phase 2 would change
+    -- nothing.
     local at_f = 0
     for i = 1, self.n do
       if statuses[i] == 1 and values[i] == fence then at_f = at_f + 1 end

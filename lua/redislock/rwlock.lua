@@ -4,8 +4,8 @@
 -- and no reader. Writers come first: once a writer waits, new readers wait
 -- behind it, so a steady stream of readers cannot starve it. Each hold (read
 -- or write) is a lock object (redislock/lock.lua) with the read-write lock's
--- scripts: owned, expiring by its TTL, renewed, fenced (one counter for both
--- kinds of hold), released with with_lock's guarantees by with_read and
+-- scripts: owned, expiring by its TTL, renewed, fenced (fences of both kinds
+-- of hold from the slot's one record), released with with_lock's guarantees by with_read and
 -- with_write.
 --
 -- On the server (csrc/scripts/), under the name's hash tag:
@@ -14,8 +14,8 @@
 --   <prefix>{<name>}:rw:writers   waiting writers by deadline: a writer that
 --                                 waits comes back within a second (as a fair
 --                                 waiter), else it drops out after 3 s
---   <prefix>{<name>}:rw:fence, :rw:signal, :rw:waiters  the fence counter,
---                                 the wake-up list, waiters by deadline
+--   <prefix>{<name>}:rw:signal, :rw:waiters  the wake-up list, waiters
+--                                 by deadline
 --   <prefix>{<name>}:rw:queue, :rw:hand  the writers registered for a
 --                                 handoff, as a lock's (csrc/scripts/README.md,
 --                                 "Handing over"); each blocks on

@@ -9,8 +9,9 @@
 --
 -- On the server (csrc/scripts/): <prefix>{<name>}:permits, a sorted set of
 -- tokens by expiry (ms, server time), which the next acquire prunes, so that
--- a holder that died gives its permit back by its TTL; beside it a fence
--- counter, a wake-up list and a waiters mark, all under the name's hash tag.
+-- a holder that died gives its permit back by its TTL; beside it a wake-up
+-- list and a waiters mark, all under the name's hash tag. Fences come from
+-- the slot's fence record (csrc/scripts/README.md, "Fences").
 
 local args = require "redislock.args"
 local core = require "redislock.core"

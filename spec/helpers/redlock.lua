@@ -3,8 +3,9 @@
 
 return function(helpers)
   --- Starts n (5) independent redis-servers for Redlock, each persisting every
-  -- write (appendonly, appendfsync always: a fence counter must survive a
-  -- restart). Returns the Servers, and their URLs as one comma-separated
+  -- write (appendonly, appendfsync always: a slot's fence record, which a
+  -- Redlock's second phase may raise above the server's clock, must survive
+  -- a restart). Returns the Servers, and their URLs as one comma-separated
   -- text (for spec/workers/connect.lua's redlock:...). Raises when one
   -- cannot start (stopping those that did).
   function helpers.start_redlock(n)

@@ -32,8 +32,8 @@ static int arg_is(const rl_cmd *cmd, int i, const char *s) {
   return i < cmd->argc && cmd->len[i] == strlen(s) && memcmp(cmd->argv[i], s, cmd->len[i]) == 0;
 }
 
-/* The ops: a name each, a script each but the take's, whose SHA-1 is the
-   script's, and the commands made of them. */
+/* The ops: a name each, a script each, whose SHA-1 is the script's, and
+   the commands made of them. */
 static void test_ops(void) {
   int op, other;
   for (op = 0; op < RL_OP_COUNT; op++) {
@@ -46,7 +46,6 @@ static void test_ops(void) {
     rl_sha1_hex(text, strlen(text), sha);
     CHECK(strcmp(sha, rl_script_sha((rl_op)op)) == 0);
   }
-  CHECK(rl_script_text(RL_OP_TAKE) == rl_script_text(RL_OP_ACQUIRE)); /* the take falls back on acquire */
   CHECK(rl_op_takes_ms(RL_OP_ACQUIRE) && !rl_op_takes_ms(RL_OP_RELEASE) && rl_op_takes_ms(RL_OP_FENCE_UP));
   CHECK(rl_op_takes_n(RL_OP_SEM_ACQUIRE) && !rl_op_takes_n(RL_OP_ACQUIRE));
   CHECK(!rl_op_resendable(RL_OP_RELEASE) && !rl_op_resendable(RL_OP_SEM_RELEASE) && rl_op_resendable(RL_OP_EXTEND));
@@ -57,7 +56,7 @@ static void test_commands(void) {
   char buf[512], *out = NULL, era[64];
   long long n;
   const char *tag = rl_era_tag(rl_lock_slot("job", 3));
-  snprintf(era, sizeof era, "lock:{%s}:era", tag);
+  snprintf(era, sizeof era, "lock:{%s}:fences", tag);
 
   CHECK(rl_cmd_init(&cmd, RL_OP_ACQUIRE, "lock:", 5, "job", 3, "tok", 3, 1500, 0) == 0);
   CHECK(cmd.argc == 9 && arg_is(&cmd, 0, "EVALSHA") && arg_is(&cmd, 1, rl_script_sha(RL_OP_ACQUIRE)));
@@ -66,36 +65,13 @@ static void test_commands(void) {
   CHECK(arg_is(&cmd, 7, "tok") && arg_is(&cmd, 8, "1500"));
   n = rl_cmd_bytes(&cmd, buf, sizeof buf, &out);
   CHECK(n > 0 && out == buf && memcmp(buf, "*9\r\n$7\r\nEVALSHA\r\n$40\r\n", 22) == 0);
-  CHECK(rl_cmd_replies(&cmd) == 1);
   rl_cmd_use_eval(&cmd);
   CHECK(arg_is(&cmd, 0, "EVAL") && arg_is(&cmd, 1, rl_script_text(RL_OP_ACQUIRE)));
   rl_cmd_free(&cmd);
 
-  /* A take: MULTI, SET NX PX, INCR, GET of the era record, EXEC. */
-  CHECK(rl_cmd_init(&cmd, RL_OP_TAKE, "lock:", 5, "job", 3, "tok", 3, 1500, 0) == 0);
-  n = rl_cmd_bytes(&cmd, buf, sizeof buf, &out);
-  buf[n > 0 && (size_t)n < sizeof buf ? n : 0] = '\0';
-  CHECK(n > 0 && strncmp(buf, "*1\r\n$5\r\nMULTI\r\n", 15) == 0);
-  CHECK(strstr(buf, "\r\nSET\r\n$10\r\nlock:{job}\r\n$3\r\ntok\r\n$2\r\nNX\r\n$2\r\nPX\r\n$4\r\n1500\r\n") != NULL);
-  CHECK(strstr(buf, "INCR\r\n$16\r\nlock:{job}:fence\r\n") != NULL && strstr(buf, era) != NULL);
-  CHECK(n > 14 && strcmp(buf + n - 14, "*1\r\n$4\r\nEXEC\r\n") == 0 && strstr(buf, "GETNAME") == NULL);
-  CHECK(rl_cmd_replies(&cmd) == RL_TAKE_REPLIES - 1);
-  rl_cmd_use_acquire(&cmd);
-  CHECK(cmd.op == RL_OP_ACQUIRE && rl_cmd_replies(&cmd) == 1);
-  CHECK(rl_cmd_claim(&cmd, "0123456789012345678901234567890123456789") == 0 && cmd.argc == 10);
-  CHECK(rl_cmd_claim(&cmd, "short") == -1);
-  rl_cmd_free(&cmd);
-
-  /* A release told the master ID its connection vouches for, then told
-     none (moved to a new connection). */
+  /* A release: its keys, the holder's fence and the slot's record among them, and the token. */
   CHECK(rl_cmd_init(&cmd, RL_OP_RELEASE, "lock:", 5, "job", 3, "tok", 3, 0, 0) == 0);
-  CHECK(cmd.argc == 12 && rl_cmd_trust(&cmd, "0123456789012345678901234567890123456789") == 0 && cmd.argc == 13);
-  CHECK(arg_is(&cmd, 12, "0123456789012345678901234567890123456789"));
-  CHECK(rl_cmd_trust(&cmd, "9123456789012345678901234567890123456789") == 0 && cmd.argc == 13);
-  CHECK(rl_cmd_trust(&cmd, NULL) == 0 && cmd.argc == 12 && rl_cmd_trust(&cmd, "short") == -1 && cmd.argc == 12);
-  rl_cmd_free(&cmd);
-  CHECK(rl_cmd_init(&cmd, RL_OP_ACQUIRE, "lock:", 5, "job", 3, "tok", 3, 1500, 0) == 0);
-  CHECK(rl_cmd_trust(&cmd, "0123456789012345678901234567890123456789") == -1);
+  CHECK(cmd.argc == 12 && arg_is(&cmd, 8, "lock:{job}:fence") && arg_is(&cmd, 9, era) && arg_is(&cmd, 11, "tok"));
   rl_cmd_free(&cmd);
 
   /* Keys that do not fit the command's own buffer. */
@@ -130,42 +106,33 @@ static void test_replies(void) {
   CHECK(rl_decode_bytes("*2\r\n:-1\r\n:250\r\n", 15, 0, &r) == 1 && r.status == RL_OTHER && r.value == 250);
   CHECK(rl_decode_bytes(":42\r", 4, 0, &r) == 0);            /* not whole: for a reader */
   CHECK(rl_decode_bytes("-NOSCRIPT x\r\n", 13, 0, &r) == 0);  /* errors too */
+  CHECK(rl_decode_bytes("*2\r\n:2\r\n:7\r\n", 13, 0, &r) == 0);  /* a script never answers 2 */
 }
 
-/* A take's replies: MULTI, four QUEUED, then EXEC's array (SET, INCR, GET
-   of the era record); the record's master vouched for by the caller, or by
-   the connection's name (the sixth reply, CLIENT GETNAME). */
+/* A take's replies: MULTI's, two QUEUED, then EXEC's array (SET's, the
+   fence record's new ID). */
 static void test_takes(void) {
-  static const char id[] = "0123456789abcdef0123456789abcdef01234567";
-  static const char other[] = "ffffffffffffffffffffffffffffffffffffffff";
-  char buf[512];
+  static const char head[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n";
+  char buf[256];
   rl_result r;
   int n;
-  /* Taken; the record names id, offset 5000: unverified until vouched. */
-  n = snprintf(buf, sizeof buf, "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n+OK\r\n:7\r\n$45\r\n%s 5000\r\n", id);
-  CHECK(rl_decode_bytes(buf, (size_t)n, RL_TAKE_REPLIES - 1, &r) == 1);
-  CHECK(r.status == RL_UNVERIFIED && r.value == 7 && strcmp(r.era, id) == 0 && r.offset == 5000);
-  rl_take_vouch(&r, other);                                  /* another master's ID: no */
-  CHECK(r.status == RL_UNVERIFIED && r.value == 7);
-  rl_take_vouch(&r, id);
-  CHECK(r.status == RL_HELD && r.value == 5007);
-  /* No record yet: unverified, no master named (the acquire script starts one). */
-  n = snprintf(buf, sizeof buf, "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n+OK\r\n:1\r\n$-1\r\n");
-  CHECK(rl_decode_bytes(buf, (size_t)n, RL_TAKE_REPLIES - 1, &r) == 1);
-  CHECK(r.status == RL_UNVERIFIED && r.value == 1 && r.era[0] == '\0');
+  /* Taken: the fence is ms * RL_FENCE_SCALE + seq. */
+  n = snprintf(buf, sizeof buf, "%s+OK\r\n$15\r\n1795815729123-7\r\n", head);
+  CHECK(rl_decode_bytes(buf, (size_t)n, 1, &r) == 1 && r.status == RL_HELD);
+  CHECK(r.value == 1795815729123LL * RL_FENCE_SCALE + 7);
+  /* Taken, but RL_FENCE_SCALE IDs in one ms: the script tells the fence. */
+  n = snprintf(buf, sizeof buf, "%s+OK\r\n$16\r\n1795815729123-16\r\n", head);
+  CHECK(rl_decode_bytes(buf, (size_t)n, 1, &r) == 1 && r.status == RL_UNTOLD);
   /* Held by another: its TTL unknown (the acquire script tells it). */
-  n = snprintf(buf, sizeof buf, "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n$-1\r\n:8\r\n$45\r\n%s 5000\r\n", id);
-  CHECK(rl_decode_bytes(buf, (size_t)n, RL_TAKE_REPLIES - 1, &r) == 1);
-  CHECK(r.status == RL_OTHER && r.value == RL_PTTL_UNKNOWN);
-  /* A named connection vouches by its name. */
-  n = snprintf(buf, sizeof buf, "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*4\r\n+OK\r\n:7\r\n$45\r\n%s 5000\r\n"
-               "$50\r\n" RL_ERA_NAME "%s\r\n", id, id);
-  CHECK(rl_decode_bytes(buf, (size_t)n, RL_TAKE_REPLIES, &r) == 1 && r.status == RL_HELD && r.value == 5007);
-  /* A record that is not "<40 hex> <digits>" names no master. */
-  n = snprintf(buf, sizeof buf, "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n+OK\r\n:7\r\n$5\r\nbogus\r\n");
-  CHECK(rl_decode_bytes(buf, (size_t)n, RL_TAKE_REPLIES - 1, &r) == 1 && r.status == RL_UNVERIFIED && r.era[0] == '\0');
-  /* Cut short: for a reader. */
-  CHECK(rl_decode_bytes(buf, (size_t)n - 3, RL_TAKE_REPLIES - 1, &r) == 0);
+  n = snprintf(buf, sizeof buf, "%s$-1\r\n$15\r\n1795815729123-8\r\n", head);
+  CHECK(rl_decode_bytes(buf, (size_t)n, 1, &r) == 1 && r.status == RL_OTHER && r.value == RL_PTTL_UNKNOWN);
+  /* Not an ID: no fence. Cut short, or an error inside EXEC: for a reader. */
+  n = snprintf(buf, sizeof buf, "%s+OK\r\n$5\r\nbogus\r\n", head);
+  CHECK(rl_decode_bytes(buf, (size_t)n, 1, &r) == 1 && r.status == RL_UNTOLD);
+  n = snprintf(buf, sizeof buf, "%s+OK\r\n$15\r\n1795815729123-7\r\n", head);
+  CHECK(rl_decode_bytes(buf, (size_t)n - 3, 1, &r) == 0);
+  n = snprintf(buf, sizeof buf, "%s+OK\r\n-WRONGTYPE Operation against a key\r\n", head);
+  CHECK(rl_decode_bytes(buf, (size_t)n, 1, &r) == 0);
 }
 
 static void test_slots(void) {
@@ -219,28 +186,42 @@ static rl_step feed(rl_call *call, const char *s) {
   return rl_call_feed(call, s, strlen(s));
 }
 
-/* A call made for op with the C transport's era (era) or a pool's name
-   (era NULL), started on a connection (reused or not) with reader rd. */
-static rl_step start(rl_call *call, rl_cmd *cmd, rl_op op, char *era, int reused, redisReader *rd) {
+/* A call made for op, started on a connection (reused or not) with
+   reader rd. */
+static rl_step start(rl_call *call, rl_cmd *cmd, rl_op op, int reused, redisReader *rd) {
   CHECK(rl_cmd_init(cmd, op, "lock:", 5, "job", 3, "tok", 3, 5000, 0) == 0);
-  rl_call_init(call, cmd, era);
+  rl_call_init(call, cmd);
   return rl_call_start(call, reused, rd);
 }
 
 /* The call state machine, fed canned replies (no server, no I/O). */
 static void test_call(void) {
-  static const char took[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n+OK\r\n:7\r\n$-1\r\n";
-  static const char busy[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n$-1\r\n:8\r\n$-1\r\n";
-  char era[RL_REPLID_LEN + 1] = "", id[RL_REPLID_LEN + 1], rec[128];
+  static const char took[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+OK\r\n$15\r\n1795815729123-3\r\n";
+  static const char busy[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n$-1\r\n$15\r\n1795815729123-4\r\n";
+  static const char untold[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+OK\r\n$16\r\n1795815729123-16\r\n";
   redisReader *rd = redisReaderCreate();
   rl_cmd cmd;
   rl_call call;
-  memset(id, 'a', RL_REPLID_LEN);
-  id[RL_REPLID_LEN] = '\0';
+
+  /* The acquire script; its reply is the result. */
+  CHECK(start(&call, &cmd, RL_OP_ACQUIRE, 0, rd) == RL_STEP_SEND && sends(&call, "EVALSHA") && !sends(&call, "MULTI"));
+  CHECK(feed(&call, ":28723456789012345\r\n") == RL_STEP_DONE);
+  CHECK(call.out.status == RL_HELD && call.out.value == 28723456789012345LL && rl_call_keep(&call));
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+
+  /* A take: MULTI, SET NX PX, XADD of the slot's fence record, EXEC. Taken:
+     the record's new ID is the fence, with no script. */
+  CHECK(start(&call, &cmd, RL_OP_TAKE, 0, rd) == RL_STEP_SEND && sends(&call, "MULTI") && sends(&call, "XADD"));
+  CHECK(sends(&call, "$4\r\nXADD\r\n$") && sends(&call, ":fences\r\n$6\r\nMAXLEN\r\n$1\r\n0\r\n$1\r\n*"));
+  CHECK(feed(&call, took) == RL_STEP_DONE && call.out.status == RL_HELD);
+  CHECK(call.out.value == 1795815729123LL * RL_FENCE_SCALE + 3 && rl_call_keep(&call));
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
 
   /* A take that found the lock held: the acquire script follows on the
      same connection; its reply is the result. */
-  CHECK(start(&call, &cmd, RL_OP_TAKE, era, 0, rd) == RL_STEP_SEND && sends(&call, "MULTI"));
+  CHECK(start(&call, &cmd, RL_OP_TAKE, 0, rd) == RL_STEP_SEND);
   CHECK(rl_call_feed(&call, busy, 10) == RL_STEP_READ); /* in pieces */
   CHECK(feed(&call, busy + 10) == RL_STEP_SEND && sends(&call, "EVALSHA") && !sends(&call, "MULTI"));
   CHECK(feed(&call, "*2\r\n:-1\r\n:4200\r\n") == RL_STEP_DONE);
@@ -248,101 +229,55 @@ static void test_call(void) {
   rl_call_free(&call);
   rl_cmd_free(&cmd);
 
+  /* Taken, the ID telling no fence (16 in one ms): the script tells it. */
+  CHECK(start(&call, &cmd, RL_OP_TAKE, 0, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, untold) == RL_STEP_SEND && sends(&call, "EVALSHA"));
+  CHECK(feed(&call, ":28733051674977\r\n") == RL_STEP_DONE && call.out.status == RL_HELD);
+  CHECK(call.out.value == 28733051674977LL);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+
+  /* The script after a take that took the lock, refused: the take's lock
+     is given back (WATCH and GET it on the same connection, then MULTI,
+     DEL, EXEC while it holds the take's token); the call fails all the
+     same, saying nothing is left. */
+  CHECK(start(&call, &cmd, RL_OP_TAKE, 0, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, untold) == RL_STEP_SEND);
+  CHECK(feed(&call, "-NOPERM no evalsha\r\n") == RL_STEP_SEND
+        && sends(&call, "$5\r\nWATCH\r\n$10\r\nlock:{job}\r\n") && sends(&call, "$3\r\nGET\r\n$10\r\nlock:{job}\r\n"));
+  CHECK(feed(&call, "+OK\r\n$3\r\ntok\r\n") == RL_STEP_SEND && sends(&call, "MULTI")
+        && sends(&call, "$3\r\nDEL\r\n$10\r\nlock:{job}\r\n") && sends(&call, "EXEC"));
+  CHECK(feed(&call, "+OK\r\n+QUEUED\r\n*1\r\n:1\r\n") == RL_STEP_FAILED && rl_call_keep(&call)); /* EXEC ended the WATCH */
+  CHECK(strcmp(call.err, "redis: NOPERM no evalsha; nothing its first try took is left") == 0);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+
+  /* A take lost: the acquire script reconciles on another connection. */
+  CHECK(start(&call, &cmd, RL_OP_TAKE, 1, rd) == RL_STEP_SEND);
+  CHECK(rl_call_lost(&call, 0, "connection: lost") == RL_STEP_RECONNECT);
+  CHECK(rl_call_start(&call, 0, rd) == RL_STEP_SEND && sends(&call, "EVALSHA") && !sends(&call, "MULTI"));
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+
   /* A reply split where a read may split it: the reader assembles it (the
      shortcut without a reader takes only a whole first read). */
-  CHECK(start(&call, &cmd, RL_OP_ACQUIRE, era, 0, rd) == RL_STEP_SEND);
+  CHECK(start(&call, &cmd, RL_OP_ACQUIRE, 0, rd) == RL_STEP_SEND);
   CHECK(feed(&call, "*2\r\n:-1\r\n") == RL_STEP_READ);
   CHECK(feed(&call, ":4200\r\n") == RL_STEP_DONE && call.out.status == RL_OTHER && call.out.value == 4200);
   CHECK(rl_call_keep(&call) && rd->pos == rd->len);
   rl_call_free(&call);
   rl_cmd_free(&cmd);
 
-  /* The script after a take lost on the fresh connection the take went on
-     (it answered): resent once on another. */
-  CHECK(start(&call, &cmd, RL_OP_TAKE, era, 0, rd) == RL_STEP_SEND);
-  CHECK(feed(&call, busy) == RL_STEP_SEND);
-  CHECK(rl_call_lost(&call, 0, "connection: lost") == RL_STEP_RECONNECT);
-  CHECK(rl_call_start(&call, 0, rd) == RL_STEP_SEND && sends(&call, "EVALSHA"));
-  rl_call_free(&call);
-  rl_cmd_free(&cmd);
-
-  /* Taken, no era record: the script tells the fence; nothing to claim. */
-  CHECK(start(&call, &cmd, RL_OP_TAKE, era, 0, rd) == RL_STEP_SEND);
-  CHECK(feed(&call, took) == RL_STEP_SEND && sends(&call, "EVALSHA"));
-  CHECK(feed(&call, ":7\r\n") == RL_STEP_DONE && call.out.status == RL_HELD && call.out.value == 7);
-  rl_call_free(&call);
-  rl_cmd_free(&cmd);
-
-  /* A record naming a master: the script claims it; confirmed, the
-     connection vouches for it (era), and the next take needs no script. */
-  snprintf(rec, sizeof rec, "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n+OK\r\n:9\r\n$%d\r\n%s 100\r\n",
-           RL_REPLID_LEN + 4, id);
-  CHECK(start(&call, &cmd, RL_OP_TAKE, era, 0, rd) == RL_STEP_SEND);
-  CHECK(feed(&call, rec) == RL_STEP_SEND && sends(&call, id));
-  CHECK(feed(&call, ":109\r\n") == RL_STEP_DONE && call.out.value == 109 && strcmp(era, id) == 0);
-  rl_call_free(&call);
-  rl_cmd_free(&cmd);
-  CHECK(start(&call, &cmd, RL_OP_TAKE, era, 1, rd) == RL_STEP_SEND);
-  CHECK(feed(&call, rec) == RL_STEP_DONE && call.out.status == RL_HELD && call.out.value == 109);
-  rl_call_free(&call);
-  rl_cmd_free(&cmd);
-  /* A record naming another master, claimed and denied (the script's 2):
-     the lock is ours with the script's fence, and the era goes. */
-  memset(id, 'b', RL_REPLID_LEN);
-  snprintf(rec, sizeof rec, "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n+OK\r\n:9\r\n$%d\r\n%s 100\r\n",
-           RL_REPLID_LEN + 4, id);
-  CHECK(start(&call, &cmd, RL_OP_TAKE, era, 1, rd) == RL_STEP_SEND);
-  CHECK(feed(&call, rec) == RL_STEP_SEND && sends(&call, id));
-  CHECK(feed(&call, "*2\r\n:2\r\n:5000\r\n") == RL_STEP_DONE && call.out.status == RL_HELD);
-  CHECK(call.out.value == 5000 && era[0] == '\0' && rl_call_keep(&call));
-  rl_call_free(&call);
-  rl_cmd_free(&cmd);
-
-  /* The pool's way: the claim goes after CLIENT SETNAME in one write, and
-     a denied claim is followed by CLIENT SETNAME "". */
-  snprintf(rec, sizeof rec, "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*4\r\n+OK\r\n:9\r\n$%d\r\n%s 100\r\n$-1\r\n",
-           RL_REPLID_LEN + 4, id);
-  CHECK(start(&call, &cmd, RL_OP_TAKE, NULL, 0, rd) == RL_STEP_SEND);
-  CHECK(feed(&call, rec) == RL_STEP_SEND && sends(&call, "SETNAME") && sends(&call, "EVALSHA"));
-  CHECK(feed(&call, "+OK\r\n*2\r\n:2\r\n:5000\r\n") == RL_STEP_SEND && sends(&call, "$7\r\nSETNAME\r\n$0\r\n"));
-  CHECK(feed(&call, "+OK\r\n") == RL_STEP_DONE && call.out.status == RL_HELD && call.out.value == 5000);
-  CHECK(rl_call_keep(&call));
-  rl_call_free(&call);
-  rl_cmd_free(&cmd);
-  /* A claim the server refused (an error in the script's place): the
-     connection keeps a name no script confirmed, and must not be pooled.
-     The take's lock is given back first (issue 53): WATCH and GET it on
-     the same connection, then MULTI, DEL, EXEC as it holds the take's
-     token; the call fails all the same, saying nothing is left. */
-  CHECK(start(&call, &cmd, RL_OP_TAKE, NULL, 0, rd) == RL_STEP_SEND);
-  CHECK(feed(&call, rec) == RL_STEP_SEND && sends(&call, "SETNAME"));
-  CHECK(feed(&call, "+OK\r\n-OOM command not allowed\r\n") == RL_STEP_SEND
-        && sends(&call, "$5\r\nWATCH\r\n$10\r\nlock:{job}\r\n") && sends(&call, "$3\r\nGET\r\n$10\r\nlock:{job}\r\n"));
-  CHECK(feed(&call, "+OK\r\n$3\r\ntok\r\n") == RL_STEP_SEND && sends(&call, "MULTI")
-        && sends(&call, "$3\r\nDEL\r\n$10\r\nlock:{job}\r\n") && sends(&call, "EXEC"));
-  CHECK(feed(&call, "+OK\r\n+QUEUED\r\n*1\r\n:1\r\n") == RL_STEP_FAILED && !rl_call_keep(&call));
-  CHECK(strcmp(call.err, "redis: OOM command not allowed; nothing its first try took is left") == 0);
-  rl_call_free(&call);
-  rl_cmd_free(&cmd);
-  /* The same, the lock another's by then (GET): nothing to delete; a
-     refused WATCH: the lock is left to the caller (its release script). */
-  CHECK(start(&call, &cmd, RL_OP_TAKE, NULL, 0, rd) == RL_STEP_SEND);
-  CHECK(feed(&call, rec) == RL_STEP_SEND);
-  CHECK(feed(&call, "+OK\r\n-OOM command not allowed\r\n") == RL_STEP_SEND && sends(&call, "WATCH"));
-  CHECK(feed(&call, "+OK\r\n$5\r\nother\r\n") == RL_STEP_FAILED && !rl_call_keep(&call));
-  CHECK(strcmp(call.err, "redis: OOM command not allowed; nothing its first try took is left") == 0);
-  rl_call_free(&call);
-  rl_cmd_free(&cmd);
-  CHECK(start(&call, &cmd, RL_OP_TAKE, NULL, 0, rd) == RL_STEP_SEND);
-  CHECK(feed(&call, rec) == RL_STEP_SEND);
-  CHECK(feed(&call, "+OK\r\n-NOPERM no evalsha\r\n") == RL_STEP_SEND && sends(&call, "WATCH"));
-  CHECK(feed(&call, "-NOPERM no watch\r\n$3\r\ntok\r\n") == RL_STEP_FAILED && !rl_call_keep(&call));
-  CHECK(strcmp(call.err, "redis: NOPERM no evalsha") == 0);
+  /* A script refused (no memory, no permission): the call's error, with
+     the command named when it is one the library needs. */
+  CHECK(start(&call, &cmd, RL_OP_ACQUIRE, 0, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, "-OOM command not allowed\r\n") == RL_STEP_FAILED && rl_call_keep(&call));
+  CHECK(strcmp(call.err, "redis: OOM command not allowed") == 0);
   rl_call_free(&call);
   rl_cmd_free(&cmd);
 
   /* NOSCRIPT: EVAL once; a second NOSCRIPT is the call's error. */
-  CHECK(start(&call, &cmd, RL_OP_EXTEND, NULL, 1, rd) == RL_STEP_SEND && sends(&call, "EVALSHA"));
+  CHECK(start(&call, &cmd, RL_OP_EXTEND, 1, rd) == RL_STEP_SEND && sends(&call, "EVALSHA"));
   CHECK(feed(&call, "-NOSCRIPT No matching script.\r\n") == RL_STEP_SEND && sends(&call, "$4\r\nEVAL\r\n"));
   CHECK(feed(&call, "-NOSCRIPT No matching script.\r\n") == RL_STEP_FAILED);
   CHECK(strcmp(call.err, "redis: NOSCRIPT after EVAL") == 0 && rl_call_keep(&call));
@@ -350,31 +285,32 @@ static void test_call(void) {
   rl_cmd_free(&cmd);
 
   /* The one resend: a reused connection lost, not timed out, and not a release. */
-  CHECK(start(&call, &cmd, RL_OP_EXTEND, NULL, 1, rd) == RL_STEP_SEND);
+  CHECK(start(&call, &cmd, RL_OP_EXTEND, 1, rd) == RL_STEP_SEND);
   CHECK(rl_call_lost(&call, 0, "connection: lost") == RL_STEP_RECONNECT && !rl_call_keep(&call));
   CHECK(rl_call_start(&call, 1, rd) == RL_STEP_SEND);
   CHECK(rl_call_lost(&call, 0, "connection: lost again") == RL_STEP_FAILED);
   CHECK(strcmp(call.err, "connection: lost again") == 0);
   rl_call_free(&call);
   rl_cmd_free(&cmd);
-  CHECK(start(&call, &cmd, RL_OP_RELEASE, NULL, 1, rd) == RL_STEP_SEND);
+  CHECK(start(&call, &cmd, RL_OP_RELEASE, 1, rd) == RL_STEP_SEND);
   CHECK(rl_call_lost(&call, 0, "connection: lost") == RL_STEP_FAILED);
   rl_call_free(&call);
   rl_cmd_free(&cmd);
-  CHECK(start(&call, &cmd, RL_OP_ACQUIRE, NULL, 1, rd) == RL_STEP_SEND);
+  CHECK(start(&call, &cmd, RL_OP_ACQUIRE, 1, rd) == RL_STEP_SEND);
   CHECK(rl_call_lost(&call, 1, "connection: timeout") == RL_STEP_FAILED);
   rl_call_free(&call);
   rl_cmd_free(&cmd);
-  /* A take lost: the acquire script reconciles on another connection. */
-  CHECK(start(&call, &cmd, RL_OP_TAKE, NULL, 1, rd) == RL_STEP_SEND);
+  /* An acquire lost on a reused connection: resent once (the script
+     finds its own token if the first landed). */
+  CHECK(start(&call, &cmd, RL_OP_ACQUIRE, 1, rd) == RL_STEP_SEND);
   CHECK(rl_call_lost(&call, 0, "connection: lost") == RL_STEP_RECONNECT);
-  CHECK(rl_call_start(&call, 0, rd) == RL_STEP_SEND && sends(&call, "EVALSHA") && !sends(&call, "MULTI"));
+  CHECK(rl_call_start(&call, 0, rd) == RL_STEP_SEND && sends(&call, "EVALSHA"));
   rl_call_free(&call);
   rl_cmd_free(&cmd);
 
   /* ASKING first, a take as the script; its refusal is the call's error. */
   CHECK(rl_cmd_init(&cmd, RL_OP_TAKE, "lock:", 5, "job", 3, "tok", 3, 5000, 0) == 0);
-  rl_call_init(&call, &cmd, NULL);
+  rl_call_init(&call, &cmd);
   call.asking = 1;
   CHECK(rl_call_start(&call, 0, rd) == RL_STEP_SEND && sends(&call, "ASKING") && sends(&call, "EVALSHA"));
   CHECK(feed(&call, "-ERR not a cluster\r\n:1\r\n") == RL_STEP_FAILED);
@@ -385,7 +321,7 @@ static void test_call(void) {
   /* WAIT after a script that answered 1, on the same connection; a WAIT
      lost leaves the lock ours, with why. Bytes past a reply: out of step. */
   CHECK(rl_cmd_init(&cmd, RL_OP_ACQUIRE, "lock:", 5, "job", 3, "tok", 3, 5000, 0) == 0);
-  rl_call_init(&call, &cmd, NULL);
+  rl_call_init(&call, &cmd);
   call.replicas = 2;
   call.replica_ms = 300;
   CHECK(rl_call_start(&call, 0, rd) == RL_STEP_SEND);
@@ -393,7 +329,7 @@ static void test_call(void) {
   CHECK(rl_call_lost(&call, 1, "connection: timeout") == RL_STEP_DONE);
   CHECK(call.out.value == 3 && strcmp(call.wait_err, "connection: timeout") == 0 && call.err[0] == '\0');
   rl_call_free(&call);
-  rl_call_init(&call, &cmd, NULL);
+  rl_call_init(&call, &cmd);
   call.replicas = 1;
   call.replica_ms = 300;
   CHECK(rl_call_start(&call, 0, rd) == RL_STEP_SEND);
@@ -408,18 +344,15 @@ static void test_call(void) {
 static void test_args(void) {
   const char *keys[] = { "a", "b" }, *args[] = { "tok", "500" };
   size_t klen[] = { 1, 1 }, alen[] = { 3, 3 };
-  char era[64];
   rl_args_cmd a;
   rl_call call;
   redisReader *rd = redisReaderCreate();
   CHECK(rl_op_takes_args(RL_OP_INSPECT) && !rl_op_takes_args(RL_OP_ACQUIRE) && rl_args_many(RL_OP_MULTI_ACQUIRE));
   CHECK(rl_args_named(RL_OP_FENCED_WRITE) && rl_args_named(RL_OP_COUNT) && !rl_args_named(RL_OP_INSPECT));
-  snprintf(era, sizeof era, "lock:{%s}:era", rl_era_tag(rl_lock_slot("a", 1)));
   CHECK(rl_args_init(&a, RL_OP_INSPECT, NULL, 0, NULL, "lock:", 5, 1, keys, klen, 0, NULL, NULL) == 0);
-  CHECK(a.argc == 6 && strcmp(a.argv[0], "EVALSHA") == 0 && strcmp(a.argv[1], rl_script_sha(RL_OP_INSPECT)) == 0);
-  CHECK(a.len[2] == 1 && memcmp(a.argv[2], "3", 1) == 0 && a.len[3] == 8 && memcmp(a.argv[3], "lock:{a}", 8) == 0);
+  CHECK(a.argc == 5 && strcmp(a.argv[0], "EVALSHA") == 0 && strcmp(a.argv[1], rl_script_sha(RL_OP_INSPECT)) == 0);
+  CHECK(a.len[2] == 1 && memcmp(a.argv[2], "2", 1) == 0 && a.len[3] == 8 && memcmp(a.argv[3], "lock:{a}", 8) == 0);
   CHECK(a.len[4] == 14 && memcmp(a.argv[4], "lock:{a}:fence", 14) == 0);
-  CHECK(a.len[5] == strlen(era) && memcmp(a.argv[5], era, a.len[5]) == 0);
   rl_args_free(&a);
   /* Several lock keys: every lock, then every fence ... then the arguments. */
   CHECK(rl_args_init(&a, RL_OP_MULTI_ACQUIRE, NULL, 0, NULL, "lock:", 5, 2, keys, klen, 2, args, alen) == 0);

@@ -5,7 +5,10 @@
 -- once: the command was sent and runs, its reply never comes back. Each
 -- client gets a connection of its own to the server.
 -- usage: drop_proxy.lua <listen port> <redis port> <marker> <quit file>
--- Runs until <quit file> exists; prints "dropped <n>" (0 or 1) at the end.
+-- Runs until <quit file> exists; prints "dropped <n>" (0 or 1) at the end,
+-- and after a drop "lost <reply>": the replies the client never got, their
+-- lines joined by spaces (e.g. ":<fence>" of an acquire script, "+OK
+-- +QUEUED +QUEUED *2 +OK $15 <ms>-<seq>" of a take that took the lock).
 local socket = require "socket"
 
 local listen_port, redis_port, marker, quit_file = tonumber(arg[1]), tonumber(arg[2]), arg[3], arg[4]
@@ -14,7 +17,7 @@ server:settimeout(0)
 
 local peer = {}   -- socket -> the other end
 local from_client = {} -- socket -> true for a client's side
-local dropped = 0
+local dropped, lost = 0, nil
 
 local function close_pair(s)
   local o = peer[s]
@@ -66,6 +69,17 @@ while not quit() do
           peer[s], peer[o], from_client[s] = nil, nil, nil
           s:close()
           socket.sleep(0.2) -- let the server run it before its side goes too
+          o:settimeout(1)
+          local line = o:receive("*l")
+          local lines = { line }
+          -- The rest of the replies (a take's five) came in the same write,
+          -- or come right after.
+          o:settimeout(0.1)
+          while line do
+            line = o:receive("*l")
+            lines[#lines + 1] = line
+          end
+          lost = lines[1] and table.concat(lines, " ")
           o:close()
         end
       end
@@ -74,3 +88,4 @@ while not quit() do
   end
 end
 print("dropped " .. dropped)
+if lost then print("lost " .. lost) end

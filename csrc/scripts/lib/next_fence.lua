@@ -1,0 +1,18 @@
+-- SPDX-License-Identifier: MIT
+--! include add_fence fence_id id_fence
+-- next_fence(rec) -> the next fence of the slot whose fence record is rec
+-- (README.md, "Fences"): the number the record's new entry ID stands for.
+-- Redis makes that ID "<ms>-<seq>" from its clock (TIME): the ms, or the
+-- last entry's when the clock is behind it, and seq counting the entries
+-- of that ms. So a fence is at least the server's clock in ms times
+-- RL_FENCE_SCALE, and above every fence the record saw. A seq of
+-- RL_FENCE_SCALE or more (as many fences in one ms) is carried into the ms:
+-- an entry with the fence's own ID follows, so that the next IDs stand for
+-- larger numbers. The take (rl_proto.c) adds the same entry in its
+-- transaction, and leaves such a seq to this script.
+local function next_fence(rec)
+  local id = add_fence(rec, '*')
+  local f = id_fence(id)
+  if tonumber(string.match(id, '%d+$')) >= RL_FENCE_SCALE then add_fence(rec, fence_id(f)) end
+  return f
+end
