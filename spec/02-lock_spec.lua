@@ -149,7 +149,7 @@ describe("locks", function()
     assert.is_true(lock:release())
   end)
 
-  it("keeps the holder's fence of a lock a script took for the TTL it was granted, and drops it with the lock", function()
+  it("keeps the holder's fence of a lock a script took for its granted TTL, and drops it with the lock", function()
     -- A lock taken by its acquire script (a resend's, a waiter's, a
     -- handoff's, an election's) keeps its holder's fence beside it, with
     -- the TTL it was granted (an extend touches the lock's key alone, as
