@@ -237,19 +237,17 @@ static rl_step held(rl_call *call) {
   return next_bytes(call);
 }
 
-/* The failed call's message says that no lock of its take is left (which
-   redislock/hold.lua reads: no release script needs to follow). */
-static void left_nothing(rl_call *call) {
-  size_t used = strlen(call->err);
-  snprintf(call->err + used, sizeof call->err - used, "; nothing its first try took is left");
-}
+/* Ends the failed call's message with what became of its take's lock:
+   LEFT_NOTHING (which redislock/hold.lua reads: no release script needs
+   to follow), or LEFT_STAYING (it could not be given back: the connection
+   was lost, or the user may not WATCH or MULTI; hold.lua tries no release
+   after it either). */
+static const char LEFT_NOTHING[] = "; nothing its first try took is left";
+static const char LEFT_STAYING[] = "; the lock its first try took stays until its TTL runs out";
 
-/* The failed call's message says that the take's lock stays (it could
-   not be given back: the connection was lost, or the user may not WATCH
-   or MULTI): redislock/hold.lua tries no release after it. */
-static void left_staying(rl_call *call) {
+static void say_left(rl_call *call, const char *what) {
   size_t used = strlen(call->err);
-  snprintf(call->err + used, sizeof call->err - used, "; the lock its first try took stays until its TTL runs out");
+  snprintf(call->err + used, sizeof call->err - used, "%s", what);
 }
 
 static rl_step undo_take(rl_call *call, int in_step);
@@ -280,7 +278,7 @@ static rl_step after_take(rl_call *call, rl_decoded d, const char *msg) {
 static rl_step undo_take(rl_call *call, int in_step) {
   if (!call->taken) return RL_STEP_FAILED;
   if (!in_step) {
-    left_staying(call);
+    say_left(call, LEFT_STAYING);
     return RL_STEP_FAILED;
   }
   call->keep = 1;
@@ -327,8 +325,8 @@ static rl_step undo_watched(rl_call *call) {
   int ours = r[1]->type == REDIS_REPLY_STRING && r[1]->len == cmd->len[token] &&
              memcmp(r[1]->str, cmd->argv[token], r[1]->len) == 0;
   drop_replies(call);
-  if (watched && !ours) left_nothing(call);
-  if (!watched && ours) left_staying(call);
+  if (watched && !ours) say_left(call, LEFT_NOTHING);
+  if (!watched && ours) say_left(call, LEFT_STAYING);
   if (!watched || !ours) {
     call->keep = 0; /* still watching */
     return RL_STEP_FAILED;
@@ -361,9 +359,9 @@ static rl_step replies_in(rl_call *call) {
        (only an expiry in between could make it another's). */
     if (r[2]->type == REDIS_REPLY_ARRAY || r[2]->type == REDIS_REPLY_NIL ||
         (r[0]->type == REDIS_REPLY_ERROR && r[1]->type == REDIS_REPLY_INTEGER))
-      left_nothing(call);
+      say_left(call, LEFT_NOTHING);
     else
-      left_staying(call);
+      say_left(call, LEFT_STAYING);
     drop_replies(call);
     return RL_STEP_FAILED;
   case PH_WAIT:

@@ -1,5 +1,5 @@
 -- SPDX-License-Identifier: MIT
---! include add_fence fence_id id_fence
+--! include add_fence fence_id
 -- next_fence(rec) -> the next fence of the slot whose fence record is rec
 -- (README.md, "Fences"): the number the record's new entry ID stands for.
 -- Redis makes that ID "<ms>-<seq>" from its clock (TIME): the ms, or the
@@ -11,8 +11,8 @@
 -- larger numbers. The take (rl_proto.c) adds the same entry in its
 -- transaction, and leaves such a seq to this script.
 local function next_fence(rec)
-  local id = add_fence(rec, '*')
-  local f = id_fence(id)
-  if tonumber(string.match(id, '%d+$')) >= RL_FENCE_SCALE then add_fence(rec, fence_id(f)) end
+  local ms, seq = string.match(add_fence(rec, '*'), '^(%d+)%-(%d+)$')
+  local f = tonumber(ms) * RL_FENCE_SCALE + tonumber(seq)
+  if tonumber(seq) >= RL_FENCE_SCALE then add_fence(rec, fence_id(f)) end
   return f
 end
