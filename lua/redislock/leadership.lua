@@ -105,7 +105,8 @@ function Leadership:check(server, ...)
 end
 
 --- The loss, when this caller no longer leads by its own account (lost,
--- resigned, or its TTL ran out): the "lost: ..." message; else false. No I/O.
+-- resigned, or its TTL ran out): the "lost: ..." message ("... was already
+-- resigned" after a resign); else false. No I/O.
 -- @treturn string|false the "lost: ..." message, or false while it leads
 function Leadership:lost(...)
   check_lead(self, "lost")
@@ -133,7 +134,9 @@ end
 function Leadership:resign(...)
   check_lead(self, "resign")
   check_nargs("resign", 0, ...)
-  local ok, err = self._lock:release()
+  local lock = self._lock
+  local ok, err = lock:release()
+  if ok then lock._ended = "resigned" end -- not a loss: what it says from now on
   done(self)
   return ok, err
 end

@@ -175,10 +175,11 @@ local function client_closed(self)
 end
 
 -- The "lost" message when the lock is not ours by our own account (released,
--- or found lost, by us or by its renewal), else nil.
+-- or resigned, as a leadership's release says; or found lost, by us or by
+-- its renewal), else nil.
 local function no_longer_ours(self)
   if self._state == "released" then
-    return string_format("lost: %s was already released", named(self))
+    return string_format("lost: %s was already %s", named(self), self._ended or "released")
   end
   lease_lost(self)
   if self._state == "lost" then return self._lost end
