@@ -1,4 +1,5 @@
 -- SPDX-License-Identifier: MIT
+
 --- redislock.resty_lock: lua-resty-lock's API (`resty.lock`) over Redis, so
 -- that code written for the workers of one nginx excludes across machines.
 -- The same methods, options, return values and error strings as
@@ -95,6 +96,7 @@ end
 -- does. The object's fields: `client` (its redislock client), `held` (the
 -- redislock lock it holds, or nil: its `fence`, `extend`, `ttl`), `key`
 -- (the last key locked), and the options.
+-- @param self the module (or a lock object: it makes another)
 -- @string dict_name the namespace of its keys (the shared dictionary's name
 --   in lua-resty-lock; no dictionary is needed)
 -- @tparam[opt] resty_lock_options opts the options
@@ -145,6 +147,7 @@ end
 
 --- Takes the lock on key for exptime seconds, waiting up to timeout
 -- seconds while it is busy (woken by its release, not polling).
+-- @param self the lock object
 -- @string key the key (another value is made a string, as
 --   lua-resty-lock does)
 -- @treturn number 0 when taken at once, else the seconds waited (more than 0)
@@ -188,6 +191,7 @@ local function forget_lost(self, err)
 end
 
 --- Releases the lock this object holds (compare-and-delete on Redis).
+-- @param self the lock object
 -- @treturn number 1
 -- @return[2] nil
 -- @treturn[2] string "unlocked" (none held), "lost: ..." (it ran out by
@@ -209,6 +213,7 @@ function _M.unlock(self, ...)
 end
 
 --- Sets the remaining time of the lock this object holds.
+-- @param self the lock object
 -- @tparam[opt] number time seconds from now (default: exptime)
 -- @treturn boolean true
 -- @return[2] nil
