@@ -67,6 +67,7 @@ build = {
     ["redislock.sentinel"] = "lua/redislock/sentinel.lua",
     ["redislock.cluster"] = "lua/redislock/cluster.lua",
     ["redislock.redlock"] = "lua/redislock/redlock.lua",
+    ["redislock.resty_lock"] = "lua/redislock/resty_lock.lua",
     ["redislock.rwlock"] = "lua/redislock/rwlock.lua",
     ["redislock.semaphore"] = "lua/redislock/semaphore.lua",
     ["redislock.topology"] = "lua/redislock/topology.lua",

@@ -220,7 +220,7 @@ describe("the documentation's Lua blocks", function()
       end
     end
     assert.is_true(n >= 40, n .. " methods")
-    for _, module in ipairs({ "redislock", "redislock.sql" }) do
+    for _, module in ipairs({ "redislock", "redislock.sql", "redislock.resty_lock" }) do
       for name, value in pairs(require(module)) do
         if type(value) == "function" then
           assert.is_truthy(items[module .. " " .. name], module .. "." .. name .. " is not in the API reference")
@@ -231,6 +231,7 @@ describe("the documentation's Lua blocks", function()
       client_options = require("redislock.client").OPTIONS, lock_options = require("redislock.args").OPTIONS,
       tls_options = require("redislock.tls").OPTIONS, observe_options = require("redislock.observe").OPTIONS,
       every_options = require("redislock.ngx_every").OPTIONS,
+      resty_lock_options = require("redislock.resty_lock").OPTIONS,
     }
     for tbl, names in pairs(options) do
       assert.is_truthy(fields[tbl], tbl .. " is not in the API reference")

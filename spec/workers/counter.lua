@@ -4,9 +4,10 @@
 -- counts how many workers are inside at once ("inside" key): more than one is
 -- an overlap, which the lock must make impossible. With the lock, each
 -- section appends its fence to the "fences" list.
--- usage: counter.lua <where (spec/workers/connect.lua)> <notify|poll|fair|nolock> <rounds>
+-- usage: counter.lua <where (spec/workers/connect.lua)> <notify|poll|fair|resty|nolock> <rounds>
 --                    <start_at (core.now seconds)> [<port of the counter's server>]
--- (notify, poll: with_lock with that wait_mode; fair: a fair lock). The
+-- (notify, poll: with_lock with that wait_mode; fair: a fair lock; resty:
+-- redislock.resty_lock's lock and unlock, as lua-resty-lock's callers). The
 -- counter lives on the lock's server, or on the server at the last port (a
 -- Redlock client has no single server for commands).
 local redislock = require "redislock"
@@ -33,7 +34,12 @@ local delay = start_at - core.now()
 if delay > 0 then core.sleep(delay) end
 
 for _ = 1, rounds do
-  if mode ~= "nolock" then
+  if mode == "resty" then
+    local lock = assert(require("redislock.resty_lock"):new("locks", { client = client, timeout = 60, exptime = 10 }))
+    assert(lock:lock("counter"))
+    critical(lock.held)
+    assert(lock:unlock() == 1)
+  elseif mode ~= "nolock" then
     local fair = mode == "fair"
     client:with_lock("counter", 10, critical, { wait = 60, wait_mode = fair and "notify" or mode, fair = fair })
   else
