@@ -12,16 +12,9 @@
 #include <stddef.h>
 
 #include "rl_conn.h"
+#include "rl_renewal.h"
 
 #pragma GCC visibility push(hidden)
-
-/* What a lease says of its lock. */
-typedef enum {
-  RL_LEASE_HELD,  /* renewed on time, as far as the watchdog knows */
-  RL_LEASE_LOST,  /* a renewal found it gone or taken, or could not reach the
-                     server before the TTL ran out */
-  RL_LEASE_ENDED  /* max_hold passed: no more renewals; the TTL runs out */
-} rl_lease_state;
 
 typedef struct rl_lease rl_lease;
 
