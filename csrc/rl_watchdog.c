@@ -163,8 +163,10 @@ static void cap_timeouts(rl_wconn *wc, long long cap) {
   rl_conn_set_timeout(&wc->conn, wc->timeout_ms < cap ? wc->timeout_ms : cap);
 }
 
-/* Sends l's extend (as of ttl ms) on wc. 0 with res, or -1 with err. */
-static int extend_on(rl_wconn *wc, const rl_lease *l, long long ttl, rl_result *res, char err[RL_ERRLEN]) {
+/* Sends l's extend (as of ttl ms) on wc. 0 with res, or -1 with err (and
+   where a cluster redirected it in to). */
+static int extend_on(rl_wconn *wc, const rl_lease *l, long long ttl, rl_result *res, char err[RL_ERRLEN],
+                     rl_redirect_to *to) {
   const char *prefix = l->names, *key = prefix + l->plen, *token = key + l->klen;
   rl_cmd cmd;
   int rc;
@@ -172,34 +174,28 @@ static int extend_on(rl_wconn *wc, const rl_lease *l, long long ttl, rl_result *
     snprintf(err, RL_ERRLEN, "out of memory");
     return -1;
   }
-  rc = rl_conn_eval(&wc->conn, &cmd, res, err);
+  rc = rl_conn_eval(&wc->conn, &cmd, res, err, to);
   rl_cmd_free(&cmd);
   return rc;
 }
 
 /*
- * After a renewal on wc failed with err: when err is a cluster's redirect,
- * the watchdog connection to the node it names (with wd_mu held; NULL when
- * there is none or no memory), and *kind. A MOVED moves l there for good;
- * an ASK (the slot is being moved) is for this renewal only.
+ * After a renewal on wc was redirected by a cluster (rd), the watchdog
+ * connection to the node rd names (with wd_mu held; NULL when there is none
+ * or no memory). A MOVED moves l there for good; an ASK (the slot is being
+ * moved) is for this renewal only.
  */
-static rl_wconn *redirected(rl_lease *l, rl_wconn *wc, const char *err, rl_redirect_kind *kind) {
-  rl_redirect rd;
+static rl_wconn *redirected(rl_lease *l, rl_wconn *wc, const rl_redirect_to *rd) {
   rl_conn_opts o;
   rl_wconn *to;
-  char host[256];
-  if (strncmp(err, "redis: ", 7) != 0 || wc->conn.o.path != NULL) return NULL;
-  *kind = rl_parse_redirect(err + 7, strlen(err + 7), &rd);
-  if (*kind == RL_NO_REDIRECT || rd.hlen >= sizeof host) return NULL;
-  if (rd.hlen == 0) snprintf(host, sizeof host, "%s", wc->conn.o.host); /* the node just asked */
-  else snprintf(host, sizeof host, "%.*s", (int)rd.hlen, rd.host);
+  if (rd->kind == RL_NO_REDIRECT || wc->conn.o.path != NULL) return NULL;
   o = wc->conn.o;
-  o.host = host;
-  o.port = rd.port;
+  if (rd->host[0] != '\0') o.host = (char *)rd->host; /* else the node just asked */
+  o.port = rd->port;
   o.connect_timeout_ms = wc->connect_timeout_ms;
   o.timeout_ms = wc->timeout_ms;
   to = conn_for(&o);
-  if (to != NULL && *kind == RL_MOVED) {
+  if (to != NULL && rd->kind == RL_MOVED) {
     wc->users--;
     to->users++;
     l->wc = to;
@@ -218,22 +214,22 @@ static void renew(rl_lease *l) {
   long long ttl = rl_renewal_sent(&l->r, rl_now_ms());
   char err[RL_ERRLEN];
   rl_result res;
-  rl_redirect_kind kind = RL_NO_REDIRECT;
+  rl_redirect_to rd;
   int rc;
   rl_wconn *wc = l->wc, *to;
   /* No wait is longer than a renewal's step. */
   long long cap = rl_renewal_step(ttl);
   cap_timeouts(wc, cap);
   pthread_mutex_unlock(&wd_mu);
-  rc = extend_on(wc, l, ttl, &res, err);
-  if (rc != 0) {
+  rc = extend_on(wc, l, ttl, &res, err, &rd);
+  if (rc != 0 && rd.kind != RL_NO_REDIRECT) {
     pthread_mutex_lock(&wd_mu);
-    to = redirected(l, wc, err, &kind);
+    to = redirected(l, wc, &rd);
     if (to != NULL) cap_timeouts(to, cap);
     pthread_mutex_unlock(&wd_mu);
     if (to != NULL) {
-      to->conn.asking = kind == RL_ASK;
-      rc = extend_on(to, l, ttl, &res, err);
+      to->conn.asking = rd.kind == RL_ASK;
+      rc = extend_on(to, l, ttl, &res, err, &rd);
       to->conn.asking = 0;
     }
   }

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The watchdog: one thread per process that renews held locks (owner-checked
- * pexpire) every ttl/3 on connections of its own, so that renewal goes on
- * while the Lua state is busy. No Lua here. It starts with the first lease,
+ * pexpire) on connections of its own, so that renewal goes on while the Lua
+ * state is busy; when, and what each answer means, is its leases' machine's
+ * (rl_renewal.h): the thread only moves time and bytes. No Lua here. It starts with the first lease,
  * is forgotten by a forked child (which starts its own when it needs one),
  * and is stopped and joined when the last Lua state using it closes.
  */

@@ -211,6 +211,24 @@ static void test_call(void) {
   rl_call_free(&call);
   rl_cmd_free(&cmd);
 
+  /* A cluster's redirect is the call's to follow: where to, read once here. */
+  CHECK(start(&call, &cmd, RL_OP_EXTEND, 0, rd) == RL_STEP_SEND && call.redirect.kind == RL_NO_REDIRECT);
+  CHECK(feed(&call, "-MOVED 3999 127.0.0.1:7002\r\n") == RL_STEP_FAILED);
+  CHECK(call.redirect.kind == RL_MOVED && call.redirect.slot == 3999 && call.redirect.port == 7002);
+  CHECK(strcmp(call.redirect.host, "127.0.0.1") == 0 && strcmp(call.err, "redis: MOVED 3999 127.0.0.1:7002") == 0);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+  CHECK(start(&call, &cmd, RL_OP_EXTEND, 0, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, "-ASK 12 :7000\r\n") == RL_STEP_FAILED);
+  CHECK(call.redirect.kind == RL_ASK && call.redirect.port == 7000 && call.redirect.host[0] == '\0');
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+  CHECK(start(&call, &cmd, RL_OP_EXTEND, 0, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, "-READONLY You can't write against a read only replica.\r\n") == RL_STEP_FAILED);
+  CHECK(call.redirect.kind == RL_NO_REDIRECT);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+
   /* A take: MULTI, SET NX PX, XADD of the slot's fence record, EXEC. Taken:
      the record's new ID is the fence, with no script. */
   CHECK(start(&call, &cmd, RL_OP_TAKE, 0, rd) == RL_STEP_SEND && sends(&call, "MULTI") && sends(&call, "XADD"));
