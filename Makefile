@@ -24,8 +24,8 @@ endif
 MODFLAGS = -fPIC -fvisibility=hidden -pthread -I$(HIREDIS_INCDIR)
 SANITIZE = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
-SRC = csrc/rl_proto.c csrc/rl_call.c csrc/rl_script.c csrc/rl_scripts.c csrc/rl_slot.c csrc/rl_sys.c csrc/rl_sha1.c csrc/rl_tls.c csrc/rl_conn.c csrc/rl_many.c csrc/rl_watchdog.c csrc/rl_sentinel.c csrc/rl_proc.c
-SRC += csrc/rl_lua.c csrc/rl_lua_call.c csrc/rl_lua_client.c csrc/rl_lua_lease.c csrc/rl_lua_reader.c csrc/rl_lua_watch.c
+SRC = csrc/rl_proto.c csrc/rl_call.c csrc/rl_script.c csrc/rl_scripts.c csrc/rl_slot.c csrc/rl_sys.c csrc/rl_sha1.c csrc/rl_tls.c csrc/rl_conn.c csrc/rl_many.c csrc/rl_renewal.c csrc/rl_watchdog.c csrc/rl_sentinel.c csrc/rl_proc.c
+SRC += csrc/rl_lua.c csrc/rl_lua_call.c csrc/rl_lua_client.c csrc/rl_lua_lease.c csrc/rl_lua_reader.c csrc/rl_lua_renewal.c csrc/rl_lua_watch.c
 HDR = $(wildcard csrc/*.h)
 
 LUA54_MOD  = build/lua5.4/redislock/core.so
@@ -63,7 +63,7 @@ build/%/spec_fork.so: spec/support/fork.c
 	$(CC) $(MOD_CFLAGS) $(WARNINGS) $(MODFLAGS) -I$(MOD_INC) $(SHARED) -o $@ $<
 
 # The protocol core alone (no Lua, no I/O), under ASan and UBSan.
-PROTO_SRC = csrc/rl_proto.c csrc/rl_call.c csrc/rl_script.c csrc/rl_scripts.c csrc/rl_slot.c csrc/rl_sys.c csrc/rl_sha1.c
+PROTO_SRC = csrc/rl_proto.c csrc/rl_call.c csrc/rl_renewal.c csrc/rl_script.c csrc/rl_scripts.c csrc/rl_slot.c csrc/rl_sys.c csrc/rl_sha1.c
 build/proto_test: spec/support/proto_test.c $(PROTO_SRC) $(HDR)
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(SANITIZE) $(WARNINGS) -pthread -Icsrc -I$(HIREDIS_INCDIR) -o $@ $< $(PROTO_SRC) $(HIREDIS_LIBS)

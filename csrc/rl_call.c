@@ -43,6 +43,7 @@ static void init(rl_call *call, rl_cmd *cmd, int phase) {
   call->acked = 0;
   call->wait_err[0] = '\0';
   call->err[0] = '\0';
+  call->redirect.kind = RL_NO_REDIRECT;
   call->cmd = cmd;
   call->args = NULL;
   call->command = NULL;
@@ -82,9 +83,20 @@ void rl_call_free(rl_call *call) {
   drop_bytes(call);
 }
 
-/* Fails the call with "redis: <what><len bytes of msg>" (what may be ""). */
+/* Fails the call with "redis: <what><len bytes of msg>" (what may be "":
+   msg is the server's error reply, and a cluster's redirect is read from it
+   into call->redirect). */
 static rl_step fail(rl_call *call, const char *what, const char *msg, size_t len) {
+  rl_redirect rd;
   snprintf(call->err, sizeof call->err, "redis: %s%.*s", what, (int)len, msg);
+  if (what[0] == '\0' && rl_parse_redirect(msg, len, &rd) != RL_NO_REDIRECT &&
+      rd.hlen < sizeof call->redirect.host) {
+    call->redirect.kind = rd.kind;
+    call->redirect.slot = rd.slot;
+    call->redirect.port = rd.port;
+    memcpy(call->redirect.host, rd.host, rd.hlen);
+    call->redirect.host[rd.hlen] = '\0';
+  }
   return RL_STEP_FAILED;
 }
 

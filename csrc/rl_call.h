@@ -38,6 +38,13 @@
 
 #pragma GCC visibility push(hidden)
 
+/* Where a cluster redirected a call (a MOVED or ASK reply to its script). */
+typedef struct {
+  rl_redirect_kind kind; /* RL_NO_REDIRECT: none */
+  int slot, port;
+  char host[256];        /* "": the node just asked */
+} rl_redirect_to;
+
 /* What the transport does next. */
 typedef enum {
   RL_STEP_SEND,      /* write rl_call_bytes() on the connection, then read: feed
@@ -64,6 +71,7 @@ typedef struct {
   long long acked;             /* WAIT's count, when asked and wait_err is "" */
   char wait_err[RL_ERRLEN]; /* why WAIT failed, the lock being ours all the same */
   char err[RL_ERRLEN];      /* RL_STEP_FAILED's message: "connection: ..." or "redis: ..." */
+  rl_redirect_to redirect;  /* RL_STEP_FAILED on a redirect: where to send the call again */
   redisReply *reply;            /* a plain command's (error replies too): the caller's to free */
 
   /* The machine's own. */

@@ -516,12 +516,13 @@ int rl_conn_call(rl_conn *conn, rl_call *call) {
   }
 }
 
-int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]) {
+int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN], rl_redirect_to *to) {
   rl_call call;
   int rc;
   rl_call_init(&call, cmd);
   rc = rl_conn_call(conn, &call);
   *out = call.out;
+  *to = call.redirect;
   if (rc != 0) memcpy(err, call.err, RL_ERRLEN);
   rl_call_free(&call);
   return rc;

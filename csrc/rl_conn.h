@@ -85,8 +85,9 @@ redisReply *rl_conn_args(rl_conn *conn, rl_args_cmd *a, char err[RL_ERRLEN]);
  */
 int rl_conn_call(rl_conn *conn, rl_call *call);
 
-/* rl_conn_call of cmd with no WAIT: 0 with out, or -1 with err. */
-int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN]);
+/* rl_conn_call of cmd with no WAIT: 0 with out, or -1 with err (and, when
+   a cluster redirected it, where to in to). */
+int rl_conn_eval(rl_conn *conn, rl_cmd *cmd, rl_result *out, char err[RL_ERRLEN], rl_redirect_to *to);
 
 /* The most connections rl_conn_eval_many takes at once. */
 #define RL_MANY_MAX 64

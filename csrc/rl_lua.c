@@ -519,6 +519,7 @@ RL_EXPORT int luaopen_redislock_core(lua_State *L) {
   rl_lua_open_client(L);
   rl_lua_open_lease(L);
   rl_lua_open_reader(L);
+  rl_lua_open_renewal(L);
   rl_lua_open_watch(L);
   rl_proc_register(L);
   lua_pushliteral(L, RL_VERSION);

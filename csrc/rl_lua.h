@@ -39,6 +39,7 @@ void rl_lua_open_call(lua_State *L);
 void rl_lua_open_client(lua_State *L);
 void rl_lua_open_lease(lua_State *L);
 void rl_lua_open_reader(lua_State *L);
+void rl_lua_open_renewal(lua_State *L);
 void rl_lua_open_watch(lua_State *L);
 
 /* The client at idx, refusing other values and closed clients. */

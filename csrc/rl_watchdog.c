@@ -28,17 +28,9 @@ struct rl_lease {
   char *names;              /* prefix, key and token, one after another */
   size_t plen, klen, tlen;
   rl_op extend;             /* the script that renews it: the lock's extend, a permit's ... */
-  long long ttl_ms;
-  long long due;            /* monotonic ms of the next renewal */
-  long long confirmed;      /* monotonic ms when the last good renewal was sent */
-  long long renewed;        /* monotonic ms when the last renewal's answer came */
-  long long until;          /* no renewals from then on (0: no limit) */
-  rl_lease_state state;
-  int busy;                 /* the thread is renewing it, without the mutex */
-  unsigned moves;           /* rl_watchdog_move moved it (counted) */
-  int stopped;              /* its owner let go: freed once not busy */
+  int stopped;              /* its owner let go: freed once its renewal is back */
   int orphan;               /* made before a fork(), seen from the child */
-  char why[512];            /* when lost; last, so that a new lease clears only what is before it */
+  rl_renewal r;             /* when to renew, what answers mean; busy: renewed without the mutex */
 };
 
 static pthread_mutex_t wd_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -164,16 +156,6 @@ static void free_lease(rl_lease *l) {
   free(l);
 }
 
-/* How often a lock of this TTL (ms) is renewed: a third of it, at least 1 ms. */
-static long long step_of(long long ttl_ms) {
-  return ttl_ms / 3 > 0 ? ttl_ms / 3 : 1;
-}
-
-static void mark_lost(rl_lease *l, const char *why) {
-  l->state = RL_LEASE_LOST;
-  snprintf(l->why, sizeof l->why, "%s", why);
-}
-
 /* Cuts wc's timeouts to cap ms for one renewal: one thread renews for every
    server, and a slow one must not hold up the others past their TTLs. */
 static void cap_timeouts(rl_wconn *wc, long long cap) {
@@ -181,8 +163,10 @@ static void cap_timeouts(rl_wconn *wc, long long cap) {
   rl_conn_set_timeout(&wc->conn, wc->timeout_ms < cap ? wc->timeout_ms : cap);
 }
 
-/* Sends l's extend (as of ttl ms) on wc. 0 with res, or -1 with err. */
-static int extend_on(rl_wconn *wc, const rl_lease *l, long long ttl, rl_result *res, char err[RL_ERRLEN]) {
+/* Sends l's extend (as of ttl ms) on wc. 0 with res, or -1 with err (and
+   where a cluster redirected it in to). */
+static int extend_on(rl_wconn *wc, const rl_lease *l, long long ttl, rl_result *res, char err[RL_ERRLEN],
+                     rl_redirect_to *to) {
   const char *prefix = l->names, *key = prefix + l->plen, *token = key + l->klen;
   rl_cmd cmd;
   int rc;
@@ -190,34 +174,28 @@ static int extend_on(rl_wconn *wc, const rl_lease *l, long long ttl, rl_result *
     snprintf(err, RL_ERRLEN, "out of memory");
     return -1;
   }
-  rc = rl_conn_eval(&wc->conn, &cmd, res, err);
+  rc = rl_conn_eval(&wc->conn, &cmd, res, err, to);
   rl_cmd_free(&cmd);
   return rc;
 }
 
 /*
- * After a renewal on wc failed with err: when err is a cluster's redirect,
- * the watchdog connection to the node it names (with wd_mu held; NULL when
- * there is none or no memory), and *kind. A MOVED moves l there for good;
- * an ASK (the slot is being moved) is for this renewal only.
+ * After a renewal on wc was redirected by a cluster (rd), the watchdog
+ * connection to the node rd names (with wd_mu held; NULL when there is none
+ * or no memory). A MOVED moves l there for good; an ASK (the slot is being
+ * moved) is for this renewal only.
  */
-static rl_wconn *redirected(rl_lease *l, rl_wconn *wc, const char *err, rl_redirect_kind *kind) {
-  rl_redirect rd;
+static rl_wconn *redirected(rl_lease *l, rl_wconn *wc, const rl_redirect_to *rd) {
   rl_conn_opts o;
   rl_wconn *to;
-  char host[256];
-  if (strncmp(err, "redis: ", 7) != 0 || wc->conn.o.path != NULL) return NULL;
-  *kind = rl_parse_redirect(err + 7, strlen(err + 7), &rd);
-  if (*kind == RL_NO_REDIRECT || rd.hlen >= sizeof host) return NULL;
-  if (rd.hlen == 0) snprintf(host, sizeof host, "%s", wc->conn.o.host); /* the node just asked */
-  else snprintf(host, sizeof host, "%.*s", (int)rd.hlen, rd.host);
+  if (rd->kind == RL_NO_REDIRECT || wc->conn.o.path != NULL) return NULL;
   o = wc->conn.o;
-  o.host = host;
-  o.port = rd.port;
+  if (rd->host[0] != '\0') o.host = (char *)rd->host; /* else the node just asked */
+  o.port = rd->port;
   o.connect_timeout_ms = wc->connect_timeout_ms;
   o.timeout_ms = wc->timeout_ms;
   to = conn_for(&o);
-  if (to != NULL && *kind == RL_MOVED) {
+  if (to != NULL && rd->kind == RL_MOVED) {
     wc->users--;
     to->users++;
     l->wc = to;
@@ -227,62 +205,37 @@ static rl_wconn *redirected(rl_lease *l, rl_wconn *wc, const char *err, rl_redir
 
 /*
  * Renews l once. Called and returns with wd_mu held; drops it for the I/O,
- * during which l is marked busy (so that nobody frees it) and only the
- * watchdog thread touches l->wc. In a cluster it follows one redirect: to
- * the node a MOVED names (where the lease stays), or after an ASKING to the
- * node an ASK names.
+ * during which l's renewal is on its way (so that nobody frees l) and only
+ * the watchdog thread touches l->wc. In a cluster it follows one redirect:
+ * to the node a MOVED names (where the lease stays), or after an ASKING to
+ * the node an ASK names.
  */
 static void renew(rl_lease *l) {
-  long long ttl = l->ttl_ms, sent = rl_now_ms();
-  unsigned moves = l->moves;
-  char err[RL_ERRLEN], why[sizeof ((rl_lease *)0)->why];
+  long long ttl = rl_renewal_sent(&l->r, rl_now_ms());
+  char err[RL_ERRLEN];
   rl_result res;
-  rl_redirect_kind kind = RL_NO_REDIRECT;
+  rl_redirect_to rd;
   int rc;
   rl_wconn *wc = l->wc, *to;
-  /* No wait is longer than a third of this TTL. */
-  long long cap = step_of(ttl);
-  l->busy = 1;
+  /* No wait is longer than a renewal's step. */
+  long long cap = rl_renewal_step(ttl);
   cap_timeouts(wc, cap);
   pthread_mutex_unlock(&wd_mu);
-  rc = extend_on(wc, l, ttl, &res, err);
-  if (rc != 0) {
+  rc = extend_on(wc, l, ttl, &res, err, &rd);
+  if (rc != 0 && rd.kind != RL_NO_REDIRECT) {
     pthread_mutex_lock(&wd_mu);
-    to = redirected(l, wc, err, &kind);
+    to = redirected(l, wc, &rd);
     if (to != NULL) cap_timeouts(to, cap);
     pthread_mutex_unlock(&wd_mu);
     if (to != NULL) {
-      to->conn.asking = kind == RL_ASK;
-      rc = extend_on(to, l, ttl, &res, err);
+      to->conn.asking = rd.kind == RL_ASK;
+      rc = extend_on(to, l, ttl, &res, err, &rd);
       to->conn.asking = 0;
     }
   }
   pthread_mutex_lock(&wd_mu);
-  l->busy = 0;
-  l->renewed = rl_now_ms();
-  if (l->stopped) {
-    free_lease(l);
-  } else if (l->ttl_ms != ttl) {
-    /* Extended by its owner meanwhile. This renewal may have landed after
-       the owner's extend and cut the TTL back to the old one: renew with
-       the new TTL at once. */
-    if (rc == 0 && res.status == RL_HELD) l->due = rl_now_ms();
-  } else if (rc == 0 && res.status == RL_HELD) {
-    l->confirmed = sent;
-    /* Moved to a new master (rl_watchdog_move) while this renewal was on
-       its way to the old one: once more, on the new one, at once. */
-    l->due = l->moves != moves ? rl_now_ms() : sent + step_of(ttl);
-  } else if (rc == 0) {
-    mark_lost(l, res.status == RL_OTHER ? "another owner holds it now; found by the watchdog"
-                                        : "it expired or was deleted; found by the watchdog");
-  } else if (rl_now_ms() >= l->confirmed + ttl) {
-    snprintf(why, sizeof why, "the watchdog could not renew it before its TTL ran out: %.400s", err);
-    mark_lost(l, why);
-  } else {
-    /* Try again soon, while the lock still has time left. */
-    long long retry = ttl / 10 < 10 ? 10 : ttl / 10 > 1000 ? 1000 : ttl / 10;
-    l->due = rl_now_ms() + retry;
-  }
+  rl_renewal_answer(&l->r, rl_now_ms(), rc == 0, rc == 0 ? res.status : 0, err);
+  if (l->stopped) free_lease(l);
 }
 
 /* The thread: renews each lease when it is due, sleeps until the next one. */
@@ -292,26 +245,26 @@ static void *watch(void *unused) {
   while (!wd.quit) {
     rl_lease *l, *next = NULL;
     long long now = rl_now_ms();
+    rl_renew_next what = RL_RENEW_NONE;
     for (l = wd.leases; l != NULL; l = l->next)
-      if (l->state == RL_LEASE_HELD && !l->stopped && !l->busy && (next == NULL || l->due < next->due))
+      if (!l->stopped && l->r.state == RL_LEASE_HELD && !l->r.busy && (next == NULL || l->r.due < next->r.due))
         next = l;
+    if (next != NULL) what = rl_renewal_next(&next->r, now);
     if (next == NULL) {
       wd.wake_at = LLONG_MAX;
       pthread_cond_wait(&wd.cv, &wd_mu);
-    } else if (next->due > now) {
+    } else if (what == RL_RENEW_LATER) {
       struct timespec ts;
       clock_gettime(CLOCK_MONOTONIC, &ts);
-      ts.tv_sec += (time_t)((next->due - now) / 1000);
-      ts.tv_nsec += (long)((next->due - now) % 1000) * 1000000L;
+      ts.tv_sec += (time_t)((next->r.due - now) / 1000);
+      ts.tv_nsec += (long)((next->r.due - now) % 1000) * 1000000L;
       if (ts.tv_nsec >= 1000000000L) {
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;
       }
-      wd.wake_at = next->due;
+      wd.wake_at = next->r.due;
       pthread_cond_timedwait(&wd.cv, &wd_mu, &ts);
-    } else if (next->until > 0 && now >= next->until) {
-      next->state = RL_LEASE_ENDED; /* max_hold: the TTL runs out from here */
-    } else {
+    } else if (what == RL_RENEW_NOW) {
       wd.wake_at = 0; /* busy: it looks at the list again before sleeping */
       renew(next);
     }
@@ -345,12 +298,11 @@ rl_lease *rl_lease_start(const rl_conn_opts *opts, rl_op extend, const char *pre
                          long long ttl_ms, long long max_hold_ms, long long sent_ms,
                          char err[RL_ERRLEN]) {
   rl_lease *l = (rl_lease *)malloc(sizeof *l);
-  long long now = rl_now_ms();
   int rc;
   pthread_once(&wd_once, wd_init);
   if (l != NULL) {
-    memset(l, 0, offsetof(rl_lease, why)); /* not the 512 bytes of why: one per lock taken */
-    l->why[0] = '\0';
+    memset(l, 0, offsetof(rl_lease, r));
+    rl_renewal_init(&l->r, "the watchdog", ttl_ms, max_hold_ms, sent_ms, rl_now_ms());
   }
   if (l == NULL || (l->names = (char *)malloc(plen + klen + tlen + 1)) == NULL) {
     free(l);
@@ -364,11 +316,6 @@ rl_lease *rl_lease_start(const rl_conn_opts *opts, rl_op extend, const char *pre
   l->klen = klen;
   l->tlen = tlen;
   l->extend = extend;
-  l->ttl_ms = ttl_ms;
-  l->confirmed = sent_ms; /* the TTL started after the acquire was sent */
-  l->due = sent_ms + step_of(ttl_ms);
-  l->until = max_hold_ms > 0 ? now + max_hold_ms : 0;
-  l->state = RL_LEASE_HELD;
   pthread_mutex_lock(&wd_mu);
   l->wc = conn_for(opts);
   if (l->wc == NULL) {
@@ -388,7 +335,7 @@ rl_lease *rl_lease_start(const rl_conn_opts *opts, rl_op extend, const char *pre
     snprintf(err, RL_ERRLEN, "renewal: cannot start the watchdog thread (%s)", strerror(rc));
     return NULL;
   }
-  wake_for(l->due);
+  wake_for(l->r.due);
   pthread_mutex_unlock(&wd_mu);
   return l;
 }
@@ -396,38 +343,30 @@ rl_lease *rl_lease_start(const rl_conn_opts *opts, rl_op extend, const char *pre
 rl_lease_state rl_lease_state_of(rl_lease *l, char *why, size_t len) {
   rl_lease_state s;
   pthread_mutex_lock(&wd_mu);
-  s = l->state;
-  if (s == RL_LEASE_LOST && len > 0) snprintf(why, len, "%s", l->why);
+  s = l->r.state;
+  if (s == RL_LEASE_LOST && len > 0) snprintf(why, len, "%s", l->r.why);
   pthread_mutex_unlock(&wd_mu);
   return s;
 }
 
 void rl_lease_extended(rl_lease *l, long long ttl_ms, long long sent_ms) {
   pthread_mutex_lock(&wd_mu);
-  if (l->state == RL_LEASE_HELD) {
-    l->ttl_ms = ttl_ms;
-    l->confirmed = sent_ms;
-    /* A renewal on its way, or answered since the extend went out, may have
-       landed after it (another connection) and cut the TTL back to the old
-       one: renew with the new TTL at once. (One still on its way does so
-       itself once it sees the new TTL.) */
-    l->due = l->busy || l->renewed >= sent_ms ? rl_now_ms() : sent_ms + step_of(ttl_ms);
-    wake_for(l->due);
-  }
+  rl_renewal_extended(&l->r, ttl_ms, sent_ms, rl_now_ms());
+  if (l->r.state == RL_LEASE_HELD) wake_for(l->r.due);
   pthread_mutex_unlock(&wd_mu);
 }
 
 long long rl_lease_expires(rl_lease *l) {
   long long at;
   pthread_mutex_lock(&wd_mu);
-  at = l->confirmed + l->ttl_ms;
+  at = rl_renewal_expires(&l->r);
   pthread_mutex_unlock(&wd_mu);
   return at;
 }
 
 void rl_lease_stop(rl_lease *l) {
   pthread_mutex_lock(&wd_mu);
-  if (l->orphan || l->busy) l->stopped = 1; /* orphans stay set aside; busy: renew frees it */
+  if (l->orphan || l->r.busy) l->stopped = 1; /* orphans stay set aside; on its way: renew frees it */
   else free_lease(l);
   pthread_mutex_unlock(&wd_mu);
 }
@@ -460,8 +399,7 @@ int rl_watchdog_move(const char *from_host, int from_port, const char *to_host, 
     from->users--;
     to->users++;
     l->wc = to;
-    l->moves++;
-    if (l->state == RL_LEASE_HELD && !l->busy) l->due = now;
+    rl_renewal_moved(&l->r, now);
     moved++;
   }
   if (moved > 0 && wd.running) pthread_cond_signal(&wd.cv);
@@ -494,7 +432,7 @@ void rl_watchdog_leave(void) {
   if (wd.leases != NULL && start_thread() != 0) {
     rl_lease *l;
     for (l = wd.leases; l != NULL; l = l->next)
-      if (l->state == RL_LEASE_HELD) mark_lost(l, "the watchdog thread could not be restarted");
+      rl_renewal_stop(&l->r, "its thread could not be restarted");
   }
   if (!wd.running) free_idle_conns();
   pthread_mutex_unlock(&wd_mu);

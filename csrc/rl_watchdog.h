@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The watchdog: one thread per process that renews held locks (owner-checked
- * pexpire) every ttl/3 on connections of its own, so that renewal goes on
- * while the Lua state is busy. No Lua here. It starts with the first lease,
+ * pexpire) on connections of its own, so that renewal goes on while the Lua
+ * state is busy; when, and what each answer means, is its leases' machine's
+ * (rl_renewal.h): the thread only moves time and bytes. No Lua here. It starts with the first lease,
  * is forgotten by a forked child (which starts its own when it needs one),
  * and is stopped and joined when the last Lua state using it closes.
  */
@@ -12,16 +13,9 @@
 #include <stddef.h>
 
 #include "rl_conn.h"
+#include "rl_renewal.h"
 
 #pragma GCC visibility push(hidden)
-
-/* What a lease says of its lock. */
-typedef enum {
-  RL_LEASE_HELD,  /* renewed on time, as far as the watchdog knows */
-  RL_LEASE_LOST,  /* a renewal found it gone or taken, or could not reach the
-                     server before the TTL ran out */
-  RL_LEASE_ENDED  /* max_hold passed: no more renewals; the TTL runs out */
-} rl_lease_state;
 
 typedef struct rl_lease rl_lease;
 

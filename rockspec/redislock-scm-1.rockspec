@@ -35,9 +35,9 @@ build = {
   modules = {
     ["redislock.core"] = {
       sources = { "csrc/rl_proto.c", "csrc/rl_call.c", "csrc/rl_script.c", "csrc/rl_scripts.c", "csrc/rl_slot.c", "csrc/rl_sys.c", "csrc/rl_sha1.c",
-                  "csrc/rl_tls.c", "csrc/rl_conn.c", "csrc/rl_many.c", "csrc/rl_watchdog.c", "csrc/rl_sentinel.c",
+                  "csrc/rl_tls.c", "csrc/rl_conn.c", "csrc/rl_many.c", "csrc/rl_renewal.c", "csrc/rl_watchdog.c", "csrc/rl_sentinel.c",
                   "csrc/rl_proc.c", "csrc/rl_lua.c", "csrc/rl_lua_call.c", "csrc/rl_lua_client.c", "csrc/rl_lua_lease.c",
-                  "csrc/rl_lua_reader.c", "csrc/rl_lua_watch.c" },
+                  "csrc/rl_lua_reader.c", "csrc/rl_lua_renewal.c", "csrc/rl_lua_watch.c" },
       libraries = { "hiredis", "ssl", "crypto", "pthread", "dl" },
       incdirs = { "$(HIREDIS_INCDIR)", "$(OPENSSL_INCDIR)" },
       libdirs = { "$(HIREDIS_LIBDIR)", "$(OPENSSL_LIBDIR)" },

@@ -3,6 +3,9 @@
 --
 -- One ngx.timer per worker renews the worker's leases over cosockets
 -- (the C watchdog thread is for plain Lua; nginx workers are single-threaded).
+-- It only schedules and moves bytes: when a renewal is due and what its
+-- answer means is the core's lease machine (core.renewal, csrc/rl_renewal.c),
+-- the one the watchdog thread drives.
 --
 -- A lock with_lock took must not outlive the request's Lua thread that runs
 -- fn. ngx.exit, ngx.exec and ngx.redirect end that thread without unwinding
@@ -26,7 +29,8 @@ local debug_getinfo = debug.getinfo
 local get_phase = ngx.get_phase
 local timer_at, ngx_log, ERR = ngx.timer.at, ngx.log, ngx.ERR
 local spawn, kill = ngx.thread.spawn, ngx.thread.kill
-local math_max, math_min = math.max, math.min
+local math_max = math.max
+local new_renewal = core.renewal
 
 local _M = { _VERSION = core._VERSION }
 
@@ -78,39 +82,16 @@ local lease_mt = { __index = Lease }
 local schedule
 
 -- Renews one lease (in the timer, so cosockets are allowed).
-local function renew(lease, now)
-  local t = lease.transport
-  local ttl = lease.ttl_ms
-  local sent = core.now()
-  lease.renewing = true
-  local status, value = t:eval(lease.extend, lease.key, lease.token, ttl)
-  lease.renewing, lease.renewed = false, core.now()
+local function renew(lease)
+  local r = lease.r
+  local status, value = lease.transport:eval(lease.extend, lease.key, lease.token, r:sent())
+  local outcome, why = r:answer(status, value)
   if leases[lease] == nil then return end -- stopped meanwhile
-  if lease.ttl_ms ~= ttl then
-    -- Extended by its owner meanwhile: this renewal may have landed after
-    -- the owner's extend and cut the TTL back; renew with the new one at once.
-    if status == 1 then lease.due = now end
+  if outcome == "retry" then
+    if lease.notify then pcall(lease.notify, "renew_failed", why) end
     return
   end
-  if status == 1 then
-    lease.confirmed, lease.due = now, now + math_max(ttl / 3000, 0.001)
-    -- Moved to a new master while this renewal was on its way to the old
-    -- one (see moved): once more, on the new one, at once.
-    if lease.moved and lease.moved >= sent then lease.due = now end
-    return
-  end
-  local why
-  if status ~= nil then
-    why = status == -1 and "another owner holds it now; found by the renewal timer"
-      or "it expired or was deleted; found by the renewal timer"
-  elseif core.now() >= lease.confirmed + ttl / 1000 then
-    why = "the renewal timer could not renew it before its TTL ran out: " .. value
-  else
-    lease.due = core.now() + math_min(math_max(ttl / 10000, 0.01), 1)
-    if lease.notify then pcall(lease.notify, "renew_failed", value) end
-    return
-  end
-  lease.status, lease.why = "lost", why
+  if outcome ~= "lost" then return end
   leases[lease] = nil
   if lease.notify then
     local ok, err = pcall(lease.notify, "lost", why)
@@ -139,21 +120,20 @@ local function tick(premature, gen)
     -- The worker is exiting (reload, stop): no timer runs any more, so the
     -- leases end here and run out by their TTL (check() says so then).
     for lease in pairs(leases) do
-      lease.status = "ended"
+      lease.r:stop()
       leases[lease] = nil
     end
     return
   end
   ticking = true
-  local now = core.now()
   local due = {}
   local gone = {}
   for lease in pairs(leases) do
-    if lease.stop_at and now >= lease.stop_at then
-      lease.status = "ended"
-      leases[lease] = nil
-    elseif lease.due <= now then
+    local what = lease.r:next()
+    if what == "now" then
       due[#due + 1] = lease
+    elseif what == nil and lease.r:state() ~= "held" then -- ended by max_hold
+      leases[lease] = nil
     end
   end
   -- A lease stopped while an earlier one was renewed is left alone: its
@@ -161,7 +141,7 @@ local function tick(premature, gen)
   -- (redislock/ngx_gate.lua).
   for _, lease in ipairs(due) do
     if leases[lease] ~= nil then
-      if abandoned(lease) then gone[#gone + 1] = lease else renew(lease, now) end
+      if abandoned(lease) then gone[#gone + 1] = lease else renew(lease) end
     end
   end
   for _, lease in ipairs(gone) do
@@ -169,7 +149,7 @@ local function tick(premature, gen)
     -- a timer of its own (a refusal that passes is tried again meanwhile).
     if leases[lease] ~= nil then
       leases[lease] = nil
-      lease.status = "ended"
+      lease.r:stop()
       local ok, err = timer_at(0, release_gone, lease)
       if not ok then
         ngx_log(ERR, "redislock: cannot start a timer to release a lock (it runs out by its TTL): ", err)
@@ -185,7 +165,8 @@ schedule = function()
   if ticking then return end -- the running tick schedules when it is done
   local first
   for lease in pairs(leases) do
-    if not first or lease.due < first then first = lease.due end
+    local due = lease.r:due()
+    if not first or due < first then first = due end
   end
   if not first or (timer_due and timer_due <= first) then return end
   local delay = math_max(first - core.now(), 0.001)
@@ -211,15 +192,10 @@ end
 -- release that goes with it gives the hold back.
 function _M.start(t, key, token, ttl_ms, opts)
   opts = opts or {}
-  local op, max_hold_ms, sent_ms, notify = opts.op or "extend", opts.max_hold_ms, opts.sent_ms, opts.notify
-  local now = core.now()
-  local sent = sent_ms and sent_ms / 1000 or now
+  local op = opts.op or "extend"
   local lease = setmetatable({
-    transport = t, key = key, token = token, ttl_ms = ttl_ms, confirmed = sent,
-    extend = op, release = (op:gsub("extend$", "release")),
-    due = sent + math_max(ttl_ms / 3000, 0.001),
-    stop_at = max_hold_ms and max_hold_ms > 0 and now + max_hold_ms / 1000 or nil,
-    status = "held", notify = notify,
+    transport = t, key = key, token = token, extend = op, release = (op:gsub("extend$", "release")),
+    r = new_renewal(ttl_ms, opts), notify = opts.notify,
   }, lease_mt)
   if opts.scoped and request_thread() then
     semaphore = semaphore or require "ngx.semaphore"
@@ -237,10 +213,11 @@ end
 -- switch was heard never reached the new one, where the lock keeps only
 -- the TTL of the last renewal that was replicated before the promotion.
 function _M.moved(t)
-  local now, any = core.now(), false
+  local any = false
   for lease in pairs(leases) do
     if lease.transport == t then
-      lease.due, lease.moved, any = now, now, true
+      lease.r:moved()
+      any = true
     end
   end
   if any then schedule() end
@@ -248,36 +225,31 @@ end
 
 --- "held" | "ended" | "lost", why
 function Lease:state()
-  return self.status, self.why
+  return self.r:state()
 end
 
 --- The owner extended the lock to ttl_ms with a command sent at sent_ms:
 -- renew to that from then on.
 function Lease:extended(ttl_ms, sent_ms)
-  if self.status ~= "held" then return end
-  local sent = sent_ms and sent_ms / 1000 or core.now()
-  self.ttl_ms, self.confirmed, self.due = ttl_ms, sent, sent + math_max(ttl_ms / 3000, 0.001)
-  -- A renewal on its way, or answered since the extend went out, may have
-  -- landed after it and cut the TTL back: renew with the new TTL at once.
-  if self.renewing or (self.renewed or 0) >= sent then self.due = core.now() end
-  schedule()
+  self.r:extended(ttl_ms, sent_ms)
+  if leases[self] then schedule() end
 end
 
 --- Whether a renewal is on its way now, or due (also: at once, after a
 -- Sentinel switch).
 function Lease:due_now()
-  return self.renewing == true or self.due <= core.now()
+  return self.r:due_now()
 end
 
 --- The latest time (core.now()) the lock lasts to without another renewal.
 function Lease:expires()
-  return self.confirmed + self.ttl_ms / 1000
+  return self.r:expires()
 end
 
 --- No more renewals; ends the sentinel, if any, when called from the thread
 -- that made it (with_lock's). Returns what expires() says.
 function Lease:stop()
-  if self.status == "held" then self.status = "ended" end
+  self.r:stop()
   leases[self] = nil
   if self.sentinel and kill(self.sentinel) then self.sentinel = nil end
   return self:expires()

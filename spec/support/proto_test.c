@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * A unit test of the C core's protocol side, alone: rl_proto, rl_call,
- * rl_script, rl_slot and rl_sys include no Lua header and do no I/O, so they are
+ * rl_renewal, rl_script, rl_slot and rl_sys include no Lua header and do no I/O, so they are
  * linked here without Lua and without a server (built by make test as
  * build/proto_test, under the sanitizers; spec/01 runs it). Prints a line per
  * failed check and "proto_test: N checks, N failed"; exit status 0 when
@@ -13,6 +13,7 @@
 
 #include "rl_call.h"
 #include "rl_proto.h"
+#include "rl_renewal.h"
 #include "rl_sha1.h"
 
 static int checks, failed;
@@ -210,6 +211,24 @@ static void test_call(void) {
   rl_call_free(&call);
   rl_cmd_free(&cmd);
 
+  /* A cluster's redirect is the call's to follow: where to, read once here. */
+  CHECK(start(&call, &cmd, RL_OP_EXTEND, 0, rd) == RL_STEP_SEND && call.redirect.kind == RL_NO_REDIRECT);
+  CHECK(feed(&call, "-MOVED 3999 127.0.0.1:7002\r\n") == RL_STEP_FAILED);
+  CHECK(call.redirect.kind == RL_MOVED && call.redirect.slot == 3999 && call.redirect.port == 7002);
+  CHECK(strcmp(call.redirect.host, "127.0.0.1") == 0 && strcmp(call.err, "redis: MOVED 3999 127.0.0.1:7002") == 0);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+  CHECK(start(&call, &cmd, RL_OP_EXTEND, 0, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, "-ASK 12 :7000\r\n") == RL_STEP_FAILED);
+  CHECK(call.redirect.kind == RL_ASK && call.redirect.port == 7000 && call.redirect.host[0] == '\0');
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+  CHECK(start(&call, &cmd, RL_OP_EXTEND, 0, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, "-READONLY You can't write against a read only replica.\r\n") == RL_STEP_FAILED);
+  CHECK(call.redirect.kind == RL_NO_REDIRECT);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+
   /* A take: MULTI, SET NX PX, XADD of the slot's fence record, EXEC. Taken:
      the record's new ID is the fence, with no script. */
   CHECK(start(&call, &cmd, RL_OP_TAKE, 0, rd) == RL_STEP_SEND && sends(&call, "MULTI") && sends(&call, "XADD"));
@@ -385,6 +404,99 @@ static void test_args(void) {
   redisReaderFree(rd);
 }
 
+/* One node's lease (rl_renewal), driven by hand: times are made-up ms. */
+static void test_renewal(void) {
+  rl_renewal r;
+  /* Acquired at 100 (sent), TTL 3000: renewed every 1000 from the acquire. */
+  rl_renewal_init(&r, "the watchdog", 3000, 0, 100, 105);
+  CHECK(r.state == RL_LEASE_HELD && r.due == 1100 && rl_renewal_expires(&r) == 3100);
+  CHECK(rl_renewal_next(&r, 500) == RL_RENEW_LATER && !rl_renewal_due_now(&r, 500));
+  CHECK(rl_renewal_next(&r, 1100) == RL_RENEW_NOW);
+  CHECK(rl_renewal_sent(&r, 1100) == 3000 && rl_renewal_next(&r, 1200) == RL_RENEW_NONE);
+  CHECK(rl_renewal_due_now(&r, 1101)); /* on its way */
+  CHECK(rl_renewal_answer(&r, 1110, 1, RL_HELD, NULL) == RL_RENEWED);
+  CHECK(r.due == 2100 && rl_renewal_expires(&r) == 4100); /* from when it was sent */
+
+  /* Not answered: tried again a tenth of the TTL later, while the TTL lasts;
+     then lost, with the error. */
+  rl_renewal_sent(&r, 2100);
+  CHECK(rl_renewal_answer(&r, 2150, 0, 0, "connection: timed out") == RL_RENEW_RETRY && r.due == 2450);
+  rl_renewal_sent(&r, 2450);
+  CHECK(rl_renewal_answer(&r, 4100, 0, 0, "connection: refused") == RL_RENEW_LOST);
+  CHECK(r.state == RL_LEASE_LOST && rl_renewal_next(&r, 5000) == RL_RENEW_NONE);
+  CHECK(strcmp(r.why, "the watchdog could not renew it before its TTL ran out: connection: refused") == 0);
+
+  /* Answered: gone, or another's. */
+  rl_renewal_init(&r, "the renewal timer", 300, 0, 0, 0);
+  CHECK(r.due == 100);
+  rl_renewal_sent(&r, 100);
+  CHECK(rl_renewal_answer(&r, 101, 1, RL_FREE, NULL) == RL_RENEW_LOST);
+  CHECK(strcmp(r.why, "it expired or was deleted; found by the renewal timer") == 0);
+  rl_renewal_init(&r, "the watchdog", 300, 0, 0, 0);
+  rl_renewal_sent(&r, 100);
+  CHECK(rl_renewal_answer(&r, 101, 1, RL_OTHER, NULL) == RL_RENEW_LOST);
+  CHECK(strcmp(r.why, "another owner holds it now; found by the watchdog") == 0);
+  /* The retry interval: 10 ms at least, a second at most; a step of 1 ms at least. */
+  rl_renewal_init(&r, "the watchdog", 2, 0, 0, 0);
+  CHECK(r.due == 1);
+  rl_renewal_sent(&r, 1);
+  CHECK(rl_renewal_answer(&r, 1, 0, 0, "connection: x") == RL_RENEW_RETRY && r.due == 11);
+  rl_renewal_init(&r, "the watchdog", 60000, 0, 0, 0);
+  rl_renewal_sent(&r, 20000);
+  CHECK(rl_renewal_answer(&r, 20000, 0, 0, "connection: x") == RL_RENEW_RETRY && r.due == 21000);
+
+  /* Extended by its owner while a renewal was on its way: that renewal may
+     have cut the TTL back, so once more at once with the new TTL. */
+  rl_renewal_init(&r, "the watchdog", 3000, 0, 0, 0);
+  rl_renewal_sent(&r, 1000);
+  rl_renewal_extended(&r, 9000, 1005, 1005);
+  CHECK(r.due == 1005 && rl_renewal_expires(&r) == 10005);
+  CHECK(rl_renewal_answer(&r, 1010, 1, RL_HELD, NULL) == RL_RENEWED && r.due == 1010);
+  CHECK(rl_renewal_sent(&r, 1010) == 9000);
+  CHECK(rl_renewal_answer(&r, 1020, 1, RL_HELD, NULL) == RL_RENEWED && r.due == 4010);
+  /* ... or answered after the extend went out; else from the extend on. */
+  rl_renewal_extended(&r, 6000, 1015, 1030);
+  CHECK(r.due == 1030);
+  rl_renewal_extended(&r, 6000, 1040, 1041);
+  CHECK(r.due == 3040);
+  /* A renewal whose answer comes after a change of TTL is not a loss. */
+  rl_renewal_sent(&r, 3040);
+  rl_renewal_extended(&r, 3000, 3041, 3041);
+  CHECK(rl_renewal_answer(&r, 3050, 1, RL_FREE, NULL) == RL_RENEWED && r.state == RL_LEASE_HELD);
+
+  /* Moved to another node: at once; and once more when a renewal was on
+     its way to the old one. */
+  rl_renewal_init(&r, "the watchdog", 3000, 0, 0, 0);
+  rl_renewal_moved(&r, 200);
+  CHECK(r.due == 200);
+  rl_renewal_sent(&r, 200);
+  rl_renewal_moved(&r, 210);
+  CHECK(r.due == 200); /* on its way: its answer decides */
+  CHECK(rl_renewal_answer(&r, 220, 1, RL_HELD, NULL) == RL_RENEWED && r.due == 220);
+  rl_renewal_sent(&r, 220);
+  CHECK(rl_renewal_answer(&r, 230, 1, RL_HELD, NULL) == RL_RENEWED && r.due == 1220);
+
+  /* max_hold: the renewal due after it ends the lease instead. */
+  rl_renewal_init(&r, "the watchdog", 3000, 1500, 0, 10);
+  CHECK(rl_renewal_next(&r, 1000) == RL_RENEW_NOW);
+  rl_renewal_sent(&r, 1000);
+  rl_renewal_answer(&r, 1001, 1, RL_HELD, NULL);
+  CHECK(rl_renewal_next(&r, 2000) == RL_RENEW_NONE && r.state == RL_LEASE_ENDED);
+  CHECK(rl_renewal_expires(&r) == 4000);
+
+  /* Stopped by its driver, while a renewal was on its way. */
+  rl_renewal_init(&r, "the watchdog", 3000, 0, 0, 0);
+  rl_renewal_sent(&r, 1000);
+  rl_renewal_stop(&r, "its thread could not be restarted");
+  CHECK(r.state == RL_LEASE_LOST && strcmp(r.why, "the watchdog stopped: its thread could not be restarted") == 0);
+  CHECK(rl_renewal_answer(&r, 1001, 1, RL_HELD, NULL) == RL_RENEW_OVER && r.state == RL_LEASE_LOST);
+  rl_renewal_init(&r, "the watchdog", 3000, 0, 0, 0);
+  rl_renewal_stop(&r, NULL);
+  CHECK(r.state == RL_LEASE_ENDED && rl_renewal_next(&r, 5000) == RL_RENEW_NONE);
+  rl_renewal_extended(&r, 9000, 10, 10); /* no effect once ended */
+  CHECK(r.ttl_ms == 3000);
+}
+
 int main(void) {
   test_ops();
   test_commands();
@@ -394,6 +506,7 @@ int main(void) {
   test_checks();
   test_call();
   test_args();
+  test_renewal();
   printf("proto_test: %d checks, %d failed\n", checks, failed);
   return failed == 0 ? 0 : 1;
 }
