@@ -119,6 +119,7 @@ describe("a promoted replica behind the client's one address (REPLICAOF NO ONE)"
     -- granted after them, are above them.
     local late = take_all(direct, 3, keys)
     above(late, old, "the old master's later locks")
+    core.sleep(0.002) -- a millisecond apart at least: two masters' grants within one may tie
     above(take_all(client, 1, keys), late, "the promoted replica's next locks")
     -- Within one master they keep growing, lock after lock.
     local a = assert(client:acquire(keys.lock, 5))
@@ -165,10 +166,12 @@ describe("a failover behind Sentinel", function()
     -- The old master comes back and still grants until the sentinels demote
     -- it, to a client that talks to it directly; the new master's locks
     -- granted after those are above them (not its first ones, granted
-    -- before: fences order grants by time, whichever master grants).
+    -- before: fences order grants by time, whichever master grants, at the
+    -- clock's resolution: two masters' grants within one millisecond may tie).
     signal(old_master, "CONT")
     local direct = redislock.new({ port = old_master.port, timeout = 1 })
     local late = take_all(direct, 1, keys)
+    core.sleep(0.002)
     above(take_all(client, 1, keys), late, "the new master's next locks")
     direct:close()
     client:close()
@@ -222,6 +225,7 @@ describe("a failover in a Redis Cluster", function()
       local direct = redislock.new({ host = old_master.host, port = old_master.port, timeout = 1 })
       local late = take_all(direct, 1, keys)
       above(late, old, "the old master's later locks")
+      core.sleep(0.002) -- a millisecond apart at least: two masters' grants within one may tie
       above(take_all(client, 1, keys), late, "the new master's next locks")
       direct:close()
     end
