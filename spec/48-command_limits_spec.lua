@@ -1,7 +1,8 @@
 -- SPDX-License-Identifier: MIT
 -- `redislock run --min-hold` and `redislock run -n N` (issue 57), run as
 -- child processes against a private redis-server: a lock kept for a minimum
--- after a short (or failing) command, longer than its TTL too; at most N
+-- after a short (or failing) command, longer than its TTL too, and not cut
+-- back by a renewal on its way (a proxy holds it back); at most N
 -- copies of a command at once across processes, shown by real processes
 -- and marker files that would show a third; status listing the permits;
 -- bad usage.
@@ -92,6 +93,42 @@ describe("redislock run --min-hold and -n", function()
       assert.are.equal(0, code, out)
       assert.matches("ran", out)
       assert.is_true(core.now() - t0 >= 3, "ran " .. (core.now() - t0) .. " s after the first was taken")
+    end)
+
+    it("is not cut back to --ttl by a renewal on its way as the command ends", function()
+      -- The watchdog's connection goes through a proxy that holds each of
+      -- its writes back 1.2 s: the renewal sent 2 s after the take (a third
+      -- of --ttl 6) is on its way when the command ends, 2.6 s after it,
+      -- and reaches Redis after. redislock waits for it before its extend,
+      -- else the renewal would set 6 s again over the rest of the minimum.
+      assert.are.equal(core.scripts.extend.sha, raw:command("SCRIPT", "LOAD", core.scripts.extend.text))
+      local port, quit, log = helpers.free_port(), file("quit"), file("proxy.log")
+      local proxy = helpers.spawn(helpers.spec_dir .. "workers/delay_proxy.lua", port, srv.port, 1.2, log, quit)
+      assert.is_truthy(helpers.eventually(5, function()
+        local c = require("socket").tcp()
+        c:settimeout(0.2)
+        local ok = c:connect("127.0.0.1", port)
+        c:close()
+        return ok
+      end), "the proxy never listened")
+      local out, code = redislock_cmd("run --url redis://127.0.0.1:" .. port .. " --timeout 3 --ttl 6 --min-hold 20 job"
+        .. " -- " .. SH .. " -c " .. helpers.sh_quote("sleep 2.6; date +%s.%N > " .. file("ended")))
+      assert.are.equal(0, code, out)
+      local ended = tonumber(helpers.read_file(file("ended")))
+      -- The case at hand: a renewal held back when the command ended, sent on after.
+      local on_its_way = helpers.eventually(5, function()
+        for held, sent in (helpers.read_file(log) or ""):gmatch("held ([%d.]+) sent ([%d.]+)") do
+          if tonumber(held) < ended and tonumber(sent) > ended then return true end
+        end
+      end)
+      io.open(quit, "w"):close()
+      local pout, pok = proxy.wait()
+      assert.is_true(pok, pout)
+      assert.is_true(on_its_way, "no renewal was on its way as the command ended (" .. ended .. "):\n"
+                     .. (helpers.read_file(log) or ""))
+      core.sleep(0.1) -- Redis ran what was sent on
+      local pttl = raw:command("PTTL", "lock:{job}")
+      assert.is_true(pttl > 10000, "PTTL " .. pttl .. ": the renewal cut the minimum back")
     end)
 
     it("releases at once after a command that ran past the minimum, and --min-hold 0 is no minimum", function()
