@@ -97,13 +97,15 @@ static int lease_expires(lua_State *L) {
   return 1;
 }
 
-/* lease:stop() -> what expires() said (nothing once stopped); also __gc: no more renewals. Idempotent; no I/O. */
+/* lease:stop([settle]) -> what expires() said (nothing once stopped); also __gc: no more renewals.
+   Idempotent; no I/O. settle true: waits for a renewal under way to end, so
+   that none lands after what the caller sends next (redislock run --min-hold). */
 static int lease_stop(lua_State *L) {
   rl_lease_ud *ud = (rl_lease_ud *)luaL_checkudata(L, 1, LEASE_MT);
   if (ud->lease == NULL) return 0;
   /* What expires() would have said, in the same call: release needs both. */
   lua_pushnumber(L, (lua_Number)rl_lease_expires(ud->lease) / 1000.0);
-  rl_lease_stop(ud->lease);
+  rl_lease_stop(ud->lease, lua_toboolean(L, 2));
   ud->lease = NULL;
   return 1;
 }

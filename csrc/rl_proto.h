@@ -61,6 +61,7 @@ typedef enum {
   RL_OP_ELECT_OBSERVE,  /* an election's observer registers and takes its news */
   RL_OP_ELECT_ANNOUNCE, /* a new leader, or a resign, told to the observers */
   RL_OP_ELECT_PROCLAIM, /* a leader's new value */
+  RL_OP_SEM_HOLDERS,    /* a semaphore's permits held now, for an operator */
   RL_OP_COUNT
 } rl_op;
 

@@ -470,6 +470,12 @@ static const char s_sem_count[] =
   "local function server_time()\nlocal t = redis.call('TIME')\nreturn t[1] * 1000 + math.floor(t[2] / 1000), t\nend\n"
   "local now = server_time()\nreturn {1, redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')}\n";
 
+/* csrc/scripts/sem_holders.lua */
+static const char s_sem_holders[] =
+  "local function server_time()\nlocal t = redis.call('TIME')\nreturn t[1] * 1000 + math.floor(t[2] / 1000), t\nend\n"
+  "local now = server_time()\nlocal held = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')\n"
+  "for i = 2, #held, 2 do held[i] = tonumber(held[i]) - now end\nreturn held\n";
+
 /* csrc/scripts/sem_leave.lua */
 static const char s_sem_leave[] =
   "local function list(...)\nlocal r = redis.pcall(...)\nif type(r) == 'table' and r.err then return nil, true end\n"
@@ -725,6 +731,7 @@ const rl_op_row rl_ops[RL_OP_COUNT] = {
   [RL_OP_ELECT_OBSERVE] = { "elect_observe", s_elect_observe, { K_LOCK, K_FENCE, K_OBSERVERS, -1 }, RL_F_ARGS | RL_F_ONCE },
   [RL_OP_ELECT_ANNOUNCE] = { "elect_announce", s_elect_announce, { K_LOCK, K_OBSERVERS, -1 }, RL_F_ARGS | RL_F_ONCE },
   [RL_OP_ELECT_PROCLAIM] = { "elect_proclaim", s_elect_proclaim, { K_LOCK, K_OBSERVERS, K_FENCE, -1 }, RL_F_ARGS | RL_F_ONCE },
+  [RL_OP_SEM_HOLDERS] = { "sem_holders", s_sem_holders, { K_PERMITS, -1 }, RL_F_ARGS },
 };
 
 /* csrc/scripts/guard_fenced.lua */

@@ -29,6 +29,7 @@ struct rl_lease {
   size_t plen, klen, tlen;
   rl_op extend;             /* the script that renews it: the lock's extend, a permit's ... */
   int stopped;              /* its owner let go: freed once its renewal is back */
+  int *settled;             /* set to 1 (and wd.settle broadcast) when its renewal is back after a stop */
   int orphan;               /* made before a fork(), seen from the child */
   rl_renewal r;             /* when to renew, what answers mean; busy: renewed without the mutex */
 };
@@ -38,6 +39,7 @@ static pthread_mutex_t wd_mu = PTHREAD_MUTEX_INITIALIZER;
 /* Everything in wd is guarded by wd_mu. */
 static struct {
   pthread_cond_t cv; /* on CLOCK_MONOTONIC: a lease was added, changed or the thread must quit */
+  pthread_cond_t settle; /* a stopped lease's renewal under way ended (rl_lease_stop's settle) */
   pthread_t thread;
   int running;       /* started and not yet joined */
   long long wake_at; /* when the sleeping thread wakes by itself (LLONG_MAX: never) */
@@ -53,13 +55,14 @@ static struct {
 
 static pthread_once_t wd_once = PTHREAD_ONCE_INIT;
 
-/* (Re)makes the condition variable, waiting on the monotonic clock. */
+/* (Re)makes the condition variables, the thread's waiting on the monotonic clock. */
 static void init_cv(void) {
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
   pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
   pthread_cond_init(&wd.cv, &attr);
   pthread_condattr_destroy(&attr);
+  pthread_cond_init(&wd.settle, NULL);
 }
 
 /* fork(): the mutex is held across it, so the child gets a consistent copy. */
@@ -235,7 +238,13 @@ static void renew(rl_lease *l) {
   }
   pthread_mutex_lock(&wd_mu);
   rl_renewal_answer(&l->r, rl_now_ms(), rc == 0, rc == 0 ? res.status : 0, err);
-  if (l->stopped) free_lease(l);
+  if (l->stopped) {
+    if (l->settled != NULL) {
+      *l->settled = 1;
+      pthread_cond_broadcast(&wd.settle);
+    }
+    free_lease(l);
+  }
 }
 
 /* The thread: renews each lease when it is due, sleeps until the next one. */
@@ -364,10 +373,21 @@ long long rl_lease_expires(rl_lease *l) {
   return at;
 }
 
-void rl_lease_stop(rl_lease *l) {
+void rl_lease_stop(rl_lease *l, int settle) {
+  int settled = 0;
   pthread_mutex_lock(&wd_mu);
-  if (l->orphan || l->r.busy) l->stopped = 1; /* orphans stay set aside; on its way: renew frees it */
-  else free_lease(l);
+  if (l->orphan) {
+    l->stopped = 1; /* set aside: no thread of this process renews it */
+  } else if (l->r.busy) {
+    l->stopped = 1; /* on its way: renew frees it */
+    if (settle) {
+      /* Bounded: the renewal waits no longer than its connection timeouts, capped at a renewal's step. */
+      l->settled = &settled;
+      while (!settled) pthread_cond_wait(&wd.settle, &wd_mu);
+    }
+  } else {
+    free_lease(l);
+  }
   pthread_mutex_unlock(&wd_mu);
 }
 

@@ -46,8 +46,10 @@ void rl_lease_extended(rl_lease *lease, long long ttl_ms, long long sent_ms);
 long long rl_lease_expires(rl_lease *lease);
 
 /* Stops renewing and frees the lease (now, or once a renewal under way ends;
-   a lease made before a fork() is only set aside in the child). */
-void rl_lease_stop(rl_lease *lease);
+   a lease made before a fork() is only set aside in the child). With settle,
+   waits for a renewal under way to end: once it returns, nothing of the
+   lease reaches the server (an extend sent after it is not cut back). */
+void rl_lease_stop(rl_lease *lease, int settle);
 
 /*
  * A master moved (Sentinel named a new one): the leases renewed on

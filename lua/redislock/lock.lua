@@ -110,11 +110,13 @@ local function named(self)
 end
 
 -- Stops the lock's renewal, if any, keeping in _expires when the lock runs
--- out by the last renewal.
-local function stop_lease(self)
+-- out by the last renewal. settle (plain Lua): also waits for a renewal
+-- under way to end, so that none lands after what is sent next (an extend
+-- that must not be cut back: redislock run --min-hold).
+local function stop_lease(self, settle)
   local lease = self._lease
   if not lease then return end
-  self._expires = lease:stop() or self._expires -- stop() answers what expires() would
+  self._expires = lease:stop(settle) or self._expires -- stop() answers what expires() would
 end
 
 -- The latest time (core.now()) the lock may last to, or nil when unknown.

@@ -354,9 +354,9 @@ function Lease:extended(ms, sent)
   for _, l in ipairs(self.leases) do l:extended(ms, sent) end
 end
 
-function Lease:stop()
+function Lease:stop(wait_renewal)
   local at = self:expires()
-  for _, l in ipairs(self.leases) do l:stop() end
+  for _, l in ipairs(self.leases) do l:stop(wait_renewal) end
   return at
 end
 

@@ -13,6 +13,7 @@
 -- list and a waiters mark, all under the name's hash tag. Fences come from
 -- the slot's fence record (csrc/scripts/README.md, "Fences").
 
+local admin = require "redislock.admin"
 local args = require "redislock.args"
 local core = require "redislock.core"
 local hold_mod = require "redislock.hold"
@@ -112,6 +113,25 @@ function Semaphore:count(...)
   local status, value = self._client._transport:eval("sem_count", self.name, "count")
   if status == nil then return nil, value end
   return value
+end
+
+--- Who holds a permit now, for operators (`redislock status`): a list of
+-- { token, ttl (seconds left), holder (who, from the token: { host, pid,
+-- since, label }, as Client:inspect's) }, the first to expire first.
+-- @treturn {table,...} the permits held (empty when none)
+-- @return[2] nil
+-- @treturn[2] string "connection: ..." or "redis: ..."
+function Semaphore:holders(...)
+  check_self(self, semaphore_mt, "holders", "redislock semaphore")
+  check_open(self._client, "holders")
+  check_nargs("holders", 0, ...)
+  local reply, err = self._client._transport:script("sem_holders", self.name)
+  if reply == nil then return nil, err end
+  local held = {}
+  for i = 1, #reply - 1, 2 do
+    held[#held + 1] = { token = reply[i], ttl = reply[i + 1] / 1000, holder = admin.holder_of(reply[i]) }
+  end
+  return held
 end
 
 semaphore_mt.__tostring = function(self)

@@ -27,8 +27,9 @@
 --   t:lease(key, token, ttl_ms[, opts]) -> lease; opts: { max_hold_ms, sent_ms,
 --        scoped, notify, op } (op: the script that renews it, "extend" by
 --        default; see redislock/ngx_lease.lua's start)
---        (lease:state(), :extended(ttl_ms, sent_ms), :expires(), :stop(), which
---        also answers what expires() said)
+--        (lease:state(), :extended(ttl_ms, sent_ms), :expires(), :stop([settle]),
+--        which also answers what expires() said; settle, plain Lua's: it
+--        waits for a renewal under way to end, so none lands after it)
 --   t:close(), t:closed()
 --   t:io_problem()               nil, or the nginx phase that forbids I/O now
 --   t.reports_loss               true when leases call notify("lost", why) themselves
