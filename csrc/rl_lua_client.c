@@ -120,7 +120,9 @@ static int core_check_tls(lua_State *L) {
  * core.new(opts) -> client. No I/O but reading TLS files. opts: host, port,
  * path, username, password, db, connect_timeout_ms, timeout_ms, prefix, tls
  * (see read_tls); already checked and given defaults by redislock.lua,
- * checked again here for direct callers.
+ * checked again here for direct callers; and master_only (behind Sentinel:
+ * a call that finds its connection closed by the server fails, its
+ * message ending "(nothing was sent)", rather than connect afresh).
  */
 static int core_new(lua_State *L) {
   rl_conn_opts o;
@@ -173,6 +175,11 @@ static int core_new(lua_State *L) {
   if (plen > 0) memcpy(c->prefix, prefix, plen);
   c->prefix[plen] = '\0';
   c->plen = plen;
+  /* Behind Sentinel (redislock/sentinel.lua): the sentinels are asked
+     before a connection the server closed is replaced. */
+  lua_getfield(L, 1, "master_only");
+  c->conn.ask_first = c->waiter.ask_first = lua_toboolean(L, -1);
+  lua_pop(L, 1);
   c->closed = 0;
   return 1;
 }
