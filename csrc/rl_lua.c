@@ -27,7 +27,8 @@ void rl_lua_newtype(lua_State *L, const char *name, const luaL_Reg *meta, const 
     luaL_setfuncs(L, meta, 0);
     if (methods != NULL) {
       lua_newtable(L);
-      luaL_setfuncs(L, methods, 0);
+      lua_pushvalue(L, -2);
+      luaL_setfuncs(L, methods, 1); /* the metatable, each method's upvalue 1 */
       lua_setfield(L, -2, "__index");
     }
   }

@@ -19,6 +19,18 @@ rl_client *rl_lua_check_client(lua_State *L, int idx) {
   return c;
 }
 
+/* rl_lua_check_client(L, 1) for a method (rl_lua_newtype: the metatable is
+   its upvalue 1), the usual case found without the registry. */
+static rl_client *check_self(lua_State *L) {
+  rl_client *c = (rl_client *)lua_touserdata(L, 1);
+  if (c != NULL && lua_getmetatable(L, 1)) {
+    int same = lua_rawequal(L, -1, lua_upvalueindex(1));
+    lua_pop(L, 1);
+    if (same && !c->closed) return c;
+  }
+  return rl_lua_check_client(L, 1);
+}
+
 /* Releases everything the client owns. Idempotent: __gc, __close and close(). */
 static void client_free(rl_client *c) {
   rl_conn_free(&c->conn);
@@ -203,7 +215,7 @@ static int core_new(lua_State *L) {
  * the lock being ours all the same).
  */
 static int client_eval(lua_State *L) {
-  rl_client *c = rl_lua_check_client(L, 1);
+  rl_client *c = check_self(L);
   const char *key, *token;
   size_t klen, tlen;
   long long ms, n;

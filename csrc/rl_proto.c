@@ -43,7 +43,7 @@ int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
                 long long ms, long long n) {
   const signed char *keys = rl_ops[op].keys;
   size_t base = plen + klen + 2, total = 0, taglen = 0;
-  const char *tag = NULL;
+  const char *tag = NULL, *base_at = NULL;
   char *p;
   int i, k;
   cmd->op = op;
@@ -63,13 +63,18 @@ int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
      hash tag is its slot's tag, not the key. key[] and klen[] are set for
      the op's names only. */
   for (i = 0; (k = keys[i]) >= 0; i++) {
-    const char *tagged = k == K_ERA ? tag : key;
+    const char *suffix = rl_key_suffix[k];
     size_t tl = k == K_ERA ? taglen : klen, slen = rl_key_suffix_len[k];
-    memcpy(p, prefix, plen);
-    p[plen] = '{';
-    memcpy(p + plen + 1, tagged, tl);
-    p[plen + 1 + tl] = '}';
-    memcpy(p + plen + 2 + tl, rl_key_suffix[k], slen);
+    if (k == K_ERA || base_at == NULL) { /* "<prefix>{<tag>}" made */
+      memcpy(p, prefix, plen);
+      p[plen] = '{';
+      memcpy(p + plen + 1, k == K_ERA ? tag : key, tl);
+      p[plen + 1 + tl] = '}';
+      if (k != K_ERA) base_at = p;
+    } else { /* or copied from the first name that has it */
+      memcpy(p, base_at, base);
+    }
+    memcpy(p + plen + 2 + tl, suffix, slen);
     cmd->argv[3 + i] = cmd->key[k] = p;
     cmd->len[3 + i] = cmd->klen[k] = plen + tl + 2 + slen;
     p += cmd->klen[k];
@@ -146,12 +151,18 @@ static size_t digits(size_t n) {
 }
 
 long long rl_format(char *buf, size_t cap, char **out, int argc, const char *const *argv, const size_t *len) {
-  size_t total = 1 + digits((size_t)argc) + 2;
-  char *p;
-  for (int i = 0; i < argc; i++) total += 1 + digits(len[i]) + 2 + len[i] + 2;
-  p = total <= cap ? buf : (char *)malloc(total);
-  if (p == NULL) return -1;
-  *out = p;
+  size_t total = 0, most = 24; /* the longest count has 20 digits */
+  char *p, *start;
+  for (int i = 0; i < argc; i++) most += 25 + len[i];
+  if (most <= cap) { /* the usual command: one pass, its length counted as it is written */
+    p = buf;
+  } else {
+    total = 1 + digits((size_t)argc) + 2;
+    for (int i = 0; i < argc; i++) total += 1 + digits(len[i]) + 2 + len[i] + 2;
+    p = total <= cap ? buf : (char *)malloc(total);
+    if (p == NULL) return -1;
+  }
+  *out = start = p;
   *p++ = '*';
   p = put_size(p, (size_t)argc);
   *p++ = '\r', *p++ = '\n';
@@ -163,7 +174,7 @@ long long rl_format(char *buf, size_t cap, char **out, int argc, const char *con
     p += len[i];
     *p++ = '\r', *p++ = '\n';
   }
-  return (long long)total;
+  return (long long)(p - start);
 }
 
 /* Writes "$<len>\r\n<bytes>\r\n" at p; returns the end. */
