@@ -36,6 +36,7 @@ int rl_conn_init(rl_conn *conn, const rl_conn_opts *opts) {
   int failed = 0;
   memset(conn, 0, sizeof *conn);
   conn->fd = -1;
+  conn->whole = 1;
   conn->o = *opts;
   conn->o.host = dup_or_null(opts->host, &failed);
   conn->o.path = dup_or_null(opts->path, &failed);
@@ -102,10 +103,12 @@ int rl_conn_io_timeout(rl_conn *conn, long long ms) {
   return 0;
 }
 
+#ifdef __linux__
 /* The bytes the connection's socket took: TLS counts its records. */
 static unsigned long long written(const rl_conn *conn) {
   return conn->ssl != NULL ? rl_tls_written(conn->ssl) : conn->out;
 }
+#endif
 
 /*
  * Whether the server cannot have read the last bytes written on conn whole,
