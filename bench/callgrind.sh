@@ -1,11 +1,11 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # Benchmark (not a test): the client's instructions per acquire+release,
-# and per client:command("GET", ...), under Lua 5.4, counted by valgrind's
-# callgrind over 1,000 and then 3,000 of them against a private
+# and per client:command("GET", ...), under Lua 5.4 and LuaJIT, counted by
+# valgrind's callgrind over 1,000 and then 3,000 of them against a private
 # redis-server; the difference over 2,000 leaves out what runs once
-# (loading, the first connection, tables made once).
-#   sh bench/callgrind.sh        (make first; needs valgrind)
+# (loading, the first connection, tables made once, LuaJIT's compiling).
+#   sh bench/callgrind.sh [lua5.4] [luajit]   (both by default; make first; needs valgrind)
 cd "$(dirname "$0")/.." || exit 2
 if [ -z "${REDIS_PORT:-}" ]; then
   exec sh tools/with-redis.sh sh bench/callgrind.sh "$@"
@@ -14,26 +14,37 @@ set -u
 command -v valgrind >/dev/null || { echo "bench: valgrind not found" >&2; exit 2; }
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-# count N BODY: the instructions of a process that makes a client, then
-# runs BODY (Lua, with the client c) N times.
+# count LUA N BODY: the instructions of a process of interpreter LUA
+# (lua5.4, luajit) that makes a client, then runs BODY (Lua, with the
+# client c) N times.
 count() {
-  LUA_PATH="$PWD/lua/?.lua;;" LUA_CPATH="$PWD/build/lua5.4/?.so;;" \
-    valgrind --tool=callgrind --callgrind-out-file="$out" lua5.4 - "$REDIS_PORT" "$1" <<EOF_LOOP >/dev/null 2>&1 ||
+  LUA_PATH="$PWD/lua/?.lua;;" LUA_PATH_5_4="$PWD/lua/?.lua;;" \
+    LUA_CPATH="$PWD/build/$1/?.so;;" LUA_CPATH_5_4="$PWD/build/$1/?.so;;" \
+    valgrind --tool=callgrind --callgrind-out-file="$out" "$1" - "$REDIS_PORT" "$2" <<EOF_LOOP >/dev/null 2>&1 ||
 local c = require("redislock").new({ port = tonumber(arg[1]) })
-for _ = 1, tonumber(arg[2]) do $2 end
+for _ = 1, tonumber(arg[2]) do $3 end
 c:close()
 EOF_LOOP
-    { echo "bench: callgrind failed" >&2; exit 1; }
+    { echo "bench: callgrind failed ($1)" >&2; exit 1; }
   awk '/^(summary|totals):/ { print $2; exit }' "$out"
 }
-# emit NAME UNIT LABEL BODY: one figure, 3,000 less 1,000 runs of BODY.
+# emit LUA NAME UNIT LABEL BODY: one figure, 3,000 less 1,000 runs of BODY.
 emit() {
-  a=$(count 1000 "$4")
-  b=$(count 3000 "$4")
+  a=$(count "$1" 1000 "$5")
+  b=$(count "$1" 3000 "$5")
   [ -n "$a" ] && [ -n "$b" ] || exit 1
-  echo "bench name=callgrind/$1 value=$(( (b - a) / 2000 )) unit=$2 note=\"callgrind, 3000 less 1000\" label=\"$3\""
+  echo "bench name=callgrind/$2 value=$(( (b - a) / 2000 )) unit=$3 note=\"callgrind, 3000 less 1000\" label=\"$4\""
 }
-emit cycle instructions/cycle "client instructions per acquire+release (Lua 5.4)" \
-  'assert(assert(c:acquire("callgrind", 10)):release())'
-emit command instructions/call "client instructions per client:command of a GET (Lua 5.4)" \
-  'assert(c:command("GET", "callgrind") ~= nil)'
+[ $# -gt 0 ] || set -- lua5.4 luajit
+for lua in "$@"; do
+  case $lua in
+  lua5.4) suffix="" name="Lua 5.4" ;;
+  luajit) suffix="/luajit" name="LuaJIT" ;;
+  *) echo "bench: unknown interpreter $lua (lua5.4, luajit)" >&2; exit 2 ;;
+  esac
+  command -v "$lua" >/dev/null || { echo "bench: $lua not found" >&2; exit 2; }
+  emit "$lua" "cycle$suffix" instructions/cycle "client instructions per acquire+release ($name)" \
+    'assert(assert(c:acquire("callgrind", 10)):release())'
+  emit "$lua" "command$suffix" instructions/call "client instructions per client:command of a GET ($name)" \
+    'assert(c:command("GET", "callgrind") ~= nil)'
+done

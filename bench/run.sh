@@ -21,7 +21,8 @@
 #                      at once on 2 nginx workers: slowest answer, failures,
 #                      peak Redis connections, coalesced or not, vs a
 #                      shared-dict lock; and against maxclients 64
-#   bench/callgrind.sh the client's instructions per acquire+release and per command (Lua 5.4)
+#   bench/callgrind.sh the client's instructions per acquire+release and per command (Lua 5.4, LuaJIT)
+#   bench/syscalls.sh  the client's system calls per acquire+release (strace; Lua 5.4, LuaJIT)
 #   bench/memory.lua   client RSS before and after 10^6 cycles
 #   bench/peers.lua    redis-py's Lock, lua-resty-redis in nginx (nginx and the
 #                      client on another core, then on core 0 too)
@@ -105,7 +106,8 @@ export BENCH_SERVER_CPU BENCH_CLIENT_CPU
 step handoff "handoff latency" taskset -c "$last" lua5.4 bench/handoff.lua
 step contend "contended throughput" lua5.4 bench/contend.lua
 step stampede "OpenResty stampede: waiters coalesced, connections bounded" lua5.4 bench/stampede.lua
-step callgrind "client instructions per cycle and per command (callgrind), Lua 5.4" sh bench/callgrind.sh
+step callgrind "client instructions per cycle and per command (callgrind), Lua 5.4 and LuaJIT" sh bench/callgrind.sh
+step syscalls "client system calls per cycle (strace), Lua 5.4 and LuaJIT" sh bench/syscalls.sh
 step memory "memory, Lua 5.4" taskset -c 0 lua5.4 bench/memory.lua same-core
 step memory "memory, LuaJIT" env LUA_CPATH="$JIT_CPATH" taskset -c 0 luajit bench/memory.lua same-core
 step peers "peers: redis-py, lua-resty-redis in nginx, different cores" taskset -c "$last" lua5.4 bench/peers.lua different-cores

@@ -9,7 +9,11 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#ifdef __linux__
+#include <linux/tcp.h> /* TCP_INFO's tcpi_bytes_acked, which glibc's netinet/tcp.h lacks */
+#else
 #include <netinet/tcp.h>
+#endif
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +36,7 @@ int rl_conn_init(rl_conn *conn, const rl_conn_opts *opts) {
   int failed = 0;
   memset(conn, 0, sizeof *conn);
   conn->fd = -1;
+  conn->whole = 1;
   conn->o = *opts;
   conn->o.host = dup_or_null(opts->host, &failed);
   conn->o.path = dup_or_null(opts->path, &failed);
@@ -52,6 +57,8 @@ void rl_conn_close(rl_conn *conn) {
   conn->fd = -1;
   conn->reader = NULL;
   conn->rcv_ms = 0;
+  conn->out = 0;
+  conn->whole = 1;
   conn->answered = 0;
 }
 
@@ -96,19 +103,59 @@ int rl_conn_io_timeout(rl_conn *conn, long long ms) {
   return 0;
 }
 
+#ifdef __linux__
+/* The bytes the connection's socket took: TLS counts its records. */
+static unsigned long long written(const rl_conn *conn) {
+  return conn->ssl != NULL ? rl_tls_written(conn->ssl) : conn->out;
+}
+#endif
+
 /*
- * True when an idle connection can no longer be used: between commands the
- * server sends nothing, so a readable socket means it closed the connection
- * (its timeout, CLIENT KILL, a restart) or sent bytes no command asked for.
- * Checked before sending, so no command is sent twice on its account.
+ * Whether the server cannot have read the last bytes written on conn whole,
+ * asked once the connection failed (not timed out): they did not all go
+ * out (a unix socket's write to a closed peer fails), or, over TCP on
+ * Linux, the server's end did not acknowledge them all. A server reads only
+ * what its kernel took, which acknowledges it (at the latest with the FIN
+ * of a close that follows); a server that had closed the connection before
+ * they came answers them with a reset, which acknowledges nothing. So a
+ * connection closed while idle (the server's timeout, CLIENT KILL, a
+ * restart) is told after the fact, without a poll(2) before every command.
  */
-int rl_conn_went_away(const rl_conn *conn) {
+static int untaken(const rl_conn *conn) {
+  if (!conn->whole) return 1;
+#ifdef __linux__
+  if (conn->o.path == NULL) {
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    memset(&ti, 0, sizeof ti);
+    if (getsockopt(conn->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+        len >= offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof ti.tcpi_bytes_acked)
+      return ti.tcpi_bytes_acked < written(conn) + 1; /* the SYN counts one */
+  }
+#endif
+  return 0;
+}
+
+/*
+ * Where a closed connection cannot be told after the fact (TCP on other
+ * systems than Linux; a unix socket's write to a closed peer fails): whether
+ * the idle connection can no longer be used. Between commands the server
+ * sends nothing, so a readable socket means it closed the connection or
+ * sent bytes no command asked for.
+ */
+static int went_away(const rl_conn *conn) {
+#ifdef __linux__
+  (void)conn;
+  return 0;
+#else
   struct pollfd p;
+  if (conn->o.path != NULL) return 0;
   if (conn->ssl != NULL && rl_tls_pending(conn->ssl) > 0) return 1;
   p.fd = conn->fd;
   p.events = POLLIN;
   p.revents = 0;
   return poll(&p, 1, 0) > 0;
+#endif
 }
 
 /*
@@ -240,14 +287,18 @@ static int format_failed(char err[RL_ERRLEN]) {
 
 /* Writes all of buf. 0, or -1 with errno (EAGAIN: the send timeout ran out). */
 int rl_conn_write(rl_conn *conn, const char *buf, size_t len) {
+  conn->whole = 0;
+  conn->sends++;
   while (len > 0) {
     ssize_t n = conn->ssl != NULL ? rl_tls_write(conn->ssl, buf, len)
                                   : send(conn->fd, buf, len, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return -1;
+    if (conn->ssl == NULL) conn->out += (unsigned long long)n;
     buf += n;
     len -= (size_t)n;
   }
+  conn->whole = 1;
   return 0;
 }
 
@@ -361,11 +412,17 @@ int rl_conn_retarget(rl_conn *conn, const char *host, int port) {
 
 int rl_conn_usable(rl_conn *conn) {
   if (conn->fd < 0) return 0;
-  if (conn->gen != rl_fork_gen() || rl_conn_went_away(conn)) {
+  if (conn->gen != rl_fork_gen() || went_away(conn)) {
     rl_conn_close(conn);
     return 0;
   }
   return 1;
+}
+
+int rl_conn_begin(rl_conn *conn, char err[RL_ERRLEN]) {
+  conn->sends = conn->redialed = 0;
+  if (rl_conn_usable(conn)) return 1;
+  return rl_conn_open(conn, err) == 0 ? 0 : -1;
 }
 
 int rl_conn_send(rl_conn *conn, int argc, const char **argv, const size_t *len, char err[RL_ERRLEN]) {
@@ -409,24 +466,33 @@ int rl_conn_read_reply(rl_conn *conn, long long timeout_ms, int wake_fd, redisRe
       *reply = (redisReply *)r;
       return RL_READ_REPLY;
     }
-    if (conn->ssl == NULL || rl_tls_pending(conn->ssl) == 0) {
+    if (wake_fd < 0) {
+      /* Nothing else to wait for: the read blocks, bounded by the socket's timeout. */
+      long long left = deadline - rl_now_ms();
+      if (left <= 0) return RL_READ_TIMEOUT;
+      if (rl_conn_io_timeout(conn, left) != 0) {
+        rl_conn_io_error(conn, 0, 0, timeout_ms, err);
+        return RL_READ_FAILED;
+      }
+    } else if (conn->ssl == NULL || rl_tls_pending(conn->ssl) == 0) {
       struct pollfd p[2];
       long long left = deadline - rl_now_ms();
       int ready;
       if (left <= 0) return RL_READ_TIMEOUT;
       p[0].fd = conn->fd, p[0].events = POLLIN, p[0].revents = 0;
       p[1].fd = wake_fd, p[1].events = POLLIN, p[1].revents = 0;
-      ready = poll(p, wake_fd >= 0 ? 2 : 1, (int)(left > 60000 ? 60000 : left));
+      ready = poll(p, 2, (int)(left > 60000 ? 60000 : left));
       if (ready < 0 && errno == EINTR) continue;
       if (ready < 0) {
         rl_conn_io_error(conn, 0, 0, timeout_ms, err);
         return RL_READ_FAILED;
       }
-      if (wake_fd >= 0 && p[1].revents != 0) return RL_READ_WOKEN;
+      if (p[1].revents != 0) return RL_READ_WOKEN;
       if (ready == 0) continue; /* the deadline is checked above */
     }
     n = conn->ssl != NULL ? rl_tls_read(conn->ssl, in, sizeof in) : recv(conn->fd, in, sizeof in, 0);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && wake_fd < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) continue; /* the deadline, above */
     if (n <= 0) {
       rl_conn_io_error(conn, n == 0, 0, timeout_ms, err);
       return RL_READ_FAILED;
@@ -445,8 +511,22 @@ void rl_conn_set_timeout(rl_conn *conn, long long ms) {
 }
 
 rl_step rl_conn_lost(rl_conn *conn, rl_call *call, int eof, int timeout, long long timeout_ms) {
+  /* Bytes the server never read on a connection it had answered on: it
+     closed the connection while idle, and nothing ran. */
+  int e = errno, idle_close = !timeout && conn->answered && !conn->redialed && untaken(conn);
+  int first = conn->sends == 1;
+  errno = e; /* for the message */
   rl_conn_io_error(conn, eof, timeout, timeout_ms, call->err);
-  return rl_call_lost(call, timeout, call->err);
+  if (!idle_close) return rl_call_lost(call, timeout, call->err);
+  conn->redialed = 1;
+  if (conn->ask_first && first) {
+    size_t used = strlen(call->err);
+    snprintf(call->err + used, sizeof call->err - used, " (nothing was sent)");
+    return RL_STEP_FAILED;
+  }
+  /* As if it had been found closed before sending: a fresh one, the same bytes. */
+  if (rl_conn_open(conn, call->err) != 0) return RL_STEP_FAILED;
+  return rl_call_start(call, 0, conn->reader);
 }
 
 /*
@@ -463,10 +543,8 @@ int rl_conn_call(rl_conn *conn, rl_call *call) {
   call->where = conn->where;
   call->timeout_ms = conn->o.timeout_ms;
   if (conn->asking) call->asking = 1;
-  /* After fork() the socket is shared with the parent: replies would mix. */
-  if (conn->fd >= 0 && (conn->gen != rl_fork_gen() || rl_conn_went_away(conn))) rl_conn_close(conn);
-  reused = conn->fd >= 0;
-  if (!reused && rl_conn_open(conn, call->err) != 0) return -1;
+  reused = rl_conn_begin(conn, call->err);
+  if (reused < 0) return -1;
   step = rl_call_start(call, reused, conn->reader);
   for (;;) {
     size_t len;

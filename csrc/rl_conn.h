@@ -41,7 +41,15 @@ typedef struct {
   redisReader *reader;    /* replies read so far; made with the connection */
   unsigned gen;           /* rl_fork_gen() when fd was opened: a forked child's differs */
   long long rcv_ms;       /* the socket's read and write timeout now (0: not set) */
+  unsigned long long out; /* bytes the socket took (plaintext; TLS counts its own) */
+  int whole;              /* the last bytes written went out whole */
   int answered;           /* a reply came on this connection */
+  int sends;              /* bytes written for the call now made */
+  int redialed;           /* that call started over once on a fresh connection */
+  int ask_first;          /* behind Sentinel: a connection the server closed is not
+                             replaced within a call, whose error then ends with
+                             "(nothing was sent)" (redislock/sentinel.lua asks
+                             the sentinels first); set by the owner after init */
   int asking;             /* while set, each command goes after an ASKING (a
                              cluster's ASK redirect), in the same write */
   char where[128];        /* "host:port" or the socket path, for messages */
@@ -108,18 +116,22 @@ void rl_conn_eval_many(rl_conn *const *conns, rl_cmd *const *cmds, int n, long l
 /* For rl_many.c, which drives several connections itself (rl_conn.c):
    connects (TLS, AUTH, SELECT; 0, or -1 with err); writes all of buf (0,
    or -1 with errno); sets how long a read or write on the open socket may
-   block (0, or -1);
-   whether an idle connection can no longer be used (the server closed it,
-   or sent bytes no command asked for); and describes why a read or write
-   failed (errno, eof, or a timeout of timeout_ms) into err, closing the
-   connection. */
+   block (0, or -1); and describes why a read or write failed (errno,
+   eof, or a timeout of timeout_ms) into err, closing the connection. */
 int rl_conn_open(rl_conn *conn, char err[RL_ERRLEN]);
+/* Before a call on conn (rl_conn_usable, then rl_conn_open when it is not):
+   1 when it was open already (reused), 0 when opened now, -1 with err. */
+int rl_conn_begin(rl_conn *conn, char err[RL_ERRLEN]);
 /* A call's write or read on conn failed (eof; timeout: after timeout_ms):
-   why, into call->err (the connection closed), then what the call does. */
+   why, into call->err (the connection closed), then what the call does.
+   When the server had closed the connection while idle, so that it never
+   read the bytes (told from the socket, rl_conn.c's untaken), the call
+   starts over on a fresh connection, once per call (RL_STEP_SEND), or, on
+   an ask_first connection, fails with "(nothing was sent)" if those bytes
+   were its first. */
 rl_step rl_conn_lost(rl_conn *conn, rl_call *call, int eof, int timeout, long long timeout_ms);
 int rl_conn_write(rl_conn *conn, const char *buf, size_t len);
 int rl_conn_io_timeout(rl_conn *conn, long long ms);
-int rl_conn_went_away(const rl_conn *conn);
 void rl_conn_io_error(rl_conn *conn, int eof, int timeout, long long timeout_ms, char err[RL_ERRLEN]);
 
 /*
@@ -131,8 +143,10 @@ int rl_conn_retarget(rl_conn *conn, const char *host, int port);
 
 /*
  * Whether the connection is open and fit for the next command: 0 when it was
- * never opened, failed, belongs to a parent process, or was closed by the
- * server meanwhile (then it is closed here): the next call reconnects.
+ * never opened, failed, or belongs to a parent process (then it is closed
+ * here): the next call reconnects. No system call on Linux: a connection
+ * the server closed meanwhile is found by the next call (rl_conn_lost);
+ * elsewhere a TCP one is found here, by poll(2).
  */
 int rl_conn_usable(rl_conn *conn);
 

@@ -27,21 +27,32 @@ void rl_lua_newtype(lua_State *L, const char *name, const luaL_Reg *meta, const 
     luaL_setfuncs(L, meta, 0);
     if (methods != NULL) {
       lua_newtable(L);
-      luaL_setfuncs(L, methods, 0);
+      lua_pushvalue(L, -2);
+      luaL_setfuncs(L, methods, 1); /* the metatable, each method's upvalue 1 */
       lua_setfield(L, -2, "__index");
     }
   }
   lua_pop(L, 1);
 }
 
-/* The op named at idx (a name of rl_op_name); raises on any other value. */
+/* The op named at idx (a name of rl_op_name); raises on any other value.
+   Names are told apart by length first: every lock call names one. */
 static rl_op check_op(lua_State *L, int idx) {
   static const char *ops[RL_OP_COUNT + 1];
-  if (ops[0] == NULL) { /* the same names every time: a race writes the same pointers */
-    int i;
-    for (i = 0; i < RL_OP_COUNT; i++) ops[i] = rl_op_name((rl_op)i);
+  static size_t lens[RL_OP_COUNT];
+  size_t len;
+  const char *name = lua_type(L, idx) == LUA_TSTRING ? lua_tolstring(L, idx, &len) : NULL;
+  int i;
+  if (ops[RL_OP_COUNT - 1] == NULL) { /* the same values every time: a race writes the same */
+    for (i = 0; i < RL_OP_COUNT; i++) {
+      lens[i] = strlen(rl_op_name((rl_op)i));
+      ops[i] = rl_op_name((rl_op)i);
+    }
   }
-  return (rl_op)luaL_checkoption(L, idx, NULL, ops);
+  if (name != NULL)
+    for (i = 0; i < RL_OP_COUNT; i++)
+      if (lens[i] == len && memcmp(ops[i], name, len) == 0) return (rl_op)i;
+  return (rl_op)luaL_checkoption(L, idx, NULL, ops); /* raises, naming the value */
 }
 
 /*
@@ -280,25 +291,28 @@ long long rl_lua_opt_ms(lua_State *L, int idx, const char *what, long long def) 
  */
 void rl_lua_push_fields(lua_State *L, int idx, const char *const names[]) {
   int i;
-  lua_settop(L, idx);
-  if (!lua_isnil(L, idx)) luaL_checktype(L, idx, LUA_TTABLE);
-  for (i = 0; names[i] != NULL; i++) {
-    if (lua_isnil(L, idx)) lua_pushnil(L);
-    else lua_getfield(L, idx, names[i]);
+  if (lua_isnoneornil(L, idx)) { /* no table: nils (settop fills with them) */
+    for (i = 0; names[i] != NULL; i++) {}
+    lua_settop(L, idx + i);
+    return;
   }
+  lua_settop(L, idx);
+  luaL_checktype(L, idx, LUA_TTABLE);
+  for (i = 0; names[i] != NULL; i++) lua_getfield(L, idx, names[i]);
 }
 
 /* core.token([suffix]) -> 32 hex digits (128 bits) from the OS random
    source, then suffix (who holds it: one string made in one step). */
 static int core_token(lua_State *L) {
-  char tok[RL_TOKEN_HEX + 1];
+  char tok[RL_TOKEN_HEX + 256];
   size_t slen = 0;
   const char *suffix = luaL_optlstring(L, 1, "", &slen);
   luaL_Buffer b;
   if (rl_token(tok) != 0)
     return luaL_error(L, "redislock: cannot read the OS random source (%s)", strerror(errno));
-  if (slen == 0) {
-    lua_pushlstring(L, tok, RL_TOKEN_HEX);
+  if (slen <= sizeof tok - RL_TOKEN_HEX) { /* the usual holder's suffix: one copy, no buffer */
+    memcpy(tok + RL_TOKEN_HEX, suffix, slen);
+    lua_pushlstring(L, tok, RL_TOKEN_HEX + slen);
     return 1;
   }
   luaL_buffinit(L, &b);

@@ -19,6 +19,18 @@ rl_client *rl_lua_check_client(lua_State *L, int idx) {
   return c;
 }
 
+/* rl_lua_check_client(L, 1) for a method (rl_lua_newtype: the metatable is
+   its upvalue 1), the usual case found without the registry. */
+static rl_client *check_self(lua_State *L) {
+  rl_client *c = (rl_client *)lua_touserdata(L, 1);
+  if (c != NULL && lua_getmetatable(L, 1)) {
+    int same = lua_rawequal(L, -1, lua_upvalueindex(1));
+    lua_pop(L, 1);
+    if (same && !c->closed) return c;
+  }
+  return rl_lua_check_client(L, 1);
+}
+
 /* Releases everything the client owns. Idempotent: __gc, __close and close(). */
 static void client_free(rl_client *c) {
   rl_conn_free(&c->conn);
@@ -120,7 +132,9 @@ static int core_check_tls(lua_State *L) {
  * core.new(opts) -> client. No I/O but reading TLS files. opts: host, port,
  * path, username, password, db, connect_timeout_ms, timeout_ms, prefix, tls
  * (see read_tls); already checked and given defaults by redislock.lua,
- * checked again here for direct callers.
+ * checked again here for direct callers; and master_only (behind Sentinel:
+ * a call that finds its connection closed by the server fails, its
+ * message ending "(nothing was sent)", rather than connect afresh).
  */
 static int core_new(lua_State *L) {
   rl_conn_opts o;
@@ -173,6 +187,11 @@ static int core_new(lua_State *L) {
   if (plen > 0) memcpy(c->prefix, prefix, plen);
   c->prefix[plen] = '\0';
   c->plen = plen;
+  /* Behind Sentinel (redislock/sentinel.lua): the sentinels are asked
+     before a connection the server closed is replaced. */
+  lua_getfield(L, 1, "master_only");
+  c->conn.ask_first = c->waiter.ask_first = lua_toboolean(L, -1);
+  lua_pop(L, 1);
   c->closed = 0;
   return 1;
 }
@@ -196,7 +215,7 @@ static int core_new(lua_State *L) {
  * the lock being ours all the same).
  */
 static int client_eval(lua_State *L) {
-  rl_client *c = rl_lua_check_client(L, 1);
+  rl_client *c = check_self(L);
   const char *key, *token;
   size_t klen, tlen;
   long long ms, n;

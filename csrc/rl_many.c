@@ -78,10 +78,8 @@ void rl_conn_eval_many(rl_conn *const *conns, rl_cmd *const *cmds, int n, long l
     int reused;
     rl_call_init(&calls[i], cmds[i]);
     rl_conn_set_timeout(c, timeout_ms);
-    /* A socket the server closed while idle, or a parent's: a fresh one. */
-    if (c->fd >= 0 && (c->gen != rl_fork_gen() || rl_conn_went_away(c))) rl_conn_close(c);
-    reused = c->fd >= 0;
-    if (!reused && rl_conn_open(c, calls[i].err) != 0) {
+    reused = rl_conn_begin(c, calls[i].err);
+    if (reused < 0) {
       step[i] = RL_STEP_FAILED;
       continue;
     }

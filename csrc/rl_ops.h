@@ -24,6 +24,7 @@ enum { K_LOCK, K_FENCE, K_SIGNAL, K_QUEUE, K_HAND, K_WAITERS, K_HANDOFF,
        K_OBSERVERS /* an election's observers */ };
 
 extern const char *const rl_key_suffix[RL_NAMES];
+extern const unsigned char rl_key_suffix_len[RL_NAMES]; /* their lengths */
 
 /* rl_cmd_init writes an op's number of keys as one digit. */
 typedef char rl_numkeys_fit_one_digit[RL_MAX_KEYS <= 9 ? 1 : -1];

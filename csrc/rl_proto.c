@@ -21,7 +21,7 @@ static int signal_of(rl_op op) {
 }
 
 /* Writes n in decimal at p; returns the end. */
-static char *put_size(char *p, size_t n) {
+static char *put_long_size(char *p, size_t n) {
   char tmp[24];
   int i = 0;
   do tmp[i++] = (char)('0' + n % 10);
@@ -30,50 +30,64 @@ static char *put_size(char *p, size_t n) {
   return p;
 }
 
+/* put_long_size, with the lengths of names and arguments (below 100) in place. */
+static inline char *put_size(char *p, size_t n) {
+  if (n >= 100) return put_long_size(p, n);
+  if (n >= 10) *p++ = (char)('0' + n / 10);
+  *p++ = (char)('0' + n % 10);
+  return p;
+}
+
 int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
                 const char *key, size_t klen, const char *token, size_t tlen,
                 long long ms, long long n) {
-  size_t base = plen + klen + 2, total = 0;
-  const char *tag = NULL;
+  const signed char *keys = rl_ops[op].keys;
+  size_t base = plen + klen + 2, total = 0, taglen = 0;
+  const char *tag = NULL, *base_at = NULL;
   char *p;
   int i, k;
-  memset(cmd, 0, offsetof(rl_cmd, inline_keys));
   cmd->op = op;
-  for (i = 0; (k = rl_ops[op].keys[i]) >= 0; i++) {
+  for (i = 0; (k = keys[i]) >= 0; i++) {
     if (k == K_ERA) {
       tag = rl_era_tag(rl_lock_slot(key, klen));
-      total += plen + strlen(tag) + 2 + strlen(rl_key_suffix[k]);
+      taglen = strlen(tag);
+      total += plen + taglen + 2 + rl_key_suffix_len[k];
     } else {
-      total += base + strlen(rl_key_suffix[k]);
+      total += base + rl_key_suffix_len[k];
     }
   }
   cmd->keys = p = total <= sizeof cmd->inline_keys ? cmd->inline_keys : (char *)malloc(total);
   if (p == NULL) return -1;
   /* "<prefix>{<key>}" then each name the op uses with its suffix, one after
-     another; the fence record's hash tag is its slot's tag, not the key */
-  for (i = 0; (k = rl_ops[op].keys[i]) >= 0; i++) {
-    const char *tagged = k == K_ERA ? tag : key;
-    size_t taglen = k == K_ERA ? strlen(tag) : klen, slen = strlen(rl_key_suffix[k]);
-    cmd->key[k] = p;
-    cmd->klen[k] = plen + taglen + 2 + slen;
-    memcpy(p, prefix, plen);
-    p[plen] = '{';
-    memcpy(p + plen + 1, tagged, taglen);
-    p[plen + 1 + taglen] = '}';
-    memcpy(p + plen + 2 + taglen, rl_key_suffix[k], slen);
+     another, each an argument (KEYS) in the op's order; the fence record's
+     hash tag is its slot's tag, not the key. key[] and klen[] are set for
+     the op's names only. */
+  for (i = 0; (k = keys[i]) >= 0; i++) {
+    const char *suffix = rl_key_suffix[k];
+    size_t tl = k == K_ERA ? taglen : klen, slen = rl_key_suffix_len[k];
+    if (k == K_ERA || base_at == NULL) { /* "<prefix>{<tag>}" made */
+      memcpy(p, prefix, plen);
+      p[plen] = '{';
+      memcpy(p + plen + 1, k == K_ERA ? tag : key, tl);
+      p[plen + 1 + tl] = '}';
+      if (k != K_ERA) base_at = p;
+    } else { /* or copied from the first name that has it */
+      memcpy(p, base_at, base);
+    }
+    memcpy(p + plen + 2 + tl, suffix, slen);
+    cmd->argv[3 + i] = cmd->key[k] = p;
+    cmd->len[3 + i] = cmd->klen[k] = plen + tl + 2 + slen;
     p += cmd->klen[k];
   }
-
   cmd->argv[0] = "EVALSHA";
+  cmd->len[0] = 7;
   cmd->argv[1] = rl_script_sha(op); /* a take's: acquire's */
-  cmd->argc = 3;
-  for (i = 0; rl_ops[op].keys[i] >= 0; i++) {
-    cmd->argv[cmd->argc] = cmd->key[rl_ops[op].keys[i]];
-    cmd->len[cmd->argc++] = cmd->klen[rl_ops[op].keys[i]];
-  }
+  cmd->len[1] = 40;
   cmd->numkeys[0] = (char)('0' + i); /* one digit: RL_MAX_KEYS <= 9 (rl_proto.h) */
+  cmd->numkeys[1] = '\0';
   cmd->argv[2] = cmd->numkeys;
   cmd->len[2] = 1;
+  cmd->argc = 3 + i;
   cmd->argv[cmd->argc] = token;
   cmd->len[cmd->argc++] = tlen;
   if (rl_op_takes_ms(op)) {
@@ -86,10 +100,8 @@ int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
   }
   if ((rl_ops[op].flags & RL_F_STAY)) {
     cmd->argv[cmd->argc] = RL_STR(RL_FAIR_STAY_MS);
-    cmd->len[cmd->argc++] = strlen(RL_STR(RL_FAIR_STAY_MS));
+    cmd->len[cmd->argc++] = sizeof RL_STR(RL_FAIR_STAY_MS) - 1;
   }
-  cmd->len[0] = strlen(cmd->argv[0]);
-  cmd->len[1] = strlen(cmd->argv[1]);
   return 0;
 }
 
@@ -132,17 +144,25 @@ int rl_wait_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen, const c
 /* Decimal digits of n. */
 static size_t digits(size_t n) {
   size_t d = 1;
+  if (n < 10) return 1;
+  if (n < 100) return 2;
   while (n >= 10) n /= 10, d++;
   return d;
 }
 
 long long rl_format(char *buf, size_t cap, char **out, int argc, const char *const *argv, const size_t *len) {
-  size_t total = 1 + digits((size_t)argc) + 2;
-  char *p;
-  for (int i = 0; i < argc; i++) total += 1 + digits(len[i]) + 2 + len[i] + 2;
-  p = total <= cap ? buf : (char *)malloc(total);
-  if (p == NULL) return -1;
-  *out = p;
+  size_t total = 0, most = 24; /* the longest count has 20 digits */
+  char *p, *start;
+  for (int i = 0; i < argc; i++) most += 25 + len[i];
+  if (most <= cap) { /* the usual command: one pass, its length counted as it is written */
+    p = buf;
+  } else {
+    total = 1 + digits((size_t)argc) + 2;
+    for (int i = 0; i < argc; i++) total += 1 + digits(len[i]) + 2 + len[i] + 2;
+    p = total <= cap ? buf : (char *)malloc(total);
+    if (p == NULL) return -1;
+  }
+  *out = start = p;
   *p++ = '*';
   p = put_size(p, (size_t)argc);
   *p++ = '\r', *p++ = '\n';
@@ -154,7 +174,7 @@ long long rl_format(char *buf, size_t cap, char **out, int argc, const char *con
     p += len[i];
     *p++ = '\r', *p++ = '\n';
   }
-  return (long long)total;
+  return (long long)(p - start);
 }
 
 /* Writes "$<len>\r\n<bytes>\r\n" at p; returns the end. */

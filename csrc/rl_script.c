@@ -10,13 +10,16 @@
 
 /* The suffixes of the names the scripts get as KEYS, after
    "<prefix>{<key>}" (K_ERA's after "<prefix>{<era tag>}"). */
-const char *const rl_key_suffix[RL_NAMES] = {
-  "", ":fence", ":signal", ":queue", ":hand", ":waiters", ":handoff",
-  ":permits", ":permits:fence", ":permits:signal", ":permits:waiters",
-  ":permits:queue", ":permits:hand", ":permits:handed",
-  ":rw:readers", ":rw:writer", ":rw:fence", ":rw:writers", ":rw:signal", ":rw:waiters",
-  ":rw:queue", ":rw:hand", ":fences", ":observers"
-};
+#define SUFFIXES(X) \
+  X("") X(":fence") X(":signal") X(":queue") X(":hand") X(":waiters") X(":handoff") \
+  X(":permits") X(":permits:fence") X(":permits:signal") X(":permits:waiters") \
+  X(":permits:queue") X(":permits:hand") X(":permits:handed") \
+  X(":rw:readers") X(":rw:writer") X(":rw:fence") X(":rw:writers") X(":rw:signal") X(":rw:waiters") \
+  X(":rw:queue") X(":rw:hand") X(":fences") X(":observers")
+#define SUFFIX_TEXT(s) s,
+#define SUFFIX_LEN(s) sizeof s - 1,
+const char *const rl_key_suffix[RL_NAMES] = { SUFFIXES(SUFFIX_TEXT) };
+const unsigned char rl_key_suffix_len[RL_NAMES] = { SUFFIXES(SUFFIX_LEN) };
 
 static char script_sha[RL_OP_COUNT][41];
 static pthread_once_t script_sha_once = PTHREAD_ONCE_INIT;

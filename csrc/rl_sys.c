@@ -66,11 +66,12 @@ unsigned rl_fork_gen(void) {
 }
 
 /*
- * OS randomness is read RANDOM_BATCH bytes at a time (one syscall for 16
- * tokens). The batch is never used twice, nor by a forked child, which would
+ * OS randomness is read RANDOM_BATCH bytes at a time (one system call for
+ * 256 tokens: a lock cycle's other calls are its two round trips' send and
+ * read). The batch is never used twice, nor by a forked child, which would
  * otherwise hand out its parent's next tokens.
  */
-#define RANDOM_BATCH (16 * RL_TOKEN_BYTES)
+#define RANDOM_BATCH (256 * RL_TOKEN_BYTES)
 static struct {
   unsigned char bytes[RANDOM_BATCH];
   size_t used; /* bytes already handed out; RANDOM_BATCH when empty */

@@ -338,6 +338,10 @@ ssize_t rl_tls_write(SSL *ssl, const char *buf, size_t len) {
   return -1;
 }
 
+unsigned long long rl_tls_written(const SSL *ssl) {
+  return (unsigned long long)BIO_number_written(SSL_get_wbio(ssl)); /* BIO_write counts them */
+}
+
 int rl_tls_pending(const SSL *ssl) {
   return SSL_has_pending(ssl); /* decrypted, or read ahead and not yet decrypted */
 }

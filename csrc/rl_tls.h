@@ -67,6 +67,8 @@ ssize_t rl_tls_read(struct ssl_st *ssl, char *buf, size_t len);
 ssize_t rl_tls_write(struct ssl_st *ssl, const char *buf, size_t len);
 /* Whether the server asked for a client certificate that we did not have. */
 int rl_tls_cert_requested(const struct ssl_st *ssl);
+/* The bytes the session wrote on its socket so far (handshake and records). */
+unsigned long long rl_tls_written(const struct ssl_st *ssl);
 /* Whether the session holds bytes nobody read yet (decrypted or read ahead). */
 int rl_tls_pending(const struct ssl_st *ssl);
 /* After rl_tls_read/write set EPROTO: a sentence fragment, with a hint. */

@@ -332,6 +332,21 @@ describe("a unix socket", function()
     assert.equals("0", srv:cli("EXISTS", "lock:{unix:b}"))
     assert.is_true(lock:release())
   end)
+
+  it("killed by the server while idle, costs a release and a command nothing, and runs each once", function()
+    -- No poll before a command: the write to the closed socket fails, so
+    -- nothing was sent, and the call goes again on a fresh connection.
+    local client = redislock.new({ path = srv.sock })
+    local lock = assert(client:acquire("unix:kill", 5))
+    local id = client_id(client)
+    assert.equals("1", srv:cli("CLIENT", "KILL", "ID", tostring(id)))
+    assert.is_true(lock:release())
+    assert.equals("0", srv:cli("EXISTS", "lock:{unix:kill}"))
+    assert.are_not.equal(id, client_id(client))
+    assert.equals(1, client:command("INCR", "unix:counter"))
+    assert.equals("1", srv:cli("CLIENT", "KILL", "ID", tostring(client_id(client))))
+    assert.equals(2, client:command("INCR", "unix:counter"))
+  end)
 end)
 
 describe("fork()", function()

@@ -66,6 +66,21 @@ describe("TLS", function()
       assert.is_true(b:release())
     end)
 
+    it("costs a release nothing when the server closed the connection while idle, and runs it once", function()
+      -- No poll before a command: the server's end never acknowledged the
+      -- release's bytes (it had closed the connection), so nothing ran, and
+      -- the call goes again on a fresh connection.
+      local lock = assert(client:acquire("tls:kill", 5))
+      local id = assert(client._transport:command("CLIENT", "ID"))
+      assert.are.equal(1, raw:command("CLIENT", "KILL", "ID", id))
+      assert.is_true(assert(lock:release()))
+      assert.are.equal(0, raw:command("EXISTS", "lock:{tls:kill}"))
+      assert.are_not.equal(id, client._transport:command("CLIENT", "ID"))
+      assert.are.equal(1, client:command("INCR", "tls:counter"))
+      assert.are.equal(1, raw:command("CLIENT", "KILL", "ID", client._transport:command("CLIENT", "ID")))
+      assert.are.equal(2, client:command("INCR", "tls:counter"))
+    end)
+
     it("keeps one connection for many locks (the handshake is paid once)", function()
       assert(assert(client:acquire("warm", 1)):release())
       local before = connections(mtls)

@@ -360,8 +360,8 @@ function Client:acquire(key, ttl, opts, ...)
   check_key(1, "acquire", key)
   local ms = check_seconds(2, "acquire", "ttl", ttl)
   local how = lock_opts(3, "acquire", opts, false)
-  check_nargs("acquire", 3, ...)
-  refused(self, 3, "acquire", how)
+  if select("#", ...) > 0 then check_nargs("acquire", 3, ...) end
+  if self._transport.refuses then refused(self, 3, "acquire", how) end
   return acquire(self, key, ms, how)
 end
 

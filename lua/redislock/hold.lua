@@ -80,7 +80,7 @@ local function adopt(self, key, tok, fence, sent, ms, how, kind, cohort, expires
   end
   if not kind then
     self._held[key] = lock
-    lock._context = transport.context()
+    if transport.contexts then lock._context = transport.context() end
   elseif kind.note then
     kind.note(self, key, lock)
   end

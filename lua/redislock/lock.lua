@@ -9,7 +9,8 @@
 local args = require "redislock.args"
 local core = require "redislock.core"
 
-local error, pcall, setmetatable, tonumber, tostring, type = error, pcall, setmetatable, tonumber, tostring, type
+local error, getmetatable, pcall, select, setmetatable, tonumber, tostring, type =
+      error, getmetatable, pcall, select, setmetatable, tonumber, tostring, type
 local string_format = string.format
 local math_floor, math_huge, math_min = math.floor, math.huge, math.min
 local now = core.now
@@ -68,6 +69,17 @@ function _M.pause(sleep, step, deadline)
 end
 local pause = _M.pause
 
+-- again_from(a, b, ...): again's loop, from what its first t:eval answered.
+local function again_from(a, b, sleep, deadline, t, op, key, token, ms)
+  local step = _M.FIRST_STEP
+  while a == nil and passing(b) do
+    step = pause(sleep, step, deadline)
+    if not step then break end
+    a, b = t:eval(op, key, token, ms)
+  end
+  return a, b
+end
+
 -- again(sleep, deadline, t, op, key, token[, ms]) -> what t:eval returned:
 -- runs t:eval(op, key, token, ms); while its first value is nil and its
 -- second a refusal of PASSING, runs it again after waiting's pause, as long
@@ -76,13 +88,8 @@ local pause = _M.pause
 -- over several servers does this per server: its t:eval_until.
 function _M.again(sleep, deadline, t, op, key, token, ms)
   if t.eval_until then return t:eval_until(deadline, op, key, token, ms) end
-  local step = _M.FIRST_STEP
-  while true do
-    local a, b = t:eval(op, key, token, ms)
-    if a ~= nil or not passing(b) then return a, b end
-    step = pause(sleep, step, deadline)
-    if not step then return a, b end
-  end
+  local a, b = t:eval(op, key, token, ms)
+  return again_from(a, b, sleep, deadline, t, op, key, token, ms)
 end
 local again = _M.again
 
@@ -101,7 +108,7 @@ _M.LOCK = { release = "release", extend = "extend", pttl = "pttl", label = "%s",
 -- may be nil when unknown; ops: its scripts (default _M.LOCK).
 function _M.new(t, link, key, token, fence, expires, ops)
   return setmetatable({ key = key, token = token, fence = fence, _t = t, _link = link, _state = "held",
-                        _expires = expires, _ops = ops or _M.LOCK }, lock_mt)
+                        _expires = expires, _ops = ops or _M.LOCK, _since = false }, lock_mt) -- adopt sets _since
 end
 
 -- The lock's name in messages: '"orders:42"', 'a permit of "api"' ...
@@ -199,14 +206,17 @@ end
 -- Returns the script's value, or nil and an error message.
 local function lock_eval(self, fname, what, ms)
   local op = self._ops[what]
-  check_phase(self._t, fname)
-  local gone = unusable(self)
+  if self._t.io_problem then check_phase(self._t, fname) end
+  -- Held, without renewal, its client open: usable (the common case, asked without a call).
+  local gone = (self._state ~= "held" or self._lease or self._link.closed) and unusable(self)
   -- Stopped before anything is sent, so that no renewal runs after the
   -- release; also when the lock is gone (a loss the OpenResty timer found
   -- could not end with_lock's sentinel, which only the releasing thread may).
-  if what == "release" then stop_lease(self) end
+  if what == "release" and self._lease then stop_lease(self) end
   if gone then return nil, gone end
-  local sent = now()
+  -- When sent (for a retry's deadline, and the new expiry): not asked for a
+  -- release whose expiry is known, the deadline then.
+  local sent = (what ~= "release" or not self._expires) and now() or nil
   local status, value
   if what == "pttl" then
     status, value = self._t:eval(op, self.key, self.token, ms)
@@ -214,8 +224,16 @@ local function lock_eval(self, fname, what, ms)
     -- A release or extend refused by a passing state is sent again while
     -- the lock may still be ours: until it expires by its last known TTL
     -- (or, unknown, for the client's timeout).
-    local link = self._link
-    status, value = again(link.sleep, expires_of(self) or sent + link.timeout, self._t, op, self.key, self.token, ms)
+    local link, t = self._link, self._t
+    if t.eval_until then
+      status, value = again(link.sleep, expires_of(self) or sent + link.timeout, t, op, self.key, self.token, ms)
+    else -- again's first try in place: every release makes it
+      status, value = t:eval(op, self.key, self.token, ms)
+      if status == nil then
+        status, value = again_from(nil, value, link.sleep, expires_of(self) or sent + link.timeout, t, op, self.key,
+                                   self.token, ms)
+      end
+    end
   end
   if status == nil then
     -- A release that went out but whose answer did not come back may have
@@ -247,15 +265,16 @@ end
 -- @return[2] nil
 -- @treturn[2] string "lost: ...", "connection: ..." or "redis: ..."
 function Lock:release(...)
-  check_self(self, lock_mt, "release", "redislock lock")
-  check_nargs("release", 0, ...)
+  -- The checks' usual outcomes first, without a call: every lock is released.
+  if getmetatable(self) ~= lock_mt then check_self(self, lock_mt, "release", "redislock lock") end
+  if select("#", ...) > 0 then check_nargs("release", 0, ...) end
   if self._state == "released" then return true end
   -- Under OpenResty a lock that keeps its worker's gate is handed down to the
   -- next request queued there when it is still ours by the clock, and its
   -- renewal is neither on its way (it could land after the next holder's)
   -- nor due (a Sentinel switch): no word to Redis (redislock/ngx_gate.lua).
   -- Else it is released on Redis and the gate left, whatever the answer.
-  check_phase(self._t, "release") -- whether or not it needs I/O
+  if self._t.io_problem then check_phase(self._t, "release") end -- whether or not it needs I/O
   local cohort = self._cohort
   self._cohort = nil
   local expires, lease = cohort and expires_of(self), self._lease

@@ -70,6 +70,8 @@ local ngx_transport = type(ngx) == "table" and type(ngx.socket) == "table" and n
 --- The caller's context, for messages: under OpenResty its request (or
 -- timer), which locks of one worker's client tell apart; nil in plain Lua.
 _M.context = ngx_transport and require("resty.core.base").get_request or function() return nil end
+-- Whether there are contexts (OpenResty): context() is always nil when not.
+_M.contexts = ngx_transport and true or false
 
 --- A transport for one node, and the sleep that goes with it (ngx.sleep or
 -- core.sleep). No I/O. fields: host, port, path, username, password, db,

@@ -236,6 +236,22 @@ local function take(client, key, tok, ms, how, kind)
   local own_tok = tok
   local c, sleep, held, hot = client._transport, client._sleep, client._held, client._hot
   local wait, fair = how.wait, how.fair
+  if wait == 0 and not fair and not how.replicas and not kind.n and not kind.stays then
+    -- One try, at once (the loop below, for the case that has nothing of
+    -- it but the try: no gate, no registration, nothing more to tell the
+    -- script, no place to leave): the path of every uncontended acquire.
+    local sent = now()
+    local status, value, acked, werr = (kind.eval or c.eval)(c, kind.take, key, tok, ms)
+    if status == 1 then
+      if hot.keys[key] then -- free at once: cooled down
+        hot.keys[key] = nil
+        hot.n = hot.n - 1
+      end
+      return value, sent, acked, werr, tok
+    end
+    if status == nil then return nil, value end
+    return busy_answer(kind, key, value, wait, held)
+  end
   -- A waiter that blocks registers for a handoff on each try (unless
   -- told not to; not on a Redlock, where a release on a majority hands
   -- nothing over).
