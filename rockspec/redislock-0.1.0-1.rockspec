@@ -49,6 +49,7 @@ build = {
     ["redislock.args"] = "lua/redislock/args.lua",
     ["redislock.client"] = "lua/redislock/client.lua",
     ["redislock.lock"] = "lua/redislock/lock.lua",
+    ["redislock.metrics"] = "lua/redislock/metrics.lua",
     ["redislock.election"] = "lua/redislock/election.lua",
     ["redislock.election_io"] = "lua/redislock/election_io.lua",
     ["redislock.guard"] = "lua/redislock/guard.lua",
