@@ -16,15 +16,20 @@
 --
 -- Names are unbounded, so figures are kept per group of names, never per
 -- name: by default a name's part before its first ':' ("orders:42" is in
--- "orders"), and at most `max_groups` groups (then "other").
+-- "orders"), and at most `max_groups` groups (then "other"). The text
+-- itself is redislock/metrics_text.lua's.
+--
+-- (Over 400 lines: the API reference's comments are a third of it, and the
+-- observer of a process's figures repeats the two events of every cycle in
+-- place, to stay cheap.)
 
 local args = require "redislock.args"
 local core = require "redislock.core"
+local text = require("redislock.metrics_text").text
 
-local error, getmetatable, ipairs, pairs, pcall, rawget, setmetatable, tonumber, tostring, type =
-      error, getmetatable, ipairs, pairs, pcall, rawget, setmetatable, tonumber, tostring, type
-local string_format, table_concat, table_sort = string.format, table.concat, table.sort
-local math_floor, math_huge = math.floor, math.huge
+local error, getmetatable, ipairs, pairs, pcall, rawget, setmetatable, type =
+      error, getmetatable, ipairs, pairs, pcall, rawget, setmetatable, type
+local string_format, math_huge = string.format, math.huge
 local io_open, os_remove, os_rename = io.open, os.remove, os.rename
 local argerror, check_opts, check_whole, is_callable, check_nargs =
       args.argerror, args.check_opts, args.check_whole, args.is_callable, args.check_nargs
@@ -35,6 +40,9 @@ args.own(debug.getinfo(1, "S").source)
 
 local Metrics = {}
 local metrics_mt = { __index = Metrics }
+
+-- The HTTP Content-Type of the text render gives.
+local CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 -- Default buckets (seconds, upper bounds): waits from a round trip to
 -- half a minute; holds from a quick section to an hour's job.
@@ -149,6 +157,41 @@ end
 -- @treturn boolean
 function _M.is_metrics(x)
   return getmetatable(x) == metrics_mt
+end
+
+-- The figures of each shared dict in this nginx worker (shared).
+local in_dict = {}
+
+--- OpenResty: the worker's figures that add up in the shared dict called
+-- dict, made by the first call in the worker (with opts; later calls
+-- return it as it is): `redislock.new{ metrics = metrics.shared("redislock_metrics") }`.
+-- @string dict the `lua_shared_dict`'s name
+-- @tparam[opt] metrics_options opts as new's (but dict), for the first call
+-- @treturn Metrics the figures
+function _M.shared(dict, opts, ...)
+  check_nargs("shared", 2, ...)
+  if type(dict) ~= "string" then argerror(1, "shared", "dict name must be a string, got " .. type(dict)) end
+  local m = in_dict[dict]
+  if m then return m end
+  if opts ~= nil and type(opts) ~= "table" then argerror(2, "shared", "options must be a table, got " .. type(opts)) end
+  local o = { dict = dict }
+  for k, v in pairs(opts or {}) do
+    if k == "dict" then argerror(2, "shared", "option 'dict' is the first argument") end
+    o[k] = v
+  end
+  m = _M.new(o)
+  in_dict[dict] = m
+  return m
+end
+
+--- OpenResty: answers the request with the figures in the shared dict
+-- called dict (shared(dict):serve()), from a content handler:
+-- `content_by_lua_block { require("redislock.metrics").serve("redislock_metrics") }`.
+-- @string dict the `lua_shared_dict`'s name
+-- @return nothing
+function _M.serve(dict, ...)
+  check_nargs("serve", 1, ...)
+  return _M.shared(dict):serve()
 end
 
 -- The group of a name: the user's function's answer (a string; else
@@ -332,6 +375,10 @@ local function dict_observer(self)
   end
 end
 
+--- The figures of the holds of the clients given it (redislock.new's
+-- `metrics`), what redislock.metrics.new and shared make.
+-- @type Metrics
+
 --- An observer function(event, info) for redislock.new's `observer` that
 -- counts into these figures (what the option `metrics` installs).
 -- @tparam[opt] function chain another observer, called after it
@@ -348,49 +395,6 @@ function Metrics:observer(chain, ...)
     pcall(count, event, info)
     chain(event, info)
   end
-end
-
--- A number as Prometheus reads it: whole numbers without a point, others
--- in the fewest digits that read back the same.
-local function num(v)
-  if v == math_huge then return "+Inf" elseif v == -math_huge then return "-Inf" elseif v ~= v then return "NaN" end
-  if v == math_floor(v) and v > -2^53 and v < 2^53 then return string_format("%d", v) end
-  for digits = 15, 16 do
-    local s = string_format("%." .. digits .. "g", v)
-    if tonumber(s) == v then return s end
-  end
-  return string_format("%.17g", v)
-end
-
--- A label value, escaped: backslash, double quote, line feed.
-local function label(v)
-  return '"' .. v:gsub('[\\"]', "\\%0"):gsub("\n", "\\n") .. '"'
-end
-
--- The families, in the order rendered: id (the store's family), name,
--- type, help.
-local FAMILIES = {
-  { "acquired", "redislock_acquisitions_total", "counter", "Holds acquired." },
-  { "busy", "redislock_busy_total", "counter", "Acquires that gave up: held by another owner (busy)." },
-  { "released", "redislock_releases_total", "counter", "Holds released." },
-  { "lost", "redislock_lost_total", "counter", "Holds found lost: expired, or taken by another owner." },
-  { "renew_failed", "redislock_renew_failures_total", "counter",
-    "Renewals that failed and were to be tried again (OpenResty's timer)." },
-  { "handoff", "redislock_handoffs_total", "counter", "Holds handed to a waiter by a release." },
-  { "errors", "redislock_errors_total", "counter", "Calls that failed, by code (connection, redis)." },
-  { "held_too_long", "redislock_held_too_long_total", "counter",
-    "Holds that ended (released or lost) after more than the held_too_long threshold." },
-  { "holds", "redislock_holds", "gauge", "Holds held now: acquired, not yet released nor found lost." },
-  { "waiting", "redislock_waiting", "gauge", "Callers in an acquire given a wait (wait > 0), now." },
-  { "wait", "redislock_wait_seconds", "histogram", "Seconds from the call to the try that acquired the hold." },
-  { "hold", "redislock_hold_seconds", "histogram", "Seconds holds were held, at their release." },
-}
-
--- Sorts rows (each { kind, group, ... }) by kind, then group, then extra.
-local function by_labels(a, b)
-  if a[1] ~= b[1] then return a[1] < b[1] end
-  if a[2] ~= b[2] then return a[2] < b[2] end
-  return tostring(a[3]) < tostring(b[3])
 end
 
 --- The figures in Prometheus' text format (version 0.0.4): under
@@ -427,60 +431,9 @@ function Metrics:render(...)
       end
     end
   end
-  local out = {}
-  local function line(name, labels, value)
-    out[#out + 1] = name .. "{" .. labels .. "} " .. num(value)
-  end
-  for _, f in ipairs(FAMILIES) do
-    local id, name, ftype = f[1], f[2], f[3]
-    out[#out + 1] = "# HELP " .. name .. " " .. f[4]
-    out[#out + 1] = "# TYPE " .. name .. " " .. ftype
-    local list = rows[id] or {}
-    if ftype ~= "histogram" then
-      table_sort(list, by_labels)
-      for _, r in ipairs(list) do
-        local labels = "kind=" .. label(r[1]) .. ",group=" .. label(r[2])
-        if id == "errors" then labels = labels .. ",code=" .. label(r[3] or "") end
-        line(name, labels, r[4])
-      end
-    else
-      local bounds = id == "wait" and self._wait_buckets or self._hold_buckets
-      -- kind, group -> counts per bucket (the last: +Inf)
-      local hist, order = {}, {}
-      for _, r in ipairs(list) do
-        local k = r[1] .. SEP .. r[2]
-        local h = hist[k]
-        if not h then
-          h = { r[1], r[2], counts = {} }
-          hist[k] = h
-          order[#order + 1] = h
-        end
-        local i = tonumber(r[3])
-        if i then
-          if i > #bounds then i = #bounds + 1 end -- from other buckets (another configuration): +Inf
-          h.counts[i] = (h.counts[i] or 0) + r[4]
-        end
-      end
-      local sums = {}
-      for _, r in ipairs(rows[id .. "_sum"] or {}) do sums[r[1] .. SEP .. r[2]] = r[4] end
-      table_sort(order, by_labels)
-      for _, h in ipairs(order) do
-        local labels = "kind=" .. label(h[1]) .. ",group=" .. label(h[2])
-        local total = 0
-        for i = 1, #bounds + 1 do
-          total = total + (h.counts[i] or 0)
-          line(name .. "_bucket", labels .. ',le="' .. (i <= #bounds and num(bounds[i]) or "+Inf") .. '"', total)
-        end
-        line(name .. "_sum", labels, sums[h[1] .. SEP .. h[2]] or 0)
-        line(name .. "_count", labels, total)
-      end
-    end
-  end
-  return table_concat(out, "\n") .. "\n"
+  return text(rows, { wait = self._wait_buckets, hold = self._hold_buckets })
 end
 
---- The HTTP Content-Type of the text render gives.
-_M.CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 --- Writes the figures to path, whole: to path .. ".tmp" first, then
 -- renamed (for node_exporter's textfile collector, which reads *.prom).
@@ -516,7 +469,7 @@ function Metrics:serve(...)
   if not (ngx and ngx.print) then
     error("redislock: serve needs OpenResty; in plain Lua use render or write", 2)
   end
-  ngx.header["Content-Type"] = _M.CONTENT_TYPE
+  ngx.header["Content-Type"] = CONTENT_TYPE
   ngx.print(self:render())
 end
 
