@@ -9,6 +9,7 @@ files["lua/redislock/ngx_conn.lua"] = { std = "max+ngx_lua" }
 files["lua/redislock/ngx_lease.lua"] = { std = "max+ngx_lua" }
 files["lua/redislock/ngx_watch.lua"] = { std = "max+ngx_lua" }
 files["spec/support/ngx_app.lua"] = { std = "max+ngx_lua" }
+files["spec/support/ngx_metrics.lua"] = { std = "max+ngx_lua" }
 files["examples/openresty"] = { std = "max+ngx_lua" }
 files["torture/ngx_app.lua"] = { std = "max+ngx_lua" }
 -- The Redis scripts as Redis gets them (tools/gen_scripts.lua --lint): Lua
