@@ -6,20 +6,30 @@
 # redis-server; the difference over 2,000 leaves out what runs once
 # (loading, the first connection, tables made once).
 #   sh bench/callgrind.sh        (make first; needs valgrind)
+# BENCH_LUA=luajit counts under LuaJIT (build/luajit) instead; with
+# BENCH_METRICS=1 the client counts its holds (redislock.metrics).
 cd "$(dirname "$0")/.." || exit 2
 if [ -z "${REDIS_PORT:-}" ]; then
   exec sh tools/with-redis.sh sh bench/callgrind.sh "$@"
 fi
 set -u
 command -v valgrind >/dev/null || { echo "bench: valgrind not found" >&2; exit 2; }
+lua=${BENCH_LUA:-lua5.4}
+case $lua in
+  lua5.4) build=lua5.4 name="Lua 5.4" ;;
+  luajit) build=luajit name=LuaJIT ;;
+  *) echo "bench: BENCH_LUA must be lua5.4 or luajit" >&2; exit 2 ;;
+esac
+metrics=
+[ "${BENCH_METRICS:-0}" = 1 ] && metrics=', metrics = require("redislock.metrics").new()' name="$name, metrics on"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 # count N BODY: the instructions of a process that makes a client, then
 # runs BODY (Lua, with the client c) N times.
 count() {
-  LUA_PATH="$PWD/lua/?.lua;;" LUA_CPATH="$PWD/build/lua5.4/?.so;;" \
-    valgrind --tool=callgrind --callgrind-out-file="$out" lua5.4 - "$REDIS_PORT" "$1" <<EOF_LOOP >/dev/null 2>&1 ||
-local c = require("redislock").new({ port = tonumber(arg[1]) })
+  LUA_PATH="$PWD/lua/?.lua;;" LUA_CPATH="$PWD/build/$build/?.so;;" \
+    valgrind --tool=callgrind --callgrind-out-file="$out" "$lua" - "$REDIS_PORT" "$1" <<EOF_LOOP >/dev/null 2>&1 ||
+local c = require("redislock").new({ port = tonumber(arg[1])$metrics })
 for _ = 1, tonumber(arg[2]) do $2 end
 c:close()
 EOF_LOOP
@@ -33,7 +43,7 @@ emit() {
   [ -n "$a" ] && [ -n "$b" ] || exit 1
   echo "bench name=callgrind/$1 value=$(( (b - a) / 2000 )) unit=$2 note=\"callgrind, 3000 less 1000\" label=\"$3\""
 }
-emit cycle instructions/cycle "client instructions per acquire+release (Lua 5.4)" \
+emit cycle instructions/cycle "client instructions per acquire+release ($name)" \
   'assert(assert(c:acquire("callgrind", 10)):release())'
-emit command instructions/call "client instructions per client:command of a GET (Lua 5.4)" \
+emit command instructions/call "client instructions per client:command of a GET ($name)" \
   'assert(c:command("GET", "callgrind") ~= nil)'
