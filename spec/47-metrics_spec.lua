@@ -1,7 +1,7 @@
 -- SPDX-License-Identifier: MIT
 -- redislock.metrics (issue 57): the figures of a client's holds in
--- Prometheus' text format, read back by a strict parser of that format
--- (Debian 12 has no promtool) and checked against what the spec did: from
+-- Prometheus' text format, checked by promtool (check metrics), read back
+-- by a strict parser of that format and held against what the spec did: from
 -- plain Lua (locks, a busy answer, a wait handed over by another process's
 -- release, a lost lease, errors of both codes, a hold held too long), and
 -- from two nginx workers under load adding up in one shared dict.
@@ -143,6 +143,21 @@ local function parse(text)
   return families, value
 end
 
+-- Raises unless Prometheus' own promtool (Debian's prometheus package,
+-- which tools/deps.sh installs) finds the text well formed, its lint rules
+-- kept.
+local function promtool(text)
+  local _, found = helpers.run("command -v promtool")
+  assert(found, "promtool not found: sh tools/deps.sh installs Debian's prometheus, which has it")
+  local file = helpers.tmpdir() .. "/metrics.prom"
+  local f = assert(io.open(file, "w"))
+  f:write(text)
+  f:close()
+  local out, ok = helpers.run("promtool check metrics < " .. helpers.sh_quote(file))
+  os.execute("rm -rf " .. helpers.sh_quote(file:match("^(.*)/")))
+  assert(ok and out == "", "promtool check metrics: " .. out .. "\n" .. text)
+end
+
 describe("the parser of the spec", function()
   it("refuses what is not the exposition format", function()
     local ok = "# HELP a_total x\n# TYPE a_total counter\na_total{k=\"v\"} 1\n"
@@ -204,6 +219,7 @@ describe("redislock.metrics", function()
     assert.matches("^connection:", select(2, dead:acquire("orders:9", 5)))
 
     local text = m:render()
+    promtool(text)
     local families, value = parse(text)
     local function n(name, group, more)
       local labels = { kind = "lock", group = group }
@@ -266,6 +282,7 @@ describe("redislock.metrics", function()
     client = srv:client({ metrics = quoted })
     client:with_lock('q"\\\n', 5, function() end)
     local text = quoted:render()
+    promtool(text)
     value = select(2, parse(text))
     assert.are.equal(1, value("redislock_acquisitions_total", { kind = "lock", group = 'q"\\\n' }))
     assert.matches('group="q\\"\\\\\\n"', text, 1, true)
@@ -394,6 +411,7 @@ describe("redislock.metrics under OpenResty", function()
     status, body, headers = http.request(nginx.port, "GET", "/metrics")
     assert.are.equal(200, status)
     assert.are.equal("text/plain; version=0.0.4; charset=utf-8", headers["content-type"])
+    promtool(body)
     local _, value = parse(body)
     local function n(name, group, more)
       local labels = { kind = "lock", group = group }

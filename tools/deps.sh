@@ -1,6 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# Installs the Debian packages that building, testing and the demo need.
+# Installs the Debian packages that building, testing and the demo need
+# (prometheus for its promtool, which spec/47 checks the metrics' text with).
 # Does nothing when they are all present; needs root (apt-get) otherwise.
 #   sh tools/deps.sh          what make, make test and make demo need
 #   sh tools/deps.sh bench    that, plus the peers make bench compares with
@@ -9,7 +10,7 @@ set -eu
 PACKAGES="gcc make libc6-dev lua5.4 liblua5.4-dev luajit2 libluajit2-5.1-dev lua-busted luarocks
   libhiredis-dev libssl-dev openssl redis-server redis-tools lua-socket lua-check valgrind curl git zip unzip
   nginx libnginx-mod-http-lua lua-resty-core lua-resty-lrucache lua-nginx-redis iproute2 iptables
-  postgresql lua-sql-postgres lua-ldoc man-db"
+  postgresql lua-sql-postgres lua-ldoc man-db prometheus"
 # Only make bench needs these: redis-py's Lock (Debian's /usr/bin/python3), and the
 # pure-Lua minimal lock (lua5.3 with lua-redis), and ab (apache2-utils) to drive
 # nginx with concurrent requests.
