@@ -1,4 +1,5 @@
 -- SPDX-License-Identifier: MIT
+
 --- redislock.metrics: the figures of a client's holds for Prometheus,
 -- built on the client's observer (redislock.new's `metrics` or `observer`
 -- option): per kind of hold and per group of lock names, histograms of the

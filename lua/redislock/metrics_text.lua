@@ -1,4 +1,5 @@
 -- SPDX-License-Identifier: MIT
+
 --- redislock.metrics_text: redislock.metrics' figures in Prometheus' text
 -- format (version 0.0.4), in the conventions of its client libraries:
 -- `# HELP` and `# TYPE` once per family, counters ending in `_total`,
