@@ -108,10 +108,11 @@ _M.new_token = new_token
 --- Tells the client's observer how a take that began at began (core.now())
 -- ended: "acquired" (fence, and sent: when the successful try was sent),
 -- "busy" or "error" (sent: the message; code: "connection" or "redis");
--- waiting: the info of its "waiting" event, if any, is told "waited" first.
+-- waiting: the info of its "waiting" event, if any: "waited" (its key and
+-- kind) is told first.
 local function observe_take(self, began, key, kind, fence, sent, waiting)
   local link = self._link
-  if waiting then observe(link, "waited", waiting) end
+  if waiting then observe(link, "waited", { key = waiting.key, kind = waiting.kind }) end
   if fence then
     observe(link, "acquired", { key = key, kind = kind, fence = fence, wait = sent - began })
     return
