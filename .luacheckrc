@@ -11,6 +11,7 @@ files["lua/redislock/ngx_watch.lua"] = { std = "max+ngx_lua" }
 files["spec/support/ngx_app.lua"] = { std = "max+ngx_lua" }
 files["spec/support/ngx_resty_lock.lua"] = { std = "max+ngx_lua" }
 files["spec/support/resty_cache.lua"] = { std = "max+ngx_lua" }
+files["spec/support/ngx_metrics.lua"] = { std = "max+ngx_lua" }
 files["examples/openresty"] = { std = "max+ngx_lua" }
 files["torture/ngx_app.lua"] = { std = "max+ngx_lua" }
 -- The Redis scripts as Redis gets them (tools/gen_scripts.lua --lint): Lua

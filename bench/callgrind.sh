@@ -6,12 +6,15 @@
 # redis-server; the difference over 2,000 leaves out what runs once
 # (loading, the first connection, tables made once, LuaJIT's compiling).
 #   sh bench/callgrind.sh [lua5.4] [luajit]   (both by default; make first; needs valgrind)
+# With BENCH_METRICS=1 the client counts its holds (redislock.metrics).
 cd "$(dirname "$0")/.." || exit 2
 if [ -z "${REDIS_PORT:-}" ]; then
   exec sh tools/with-redis.sh sh bench/callgrind.sh "$@"
 fi
 set -u
 command -v valgrind >/dev/null || { echo "bench: valgrind not found" >&2; exit 2; }
+metrics= on=
+[ "${BENCH_METRICS:-0}" = 1 ] && metrics=', metrics = require("redislock.metrics").new()' on=", metrics on"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 # count LUA N BODY: the instructions of a process of interpreter LUA
@@ -21,7 +24,7 @@ count() {
   LUA_PATH="$PWD/lua/?.lua;;" LUA_PATH_5_4="$PWD/lua/?.lua;;" \
     LUA_CPATH="$PWD/build/$1/?.so;;" LUA_CPATH_5_4="$PWD/build/$1/?.so;;" \
     valgrind --tool=callgrind --callgrind-out-file="$out" "$1" - "$REDIS_PORT" "$2" <<EOF_LOOP >/dev/null 2>&1 ||
-local c = require("redislock").new({ port = tonumber(arg[1]) })
+local c = require("redislock").new({ port = tonumber(arg[1])$metrics })
 for _ = 1, tonumber(arg[2]) do $3 end
 c:close()
 EOF_LOOP
@@ -38,8 +41,8 @@ emit() {
 [ $# -gt 0 ] || set -- lua5.4 luajit
 for lua in "$@"; do
   case $lua in
-  lua5.4) suffix="" name="Lua 5.4" ;;
-  luajit) suffix="/luajit" name="LuaJIT" ;;
+  lua5.4) suffix="" name="Lua 5.4$on" ;;
+  luajit) suffix="/luajit" name="LuaJIT$on" ;;
   *) echo "bench: unknown interpreter $lua (lua5.4, luajit)" >&2; exit 2 ;;
   esac
   command -v "$lua" >/dev/null || { echo "bench: $lua not found" >&2; exit 2; }

@@ -23,6 +23,9 @@
 -- Each figure is taken BENCH_SLICES (15) times, in slices of BENCH_CYCLES
 -- (4000) cycles, the four in turn (benchlib's slices): ratios are the median
 -- of the ratios within a slice, rates the median rate.
+-- With BENCH_METRICS=1, also the cycle of a client that counts its holds
+-- (redislock.metrics), in the same slices, as a ratio to the bare cycle
+-- (>= 0.95).
 -- usage (from bench/run.sh, pinned by taskset): cycle.lua <placement name>
 local redislock = require "redislock"
 local core = require "redislock.core"
@@ -36,6 +39,8 @@ local id = (jit and "luajit" or "lua5.4") .. "/" .. PLACEMENT  -- luacheck: igno
 local where = B.interp .. ", " .. PLACEMENT
 
 local client = redislock.new({ port = B.port })
+local metered = os.getenv("BENCH_METRICS") == "1"
+  and redislock.new({ port = B.port, metrics = require("redislock.metrics").new() })
 local raw = core.new({ port = B.port })  -- for INFO, on a connection of its own
 
 -- The exact bytes of one cycle as the library sends them.
@@ -82,10 +87,11 @@ local function benchmark_floor()
   return 1 / (1 / acq + 1 / rel)
 end
 
-local function cycles(n)
+local function cycles(n, c)
+  c = c or client
   local t0 = core.now()
   for _ = 1, n do
-    local lock = assert(client:acquire(KEY, TTL))
+    local lock = assert(c:acquire(KEY, TTL))
     assert(lock:release())
   end
   return n / (core.now() - t0)
@@ -139,6 +145,7 @@ end
 -- Warm up: connect, load the scripts (the floor needs them loaded).
 assert(client:with_lock(KEY, TTL, noop) == nil)
 cycles(1000)
+if metered then cycles(1000, metered) end
 raw_floor(1000)
 minimal_floor(1000)
 
@@ -152,14 +159,16 @@ end
 local lib_bytes, lib_calls = wire(cycles, 1000)
 local floor_bytes, floor_calls = wire(raw_floor, 1000)
 
-local rates = B.slices({
+local measures = {
   { "raw", function() return raw_floor(N) end },
   { "minimal", function() return minimal_floor(N) end },
   { "rb", benchmark_floor },
   { "cycle", function() return cycles(N) end },
   { "with_lock", function() return with_locks(N) end },
-  has_pure_lua and { "pure", function() return pure_lua(N) end } or nil,
-}, SLICES)
+}
+if has_pure_lua then measures[#measures + 1] = { "pure", function() return pure_lua(N) end } end
+if metered then measures[#measures + 1] = { "metrics", function() return cycles(N, metered) end } end
+local rates = B.slices(measures, SLICES)
 floor:close()
 for _, path in ipairs(min_files) do os.remove(path) end
 
@@ -202,6 +211,12 @@ if has_pure_lua then
   B.emit({ name = "cycle.vs_pure_lua/" .. id, value = median.cycle, unit = "cycles/s",
            baseline = "peer.pure-lua/" .. id, baseline_value = median.pure, ratio = r, target = { ">=", 1.0 },
            note = note, label = where .. ": acquire+release (fenced) vs the pure-Lua minimal lock" })
+end
+if metered then
+  r, note = ratio("metrics", "cycle")
+  B.emit({ name = "cycle.metrics/" .. id, value = median.metrics, unit = "cycles/s",
+           baseline = "cycle/" .. id, baseline_value = median.cycle, ratio = r, target = { ">=", 0.95 }, note = note,
+           label = where .. ": acquire+release with metrics on (redislock.metrics) vs off" })
 end
 r, note = ratio("with_lock", "cycle")
 B.emit({ name = "with_lock/" .. id, value = median.with_lock, unit = "cycles/s",

@@ -9,6 +9,8 @@
 #                      connections (a handshake each), on a server of its own
 #   bench/cluster.lua  acquire+release through cluster routing vs a
 #                      single-server client, on a one-node cluster of its own
+#   bench/metrics.lua  acquire+release with metrics on vs off (redislock.metrics),
+#                      finely interleaved, Lua 5.4 and LuaJIT, both placements
 #   bench/primitives.lua  a semaphore permit's, a read/write hold's and a
 #                      2-key lock's cycle vs the lock's, same run
 #   bench/guard.lua    a SET through lock:fenced() and lock:owned() vs the
@@ -85,6 +87,11 @@ for placement in "different-cores:$last" "same-core:0"; do
   where=${placement%%:*} cpu=${placement##*:}
   step cluster "cluster routing, Lua 5.4, $where" taskset -c "$cpu" lua5.4 bench/cluster.lua "$where"
   step cluster "cluster routing, LuaJIT, $where" env LUA_CPATH="$JIT_CPATH" taskset -c "$cpu" luajit bench/cluster.lua "$where"
+done
+for placement in "different-cores:$last" "same-core:0"; do
+  where=${placement%%:*} cpu=${placement##*:}
+  step metrics "metrics on vs off, Lua 5.4, $where" taskset -c "$cpu" lua5.4 bench/metrics.lua "$where"
+  step metrics "metrics on vs off, LuaJIT, $where" env LUA_CPATH="$JIT_CPATH" taskset -c "$cpu" luajit bench/metrics.lua "$where"
 done
 for placement in "different-cores:$last" "same-core:0"; do
   where=${placement%%:*} cpu=${placement##*:}

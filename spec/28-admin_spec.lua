@@ -78,7 +78,7 @@ describe("inspect, force_release, observer", function()
     c:close(); holder:close()
   end)
 
-  it("tells the observer of acquired, busy, released and lost, and drops its errors", function()
+  it("tells the observer of acquired, waiting, waited, busy, released and lost, and drops its errors", function()
     local events = {}
     local c = redislock.new({ port = srv.port, observer = function(event, info)
       events[#events + 1] = info
@@ -94,14 +94,15 @@ describe("inspect, force_release, observer", function()
     assert.is_nil(permit:release())
     local seen = {}
     for _, e in ipairs(events) do seen[#seen + 1] = e.event .. " " .. e.kind .. " " .. e.key end
-    assert.are.same({ "acquired lock job", "busy lock job", "released lock job", "acquired permit pool",
-                      "lost permit pool" }, seen)
+    assert.are.same({ "acquired lock job", "waiting lock job", "waited lock job", "busy lock job", "released lock job",
+                      "acquired permit pool", "lost permit pool" }, seen)
     assert.are.equal(lock.fence, events[1].fence)
     assert.is_true(events[1].wait >= 0 and events[1].wait < 1)
-    assert.is_true(events[2].waited >= 0.05)
-    assert.matches("^busy:", events[2].why)
-    assert.is_true(events[3].held >= 0.01)
-    assert.matches("expired or was deleted", events[5].why)
+    assert.is_true(events[4].waited >= 0.05)
+    assert.matches("^busy:", events[4].why)
+    assert.is_true(events[5].held >= 0.01)
+    assert.matches("expired or was deleted", events[7].why)
+    assert.is_true(events[7].held >= 0)
     -- A multi-key lock: each key, as single locks.
     events = {}
     local multi = assert(c:acquire({ "b", "a" }, 5))

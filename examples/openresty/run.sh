@@ -145,7 +145,7 @@ Try:
   curl -X POST '$base/lock/payments:7?ttl=30'    # (b) take a lock, note the token
   curl -X DELETE '$base/lock/payments:7?token=...'
   curl -i $base/report                           # (c) cached; one rebuild at a time
-  curl $base/metrics                             # (d) lock events for Prometheus
+  curl $base/metrics                             # (d) metrics for Prometheus
 nginx's error log: $prefix/logs/error.log
 Ctrl-C stops nginx and redis-server.
 EOF
@@ -296,17 +296,27 @@ fire stampede_unguarded 20 GET /unguarded/report
 echo "unguarded: 20 concurrent GET /unguarded/report: $(how_many stampede_unguarded 200) x 200," \
      "$(redis get example:report:rebuilds) rebuilds"
 
-# (d) The metrics: what the examples above did, as the observer counted it.
+# (d) The metrics: what the examples above did, as redislock.metrics counted
+# it. total NAME: the sum of a family's samples of locks (every group).
 request GET /metrics
-acquired=$(printf '%s\n' "$body" | sed -n 's/^redislock_events_total{event="acquired",kind="lock"} \([0-9]*\)$/\1/p')
-busy=$(printf '%s\n' "$body" | sed -n 's/^redislock_events_total{event="busy",kind="lock"} \([0-9]*\)$/\1/p')
-released=$(printf '%s\n' "$body" | sed -n 's/^redislock_events_total{event="released",kind="lock"} \([0-9]*\)$/\1/p')
-held=$(printf '%s\n' "$body" | sed -n 's/^redislock_hold_seconds_total{kind="lock"} \([0-9.e+-]*\)$/\1/p')
-echo "metrics:   GET /metrics -> $code: locks acquired $acquired, busy $busy, released $released, held ${held:-?} s in all"
+total() {
+  printf '%s\n' "$body" | awk -v name="$1" '
+    index($0, name "{kind=\"lock\",") == 1 { sum += $NF; n++ }
+    END { if (n) printf "%.14g\n", sum }'
+}
+acquired=$(total redislock_acquisitions_total)
+busy=$(total redislock_busy_total)
+released=$(total redislock_releases_total)
+held=$(total redislock_hold_seconds_sum)
+waited=$(total redislock_wait_seconds_sum)
+echo "metrics:   GET /metrics -> $code: locks acquired $acquired, busy $busy, released $released," \
+     "waited ${waited:-?} s and held ${held:-?} s in all"
 check "metrics: answers 200" "$code" 200
 check "metrics: counts the guard's locks and more" "$([ "${acquired:-0}" -ge 8 ] && echo yes || echo "${acquired:-none}")" yes
 check "metrics: counts the 409s" "$([ "${busy:-0}" -ge 3 ] && echo yes || echo "${busy:-none}")" yes
 check "metrics: counts releases" "$([ "${released:-0}" -ge 4 ] && echo yes || echo "${released:-none}")" yes
+check "metrics: a histogram per group" \
+  "$(printf '%s\n' "$body" | grep -c '^redislock_wait_seconds_bucket{kind="lock",group="order",le="+Inf"} ')" 1
 
 # Nothing went wrong on nginx's side either.
 if grep -E '\[(error|crit|alert|emerg)\]' "$prefix/logs/error.log" > "$out/errors"; then

@@ -16,6 +16,7 @@ local election = require "redislock.election"
 require "redislock.guard" -- adds the guarded writes to lock objects (fenced, owned)
 local hold = require "redislock.hold"
 local lock_mod = require "redislock.lock"
+local metrics = require "redislock.metrics"
 local multilock = require "redislock.multilock"
 local rwlock = require "redislock.rwlock"
 local scope = require "redislock.scope"
@@ -102,12 +103,16 @@ local MAX_TIMEOUT_MS = 86400 * 1000
 -- @field holder false: tokens without who holds them (host, pid, since)
 -- @field observer function(event, info), called at every hold's acquire,
 --   busy, release and loss, for metrics (docs/operations.md)
+-- @field metrics a redislock.metrics object (redislock.metrics.new) that
+--   counts this client's holds, for Prometheus (docs/operations.md); its
+--   observer runs before `observer`, if both are given
 local NEW_OPTS = {
   url = true, host = true, port = true, path = true, username = true, password = true,
   db = true, connect_timeout = true, timeout = true, prefix = true, tls = true,
   pool_size = true, keepalive_timeout = true, wait_connections = true, coalesce = true,
   sentinels = true, master = true, sentinel_username = true, sentinel_password = true, sentinel_tls = true,
   cluster = true, redlock = true, label = true, holder = true, observer = true,
+  metrics = true,
 }
 --- The `tls` option's table (redislock/tls.lua checks it).
 -- @table tls_options
@@ -211,6 +216,13 @@ function _M.new(opts, ...)
   if opts.observer ~= nil and not args.is_callable(opts.observer) then
     argerror(1, "new", "option 'observer' must be a function, got " .. type(opts.observer))
   end
+  local observer = opts.observer
+  if opts.metrics ~= nil then
+    if not metrics.is_metrics(opts.metrics) then
+      argerror(1, "new", "option 'metrics' must be made by redislock.metrics.new, got " .. type(opts.metrics))
+    end
+    observer = opts.metrics:observer(observer)
+  end
   c.tls = tls.settings(opts.tls, c.tls, c.path)
   c.prefix = opts.prefix or "lock:"
   local why = core.prefix_problem(c.prefix)
@@ -224,7 +236,7 @@ function _M.new(opts, ...)
   -- _holder: "/<host>/" for the tokens (nil: holder = false), _label: "/<label>" or "".
   local self = { prefix = c.prefix, _renewed = setmetatable({}, { __mode = "k" }),
                  _held = setmetatable({}, { __mode = "v" }), _hot = { keys = {}, n = 0 },
-                 _link = { closed = false, observer = opts.observer, prefix = c.prefix },
+                 _link = { closed = false, observer = observer, prefix = c.prefix },
                  _holder = opts.holder ~= false and "/" .. core.hostname():gsub(HOLDER_CHARS, "_") .. "/" or nil,
                  _label = opts.label and "/" .. opts.label or "" }
   self._transport, self._sleep = topology.transport(opts, c)

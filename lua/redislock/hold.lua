@@ -106,16 +106,36 @@ end
 _M.new_token = new_token
 
 --- Tells the client's observer how a take that began at began (core.now())
--- ended: "acquired" (fence, and sent: when the successful try was sent) or
--- "busy" (sent: the message); other failures are not its business.
-local function observe_take(self, began, key, kind, fence, sent)
+-- ended: "acquired" (fence, and sent: when the successful try was sent),
+-- "busy" or "error" (sent: the message; code: "connection" or "redis");
+-- waiting: the info of its "waiting" event, if any: "waited" (its key and
+-- kind) is told first.
+local function observe_take(self, began, key, kind, fence, sent, waiting)
+  local link = self._link
+  if waiting then observe(link, "waited", { key = waiting.key, kind = waiting.kind }) end
   if fence then
-    observe(self._link, "acquired", { key = key, kind = kind, fence = fence, wait = sent - began })
-  elseif sent:find("^busy:") then
-    observe(self._link, "busy", { key = key, kind = kind, waited = now() - began, why = sent })
+    observe(link, "acquired", { key = key, kind = kind, fence = fence, wait = sent - began })
+    return
+  end
+  local code = sent:match("^(%a+):")
+  if code == "busy" then
+    observe(link, "busy", { key = key, kind = kind, waited = now() - began, why = sent })
+  elseif code == "connection" or code == "redis" then
+    observe(link, "error", { key = key, kind = kind, code = code, op = "acquire", why = sent })
   end
 end
 _M.observe_take = observe_take
+
+--- Tells the client's observer that a caller given a wait (how.wait > 0)
+-- starts to take key: "waiting"; returns its info for observe_take, or nil
+-- without a wait.
+function _M.observe_waiting(self, how, key, kind)
+  if how.wait <= 0 then return nil end
+  local info = { key = key, kind = kind }
+  observe(self._link, "waiting", info)
+  return info
+end
+local observe_waiting = _M.observe_waiting
 
 -- Refusals of a script's command itself, before it ran: the user may not
 -- run EVALSHA (or EVAL, or touch its keys), no such script, no memory for a
@@ -142,9 +162,10 @@ end
 local function acquire(self, key, ms, how, kind)
   local tok, t = new_token(self), self._transport
   if kind and kind.tail then tok = tok .. kind.tail end -- an election's value (redislock/election.lua)
-  local began = self._link.observer and now()
+  local began, waiting = self._link.observer and now(), nil
+  if began then waiting = observe_waiting(self, how, key, kind and kind.ops.kind or "lock") end
   local fence, sent, acked, werr, held_with, cohort, expires = take(self, key, tok, ms, how, kind)
-  if began then observe_take(self, began, key, kind and kind.ops.kind or "lock", fence, sent) end
+  if began then observe_take(self, began, key, kind and kind.ops.kind or "lock", fence, sent, waiting) end
   if not fence then
     -- Refused after a step that may have taken it (a script that wrote, then
     -- met a command the user may not run): no hold of nobody's is left for

@@ -134,8 +134,9 @@ end
 
 --- Tells the client's observer (redislock.new's `observer`), if any, of an
 -- event about hold ("acquired", "busy", "released", "lost",
--- "renew_failed"): observer(event, info), info = { key, kind ("lock",
--- "permit", "read lock", "write lock") } and fields of the event. Its
+-- "renew_failed", "handoff", "waiting", "waited", "error"): observer(event,
+-- info), info = { key, kind ("lock", "permit", "read lock", "write lock",
+-- "leadership") } and fields of the event (docs/operations.md). Its
 -- errors are dropped: watching must not break locking.
 local function observe(link, event, info)
   local observer = link.observer
@@ -149,7 +150,10 @@ local function set_lost(self, why)
   self._state = "lost"
   self._lost = string_format("lost: %s is no longer ours (%s)", named(self), why)
   stop_lease(self)
-  if self._link.observer then observe(self._link, "lost", { key = self.key, kind = self._ops.kind, why = why }) end
+  if self._link.observer then
+    observe(self._link, "lost", { key = self.key, kind = self._ops.kind, why = why,
+                                  held = self._since and now() - self._since or nil })
+  end
   local on_lost = self._on_lost
   if on_lost then
     self._on_lost = nil
@@ -240,6 +244,12 @@ local function lock_eval(self, fname, what, ms)
     -- run on the server (not so when the connection could not even be made).
     if what == "release" and value:match("^connection:") and not value:match("^connection: cannot connect") then
       self._release_unconfirmed = true
+    end
+    if self._link.observer then
+      local code = value:match("^(%a+):")
+      if code == "connection" or code == "redis" then
+        observe(self._link, "error", { key = self.key, kind = self._ops.kind, code = code, op = what, why = value })
+      end
     end
     return nil, value
   end

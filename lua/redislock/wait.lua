@@ -215,6 +215,12 @@ local function take_over(w, how, ms)
   return handed.fence, cohort
 end
 
+-- Tells the client's observer that key (of kind) was handed over to this
+-- waiter: by its holder's release on Redis, or within the nginx worker.
+local function told_handoff(client, key, kind)
+  lock_mod.observe(client._link, "handoff", { key = key, kind = kind.ops and kind.ops.kind or "lock" })
+end
+
 -- Tries to take key with token until how.wait seconds have passed. Between
 -- attempts it blocks on the lock's wake-up list (mode "notify": release
 -- wakes one waiter, and a block never outlasts the holder's TTL or the
@@ -300,11 +306,15 @@ local function take(client, key, tok, ms, how, kind)
     if w and w.handed then
       tok, op = w.handed.token, kind.acquire
       local fence, cohort = take_over(w, how, ms)
-      if fence then return fence, now(), nil, nil, tok, cohort end
+      if fence then
+        if client._link.observer then told_handoff(client, key, kind) end
+        return fence, now(), nil, nil, tok, cohort
+      end
     end
     local status, value, acked, werr, tried
     if got then -- handed over by its holder's release: held already
       status, value, sent, got = 1, got, got_at, nil
+      if client._link.observer then told_handoff(client, key, kind) end
     else
       sent, tried = now(), op
       if w then due(w, sent + w.try_s) end

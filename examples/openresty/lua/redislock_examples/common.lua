@@ -17,7 +17,8 @@ local _M = {}
 -- nginx.conf says `env REDIS_URL;` in its main context. Without that line
 -- os.getenv returns nil here and the client uses 127.0.0.1:6379. A URL that
 -- names a host (not an IP address) also needs a `resolver` in nginx.conf.
--- Its observer counts lock events for GET /metrics (example (d), metrics.lua).
+-- Its metrics add up in the shared dict redislock_metrics, which GET /metrics
+-- serves (example (d); redislock.conf declares the dict).
 -- A worker opens at most pool_size connections for its calls, and
 -- wait_connections (2 by default) for the waits that block, however many
 -- requests it serves: the requests waiting for one lock queue in the worker,
@@ -26,7 +27,7 @@ local _M = {}
 local url = os.getenv("REDIS_URL")
 _M.client = redislock.new{ url = url ~= "" and url or nil, pool_size = 16, keepalive_timeout = 60,
                            coalesce = os.getenv("REDISLOCK_COALESCE") ~= "off",
-                           observer = require("redislock_examples.metrics").observe }
+                           metrics = require("redislock.metrics").shared("redislock_metrics") }
 
 ------------------------------------------------------------------------------
 -- JSON: lua-cjson when nginx has it (OpenResty does; Debian's lua module does
