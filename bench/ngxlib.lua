@@ -28,7 +28,8 @@ M.quote = q
 -- prefix, this checkout's Lua code, bench/ and LuaJIT build on the paths.
 -- opts: workers (1), worker_connections (64), main (more main-context
 -- lines), lua_path (more ?.lua patterns, before bench/'s), http (the lines
--- inside http { }: the servers).
+-- inside http { }: the servers), daemon (false: in the foreground, as under
+-- valgrind).
 function M.conf(prefix, opts)
   local root = B.root
   local lines = {
@@ -37,7 +38,7 @@ function M.conf(prefix, opts)
     -- As root the workers would run as nobody, who may not enter the checkout.
     (B.run("id -u")):match("^0%s") and "user root;" or "",
     "worker_processes " .. (opts.workers or 1) .. ";",
-    "daemon on;",
+    opts.daemon == false and "daemon off;" or "daemon on;",
     "pid " .. q(prefix .. "/nginx.pid") .. ";",
     "error_log " .. q(prefix .. "/logs/error.log") .. " warn;",
     opts.main or "",

@@ -25,6 +25,8 @@
 #                      shared-dict lock; and against maxclients 64
 #   bench/callgrind.sh the client's instructions per acquire+release and per command (Lua 5.4, LuaJIT)
 #   bench/syscalls.sh  the client's system calls per acquire+release (strace; Lua 5.4, LuaJIT)
+#   bench/ngx_counts.lua an nginx worker's system calls (strace) and instructions
+#                      (callgrind) per acquire+release, beside lua-resty-redis's
 #   bench/memory.lua   client RSS before and after 10^6 cycles
 #   bench/peers.lua    redis-py's Lock, lua-resty-redis in nginx (nginx and the
 #                      client on another core, then on core 0 too)
@@ -115,6 +117,7 @@ step contend "contended throughput" lua5.4 bench/contend.lua
 step stampede "OpenResty stampede: waiters coalesced, connections bounded" lua5.4 bench/stampede.lua
 step callgrind "client instructions per cycle and per command (callgrind), Lua 5.4 and LuaJIT" sh bench/callgrind.sh
 step syscalls "client system calls per cycle (strace), Lua 5.4 and LuaJIT" sh bench/syscalls.sh
+step ngx_counts "an nginx worker's system calls and instructions per cycle, beside lua-resty-redis" lua5.4 bench/ngx_counts.lua
 step memory "memory, Lua 5.4" taskset -c 0 lua5.4 bench/memory.lua same-core
 step memory "memory, LuaJIT" env LUA_CPATH="$JIT_CPATH" taskset -c 0 luajit bench/memory.lua same-core
 step peers "peers: redis-py, lua-resty-redis in nginx, different cores" taskset -c "$last" lua5.4 bench/peers.lua different-cores
