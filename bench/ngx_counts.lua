@@ -7,7 +7,8 @@
 -- master_process off under valgrind), each over a request of 1,000 and one
 -- of 3,000 cycles, the difference over 2,000 (the request's own cost and
 -- LuaJIT's compiling leave with it). Counts do not move with a busy machine
--- as rates do. Prints one `bench name=...` line per figure.
+-- as rates do. Then the server's commands and CPU time per cycle of each
+-- path (INFO). Prints one `bench name=...` line per figure.
 --   sh tools/with-redis.sh luajit bench/ngx_counts.lua   (bench/run.sh runs it)
 local http = require "socket.http"
 local socket = require "socket"
@@ -168,5 +169,63 @@ local function instructions()
   assert(ok, err)
 end
 
+-- What each path costs the server per cycle: its commands (INFO
+-- commandstats) and its CPU time (INFO cpu, user + system), over requests
+-- of 3,000 cycles, the paths in turn three times; the medians.
+local function server()
+  local redislock = require "redislock.core"
+  local raw = redislock.new({ port = B.port })
+  local function info(section) return assert(raw:command("INFO", section)) end
+  local function cpu()
+    local s = info("cpu")
+    return tonumber(s:match("used_cpu_sys:([%d.]+)")) + tonumber(s:match("used_cpu_user:([%d.]+)"))
+  end
+  local function calls()
+    local t = {}
+    for name, c in info("commandstats"):gmatch("cmdstat_([%w|_-]+):calls=(%d+)") do t[name] = tonumber(c) end
+    return t
+  end
+  local N = 3000
+  local port, pid, prefix = ngxlib.start(conf(true))
+  local ok, err = pcall(function()
+    local per, cmds = {}, {}
+    for _, p in ipairs(PATHS) do
+      get(port, p[1], 1000) -- warm up
+      per[p[1]] = {}
+    end
+    for _ = 1, 3 do
+      for _, p in ipairs(PATHS) do
+        local c0, k0 = cpu(), calls()
+        get(port, p[1], N)
+        local c1, k1 = cpu(), calls()
+        table.insert(per[p[1]], (c1 - c0) * 1e6 / N)
+        local parts = {}
+        for name, c in pairs(k1) do
+          local d = (c - (k0[name] or 0)) / N
+          if name ~= "info" and d >= 0.01 then parts[#parts + 1] = string.format("%s %.3g", name, d) end
+        end
+        table.sort(parts)
+        cmds[p[1]] = table.concat(parts, ", ")
+      end
+    end
+    local med = {}
+    for _, p in ipairs(PATHS) do
+      table.sort(per[p[1]])
+      med[p[1]] = per[p[1]][2]
+    end
+    for i, p in ipairs(PATHS) do
+      B.emit({ name = "ngx.server_cpu/" .. p[1], value = med[p[1]], unit = "us/cycle",
+               baseline = i > 1 and "ngx.server_cpu/redislock" or nil, baseline_value = i > 1 and med.redislock or nil,
+               ratio = i > 1 and med[p[1]] / med.redislock or nil,
+               note = string.format("INFO cpu, median of 3 requests of %d cycles; per cycle: %s", N, cmds[p[1]]),
+               label = "server CPU per cycle, " .. p[2] })
+    end
+  end)
+  ngxlib.stop(pid, prefix)
+  raw:close()
+  assert(ok, err)
+end
+
 syscalls()
 instructions()
+server()
