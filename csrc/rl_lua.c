@@ -540,6 +540,12 @@ RL_EXPORT int luaopen_redislock_core(lua_State *L) {
   lua_setfield(L, -2, "_VERSION");
   lua_pushinteger(L, RL_MAX_MS);
   lua_setfield(L, -2, "MAX_MS");
+  /* A fence stands for a fence record's ID "<ms>-<seq>":
+     (ms - FENCE_EPOCH_MS) * FENCE_SCALE + seq (csrc/scripts/README.md). */
+  lua_pushinteger(L, RL_FENCE_SCALE);
+  lua_setfield(L, -2, "FENCE_SCALE");
+  lua_pushinteger(L, (lua_Integer)RL_FENCE_EPOCH_MS);
+  lua_setfield(L, -2, "FENCE_EPOCH_MS");
   push_scripts(L);
   lua_setfield(L, -2, "scripts");
   return 1;

@@ -392,8 +392,9 @@ static void from_integer(long long n, rl_result *out) {
 /*
  * A take's result from what its transaction answered: held (SET took the
  * lock), and the fence record's new ID (idlen bytes at id; NULL when XADD
- * was refused). See "Fences": the fence is ms * RL_FENCE_SCALE + seq when
- * the ID "<ms>-<seq>" has seq below RL_FENCE_SCALE; else none (RL_UNTOLD).
+ * was refused). See "Fences": the fence is (ms - RL_FENCE_EPOCH_MS) *
+ * RL_FENCE_SCALE + seq when the ID "<ms>-<seq>" has seq below
+ * RL_FENCE_SCALE and ms is not before the epoch; else none (RL_UNTOLD).
  */
 static void take_result(int held, const char *id, size_t idlen, rl_result *out) {
   long long ms = 0, seq = 0;
@@ -409,9 +410,9 @@ static void take_result(int held, const char *id, size_t idlen, rl_result *out) 
   while (i < idlen && i < 15 && id[i] >= '0' && id[i] <= '9') ms = ms * 10 + (id[i++] - '0');
   if (i == 0 || i >= idlen || id[i++] != '-' || i == idlen || idlen - i > 2) return;
   while (i < idlen && id[i] >= '0' && id[i] <= '9') seq = seq * 10 + (id[i++] - '0');
-  if (i != idlen || seq >= RL_FENCE_SCALE) return;
+  if (i != idlen || seq >= RL_FENCE_SCALE || ms < RL_FENCE_EPOCH_MS) return;
   out->status = RL_HELD;
-  out->value = ms * RL_FENCE_SCALE + seq;
+  out->value = (ms - RL_FENCE_EPOCH_MS) * RL_FENCE_SCALE + seq;
 }
 
 /* Reads "$<len>\r\n<bytes>\r\n" at *p (before end): *s and *slen, moving

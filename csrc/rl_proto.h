@@ -113,10 +113,12 @@ typedef enum {
 /* A lock handed to a waiter that did not take up its wake-up within this
    (it died, or gave up meanwhile) may be taken by another (csrc/scripts/). */
 #define RL_CLAIM_MS 500
-/* A fence is at least the granting server's clock (TIME) in ms times this:
-   csrc/scripts/README.md, "Fences". Below 10^14 (which LuaJIT prints
-   whole) until the year 2168. */
-#define RL_FENCE_SCALE 16
+/* A fence is at least the granting server's clock (TIME) in ms since
+   RL_FENCE_EPOCH_MS (2025-01-01 UTC) times RL_FENCE_SCALE:
+   csrc/scripts/README.md, "Fences". As many grants in one ms of one slot
+   take no script; below 10^14 (which LuaJIT prints whole) until 2074. */
+#define RL_FENCE_SCALE 64
+#define RL_FENCE_EPOCH_MS 1735689600000
 
 /*
  * One command ready to send: EVALSHA sha numkeys keys... token [ms [stay]], or

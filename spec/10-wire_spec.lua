@@ -87,7 +87,7 @@ describe("wire functions", function()
     local tok = core.token()
     local before = clock()
     local fence = granted(script("acquire", "k", tok, 5000))
-    assert.is_true(fence >= before * 16, fence .. " below the clock's " .. before * 16)
+    assert.is_true(fence >= helpers.id_fence(before), fence .. " below the clock's " .. helpers.id_fence(before))
     assert.are.equal(tostring(fence), raw:command("GET", "lock:{k}:fence"))
     assert.are.equal(tok, raw:command("GET", "lock:{k}"))
     local pttl = raw:command("PTTL", "lock:{k}")
@@ -113,7 +113,8 @@ describe("wire functions", function()
     local fence = granted(result)
     assert.are.same({ take(tok, 5000) }, sent) -- no INFO, no CLIENT, no script
     assert.is_true(keep)
-    assert.is_true(fence >= before * 16 and fence <= after * 16 + 15, fence .. " for clock " .. before)
+    assert.is_true(fence >= helpers.id_fence(before) and fence < helpers.id_fence(after + 1),
+                   fence .. " for clock " .. before)
     assert.are.equal(tok, raw:command("GET", "lock:{k}"))
     local pttl = raw:command("PTTL", "lock:{k}")
     assert.is_true(pttl > 4000 and pttl <= 5000, tostring(pttl))
@@ -155,7 +156,7 @@ describe("wire functions", function()
     assert.is_truthy(result[2]:match("^redis: WRONGTYPE"), result[2])
   end)
 
-  it("makes a fence of the server's clock (ms x 16), or one above the slot's record", function()
+  it("makes a fence of the server's clock (ms since 2025 x 64), or one above the slot's record", function()
     -- An earlier version's era record of the slot ("<master ID> <offset>",
     -- a string, "...:era") and the counter it kept per name without a TTL:
     -- the take's fence is the clock's, from a record of its own name; the
@@ -171,7 +172,8 @@ describe("wire functions", function()
     local after = clock()
     local fence = granted(result)
     assert.are.equal(1, #sent)
-    assert.is_true(fence >= before * 16 and fence <= after * 16 + 15, fence .. " for clock " .. before)
+    assert.is_true(fence >= helpers.id_fence(before) and fence < helpers.id_fence(after + 1),
+                   fence .. " for clock " .. before)
     assert.are.equal(tok, raw:command("GET", "lock:{k}"))
     assert.are.equal("stream", raw:command("TYPE", rec))
     assert.are.equal(fence, select(2, helpers.fence_record(raw, "k")))
@@ -190,34 +192,35 @@ describe("wire functions", function()
     assert.are.equal(1, script("release", "k", tok)[1])
     assert.are.equal(0, raw:command("EXISTS", "lock:{k}", "lock:{k}:fence"))
     -- A record ahead of this clock (raised by a clock ahead of it, or more
-    -- than 16 fences in one ms): one above it, for any key of the slot,
+    -- than 64 fences in one ms): one above it, for any key of the slot,
     -- each from the take alone.
     local ms = clock() + 60000
     assert.are.equal(ms .. "-0", raw:command("XADD", rec, "MAXLEN", 0, ms .. "-0", "f", 1))
     sent, _, result = drive(core.script_call(transport(), "take", "k", tok, 5000))
     assert.are.equal(1, #sent)
-    assert.are.equal(ms * 16 + 1, granted(result))
+    assert.are.equal(helpers.id_fence(ms, 1), granted(result))
     assert.are.equal(1, script("release", "k", tok)[1])
-    assert.are.equal(ms * 16 + 2, granted(select(3, drive(core.script_call(transport(), "take", "k", tok, 5000)))))
-    assert.are.equal(ms * 16 + 2, select(2, helpers.fence_record(raw, "k")))
+    assert.are.equal(helpers.id_fence(ms, 2),
+                     granted(select(3, drive(core.script_call(transport(), "take", "k", tok, 5000)))))
+    assert.are.equal(helpers.id_fence(ms, 2), select(2, helpers.fence_record(raw, "k")))
     assert.are.equal(1, script("release", "k", tok)[1])
-    -- A record at seq 15: the take's ID ("<ms>-16") tells no fence; the
+    -- A record at seq 63: the take's ID ("<ms>-64") tells no fence; the
     -- script carries it into the next ms (an entry "<ms+1>-1" follows its
-    -- own "<ms>-17"), and the next take goes on from there.
-    assert.are.equal(ms .. "-15", raw:command("XADD", rec, "MAXLEN", 0, ms .. "-15", "f", 1))
+    -- own "<ms>-65"), and the next take goes on from there.
+    assert.are.equal(ms .. "-63", raw:command("XADD", rec, "MAXLEN", 0, ms .. "-63", "f", 1))
     sent, _, result = drive(core.script_call(transport(), "take", "k", tok, 5000))
     assert.are.equal(2, #sent)
     assert.is_truthy(sent[2]:find("EVALSHA", 1, true))
-    assert.are.equal((ms + 1) * 16 + 1, granted(result))
-    assert.are.equal((ms + 1) * 16 + 1, select(2, helpers.fence_record(raw, "k")))
-    assert.are.equal(tostring((ms + 1) * 16 + 1), raw:command("GET", "lock:{k}:fence"))
+    assert.are.equal(helpers.id_fence(ms + 1, 1), granted(result))
+    assert.are.equal(helpers.id_fence(ms + 1, 1), select(2, helpers.fence_record(raw, "k")))
+    assert.are.equal(tostring(helpers.id_fence(ms + 1, 1)), raw:command("GET", "lock:{k}:fence"))
     assert.are.equal(1, script("release", "k", tok)[1])
     sent, _, result = drive(core.script_call(transport(), "take", "k", tok, 5000))
     assert.are.equal(1, #sent)
-    assert.are.equal((ms + 1) * 16 + 2, granted(result))
+    assert.are.equal(helpers.id_fence(ms + 1, 2), granted(result))
     -- The acquire script's fences come from the same record.
     assert.are.equal(1, script("release", "k", tok)[1])
-    assert.are.equal((ms + 1) * 16 + 3, granted(script("acquire", "k", tok, 5000)))
+    assert.are.equal(helpers.id_fence(ms + 1, 3), granted(script("acquire", "k", tok, 5000)))
     assert.are.equal(1, script("release", "k", tok)[1])
     -- A record that is no stream (another program's key of that name): the
     -- take's SET took the lock and its XADD was refused (WRONGTYPE); the

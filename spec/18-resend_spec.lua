@@ -54,13 +54,13 @@ describe("a command whose reply is lost", function()
 
   -- Asserts that the lost replies were a take's that took the lock (SET's
   -- +OK, then the record's new ID "<ms>-<seq>"), and that lock holds key
-  -- with a fence above the one that ID stood for (ms x 16 + seq), which is
+  -- with a fence above the one that ID stood for (helpers.id_fence), which is
   -- its holder's fence (a script's grant: the acquire script took the
   -- lock over) and the slot's last: no second take, no second grant.
   local function reconciled(lock, key, lost)
     local ms, seq = assert(lost, "no reply was dropped"):match("^%+OK %+QUEUED %+QUEUED %*2 %+OK %$%d+ (%d+)%-(%d+)$")
     assert.is_truthy(ms, lost)
-    local lost_fence = tonumber(ms) * 16 + tonumber(seq)
+    local lost_fence = helpers.id_fence(tonumber(ms), tonumber(seq))
     assert.is_true(lock.fence > lost_fence, lock.fence .. " > " .. lost_fence)
     assert.are.equal(lock.token, raw:command("GET", "lock:{" .. key .. "}"))
     assert.are.equal(tostring(lock.fence), raw:command("GET", "lock:{" .. key .. "}:fence"))

@@ -2,8 +2,8 @@
 -- A failed acquire leaves no lock behind (issue 53). Its first try is a
 -- take (MULTI, SET NX PX, XADD of the slot's fence record, EXEC: no
 -- script); when the acquire script must follow a take that took the lock
--- (its record's new ID tells no fence: here a record at seq 15, so the
--- take's ID is "<ms>-16") and is refused (a user without +pexpire, which
+-- (its record's new ID tells no fence: here a record at seq 63, so the
+-- take's ID is "<ms>-64") and is refused (a user without +pexpire, which
 -- the script runs on the lock it finds ours, or without +eval +evalsha),
 -- the call gives the lock back itself (WATCH, GET, MULTI, DEL, EXEC), says
 -- "nothing its first try took is left", and no release follows: the same
@@ -44,16 +44,18 @@ end
 
 local unpack = table.unpack or unpack -- luacheck: ignore (LuaJIT's global)
 
--- Raises the fence record of the slot of key to "<ms>-15" (a minute
+-- Raises the fence record of the slot of key to "<ms>-63" (a minute
 -- ahead of the server's clock, or the ms after its last): the next take's
--- ID, "<ms>-16", tells no fence, so the acquire script must follow it
+-- ID, "<ms>-64", tells no fence, so the acquire script must follow it
 -- (csrc/scripts/README.md, "Fences").
 local function untold(srv, key)
   local raw = srv:raw()
   local rec, last = helpers.fence_record(raw, key)
   local t = raw:command("TIME")
-  local ms = math.max(tonumber(t[1]) * 1000 + 60000, last and math.floor(last / 16) + 1 or 0)
-  assert.are.equal(ms .. "-15", raw:command("XADD", rec, "MAXLEN", 0, ms .. "-15", "f", 1))
+  local ms = math.max(tonumber(t[1]) * 1000 + 60000,
+                      last and math.floor(last / core.FENCE_SCALE) + core.FENCE_EPOCH_MS + 1 or 0)
+  local id = ms .. "-" .. (core.FENCE_SCALE - 1)
+  assert.are.equal(id, raw:command("XADD", rec, "MAXLEN", 0, id, "f", 1))
   raw:close()
 end
 

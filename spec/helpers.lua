@@ -397,10 +397,16 @@ function helpers.blocked(raw)
   return tonumber(raw:command("INFO", "clients"):match("blocked_clients:(%d+)"))
 end
 
+--- The fence a fence record's ID "<ms>-<seq>" stands for (csrc/scripts/README.md,
+-- "Fences"): (ms - core.FENCE_EPOCH_MS) * core.FENCE_SCALE + seq; with
+-- seq 0, the lowest fence a server whose clock reads ms hands out.
+function helpers.id_fence(ms, seq)
+  return (ms - core.FENCE_EPOCH_MS) * core.FENCE_SCALE + (seq or 0)
+end
+
 --- The slot's fence record of key (under prefix, "lock:" by default) on the
 -- server raw: its name, and the last fence it stands for (its stream's
--- last ID "<ms>-<seq>" as ms * 16 + seq: csrc/scripts/README.md, "Fences"),
--- or nil when there is none.
+-- last ID "<ms>-<seq>": helpers.id_fence), or nil when there is none.
 function helpers.fence_record(raw, key, prefix)
   local name = (prefix or "lock:") .. "{" .. core.era_tag(core.lock_slot(key)) .. "}:fences"
   if raw:command("TYPE", name) ~= "stream" then return name, nil end
@@ -408,7 +414,7 @@ function helpers.fence_record(raw, key, prefix)
   for i = 1, #info, 2 do
     if info[i] == "last-generated-id" then
       local ms, seq = info[i + 1]:match("^(%d+)%-(%d+)$")
-      return name, tonumber(ms) * 16 + tonumber(seq)
+      return name, helpers.id_fence(tonumber(ms), tonumber(seq))
     end
   end
   return name, nil

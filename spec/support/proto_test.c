@@ -117,12 +117,18 @@ static void test_takes(void) {
   char buf[256];
   rl_result r;
   int n;
-  /* Taken: the fence is ms * RL_FENCE_SCALE + seq. */
+  /* Taken: the fence is (ms - RL_FENCE_EPOCH_MS) * RL_FENCE_SCALE + seq. */
   n = snprintf(buf, sizeof buf, "%s+OK\r\n$15\r\n1795815729123-7\r\n", head);
   CHECK(rl_decode_bytes(buf, (size_t)n, 1, &r) == 1 && r.status == RL_HELD);
-  CHECK(r.value == 1795815729123LL * RL_FENCE_SCALE + 7);
+  CHECK(r.value == (1795815729123LL - RL_FENCE_EPOCH_MS) * RL_FENCE_SCALE + 7);
   /* Taken, but RL_FENCE_SCALE IDs in one ms: the script tells the fence. */
-  n = snprintf(buf, sizeof buf, "%s+OK\r\n$16\r\n1795815729123-16\r\n", head);
+  n = snprintf(buf, sizeof buf, "%s+OK\r\n$16\r\n1795815729123-64\r\n", head);
+  CHECK(rl_decode_bytes(buf, (size_t)n, 1, &r) == 1 && r.status == RL_UNTOLD);
+  n = snprintf(buf, sizeof buf, "%s+OK\r\n$16\r\n1795815729123-63\r\n", head);
+  CHECK(rl_decode_bytes(buf, (size_t)n, 1, &r) == 1 && r.status == RL_HELD);
+  CHECK(r.value == (1795815729123LL - RL_FENCE_EPOCH_MS) * RL_FENCE_SCALE + 63);
+  /* A clock before the epoch tells none either (the script says why). */
+  n = snprintf(buf, sizeof buf, "%s+OK\r\n$10\r\n86400000-1\r\n", head);
   CHECK(rl_decode_bytes(buf, (size_t)n, 1, &r) == 1 && r.status == RL_UNTOLD);
   /* Held by another: its TTL unknown (the acquire script tells it). */
   n = snprintf(buf, sizeof buf, "%s$-1\r\n$15\r\n1795815729123-8\r\n", head);
@@ -199,7 +205,7 @@ static rl_step start(rl_call *call, rl_cmd *cmd, rl_op op, int reused, redisRead
 static void test_call(void) {
   static const char took[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+OK\r\n$15\r\n1795815729123-3\r\n";
   static const char busy[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n$-1\r\n$15\r\n1795815729123-4\r\n";
-  static const char untold[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+OK\r\n$16\r\n1795815729123-16\r\n";
+  static const char untold[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+OK\r\n$16\r\n1795815729123-64\r\n";
   redisReader *rd = redisReaderCreate();
   rl_cmd cmd;
   rl_call call;
@@ -234,7 +240,7 @@ static void test_call(void) {
   CHECK(start(&call, &cmd, RL_OP_TAKE, 0, rd) == RL_STEP_SEND && sends(&call, "MULTI") && sends(&call, "XADD"));
   CHECK(sends(&call, "$4\r\nXADD\r\n$") && sends(&call, ":fences\r\n$6\r\nMAXLEN\r\n$1\r\n0\r\n$1\r\n*"));
   CHECK(feed(&call, took) == RL_STEP_DONE && call.out.status == RL_HELD);
-  CHECK(call.out.value == 1795815729123LL * RL_FENCE_SCALE + 3 && rl_call_keep(&call));
+  CHECK(call.out.value == (1795815729123LL - RL_FENCE_EPOCH_MS) * RL_FENCE_SCALE + 3 && rl_call_keep(&call));
   rl_call_free(&call);
   rl_cmd_free(&cmd);
 
