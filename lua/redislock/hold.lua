@@ -73,6 +73,7 @@ local function adopt(self, key, tok, fence, sent, ms, how, kind, cohort, expires
   local lock = lock_mod.new(t, self._link, key, tok, fence,
                             inherited or sent + (t.validity_ms and t:validity_ms(ms) or ms) / 1000, kind and kind.ops)
   lock._since, lock._cohort = sent, cohort
+  if how.delay_ms then lock._delay_ms = how.delay_ms end -- its extend and ttl reckon with it (lock.lua)
   if cohort then cohort.gates:keep(cohort, lock) end
   if how.renew then
     lock_mod.lease(lock, how, ms, inherited and inherited - ms / 1000 or sent)

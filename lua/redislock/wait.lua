@@ -15,8 +15,8 @@ local transport = require "redislock.transport"
 local type, tonumber = type, tonumber
 local string_format = string.format
 local math_max, math_min, math_floor, math_huge = math.max, math.min, math.floor, math.huge
-local now = core.now
-local quote = args.quote
+local now, MAX_MS = core.now, core.MAX_MS
+local quote, raise_at_caller = args.quote, args.raise_at_caller
 local ours_by_clock = lock_mod.ours_by_clock
 
 local _M = { _VERSION = core._VERSION }
@@ -242,10 +242,11 @@ local function take(client, key, tok, ms, how, kind)
   local own_tok = tok
   local c, sleep, held, hot = client._transport, client._sleep, client._held, client._hot
   local wait, fair = how.wait, how.fair
-  if wait == 0 and not fair and not how.replicas and not kind.n and not kind.stays then
+  if wait == 0 and not fair and not how.replicas and not kind.n and not kind.stays and not how.delay_ms then
     -- One try, at once (the loop below, for the case that has nothing of
     -- it but the try: no gate, no registration, nothing more to tell the
-    -- script, no place to leave): the path of every uncontended acquire.
+    -- script, no place to leave, no lock delay to add): the path of every
+    -- uncontended acquire.
     local sent = now()
     local status, value, acked, werr = (kind.eval or c.eval)(c, kind.take, key, tok, ms)
     if status == 1 then
@@ -284,8 +285,21 @@ local function take(client, key, tok, ms, how, kind)
   -- keeps the others out that long at most (the renewal of one that runs
   -- makes it its TTL).
   local hand_ms = (how.renew and ms > 2 * HAND_MS and (kind.keyed or kind.first_ttl)) and HAND_MS or ms
+  -- A lock delay (how.delay_ms) lengthens what the server keeps, never the
+  -- holder's own TTL (ms): the hold lasts on Redis that much past the time
+  -- its holder stops counting it as its own.
+  local delay = how.delay_ms
+  local wire_ms = ms
+  if delay then
+    wire_ms = ms + delay
+    if wire_ms > MAX_MS then
+      raise_at_caller(string_format("bad argument (ttl and option 'lock_delay' must add up to at most %.3f s)",
+                                    MAX_MS / 1000))
+    end
+  end
   local more = (kind.n or how.replicas or hand or fair)
-    and { n = kind.n or hand_ms, replicas = how.replicas, replica_ms = how.replica_ms } or nil
+    and { n = kind.n or (delay and hand_ms + delay or hand_ms), replicas = how.replicas,
+          replica_ms = how.replica_ms } or nil
   -- The first try is a take (no script, the cheapest for Redis); the tries
   -- after it are the acquire script, which also marks a waiter. A caller
   -- that will wait for a key this client found busy lately starts with the
@@ -318,7 +332,7 @@ local function take(client, key, tok, ms, how, kind)
     else
       sent, tried = now(), op
       if w then due(w, sent + w.try_s) end
-      status, value, acked, werr = eval(c, op, key, tok, ms, more)
+      status, value, acked, werr = eval(c, op, key, tok, wire_ms, more)
     end
     if status == 1 then
       if first and hot.keys[key] then -- free at once: cooled down
