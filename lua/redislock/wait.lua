@@ -235,8 +235,9 @@ end
 -- failed, the token the lock is held with (tok, or that of a lock handed
 -- down within the worker), for a lock that keeps its worker's gate its
 -- cohort record (redislock/ngx_gate.lua's hold), and when a handoff gave
--- it a first TTL shorter than ms, when that TTL ends (core.now()); or nil
--- and an error message.
+-- it a first TTL shorter than ms, when that TTL ends (core.now()), and
+-- the lock delay it added (how.delay_ms; nil: none); or nil and an error
+-- message.
 local function take(client, key, tok, ms, how, kind)
   kind = kind or _M.LOCK
   local own_tok = tok
@@ -322,7 +323,7 @@ local function take(client, key, tok, ms, how, kind)
       local fence, cohort = take_over(w, how, ms)
       if fence then
         if client._link.observer then told_handoff(client, key, kind) end
-        return fence, now(), nil, nil, tok, cohort
+        return fence, now(), nil, nil, tok, cohort, nil, delay
       end
     end
     local status, value, acked, werr, tried
@@ -342,10 +343,10 @@ local function take(client, key, tok, ms, how, kind)
       if w and w.cohort then
         if not w.gate and not gates:find(w.name) then join(w, deadline) end -- taken at once: hold the gate
         local cohort = w.gate and gates:hold(w.name, w.gate, w.gen, held_until(how, ms), w.handed, ms)
-        if cohort then return value, sent, acked, werr, tok, cohort, expires end
+        if cohort then return value, sent, acked, werr, tok, cohort, expires, delay end
       end
       if w then quit(w) end
-      return value, sent, acked, werr, tok, nil, expires
+      return value, sent, acked, werr, tok, nil, expires, delay
     end
     -- A lock handed down and found gone, or another's: not this request's,
     -- nor its token (after a connection error it may be, and is kept).
@@ -430,7 +431,7 @@ local function take(client, key, tok, ms, how, kind)
 end
 
 
---- take(client, key, tok, ms, how[, kind]) -> fence, sent, acked, werr, token, cohort, expires | nil, err
+--- take(client, key, tok, ms, how[, kind]) -> fence, sent, acked, werr, token, cohort, expires, delay | nil, err
 -- Tries to take key with tok through the client's transport until how.wait
 -- seconds passed (see above), sleeping with its sleep; it reads the
 -- client's _held (the locks it holds, for the "held by this client"
