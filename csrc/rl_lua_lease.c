@@ -19,8 +19,10 @@ typedef struct {
  * "write_extend", "elect_extend"), on a connection of its own made like the client's, until
  * lease:stop() or the lease is collected; opts.max_hold_ms > 0 ends the
  * renewals that long from now. opts.sent_ms: when the acquire was sent
- * (monotonic ms; default now). The Lua transports' scoped and notify are
- * not read: the watchdog leaves losses to lock:check and with_lock's hook.
+ * (monotonic ms; default now). opts.delay_ms > 0: the lock delay, which each
+ * renewal adds to ttl_ms on the server (rl_lease_start). The Lua
+ * transports' scoped and notify are not read: the watchdog leaves losses
+ * to lock:check and with_lock's hook.
  */
 int rl_lua_client_lease(lua_State *L) {
   rl_client *c = rl_lua_check_client(L, 1);
@@ -32,25 +34,27 @@ int rl_lua_client_lease(lua_State *L) {
   lua_Integer ttl = lua_tointegerx(L, 4, &isnum);
   static const char *const extends[] = { "extend", "sem_extend", "read_extend", "write_extend", "elect_extend",
                                           NULL };
-  long long max_hold, sent;
+  long long max_hold, sent, delay;
   rl_op op;
   char err[RL_ERRLEN];
-  static const char *const fields[] = { "max_hold_ms", "sent_ms", "op", NULL };
-  rl_lua_push_fields(L, 5, fields); /* at 6, 7 and 8, where the checks below name them */
+  static const char *const fields[] = { "max_hold_ms", "sent_ms", "op", "delay_ms", NULL };
+  rl_lua_push_fields(L, 5, fields); /* at 6 to 9, where the checks below name them */
   max_hold = rl_lua_opt_ms(L, 6, "max_hold", 0);
   sent = rl_lua_opt_ms(L, 7, "sent", rl_now_ms());
   op = rl_lua_opt_op(L, 8, extends);
+  delay = rl_lua_opt_ms(L, 9, "delay", 0);
   rl_lease_ud *ud;
   if (why != NULL) luaL_argerror(L, 2, why);
   luaL_argcheck(L, tlen > 0, 3, "token must not be empty");
   luaL_argcheck(L, lua_type(L, 4) == LUA_TNUMBER && isnum && ttl >= 1 && ttl <= RL_MAX_MS, 4,
                 "ttl must be an integer number of milliseconds >= 1");
+  luaL_argcheck(L, delay <= RL_MAX_MS - ttl, 5, "ttl and delay_ms must add up to at most 2^53 ms");
   /* Made empty first: an error below cannot leak the lease. */
   ud = (rl_lease_ud *)lua_newuserdatauv(L, sizeof *ud, 0);
   ud->lease = NULL;
   luaL_setmetatable(L, LEASE_MT);
   ud->lease = rl_lease_start(&c->conn.o, op, c->prefix, c->plen, key, klen, token, tlen, (long long)ttl,
-                             max_hold, sent, err);
+                             delay, max_hold, sent, err);
   if (ud->lease == NULL) {
     lua_pushnil(L);
     lua_pushstring(L, err);

@@ -24,17 +24,21 @@ static long long check_ttl(lua_State *L, int idx) {
  * core.renewal(ttl_ms[, opts]) -> renewal
  * A lease acquired with TTL ttl_ms; opts.sent_ms: when the acquire was sent
  * (monotonic ms, default now); opts.max_hold_ms > 0 ends the renewals that
- * long from now. Its sentences say "the renewal timer" found the loss.
+ * long from now; opts.delay_ms > 0: a lock delay (rl_renewal_delay). Its
+ * sentences say "the renewal timer" found the loss.
  */
 static int core_renewal(lua_State *L) {
-  long long ttl = check_ttl(L, 1), max_hold, sent, now = rl_now_ms();
-  static const char *const fields[] = { "max_hold_ms", "sent_ms", NULL };
+  long long ttl = check_ttl(L, 1), max_hold, sent, delay, now = rl_now_ms();
+  static const char *const fields[] = { "max_hold_ms", "sent_ms", "delay_ms", NULL };
   rl_renewal *r;
-  rl_lua_push_fields(L, 2, fields); /* at 3 and 4, where the checks below name them */
+  rl_lua_push_fields(L, 2, fields); /* at 3 to 5, where the checks below name them */
   max_hold = rl_lua_opt_ms(L, 3, "max_hold", 0);
   sent = rl_lua_opt_ms(L, 4, "sent", now);
+  delay = rl_lua_opt_ms(L, 5, "delay", 0);
+  luaL_argcheck(L, delay <= RL_MAX_MS - ttl, 2, "ttl and delay_ms must add up to at most 2^53 ms");
   r = (rl_renewal *)lua_newuserdatauv(L, sizeof *r, 0);
   rl_renewal_init(r, "the renewal timer", ttl, max_hold, sent, now);
+  rl_renewal_delay(r, delay);
   luaL_setmetatable(L, RENEWAL_MT);
   return 1;
 }

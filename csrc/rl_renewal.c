@@ -19,6 +19,10 @@ void rl_renewal_init(rl_renewal *r, const char *by, long long ttl_ms, long long 
   r->state = RL_LEASE_HELD;
 }
 
+void rl_renewal_delay(rl_renewal *r, long long delay_ms) {
+  r->delay_ms = delay_ms;
+}
+
 long long rl_renewal_step(long long ttl_ms) {
   return ttl_ms / 3 > 0 ? ttl_ms / 3 : 1;
 }
@@ -29,11 +33,30 @@ static long long retry_of(long long ttl_ms) {
   return ttl_ms / 10 < 10 ? 10 : ttl_ms / 10 > 1000 ? 1000 : ttl_ms / 10;
 }
 
+/* Lost: no more renewals; why says why, in one sentence fragment. */
+static rl_renew_outcome lose(rl_renewal *r, const char *why, const char *err) {
+  r->state = RL_LEASE_LOST;
+  if (err != NULL) snprintf(r->why, sizeof r->why, "%s %s: %.400s", r->by, why, err);
+  else snprintf(r->why, sizeof r->why, "%s; found by %s", why, r->by);
+  return RL_RENEW_LOST;
+}
+
+/* Whether a delayed lease's TTL ran out by now: the server keeps the lock
+   for its delay, but its holder counts it lost, and a renewal then would
+   let a holder that was paused carry on unseen. */
+static int late(const rl_renewal *r, long long now) {
+  return r->delay_ms > 0 && now >= r->confirmed + r->ttl_ms;
+}
+
 rl_renew_next rl_renewal_next(rl_renewal *r, long long now) {
   if (r->state != RL_LEASE_HELD || r->busy) return RL_RENEW_NONE;
   if (r->due > now) return RL_RENEW_LATER;
   if (r->until > 0 && now >= r->until) {
     r->state = RL_LEASE_ENDED; /* max_hold: the TTL runs out from here */
+    return RL_RENEW_NONE;
+  }
+  if (late(r, now)) {
+    lose(r, "its TTL ran out before it could be renewed (paused?); the lock delay keeps others out", NULL);
     return RL_RENEW_NONE;
   }
   return RL_RENEW_NOW;
@@ -44,16 +67,9 @@ long long rl_renewal_sent(rl_renewal *r, long long now) {
   r->sent = now;
   r->sent_ttl = r->ttl_ms;
   r->sent_moves = r->moves;
-  return r->ttl_ms;
+  return r->ttl_ms + r->delay_ms;
 }
 
-/* Lost: no more renewals; why says why, in one sentence fragment. */
-static rl_renew_outcome lose(rl_renewal *r, const char *why, const char *err) {
-  r->state = RL_LEASE_LOST;
-  if (err != NULL) snprintf(r->why, sizeof r->why, "%s %s: %.400s", r->by, why, err);
-  else snprintf(r->why, sizeof r->why, "%s; found by %s", why, r->by);
-  return RL_RENEW_LOST;
-}
 
 rl_renew_outcome rl_renewal_answer(rl_renewal *r, long long now, int answered, int status, const char *err) {
   int held = answered && status == RL_HELD;
@@ -67,6 +83,8 @@ rl_renew_outcome rl_renewal_answer(rl_renewal *r, long long now, int answered, i
     if (held) r->due = now;
     return RL_RENEWED;
   }
+  if (held && late(r, now))
+    return lose(r, "its TTL ran out before its renewal came back (paused?); the lock delay keeps others out", NULL);
   if (held) {
     r->confirmed = r->sent;
     /* Moved to a new node (rl_renewal_moved) while this renewal was on its

@@ -41,7 +41,8 @@ typedef enum {
 
 typedef struct {
   const char *by;           /* who renews, in sentences: "the watchdog" */
-  long long ttl_ms;         /* what each renewal sets the TTL to */
+  long long ttl_ms;         /* the holder's TTL: each renewal sets it (plus delay_ms) */
+  long long delay_ms;       /* a lock delay: the server keeps the lock that much past the TTL */
   long long due;            /* the next renewal */
   long long confirmed;      /* when the last good renewal (or the acquire) was sent */
   long long renewed;        /* when the last renewal's answer came (0: none yet) */
@@ -59,14 +60,23 @@ typedef struct {
 void rl_renewal_init(rl_renewal *r, const char *by, long long ttl_ms, long long max_hold_ms, long long sent_ms,
                      long long now);
 
+/* A lock delay of delay_ms > 0 (right after init): each renewal sets the
+   TTL plus the delay on the server, while the lease counts the TTL alone;
+   a renewal due after the TTL ran out (its driver was paused) loses the
+   lease instead of going, and one answered after it loses it too: its
+   holder must stop at its TTL, the delay being the others' margin. */
+void rl_renewal_delay(rl_renewal *r, long long delay_ms);
+
 /* Renew every third of the TTL (at least 1 ms); no wait of a renewal is
    longer than that either. */
 long long rl_renewal_step(long long ttl_ms);
 
-/* What to do at now; a renewal due after max_hold ends the lease instead. */
+/* What to do at now; a renewal due after max_hold ends the lease instead,
+   one due after a delayed lease's TTL loses it (rl_renewal_delay). */
 rl_renew_next rl_renewal_next(rl_renewal *r, long long now);
 
-/* A renewal goes out at now: returns the TTL (ms) it sets. */
+/* A renewal goes out at now: returns the TTL (ms) it sets (with the lock
+   delay on top). */
 long long rl_renewal_sent(rl_renewal *r, long long now);
 
 /*

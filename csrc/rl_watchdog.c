@@ -220,8 +220,8 @@ static void renew(rl_lease *l) {
   rl_redirect_to rd;
   int rc;
   rl_wconn *wc = l->wc, *to;
-  /* No wait is longer than a renewal's step. */
-  long long cap = rl_renewal_step(ttl);
+  /* No wait is longer than a renewal's step (of the holder's TTL). */
+  long long cap = rl_renewal_step(l->r.ttl_ms);
   cap_timeouts(wc, cap);
   pthread_mutex_unlock(&wd_mu);
   rc = extend_on(wc, l, ttl, &res, err, &rd);
@@ -304,7 +304,7 @@ static int start_thread(void) {
 
 rl_lease *rl_lease_start(const rl_conn_opts *opts, rl_op extend, const char *prefix, size_t plen,
                          const char *key, size_t klen, const char *token, size_t tlen,
-                         long long ttl_ms, long long max_hold_ms, long long sent_ms,
+                         long long ttl_ms, long long delay_ms, long long max_hold_ms, long long sent_ms,
                          char err[RL_ERRLEN]) {
   rl_lease *l = (rl_lease *)malloc(sizeof *l);
   int rc;
@@ -312,6 +312,7 @@ rl_lease *rl_lease_start(const rl_conn_opts *opts, rl_op extend, const char *pre
   if (l != NULL) {
     memset(l, 0, offsetof(rl_lease, r));
     rl_renewal_init(&l->r, "the watchdog", ttl_ms, max_hold_ms, sent_ms, rl_now_ms());
+    rl_renewal_delay(&l->r, delay_ms);
   }
   if (l == NULL || (l->names = (char *)malloc(plen + klen + tlen + 1)) == NULL) {
     free(l);

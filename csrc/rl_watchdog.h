@@ -25,13 +25,17 @@ typedef struct rl_lease rl_lease;
  * or a permit's or read-write hold's), on a watchdog connection made like opts
  * (shared by the leases with the same options; its timeouts are cut to
  * ttl_ms / 3). sent_ms is when the acquire was sent (monotonic ms): the TTL
- * runs from no earlier. max_hold_ms > 0 stops the renewals that long after
+ * runs from no earlier. delay_ms > 0 (a lock delay): each renewal asks the
+ * server for ttl_ms + delay_ms, and one not sent, or not answered, within
+ * ttl_ms of the last good one marks the lease lost instead (its holder must
+ * stop at its TTL: rl_renewal_delay).
+ * max_hold_ms > 0 stops the renewals that long after
  * now. Returns the lease, or NULL with a message in err (out of memory, or
  * the thread could not start).
  */
 rl_lease *rl_lease_start(const rl_conn_opts *opts, rl_op extend, const char *prefix, size_t plen,
                          const char *key, size_t klen, const char *token, size_t tlen,
-                         long long ttl_ms, long long max_hold_ms, long long sent_ms,
+                         long long ttl_ms, long long delay_ms, long long max_hold_ms, long long sent_ms,
                          char err[RL_ERRLEN]);
 
 /* The lease's state; when RL_LEASE_LOST, why (a sentence fragment) in why. */

@@ -200,7 +200,7 @@ end
 
 local ACQUIRE_OPTS = {
   wait = true, wait_mode = true, fair = true, renew = true, max_hold = true, on_lost = true,
-  replicas = true, replica_timeout = true, handoff = true,
+  replicas = true, replica_timeout = true, handoff = true, lock_delay = true,
 }
 local WAIT_MODES = { notify = true, poll = true }
 
@@ -209,11 +209,14 @@ local WAIT_MODES = { notify = true, poll = true }
 -- seconds, mode = "notify" | "poll", fair = boolean, renew = boolean
 -- (default: scoped), scoped, max_hold_ms, on_lost, replicas, replica_ms,
 -- handoff = boolean (a release may hand the lock to this waiter; default
--- true) }.
+-- true), delay_ms (the lock delay, ms; nil: none) }.
 local DEFAULT_HOW = {
   [false] = { wait = 0, mode = "notify", fair = false, renew = false, scoped = false, handoff = true },
   [true] = { wait = 0, mode = "notify", fair = false, renew = true, scoped = true, handoff = true },
 }
+
+-- The longest lock delay (seconds): a day.
+local MAX_DELAY = 86400
 
 local function check_acquire_opts(n, fname, opts, scoped)
   if opts == nil then return DEFAULT_HOW[scoped] end -- shared, never changed
@@ -264,6 +267,15 @@ local function check_acquire_opts(n, fname, opts, scoped)
   if type(how.fair) ~= "boolean" then
     argerror(n, fname, "option 'fair' must be a boolean, got " .. type(how.fair))
   end
+  local lock_delay = opts.lock_delay
+  if lock_delay ~= nil then
+    if type(lock_delay) ~= "number" or lock_delay ~= lock_delay or lock_delay < 0 or lock_delay > MAX_DELAY then
+      argerror(n, fname, string_format("option 'lock_delay' must be a number of seconds in 0..%d, got %s",
+                                       MAX_DELAY, show(lock_delay)))
+    end
+    local ms = math_floor(lock_delay * 1000 + 0.5)
+    if ms > 0 then how.delay_ms = ms end
+  end
   if how.handoff == nil then
     how.handoff = true
   elseif type(how.handoff) ~= "boolean" then
@@ -306,7 +318,9 @@ _M.lock_opts = check_acquire_opts
 _M.OPTIONS = ACQUIRE_OPTS
 
 -- The acquire options a topology or a primitive may refuse.
-local REFUSABLE = { "fair", "replicas" }
+local REFUSABLE = { "fair", "replicas", "delay_ms" }
+-- How a message names an option that how holds under another name.
+local OPTION_NAME = { delay_ms = "lock_delay" }
 
 --- Raises a bad argument n to fname for an acquire option set in how that
 -- no (option name -> why not, or nil) refuses: "option 'fair' is not
@@ -315,7 +329,8 @@ function _M.refuse(n, fname, how, no, where)
   if not no then return end
   for _, name in ipairs(REFUSABLE) do
     if how[name] and no[name] then
-      argerror(n, fname, string_format("option '%s' is not available %s (%s)", name, where, no[name]))
+      argerror(n, fname, string_format("option '%s' is not available %s (%s)", OPTION_NAME[name] or name, where,
+                                       no[name]))
     end
   end
 end

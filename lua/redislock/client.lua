@@ -142,6 +142,11 @@ local NEW_OPTS = {
 --   replicas have the lock
 -- @field replica_timeout seconds to wait for them (default 1); if they do
 --   not all answer, the lock is released and acquire fails
+-- @field lock_delay seconds (0 to 86400; default 0) that a hold lost
+--   without a release (its holder died, or paused past its TTL) keeps
+--   others out after its TTL: the server keeps it TTL + lock_delay, its
+--   holder counts it lost at its TTL; a release ends it at once
+--   (docs/guarantees.md). Not with Redlock, multi-key locks or elections
 local STRING_OPTS = { "url", "host", "path", "username", "password", "prefix", "master", "sentinel_username",
                       "sentinel_password", "label" }
 

@@ -62,7 +62,8 @@ local LEADERSHIP = { release = "release", extend = "elect_extend", pttl = "pttl"
                      kind = "leadership" }
 
 -- The options of campaign that a lock's acquire has but leadership sets itself.
-local FIXED = { renew = "a leadership is renewed while held", max_hold = "a leadership lasts until resigned or lost" }
+local FIXED = { renew = "a leadership is renewed while held", max_hold = "a leadership lasts until resigned or lost",
+                lock_delay = "not built for elections: their renewal and observers keep the TTL alone" }
 
 -- new(client, name): client:election(name), after the client was checked
 -- (client.lua). No I/O.

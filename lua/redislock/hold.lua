@@ -60,9 +60,10 @@ _M.check_not_closed, _M.check_open = check_not_closed, check_open
 -- Makes the lock object for a hold just taken (fence: its fence; sent:
 -- core.now() when the successful attempt was sent; cohort: the gate it
 -- keeps in its nginx worker, see wait.take; expires: when the first TTL a
--- handoff gave it ends, when shorter than ms) and, with how.renew, starts
--- its renewal; notes it for messages and with_lock's scope.
-local function adopt(self, key, tok, fence, sent, ms, how, kind, cohort, expires)
+-- handoff gave it ends, when shorter than ms; delay: the lock delay take
+-- added, or nil) and, with how.renew, starts its renewal; notes it for
+-- messages and with_lock's scope.
+local function adopt(self, key, tok, fence, sent, ms, how, kind, cohort, expires, delay)
   local t = self._transport
   -- The lock cannot expire on the server before sent + ms (the TTL started
   -- after the send), by the monotonic clock; a lock handed down as it is
@@ -73,6 +74,7 @@ local function adopt(self, key, tok, fence, sent, ms, how, kind, cohort, expires
   local lock = lock_mod.new(t, self._link, key, tok, fence,
                             inherited or sent + (t.validity_ms and t:validity_ms(ms) or ms) / 1000, kind and kind.ops)
   lock._since, lock._cohort = sent, cohort
+  if delay then lock._delay_ms = delay end -- its extend and ttl reckon with it (lock.lua)
   if cohort then cohort.gates:keep(cohort, lock) end
   if how.renew then
     lock_mod.lease(lock, how, ms, inherited and inherited - ms / 1000 or sent)
@@ -164,7 +166,7 @@ local function acquire(self, key, ms, how, kind)
   if kind and kind.tail then tok = tok .. kind.tail end -- an election's value (redislock/election.lua)
   local began, waiting = self._link.observer and now(), nil
   if began then waiting = observe_waiting(self, how, key, kind and kind.ops.kind or "lock") end
-  local fence, sent, acked, werr, held_with, cohort, expires = take(self, key, tok, ms, how, kind)
+  local fence, sent, acked, werr, held_with, cohort, expires, delay = take(self, key, tok, ms, how, kind)
   if began then observe_take(self, began, key, kind and kind.ops.kind or "lock", fence, sent, waiting) end
   if not fence then
     -- Refused after a step that may have taken it (a script that wrote, then
@@ -191,7 +193,7 @@ local function acquire(self, key, ms, how, kind)
                               kind and kind.ops.label:format(quote(key)) or quote(key), acked, how.replicas,
                               how.replicas == 1 and "" or "s", how.replica_ms / 1000)
   end
-  return adopt(self, key, tok, fence, sent, ms, how, kind, cohort, expires)
+  return adopt(self, key, tok, fence, sent, ms, how, kind, cohort, expires, delay)
 end
 
 --- hold(client, key, ms, how, kind) -> hold | nil, err: takes

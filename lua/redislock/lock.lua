@@ -13,7 +13,7 @@ local error, getmetatable, pcall, select, setmetatable, tonumber, tostring, type
       error, getmetatable, pcall, select, setmetatable, tonumber, tostring, type
 local string_format = string.format
 local math_floor, math_huge, math_min = math.floor, math.huge, math.min
-local now = core.now
+local now, MAX_MS = core.now, core.MAX_MS
 local quote, check_self, check_nargs, check_seconds, check_phase, argerror =
       args.quote, args.check_self, args.check_nargs, args.check_seconds, args.check_phase, args.argerror
 
@@ -222,9 +222,31 @@ local function lock_eval(self, fname, what, ms)
   -- release whose expiry is known, the deadline then.
   local sent = (what ~= "release" or not self._expires) and now() or nil
   local status, value
+  -- A lock delay lengthens what the server keeps (redislock/wait.lua's
+  -- take): an extend sends it on top of the TTL, and the time left by the
+  -- holder's own account is the server's less the delay.
   if what == "pttl" then
     status, value = self._t:eval(op, self.key, self.token, ms)
+    local delay = self._delay_ms
+    if delay and status == 1 and value >= 0 then
+      if value <= delay then return nil, set_lost(self, "its TTL ran out; the lock delay keeps others out") end
+      value = value - delay
+    end
   else
+    -- An extend of a delayed hold (a release sends no time): ms is what
+    -- the server gets until the answer (below).
+    if ms and self._delay_ms then
+      local delay = self._delay_ms
+      if ms + delay > MAX_MS then
+        argerror(1, fname, string_format("ttl and the lock delay must add up to at most %.3f s", MAX_MS / 1000))
+      end
+      -- Past its own TTL the hold is not its holder's to lengthen, though
+      -- the server keeps it for the delay.
+      if sent >= (expires_of(self) or math_huge) then
+        return nil, set_lost(self, "its TTL ran out; the lock delay keeps others out")
+      end
+      ms = ms + delay
+    end
     -- A release or extend refused by a passing state is sent again while
     -- the lock may still be ours: until it expires by its last known TTL
     -- (or, unknown, for the client's timeout).
@@ -262,7 +284,14 @@ local function lock_eval(self, fname, what, ms)
     return nil, mark_lost(self, status, what)
   end
   if what == "extend" then
-    local t = self._t
+    local t, delay = self._t, self._delay_ms
+    if delay then
+      ms = ms - delay
+      -- Extended, but its answer came after its TTL ran out (paused meanwhile).
+      if now() >= (expires_of(self) or math_huge) then
+        return nil, set_lost(self, "its TTL ran out before the extend came back; the lock delay keeps others out")
+      end
+    end
     self._expires = sent + (t.validity_ms and t:validity_ms(ms) or ms) / 1000
     if self._lease then self._lease:extended(ms, math_floor(sent * 1000)) end
   end
@@ -348,8 +377,11 @@ function Lock:check(server, ...)
   local gone = unusable(self)
   if gone then return nil, gone end
   local expires = expires_of(self)
-  if (not self._lease or self._lease:state() ~= "held") and expires and now() >= expires then
-    -- Not renewed (or no longer: max_hold), and its TTL has run out by now.
+  if (not self._lease or self._lease:state() ~= "held" or self._delay_ms) and expires and now() >= expires then
+    -- Not renewed (or no longer: max_hold), and its TTL has run out by now;
+    -- with a lock delay also when renewed but not in time (its process was
+    -- paused): the server keeps it the delay longer, but its holder must
+    -- stop at its TTL.
     return nil, set_lost(self, "its TTL ran out")
   end
   if server then
@@ -401,7 +433,7 @@ function _M.lease(lock, how, ms, sent)
   end or nil
   local lease, err = t:lease(lock.key, lock.token, ms, {
     max_hold_ms = how.max_hold_ms, sent_ms = math_floor(sent * 1000), scoped = how.scoped, notify = notify,
-    op = lock._ops.extend,
+    op = lock._ops.extend, delay_ms = how.delay_ms,
   })
   if not lease then
     lock:release()

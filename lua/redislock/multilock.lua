@@ -80,10 +80,11 @@ end
 
 -- The acquire options a multi-key lock refuses, and why.
 local REFUSES = { fair = "a fair queue belongs to one key",
-                  replicas = "WAIT counts the writes of one connection; the keys may be on several servers" }
+                  replicas = "WAIT counts the writes of one connection; the keys may be on several servers",
+                  delay_ms = "not built for a multi-key lock: its script and renewal keep the TTL alone" }
 
--- The options of a multi-key acquire, as a lock's but fair and replicas,
--- which it refuses.
+-- The options of a multi-key acquire, as a lock's but fair, replicas and
+-- lock_delay, which it refuses.
 function _M.check_how(n, fname, how)
   args.refuse(n, fname, how, REFUSES, "for a multi-key lock")
 end

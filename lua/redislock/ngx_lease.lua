@@ -81,6 +81,16 @@ local lease_mt = { __index = Lease }
 
 local schedule
 
+-- Ends a lease its machine found lost (why: its sentence fragment), and
+-- tells its owner.
+local function lose(lease, why)
+  leases[lease] = nil
+  if lease.notify then
+    local ok, err = pcall(lease.notify, "lost", why)
+    if not ok then ngx_log(ERR, "redislock: on_lost raised: ", tostring(err)) end
+  end
+end
+
 -- Renews one lease (in the timer, so cosockets are allowed).
 local function renew(lease)
   local r = lease.r
@@ -91,12 +101,7 @@ local function renew(lease)
     if lease.notify then pcall(lease.notify, "renew_failed", why) end
     return
   end
-  if outcome ~= "lost" then return end
-  leases[lease] = nil
-  if lease.notify then
-    local ok, err = pcall(lease.notify, "lost", why)
-    if not ok then ngx_log(ERR, "redislock: on_lost raised: ", tostring(err)) end
-  end
+  if outcome == "lost" then lose(lease, why) end
 end
 
 -- A timer's: releases the lock of a lease whose request ended inside
@@ -132,8 +137,13 @@ local function tick(premature, gen)
     local what = lease.r:next()
     if what == "now" then
       due[#due + 1] = lease
-    elseif what == nil and lease.r:state() ~= "held" then -- ended by max_hold
-      leases[lease] = nil
+    elseif what == nil then
+      local state, why = lease.r:state()
+      if state == "lost" then -- a delayed lease's TTL ran out before its renewal was due
+        lose(lease, why)
+      elseif state ~= "held" then -- ended by max_hold
+        leases[lease] = nil
+      end
     end
   end
   -- A lease stopped while an earlier one was renewed is left alone: its
@@ -187,9 +197,12 @@ end
 -- nginx ends with the request. notify("lost", why) is called (in the timer)
 -- when a renewal finds the lock lost, notify("renew_failed", err) when one
 -- failed and will be tried again, notify("released") once the timer
--- released the lock of a request that ended inside with_lock. op: the script that renews it ("extend", the
--- default, or a permit's or read-write hold's "sem_extend" ...); the
--- release that goes with it gives the hold back.
+-- released the lock of a request that ended inside with_lock. delay_ms: the
+-- lock delay, which each renewal adds on the server (a renewal not sent, or
+-- not answered, before the TTL ran out loses the lease instead: the core's
+-- rl_renewal_delay). op: the script that renews it ("extend", the default,
+-- or a permit's or read-write hold's "sem_extend" ...); the release that
+-- goes with it gives the hold back.
 function _M.start(t, key, token, ttl_ms, opts)
   opts = opts or {}
   local op = opts.op or "extend"

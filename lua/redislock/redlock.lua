@@ -49,6 +49,7 @@ _M.REFUSES = {
   fair = "a fair queue lives on one server; Redlock has no single queue to keep",
   replicas = "Redlock's servers are independent masters; replicas and WAIT belong to one server",
   primitives = "its scripts count holders on one server; use a client of one server, Sentinel or a cluster",
+  delay_ms = "a lock's validity is reckoned from the TTL each server keeps, which a delay would lengthen",
 }
 
 -- A waiter retries after a random pause in this range (seconds): a release

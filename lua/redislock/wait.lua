@@ -15,8 +15,8 @@ local transport = require "redislock.transport"
 local type, tonumber = type, tonumber
 local string_format = string.format
 local math_max, math_min, math_floor, math_huge = math.max, math.min, math.floor, math.huge
-local now = core.now
-local quote = args.quote
+local now, MAX_MS = core.now, core.MAX_MS
+local quote, raise_at_caller = args.quote, args.raise_at_caller
 local ours_by_clock = lock_mod.ours_by_clock
 
 local _M = { _VERSION = core._VERSION }
@@ -235,17 +235,19 @@ end
 -- failed, the token the lock is held with (tok, or that of a lock handed
 -- down within the worker), for a lock that keeps its worker's gate its
 -- cohort record (redislock/ngx_gate.lua's hold), and when a handoff gave
--- it a first TTL shorter than ms, when that TTL ends (core.now()); or nil
--- and an error message.
+-- it a first TTL shorter than ms, when that TTL ends (core.now()), and
+-- the lock delay it added (how.delay_ms; nil: none); or nil and an error
+-- message.
 local function take(client, key, tok, ms, how, kind)
   kind = kind or _M.LOCK
   local own_tok = tok
   local c, sleep, held, hot = client._transport, client._sleep, client._held, client._hot
   local wait, fair = how.wait, how.fair
-  if wait == 0 and not fair and not how.replicas and not kind.n and not kind.stays then
+  if wait == 0 and not fair and not how.replicas and not kind.n and not kind.stays and not how.delay_ms then
     -- One try, at once (the loop below, for the case that has nothing of
     -- it but the try: no gate, no registration, nothing more to tell the
-    -- script, no place to leave): the path of every uncontended acquire.
+    -- script, no place to leave, no lock delay to add): the path of every
+    -- uncontended acquire.
     local sent = now()
     local status, value, acked, werr = (kind.eval or c.eval)(c, kind.take, key, tok, ms)
     if status == 1 then
@@ -284,8 +286,21 @@ local function take(client, key, tok, ms, how, kind)
   -- keeps the others out that long at most (the renewal of one that runs
   -- makes it its TTL).
   local hand_ms = (how.renew and ms > 2 * HAND_MS and (kind.keyed or kind.first_ttl)) and HAND_MS or ms
+  -- A lock delay (how.delay_ms) lengthens what the server keeps, never the
+  -- holder's own TTL (ms): the hold lasts on Redis that much past the time
+  -- its holder stops counting it as its own.
+  local delay = how.delay_ms
+  local wire_ms = ms
+  if delay then
+    wire_ms = ms + delay
+    if wire_ms > MAX_MS then
+      raise_at_caller(string_format("bad argument (ttl and option 'lock_delay' must add up to at most %.3f s)",
+                                    MAX_MS / 1000))
+    end
+  end
   local more = (kind.n or how.replicas or hand or fair)
-    and { n = kind.n or hand_ms, replicas = how.replicas, replica_ms = how.replica_ms } or nil
+    and { n = kind.n or (delay and hand_ms + delay or hand_ms), replicas = how.replicas,
+          replica_ms = how.replica_ms } or nil
   -- The first try is a take (no script, the cheapest for Redis); the tries
   -- after it are the acquire script, which also marks a waiter. A caller
   -- that will wait for a key this client found busy lately starts with the
@@ -308,7 +323,7 @@ local function take(client, key, tok, ms, how, kind)
       local fence, cohort = take_over(w, how, ms)
       if fence then
         if client._link.observer then told_handoff(client, key, kind) end
-        return fence, now(), nil, nil, tok, cohort
+        return fence, now(), nil, nil, tok, cohort, nil, delay
       end
     end
     local status, value, acked, werr, tried
@@ -318,7 +333,7 @@ local function take(client, key, tok, ms, how, kind)
     else
       sent, tried = now(), op
       if w then due(w, sent + w.try_s) end
-      status, value, acked, werr = eval(c, op, key, tok, ms, more)
+      status, value, acked, werr = eval(c, op, key, tok, wire_ms, more)
     end
     if status == 1 then
       if first and hot.keys[key] then -- free at once: cooled down
@@ -328,10 +343,10 @@ local function take(client, key, tok, ms, how, kind)
       if w and w.cohort then
         if not w.gate and not gates:find(w.name) then join(w, deadline) end -- taken at once: hold the gate
         local cohort = w.gate and gates:hold(w.name, w.gate, w.gen, held_until(how, ms), w.handed, ms)
-        if cohort then return value, sent, acked, werr, tok, cohort, expires end
+        if cohort then return value, sent, acked, werr, tok, cohort, expires, delay end
       end
       if w then quit(w) end
-      return value, sent, acked, werr, tok, nil, expires
+      return value, sent, acked, werr, tok, nil, expires, delay
     end
     -- A lock handed down and found gone, or another's: not this request's,
     -- nor its token (after a connection error it may be, and is kept).
@@ -416,7 +431,7 @@ local function take(client, key, tok, ms, how, kind)
 end
 
 
---- take(client, key, tok, ms, how[, kind]) -> fence, sent, acked, werr, token, cohort, expires | nil, err
+--- take(client, key, tok, ms, how[, kind]) -> fence, sent, acked, werr, token, cohort, expires, delay | nil, err
 -- Tries to take key with tok through the client's transport until how.wait
 -- seconds passed (see above), sleeping with its sleep; it reads the
 -- client's _held (the locks it holds, for the "held by this client"

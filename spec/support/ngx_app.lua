@@ -219,10 +219,11 @@ function app.ping()
   ngx.say("pong")
 end
 
---- GET /with_lock?key=k&ttl=s&hold=s[&renew=0][&on_lost=1][&mark=1]: holds the
--- lock hold seconds (ngx.sleep inside fn) -> 200 "fence" | 409 lost/busy | 503.
--- renew=0 turns the renewal off; on_lost=1 reports what on_lost was called
--- with after a lost error; mark=1 sets the key "inside:<k>" once fn runs.
+--- GET /with_lock?key=k&ttl=s&hold=s[&renew=0][&on_lost=1][&mark=1][&lock_delay=s]:
+-- holds the lock hold seconds (ngx.sleep inside fn) -> 200 "fence" | 409
+-- lost/busy | 503. renew=0 turns the renewal off; on_lost=1 reports what
+-- on_lost was called with after a lost error; mark=1 sets the key
+-- "inside:<k>" once fn runs; lock_delay: that option.
 local lost_calls = {} -- key -> the error on_lost was called with (in the renewal timer)
 
 function app.with_lock()
@@ -233,7 +234,7 @@ function app.with_lock()
     if ngx.var.arg_mark == "1" then assert(client():command("SET", "inside:" .. key, "1")) end
     ngx.sleep(arg_number("hold", 0))
     return lock.fence
-  end, { renew = ngx.var.arg_renew ~= "0", on_lost = on_lost })
+  end, { renew = ngx.var.arg_renew ~= "0", on_lost = on_lost, lock_delay = arg_number("lock_delay") })
   if not ok then
     return reply(status_for(fence), fence .. (on_lost and " | on_lost: " .. tostring(lost_calls[key]) or ""))
   end

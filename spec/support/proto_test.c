@@ -470,6 +470,31 @@ static void test_renewal(void) {
   rl_renewal_extended(&r, 3000, 3041, 3041);
   CHECK(rl_renewal_answer(&r, 3050, 1, RL_FREE, NULL) == RL_RENEWED && r.state == RL_LEASE_HELD);
 
+  /* A lock delay: renewals set the TTL plus the delay; the lease counts
+     the TTL alone. A renewal due after the TTL ran out (the driver was
+     paused) loses the lease, sending nothing; so does an answer that
+     comes after it. */
+  rl_renewal_init(&r, "the watchdog", 3000, 0, 0, 0);
+  rl_renewal_delay(&r, 2000);
+  CHECK(rl_renewal_next(&r, 1000) == RL_RENEW_NOW && rl_renewal_sent(&r, 1000) == 5000);
+  CHECK(rl_renewal_answer(&r, 1010, 1, RL_HELD, NULL) == RL_RENEWED && rl_renewal_expires(&r) == 4000);
+  CHECK(rl_renewal_next(&r, 3990) == RL_RENEW_NOW); /* late, but sent and answered within the TTL: renewed */
+  CHECK(rl_renewal_sent(&r, 3990) == 5000 && rl_renewal_answer(&r, 3999, 1, RL_HELD, NULL) == RL_RENEWED);
+  CHECK(rl_renewal_next(&r, 6989) == RL_RENEW_NOW); /* its TTL: from 3990, when that one was sent */
+  CHECK(rl_renewal_next(&r, 6990) == RL_RENEW_NONE && r.state == RL_LEASE_LOST);
+  CHECK(strcmp(r.why, "its TTL ran out before it could be renewed (paused?); the lock delay keeps others out;"
+                      " found by the watchdog") == 0);
+  rl_renewal_init(&r, "the renewal timer", 3000, 0, 0, 0);
+  rl_renewal_delay(&r, 2000);
+  rl_renewal_sent(&r, 2900);
+  CHECK(rl_renewal_answer(&r, 3000, 1, RL_HELD, NULL) == RL_RENEW_LOST && rl_renewal_next(&r, 3000) == RL_RENEW_NONE);
+  CHECK(strcmp(r.why, "its TTL ran out before its renewal came back (paused?); the lock delay keeps others out;"
+                      " found by the renewal timer") == 0);
+  /* Without a delay a late renewal goes, and its answer counts. */
+  rl_renewal_init(&r, "the watchdog", 3000, 0, 0, 0);
+  CHECK(rl_renewal_next(&r, 9000) == RL_RENEW_NOW && rl_renewal_sent(&r, 9000) == 3000);
+  CHECK(rl_renewal_answer(&r, 9001, 1, RL_HELD, NULL) == RL_RENEWED);
+
   /* Moved to another node: at once; and once more when a renewal was on
      its way to the old one. */
   rl_renewal_init(&r, "the watchdog", 3000, 0, 0, 0);
