@@ -50,9 +50,11 @@ describe("a job whose redislock is killed", function()
   end
 
   -- Starts `redislock <words>` in the background; its pid (redislock's own:
-  -- the shell execs it) is in the file pidname.
+  -- the shell execs env, which execs it) is in the file pidname. (env, as
+  -- helpers.lua may begin with an assignment: make asan's LD_PRELOAD.)
   local function start(pidname, words)
-    local cmd = "REDIS_URL=" .. helpers.sh_quote(srv.url) .. " exec " .. helpers.lua .. " " .. COMMAND .. " " .. words
+    local cmd = "REDIS_URL=" .. helpers.sh_quote(srv.url) .. " exec env " .. helpers.lua .. " " .. COMMAND .. " "
+                .. words
     return assert(io.popen("sh -c " .. helpers.sh_quote("echo $$ > " .. file(pidname) .. "; " .. cmd)
                            .. " >/dev/null 2>&1; echo __EXIT:$?"))
   end
