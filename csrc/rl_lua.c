@@ -293,6 +293,7 @@ void rl_lua_push_fields(lua_State *L, int idx, const char *const names[]) {
   int i;
   if (lua_isnoneornil(L, idx)) { /* no table: nils (settop fills with them) */
     for (i = 0; names[i] != NULL; i++) {}
+    lua_settop(L, idx); /* not a surplus argument's value in an option's slot */
     lua_settop(L, idx + i);
     return;
   }

@@ -74,8 +74,10 @@ static int renewal_sent(lua_State *L) {
 static int renewal_answer(lua_State *L) {
   rl_renewal *r = check_renewal(L);
   int answered = !lua_isnoneornil(L, 2);
-  int status = answered ? (int)luaL_checkinteger(L, 2) : 0;
+  lua_Integer s = answered ? luaL_checkinteger(L, 2) : 0;
+  int status = (int)s;
   const char *err = answered ? NULL : luaL_optstring(L, 3, "connection: no answer");
+  luaL_argcheck(L, s >= -1 && s <= 1, 2, "status must be 1, 0 or -1");
   rl_renew_outcome out = rl_renewal_answer(r, rl_now_ms(), answered, status, err);
   static const char *const names[] = { "renewed", "retry", "lost", "over" };
   lua_pushstring(L, names[out]);

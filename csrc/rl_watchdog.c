@@ -173,6 +173,7 @@ static int extend_on(rl_wconn *wc, const rl_lease *l, long long ttl, rl_result *
   const char *prefix = l->names, *key = prefix + l->plen, *token = key + l->klen;
   rl_cmd cmd;
   int rc;
+  to->kind = RL_NO_REDIRECT;
   if (rl_cmd_init(&cmd, l->extend, prefix, l->plen, key, l->klen, token, l->tlen, ttl, 0) != 0) {
     snprintf(err, RL_ERRLEN, "out of memory");
     return -1;

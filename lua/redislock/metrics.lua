@@ -450,7 +450,8 @@ function Metrics:write(path, ...)
   local f, err = io_open(tmp, "w")
   if not f then return nil, err end
   local ok, werr = f:write(self:render())
-  f:close()
+  local closed, cerr = f:close() -- a flush that fails here must not replace the good file
+  if ok and not closed then ok, werr = nil, cerr end
   if ok then ok, werr = os_rename(tmp, path) end
   if not ok then
     os_remove(tmp)

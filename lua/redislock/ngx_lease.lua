@@ -94,7 +94,11 @@ end
 -- Renews one lease (in the timer, so cosockets are allowed).
 local function renew(lease)
   local r = lease.r
-  local status, value = lease.transport:eval(lease.extend, lease.key, lease.token, r:sent())
+  local ttl = r:sent()
+  -- An eval that raises must still answer the machine: else the lease
+  -- would wait for this renewal for ever.
+  local ok, status, value = pcall(lease.transport.eval, lease.transport, lease.extend, lease.key, lease.token, ttl)
+  if not ok then status, value = nil, "connection: " .. tostring(status) end
   local outcome, why = r:answer(status, value)
   if leases[lease] == nil then return end -- stopped meanwhile
   if outcome == "retry" then
