@@ -283,6 +283,14 @@ long long rl_lua_opt_ms(lua_State *L, int idx, const char *what, long long def) 
   return (long long)v;
 }
 
+long long rl_lua_check_ttl_ms(lua_State *L, int idx) {
+  int isnum = 0;
+  lua_Integer ttl = lua_tointegerx(L, idx, &isnum);
+  luaL_argcheck(L, lua_type(L, idx) == LUA_TNUMBER && isnum && ttl >= 1 && ttl <= RL_MAX_MS, idx,
+                "ttl must be an integer number of milliseconds >= 1");
+  return (long long)ttl;
+}
+
 /*
  * Sets the stack's top to idx, then pushes the fields names (NULL ends the
  * list) of the table at idx, or as many nils when idx is nil; raises a bad

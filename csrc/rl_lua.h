@@ -56,6 +56,8 @@ rl_op rl_lua_opt_op(lua_State *L, int idx, const char *const names[]);
 void rl_lua_check_wait(lua_State *L, int idx, int opidx, const char *prefix, size_t plen, rl_cmd *cmd,
                        long long *ms);
 long long rl_lua_opt_ms(lua_State *L, int idx, const char *what, long long def);
+/* The TTL at idx: an integer number of milliseconds in 1..RL_MAX_MS; raises otherwise. */
+long long rl_lua_check_ttl_ms(lua_State *L, int idx);
 void rl_lua_push_fields(lua_State *L, int idx, const char *const names[]);
 int rl_lua_command_args(lua_State *L, int first, const char ***argv, size_t **len);
 void rl_lua_check_args(lua_State *L, int idx, int last, const char *prefix, size_t plen, rl_args_cmd *a);

@@ -30,8 +30,7 @@ int rl_lua_client_lease(lua_State *L) {
   const char *key = luaL_checklstring(L, 2, &klen);
   const char *token = luaL_checklstring(L, 3, &tlen);
   const char *why = rl_check_key(key, klen);
-  int isnum = 0;
-  lua_Integer ttl = lua_tointegerx(L, 4, &isnum);
+  long long ttl;
   static const char *const extends[] = { "extend", "sem_extend", "read_extend", "write_extend", "elect_extend",
                                           NULL };
   long long max_hold, sent, delay;
@@ -46,14 +45,13 @@ int rl_lua_client_lease(lua_State *L) {
   rl_lease_ud *ud;
   if (why != NULL) luaL_argerror(L, 2, why);
   luaL_argcheck(L, tlen > 0, 3, "token must not be empty");
-  luaL_argcheck(L, lua_type(L, 4) == LUA_TNUMBER && isnum && ttl >= 1 && ttl <= RL_MAX_MS, 4,
-                "ttl must be an integer number of milliseconds >= 1");
+  ttl = rl_lua_check_ttl_ms(L, 4);
   luaL_argcheck(L, delay <= RL_MAX_MS - ttl, 5, "ttl and delay_ms must add up to at most 2^53 ms");
   /* Made empty first: an error below cannot leak the lease. */
   ud = (rl_lease_ud *)lua_newuserdatauv(L, sizeof *ud, 0);
   ud->lease = NULL;
   luaL_setmetatable(L, LEASE_MT);
-  ud->lease = rl_lease_start(&c->conn.o, op, c->prefix, c->plen, key, klen, token, tlen, (long long)ttl,
+  ud->lease = rl_lease_start(&c->conn.o, op, c->prefix, c->plen, key, klen, token, tlen, ttl,
                              delay, max_hold, sent, err);
   if (ud->lease == NULL) {
     lua_pushnil(L);
@@ -83,12 +81,9 @@ static int lease_state(lua_State *L) {
    command sent at sent_ms (default now); renew to ttl_ms from then on. */
 static int lease_extended(lua_State *L) {
   rl_lease_ud *ud = (rl_lease_ud *)luaL_checkudata(L, 1, LEASE_MT);
-  int isnum = 0;
-  lua_Integer ttl = lua_tointegerx(L, 2, &isnum);
   long long sent = rl_lua_opt_ms(L, 3, "sent", rl_now_ms());
-  luaL_argcheck(L, lua_type(L, 2) == LUA_TNUMBER && isnum && ttl >= 1 && ttl <= RL_MAX_MS, 2,
-                "ttl must be an integer number of milliseconds >= 1");
-  if (ud->lease != NULL) rl_lease_extended(ud->lease, (long long)ttl, sent);
+  long long ttl = rl_lua_check_ttl_ms(L, 2);
+  if (ud->lease != NULL) rl_lease_extended(ud->lease, ttl, sent);
   return 0;
 }
 

@@ -12,14 +12,6 @@ static rl_renewal *check_renewal(lua_State *L) {
   return (rl_renewal *)luaL_checkudata(L, 1, RENEWAL_MT);
 }
 
-static long long check_ttl(lua_State *L, int idx) {
-  int isnum = 0;
-  lua_Integer ttl = lua_tointegerx(L, idx, &isnum);
-  luaL_argcheck(L, lua_type(L, idx) == LUA_TNUMBER && isnum && ttl >= 1 && ttl <= RL_MAX_MS, idx,
-                "ttl must be an integer number of milliseconds >= 1");
-  return (long long)ttl;
-}
-
 /*
  * core.renewal(ttl_ms[, opts]) -> renewal
  * A lease acquired with TTL ttl_ms; opts.sent_ms: when the acquire was sent
@@ -28,7 +20,7 @@ static long long check_ttl(lua_State *L, int idx) {
  * sentences say "the renewal timer" found the loss.
  */
 static int core_renewal(lua_State *L) {
-  long long ttl = check_ttl(L, 1), max_hold, sent, delay, now = rl_now_ms();
+  long long ttl = rl_lua_check_ttl_ms(L, 1), max_hold, sent, delay, now = rl_now_ms();
   static const char *const fields[] = { "max_hold_ms", "sent_ms", "delay_ms", NULL };
   rl_renewal *r;
   rl_lua_push_fields(L, 2, fields); /* at 3 to 5, where the checks below name them */
@@ -91,7 +83,7 @@ static int renewal_answer(lua_State *L) {
    command sent at sent_ms (default now). */
 static int renewal_extended(lua_State *L) {
   rl_renewal *r = check_renewal(L);
-  long long ttl = check_ttl(L, 2), now = rl_now_ms();
+  long long ttl = rl_lua_check_ttl_ms(L, 2), now = rl_now_ms();
   rl_renewal_extended(r, ttl, rl_lua_opt_ms(L, 3, "sent", now), now);
   return 0;
 }
