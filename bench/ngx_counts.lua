@@ -118,9 +118,7 @@ end
 local function instructions()
   local _, has = B.run("command -v valgrind")
   if not has then return B.say("bench: no valgrind: the worker's instructions skipped") end
-  local prefix = (B.run("mktemp -d")):gsub("%s+$", "")
-  assert(B.run("mkdir -p " .. B.sh_quote(prefix .. "/conf") .. " " .. B.sh_quote(prefix .. "/logs") .. " "
-               .. B.sh_quote(prefix .. "/temp")))
+  local prefix = ngxlib.prefix()
   local port = B.free_port()
   local f = assert(io.open(prefix .. "/conf/nginx.conf", "w"))
   f:write(conf(false)(prefix, port))
@@ -173,8 +171,8 @@ end
 -- commandstats) and its CPU time (INFO cpu, user + system), over requests
 -- of 3,000 cycles, the paths in turn three times; the medians.
 local function server()
-  local redislock = require "redislock.core"
-  local raw = redislock.new({ port = B.port })
+  local core = require "redislock.core"
+  local raw = core.new({ port = B.port })
   local function info(section) return assert(raw:command("INFO", section)) end
   local function cpu()
     local s = info("cpu")

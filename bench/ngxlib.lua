@@ -57,14 +57,20 @@ function M.conf(prefix, opts)
   return table.concat(lines, "\n") .. "\n"
 end
 
---- Starts nginx: conf_of(prefix, port) gives its nginx.conf; env: more
--- variables for it ("NAME=value ..."). Returns its port, master PID and
--- prefix, or raises with its error log. Tries other ports when one is taken.
-function M.start(conf_of, env)
+--- A temporary prefix for nginx, with its conf/, logs/ and temp/ folders.
+function M.prefix()
   local prefix = (B.run("mktemp -d")):gsub("%s+$", "")
   assert(prefix:match("^/"), "cannot make a temporary folder")
   assert(B.run("mkdir -p " .. B.sh_quote(prefix .. "/conf") .. " " .. B.sh_quote(prefix .. "/logs") .. " "
                .. B.sh_quote(prefix .. "/temp")))
+  return prefix
+end
+
+--- Starts nginx: conf_of(prefix, port) gives its nginx.conf; env: more
+-- variables for it ("NAME=value ..."). Returns its port, master PID and
+-- prefix, or raises with its error log. Tries other ports when one is taken.
+function M.start(conf_of, env)
+  local prefix = M.prefix()
   for _ = 1, 5 do
     local port = B.free_port()
     local conf = prefix .. "/conf/nginx.conf"
