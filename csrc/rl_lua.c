@@ -464,6 +464,30 @@ static int core_redirect(lua_State *L) {
   return 4;
 }
 
+/* core.error_class(err) -> the class of an error message (rl_error_class:
+   "transient", "stale", "connect" ...), or nil for another value. Asked on
+   the error path only: a success classifies nothing. */
+static int core_error_class(lua_State *L) {
+  size_t len;
+  const char *msg = lua_type(L, 1) == LUA_TSTRING ? lua_tolstring(L, 1, &len) : NULL;
+  const char *name = msg != NULL ? rl_error_class_name(rl_error_class_of(msg, len)) : NULL;
+  if (name == NULL) lua_pushnil(L);
+  else lua_pushstring(L, name);
+  return 1;
+}
+
+/* Pushes { LOADING = "transient", READONLY = "stale", ... }: the error codes
+   that have a class of their own (rl_error_code). */
+static void push_error_codes(lua_State *L) {
+  rl_error_class c;
+  const char *code;
+  lua_newtable(L);
+  for (size_t i = 0; (code = rl_error_code(i, &c)) != NULL; i++) {
+    lua_pushstring(L, rl_error_class_name(c));
+    lua_setfield(L, -2, code);
+  }
+}
+
 /* core.now() -> seconds on the monotonic clock (shared by all processes). */
 static int core_now(lua_State *L) {
   struct timespec ts;
@@ -515,6 +539,7 @@ static const luaL_Reg core_functions[] = {
   { "era_tag", core_era_tag },
   { "redirect", core_redirect },
   { "io_message", core_io_message },
+  { "error_class", core_error_class },
   { "now", core_now },
   { "sleep", core_sleep },
   { NULL, NULL }
@@ -557,5 +582,7 @@ RL_EXPORT int luaopen_redislock_core(lua_State *L) {
   lua_setfield(L, -2, "FENCE_EPOCH_MS");
   push_scripts(L);
   lua_setfield(L, -2, "scripts");
+  push_error_codes(L);
+  lua_setfield(L, -2, "error_codes");
   return 1;
 }

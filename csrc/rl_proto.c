@@ -366,6 +366,98 @@ void rl_io_message(rl_io_failure f, const char *where, const char *why, long lon
     snprintf(out, len, "connection: lost %s (%s)", where, why);
 }
 
+/* The server's error codes that decide something, and their classes: the
+   one table of them (rl_error_class). Every other code is RL_EC_REDIS. */
+static const struct {
+  const char *code;
+  rl_error_class class;
+} CODES[] = {
+  { "LOADING", RL_EC_TRANSIENT },      { "BUSY", RL_EC_TRANSIENT },     { "READONLY", RL_EC_STALE },
+  { "MASTERDOWN", RL_EC_STALE },       { "UNBLOCKED", RL_EC_STALE },    { "TRYAGAIN", RL_EC_TRYAGAIN },
+  { "CLUSTERDOWN", RL_EC_CLUSTERDOWN }, { "MOVED", RL_EC_REDIRECT },    { "ASK", RL_EC_REDIRECT },
+  { "NOPERM", RL_EC_REFUSED },         { "NOSCRIPT", RL_EC_REFUSED },   { "OOM", RL_EC_REFUSED },
+};
+
+static const char *const CLASS_NAMES[] = { NULL,        "busy",     "lost",     "transient", "stale",
+                                           "unsent",    "tryagain", "clusterdown", "redirect", "refused",
+                                           "script",    "redis",    "connect",  "timeout",   "closed",
+                                           "connection" };
+
+/* Whether the len bytes at s begin with the C string p. */
+static int starts(const char *s, size_t len, const char *p) {
+  size_t n = strlen(p);
+  return len >= n && memcmp(s, p, n) == 0;
+}
+
+/* Whether the len bytes at s end with the C string p. */
+static int ends(const char *s, size_t len, const char *p) {
+  size_t n = strlen(p);
+  return len >= n && memcmp(s + len - n, p, n) == 0;
+}
+
+/* Whether the C string p is within the len bytes at s. */
+static int within(const char *s, size_t len, const char *p) {
+  size_t n = strlen(p);
+  for (size_t i = 0; i + n <= len; i++)
+    if (memcmp(s + i, p, n) == 0) return 1;
+  return 0;
+}
+
+/* A "connection: ..." message's class, from how rl_io_message and the
+   connects word it (rest: what follows "connection: "). */
+static rl_error_class connection_class(const char *rest, size_t len) {
+  if (starts(rest, len, "cannot connect")) return RL_EC_CONNECT;
+  if (ends(rest, len, "(timeout)")) return RL_EC_TIMEOUT;
+  if (starts(rest, len, "lost ") || within(rest, len, " closed the connection")) return RL_EC_CLOSED;
+  return RL_EC_CONNECTION;
+}
+
+/* A "redis: ..." message's class (rest: the server's error reply, or our
+   sentence about it), from its code: the capital letters it begins with. */
+static rl_error_class reply_class(const char *rest, size_t len) {
+  rl_error_class c = RL_EC_REDIS;
+  size_t n = 0;
+  if (ends(rest, len, "(nothing was sent)")) return RL_EC_UNSENT;
+  while (n < len && rest[n] >= 'A' && rest[n] <= 'Z') n++;
+  for (size_t i = 0; i < sizeof CODES / sizeof CODES[0]; i++)
+    if (strlen(CODES[i].code) == n && memcmp(rest, CODES[i].code, n) == 0) c = CODES[i].class;
+  /* A refusal named by a script's line met a command within it, after
+     what ran before; the states (READONLY ...) refuse every write. */
+  if ((c == RL_EC_REDIS || c == RL_EC_REFUSED) && within(rest, len, "@user_script")) return RL_EC_SCRIPT;
+  return c;
+}
+
+/* Whether the len bytes at s begin with the code word word (with its colon,
+   and a space after it or not); then *rest and *rlen are what follows. */
+static int code_word(const char *s, size_t len, const char *word, const char **rest, size_t *rlen) {
+  size_t n = strlen(word);
+  if (!starts(s, len, word)) return 0;
+  if (n < len && s[n] == ' ') n++;
+  *rest = s + n;
+  *rlen = len - n;
+  return 1;
+}
+
+rl_error_class rl_error_class_of(const char *msg, size_t len) {
+  const char *rest;
+  size_t n;
+  if (code_word(msg, len, "redis:", &rest, &n)) return reply_class(rest, n);
+  if (code_word(msg, len, "connection:", &rest, &n)) return connection_class(rest, n);
+  if (code_word(msg, len, "busy:", &rest, &n)) return RL_EC_BUSY;
+  if (code_word(msg, len, "lost:", &rest, &n)) return RL_EC_LOST;
+  return RL_EC_NONE;
+}
+
+const char *rl_error_class_name(rl_error_class c) {
+  return (size_t)c < sizeof CLASS_NAMES / sizeof CLASS_NAMES[0] ? CLASS_NAMES[c] : NULL;
+}
+
+const char *rl_error_code(size_t i, rl_error_class *c) {
+  if (i >= sizeof CODES / sizeof CODES[0]) return NULL;
+  *c = CODES[i].class;
+  return CODES[i].code;
+}
+
 /* Reads ":<integer>\r\n" at *p (before end) into *v, moving *p past it; 0 or -1. */
 static int read_int_line(const char **p, const char *end, long long *v) {
   const char *s = *p;

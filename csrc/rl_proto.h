@@ -310,6 +310,50 @@ typedef enum { RL_IO_TIMEOUT, RL_IO_CLOSED, RL_IO_LOST } rl_io_failure;
 void rl_io_message(rl_io_failure f, const char *where, const char *why, long long timeout_ms, char *out,
                    size_t len);
 
+/*
+ * What an error message says, decided here once for both transports (the
+ * Lua layer reads it as core.error_class, and decides by the class, never
+ * by the sentence). The messages are the library's own: "redis: <the
+ * server's error reply>", "connection: ..." (rl_io_message, rl_read_error,
+ * a failed connect; the cosocket transport words its own the same way),
+ * "busy: ..." and "lost: ...".
+ */
+typedef enum {
+  RL_EC_NONE,        /* not one of those messages */
+  RL_EC_BUSY,        /* "busy: ...": held by another owner */
+  RL_EC_LOST,        /* "lost: ...": no longer ours */
+  RL_EC_TRANSIENT,   /* LOADING, BUSY: the server answers later; nothing ran */
+  RL_EC_STALE,       /* READONLY, MASTERDOWN, UNBLOCKED: not (or no longer) the
+                        master, or a waiter unblocked by a failover; nothing ran */
+  RL_EC_UNSENT,      /* a new connection found the node no master, and nothing
+                        was sent ("... (nothing was sent)") */
+  RL_EC_TRYAGAIN,    /* TRYAGAIN: a cluster slot half moved; nothing ran */
+  RL_EC_CLUSTERDOWN, /* CLUSTERDOWN: no master serves the slot; nothing ran */
+  RL_EC_REDIRECT,    /* MOVED, ASK: the slot is (being) served elsewhere */
+  RL_EC_REFUSED,     /* NOPERM, NOSCRIPT, OOM: the command refused before it ran */
+  RL_EC_SCRIPT,      /* another error from a command within a script (it names
+                        "@user_script"): the script ran up to there */
+  RL_EC_REDIS,       /* any other error reply */
+  RL_EC_CONNECT,     /* "connection: cannot connect ...": nothing was sent */
+  RL_EC_TIMEOUT,     /* sent, but not answered in time: it may have run */
+  RL_EC_CLOSED,      /* sent, but the connection was closed or lost before the
+                        answer: it may have run */
+  RL_EC_CONNECTION   /* any other connection failure (out of memory, a reply
+                        that is not RESP ...) */
+} rl_error_class;
+
+/* The class of the len bytes of an error message at msg (see above). */
+rl_error_class rl_error_class_of(const char *msg, size_t len);
+
+/* The class's name for Lua: "busy", "lost", "transient", "stale", "unsent",
+   "tryagain", "clusterdown", "redirect", "refused", "script", "redis",
+   "connect", "timeout", "closed", "connection"; NULL for RL_EC_NONE. */
+const char *rl_error_class_name(rl_error_class c);
+
+/* The i-th error code the class table names (from 0), with its class in
+   *c; NULL past the last. */
+const char *rl_error_code(size_t i, rl_error_class *c);
+
 /* Redis Cluster's hash slots: 16384, of CRC16-XMODEM. */
 #define RL_SLOTS 16384
 

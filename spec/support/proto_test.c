@@ -178,6 +178,68 @@ static void test_checks(void) {
   CHECK(ms > 0 && ms <= rl_now_ms());
 }
 
+/* The class of the C string msg. */
+static rl_error_class class_of(const char *msg) {
+  return rl_error_class_of(msg, strlen(msg));
+}
+
+/* Error messages classified once: the server's codes, the transports' own
+   failures (as both word them), a script's line, the code words. */
+static void test_errors(void) {
+  static const char *const names[] = { "transient", "stale", "unsent", "tryagain", "clusterdown", "redirect",
+                                       "refused", "script", "redis", "connect", "timeout", "closed", "connection" };
+  char msg[RL_ERRLEN];
+  rl_error_class c;
+  size_t i;
+  CHECK(class_of("redis: LOADING Redis is loading the dataset in memory") == RL_EC_TRANSIENT);
+  CHECK(class_of("redis: BUSY Redis is busy running a script.") == RL_EC_TRANSIENT);
+  CHECK(class_of("redis: BUSYGROUP Consumer Group name already exists") == RL_EC_REDIS); /* the whole code */
+  CHECK(class_of("redis: READONLY You can't write against a read only replica.") == RL_EC_STALE);
+  CHECK(class_of("redis: MASTERDOWN Link with MASTER is down") == RL_EC_STALE);
+  CHECK(class_of("redis: UNBLOCKED force unblock from blocking operation") == RL_EC_STALE);
+  CHECK(class_of("redis: TRYAGAIN Multiple keys request during rehashing of slot") == RL_EC_TRYAGAIN);
+  CHECK(class_of("redis: CLUSTERDOWN Hash slot 12 is not served") == RL_EC_CLUSTERDOWN);
+  CHECK(class_of("redis: MOVED 3999 127.0.0.1:6381") == RL_EC_REDIRECT && class_of("redis: ASK 1 :7000") == RL_EC_REDIRECT);
+  CHECK(class_of("redis: NOPERM this user has no permissions to run the 'evalsha' command") == RL_EC_REFUSED);
+  CHECK(class_of("redis: NOSCRIPT after EVAL") == RL_EC_REFUSED && class_of("redis: OOM command not allowed") == RL_EC_REFUSED);
+  /* A command within a script refused: it ran up to its line; a state refuses every write all the same. */
+  CHECK(class_of("redis: NOPERM User may not run 'del'. script: 1f2e, on @user_script:12.") == RL_EC_SCRIPT);
+  CHECK(class_of("redis: ERR Error running script, on @user_script:3.") == RL_EC_SCRIPT);
+  CHECK(class_of("redis: READONLY You can't write. script: 1f2e, on @user_script:7.") == RL_EC_STALE);
+  CHECK(class_of("redis: ERR unknown command 'EVALSHA'") == RL_EC_REDIS && class_of("redis: WRONGPASS invalid") == RL_EC_REDIS);
+  CHECK(class_of("redis: AUTH refused by 127.0.0.1:6379: LOADING ...") == RL_EC_REDIS); /* our sentence's code */
+  CHECK(class_of("redis: Redlock cannot run x") == RL_EC_REDIS && class_of("redis:") == RL_EC_REDIS);
+  CHECK(class_of("redis: READONLY 127.0.0.1:7000 says ROLE slave on a new connection, not master (nothing was sent)")
+        == RL_EC_UNSENT);
+  /* The transports' own: nothing sent, sent but not answered, the rest. */
+  CHECK(class_of("connection: cannot connect to 127.0.0.1:1 (Connection refused)") == RL_EC_CONNECT);
+  CHECK(class_of("connection: cannot connect to h:1 (TLS: the server's certificate is not trusted)") == RL_EC_CONNECT);
+  rl_io_message(RL_IO_TIMEOUT, "127.0.0.1:6379", NULL, 1500, msg, sizeof msg);
+  CHECK(class_of(msg) == RL_EC_TIMEOUT);
+  rl_io_message(RL_IO_CLOSED, "127.0.0.1:6379", NULL, 0, msg, sizeof msg);
+  CHECK(class_of(msg) == RL_EC_CLOSED);
+  rl_io_message(RL_IO_LOST, "127.0.0.1:6379", "Connection reset by peer", 0, msg, sizeof msg);
+  CHECK(class_of(msg) == RL_EC_CLOSED);
+  CHECK(class_of("connection: h:1 closed the connection before any answer (a TLS port? use rediss://)") == RL_EC_CLOSED);
+  rl_read_error(REDIS_ERR_PROTOCOL, "Protocol error, got \"x\" as reply type byte", "h:1", msg, sizeof msg);
+  CHECK(class_of(msg) == RL_EC_CONNECTION);
+  rl_read_error(REDIS_ERR_PROTOCOL, "No support for nested multi bulk replies with depth > 7", "h:1", msg, sizeof msg);
+  CHECK(class_of(msg) == RL_EC_REDIS);
+  CHECK(class_of("connection: out of memory") == RL_EC_CONNECTION);
+  /* The code words of the library's answers; anything else has no class. */
+  CHECK(class_of("busy: \"job\" is held by another owner") == RL_EC_BUSY && class_of("lost: \"job\" expired") == RL_EC_LOST);
+  CHECK(class_of("") == RL_EC_NONE && class_of("renewal: out of memory") == RL_EC_NONE && class_of("redi") == RL_EC_NONE);
+  /* Every class has a name, and the codes' table names the classes. */
+  CHECK(rl_error_class_name(RL_EC_NONE) == NULL);
+  for (i = 0; i < sizeof names / sizeof names[0]; i++)
+    CHECK(strcmp(rl_error_class_name((rl_error_class)(RL_EC_TRANSIENT + i)), names[i]) == 0);
+  for (i = 0; rl_error_code(i, &c) != NULL; i++) {
+    snprintf(msg, sizeof msg, "redis: %s x", rl_error_code(i, &c));
+    CHECK(class_of(msg) == c);
+  }
+  CHECK(i == 12);
+}
+
 /* Whether the bytes the call sends now contain s. */
 static int sends(const rl_call *call, const char *s) {
   size_t len;
@@ -231,7 +293,7 @@ static void test_call(void) {
   rl_cmd_free(&cmd);
   CHECK(start(&call, &cmd, RL_OP_EXTEND, 0, rd) == RL_STEP_SEND);
   CHECK(feed(&call, "-READONLY You can't write against a read only replica.\r\n") == RL_STEP_FAILED);
-  CHECK(call.redirect.kind == RL_NO_REDIRECT);
+  CHECK(call.redirect.kind == RL_NO_REDIRECT && rl_error_class_of(call.err, strlen(call.err)) == RL_EC_STALE);
   rl_call_free(&call);
   rl_cmd_free(&cmd);
 
@@ -534,6 +596,7 @@ int main(void) {
   test_replies();
   test_takes();
   test_slots();
+  test_errors();
   test_checks();
   test_call();
   test_args();
