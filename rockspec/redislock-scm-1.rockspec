@@ -51,6 +51,7 @@ build = {
     ["redislock.metrics_text"] = "lua/redislock/metrics_text.lua",
     ["redislock.election"] = "lua/redislock/election.lua",
     ["redislock.election_io"] = "lua/redislock/election_io.lua",
+    ["redislock.errors"] = "lua/redislock/errors.lua",
     ["redislock.guard"] = "lua/redislock/guard.lua",
     ["redislock.hold"] = "lua/redislock/hold.lua",
     ["redislock.sql"] = "lua/redislock/sql.lua",

@@ -58,6 +58,9 @@ describe("redislock.resty_lock", function()
         assert.are.equal("dictionary not found", err)
       end
       assert.are.equal("dictionary not found", select(2, rl:new()))
+      -- a name no lock's name may begin with ("}": an empty hash tag) is refused here, not by lock
+      assert.are.same({ nil, "dictionary not found" }, { rl:new("}locks") })
+      assert.are.same({ nil, "dictionary not found" }, { rl.new("}") })
       -- lua-resty-lock's defaults, its timeout capped by exptime and step by the timeout
       local lock = assert(rl:new("locks", { unknown = true })) -- other options are ignored, as there
       assert.are.same({ 30, 5, 0.001, 2, 0.5 }, { lock.exptime, lock.timeout, lock.step, lock.ratio, lock.max_step })

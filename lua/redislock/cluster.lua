@@ -38,6 +38,7 @@
 
 local args = require "redislock.args"
 local core = require "redislock.core"
+local errors = require "redislock.errors"
 local transport = require "redislock.transport"
 local url = require "redislock.url"
 
@@ -48,6 +49,7 @@ local math_min = math.min
 local now, lock_slot, slot_of, redirect = core.now, core.lock_slot, core.slot, core.redirect
 
 local where = url.where
+local error_class, retry, connection = errors.class, errors.retry, errors.connection
 
 local _M = { _VERSION = core._VERSION }
 
@@ -69,12 +71,6 @@ local ACQUIRES = { take = true, acquire = true, acquire_wait = true, acquire_fai
 -- Releases and their forms on the hold's own key alone (see route).
 local ONE_KEY = { release = "release_one", write_release = "write_release_one", read_release = "read_release_one",
                   sem_release = "sem_release_one" }
-
--- Replies after which the table is refreshed before the next call.
-local STALE = { READONLY = true, UNBLOCKED = true, CLUSTERDOWN = true, MASTERDOWN = true }
-
--- Replies retried here (see above).
-local RETRY = { TRYAGAIN = true, CLUSTERDOWN = true }
 
 local Cluster = {}
 local cluster_mt = { __index = Cluster }
@@ -149,13 +145,13 @@ local function refresh(self)
     if not asked[n] then
       asked[n] = true
       local reply, err = n.t:command("CLUSTER", "SLOTS")
-      n.failed = reply == nil and err:sub(1, 11) == "connection:"
+      n.failed = reply == nil and connection(err)
       if type(reply) == "table" and #reply > 0 and load_slots(self, n, reply) then return true end
       if reply ~= nil then
         refused = true
         problems[#problems + 1] = n.addr .. " has no slots to tell"
       else
-        refused = refused or err:sub(1, 6) == "redis:"
+        refused = refused or not n.failed
         problems[#problems + 1] = err
       end
     end
@@ -180,9 +176,10 @@ local function owner(self, slot)
 end
 
 -- After a failed call on node n for slot: what to do next. Returns "moved"
--- or "ask" and the node named, "retry" (TRYAGAIN, CLUSTERDOWN), or nil (give
--- the error back; a connection error or a demoted node refreshes the table
--- first on the next call).
+-- or "ask" and the node named, "retry" (TRYAGAIN, CLUSTERDOWN: the class
+-- redislock/errors.lua retries "here"), or nil (give the error back; a
+-- connection error, a demoted node or a cluster down refreshes the table
+-- first on the next call: "resolve").
 local function after(self, n, slot, err)
   if type(err) ~= "string" then return nil end
   local kind, _, host, port = redirect(err)
@@ -195,11 +192,9 @@ local function after(self, n, slot, err)
     end
     return "ask", to
   end
-  local code = err:match("^redis: (%u+)")
-  local lost = err:sub(1, 11) == "connection:"
-  if lost then n.failed = true end
-  if lost or STALE[code] then self._stale = true end
-  if RETRY[code] then return "retry" end
+  if connection(err) then n.failed = true end
+  if retry(err, "resolve") then self._stale = true end
+  if retry(err, "here") then return "retry" end
   return nil
 end
 
@@ -237,10 +232,10 @@ local function route(self, slot, retry_here, method, first, ...)
       redirects = redirects + 1
       if redirects > MAX_REDIRECTS then return nil, too_many(slot, b) end
       n, asking = to, what == "ask"
-    elseif what == "retry" and method == "eval" and ONE_KEY[first] and b:find("^redis: TRYAGAIN") then
+    elseif what == "retry" and method == "eval" and ONE_KEY[first] and error_class(b) == "tryagain" then
       first = ONE_KEY[first] -- on the same node, after ASKING again if it was asked
     elseif what == "retry" and method == "eval" and (first == "take" or first == "acquire")
-           and b:find("^redis: TRYAGAIN") then
+           and error_class(b) == "tryagain" then
       -- Held by another owner, the lock answers busy with its PTTL, as the
       -- acquire script would; else the TRYAGAIN goes to the wait loop.
       local key, token = ...

@@ -23,6 +23,7 @@
 
 local args = require "redislock.args"
 local core = require "redislock.core"
+local errors = require "redislock.errors"
 local hold_mod = require "redislock.hold"
 local lock_mod = require "redislock.lock"
 
@@ -152,7 +153,7 @@ local function guarded(self, fname, nk, keys, argv, script)
   end
   local gone = lock_mod.no_longer_ours(hold) or (t == hold._t and lock_mod.unusable(hold))
   if gone then
-    if gone:find("^connection:") then return nil, gone end
+    if errors.connection(gone) then return nil, gone end
     return false, gone
   end
   local first, head

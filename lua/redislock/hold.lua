@@ -16,7 +16,7 @@ local wait = require "redislock.wait"
 
 local getmetatable, error = getmetatable, error
 local string_format = string.format
-local token, now, getpid, fork_gen = core.token, core.now, core.getpid, core.fork_gen
+local token, now, getpid, fork_gen, error_class = core.token, core.now, core.getpid, core.fork_gen, core.error_class
 local os_time = os.time
 local observe = lock_mod.observe
 local take, note_taken = wait.take, scope.note_taken
@@ -139,22 +139,17 @@ function _M.observe_waiting(self, how, key, kind)
 end
 local observe_waiting = _M.observe_waiting
 
--- Refusals of a script's command itself, before it ran: the user may not
--- run EVALSHA (or EVAL, or touch its keys), no such script, no memory for a
--- script that declares writes.
-local REFUSED = { NOPERM = true, NOSCRIPT = true, OOM = true }
-
 -- Whether err (an acquire's error message) says that it left nothing to
 -- give back: its call gave back what its take took (the C call's message
 -- then ends "; nothing its first try took is left", rl_call.c), or its
--- script ran nothing: refused itself, or for a passing state (READONLY,
--- LOADING ...: redislock/lock.lua's passing). An error from a command
--- within a script names the script's line ("@user_script", Redis 6 and
--- 7): it ran up to there.
+-- script ran nothing: the script's command itself was refused (class
+-- "refused": the user may not run EVALSHA, or touch its keys; no such
+-- script; no memory for a script that declares writes), or a passing state
+-- refused it (READONLY, LOADING ...: redislock/lock.lua's passing). An
+-- error from a command within a script (class "script") ran up to there.
 local function ran_nothing(err)
   if err:sub(-36) == "; nothing its first try took is left" then return true end
-  if err:find("@user_script", 1, true) then return false end
-  return lock_mod.passing(err) or REFUSED[err:match("^redis: (%u+)") or ""] == true
+  return lock_mod.passing(err) or error_class(err) == "refused"
 end
 
 -- acquire after its arguments were checked (how.scoped: with_lock's lock,

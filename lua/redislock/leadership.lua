@@ -13,6 +13,7 @@
 
 local args = require "redislock.args"
 local core = require "redislock.core"
+local errors = require "redislock.errors"
 local io_mod = require "redislock.election_io"
 local lock_mod = require "redislock.lock"
 
@@ -161,7 +162,7 @@ local function swap(self, new_tok)
     end
     if held >= quorum then return 1 end
     if held + #replies - answered < quorum then return other > 0 and -1 or 0 end
-    if not err:find("^connection:") then return nil, err end -- refused: nothing was swapped
+    if not errors.connection(err) then return nil, err end -- refused: nothing was swapped
     local lease = lock._lease
     step = lock_mod.pause(election._client._sleep, step, lease and lease:expires() or lock._expires or core.now())
     if not step then return nil, err end

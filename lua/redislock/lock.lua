@@ -8,12 +8,14 @@
 
 local args = require "redislock.args"
 local core = require "redislock.core"
+local errors = require "redislock.errors"
 
 local error, getmetatable, pcall, select, setmetatable, tonumber, tostring, type =
       error, getmetatable, pcall, select, setmetatable, tonumber, tostring, type
 local string_format = string.format
 local math_floor, math_huge, math_min = math.floor, math.huge, math.min
 local now, MAX_MS = core.now, core.MAX_MS
+local retry, unanswered = errors.retry, errors.unanswered
 local quote, check_self, check_nargs, check_seconds, check_phase, argerror =
       args.quote, args.check_self, args.check_nargs, args.check_seconds, args.check_phase, args.argerror
 
@@ -42,18 +44,14 @@ function _M.jitter()
 end
 local jitter = _M.jitter
 
--- Server replies that say the command did not run, for a state that
--- passes: a restart loading its data, a busy script, a master demoted or
--- down, a cluster slot moving or a cluster without a master. Unlike a reply
--- lost on a broken connection (the command may have run: a release sent
--- again could then say "lost"), such a refusal may be followed by the same
--- command.
-local PASSING = { LOADING = true, BUSY = true, READONLY = true, MASTERDOWN = true, TRYAGAIN = true,
-                  CLUSTERDOWN = true }
-
--- Whether err (an error message) is a refusal for a passing state.
+-- Whether err (an error message) says the command did not run, for a
+-- state that passes (a restart loading its data, a busy script, a master
+-- demoted or down, a cluster slot moving or a cluster without a master:
+-- redislock/errors.lua's "again"). Unlike a reply lost on a broken
+-- connection (the command may have run: a release sent again could then
+-- say "lost"), such a refusal may be followed by the same command.
 function _M.passing(err)
-  return type(err) == "string" and PASSING[err:match("^redis: (%u+)") or ""] == true
+  return retry(err, "again")
 end
 local passing = _M.passing
 
@@ -264,7 +262,7 @@ local function lock_eval(self, fname, what, ms)
   if status == nil then
     -- A release that went out but whose answer did not come back may have
     -- run on the server (not so when the connection could not even be made).
-    if what == "release" and value:match("^connection:") and not value:match("^connection: cannot connect") then
+    if what == "release" and unanswered(value) then
       self._release_unconfirmed = true
     end
     if self._link.observer then

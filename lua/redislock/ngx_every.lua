@@ -95,7 +95,7 @@ local function run(election, interval, fn, ttl, value)
         log(ngx.ERR, election.name, ": ", tostring(err))
         pcall(lead.resign, lead)
       end
-    elseif not err:find("^busy:") and going(election) then
+    elseif core.error_class(err) ~= "busy" and going(election) then
       log(ngx.WARN, election.name, ": ", err)
       sleep_until(election, ngx.now() + CAMPAIGN_STEP)
     end

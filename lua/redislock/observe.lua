@@ -15,6 +15,7 @@
 
 local args = require "redislock.args"
 local core = require "redislock.core"
+local errors = require "redislock.errors"
 local hold_mod = require "redislock.hold"
 local io_mod = require "redislock.election_io"
 local lock_mod = require "redislock.lock"
@@ -146,7 +147,7 @@ function _M.observe(self, fn, opts, ...)
       popped = nil
       block = math_floor(math_max(block, 0.001) * 1000)
       local woke, werr = node:wait(self._key, me, block)
-      if woke == nil and werr and werr:find("^connection:") and now() >= heard_at + late then
+      if woke == nil and errors.connection(werr) and now() >= heard_at + late then
         -- The server went quiet while it blocked (the block's own time
         -- and the client's timeout passed): nothing heard for late seconds.
         if heard_at + late <= deadline then result, result_err = nil, werr end

@@ -24,11 +24,12 @@
 local args = require "redislock.args"
 local client_mod = require "redislock.client"
 local core = require "redislock.core"
-local wait = require "redislock.wait"
+local errors = require "redislock.errors"
 
 local getmetatable, pcall, setmetatable, tostring, type = getmetatable, pcall, setmetatable, tostring, type
 local math_max, math_min = math.max, math.min
-local now = core.now
+local now, key_problem = core.now, core.key_problem
+local error_class, retry = errors.class, errors.retry
 local argerror, check_nargs, check_seconds, check_self = args.argerror, args.check_nargs, args.check_seconds,
       args.check_self
 local is_client = client_mod.is_client
@@ -103,7 +104,8 @@ end
 -- @return the lock object
 -- @return[2] nil
 -- @treturn[2] string "dictionary not found" when dict_name is no non-empty
---   string; "no Redis configured: ..." without configure or opts.client
+--   string, or one that cannot begin a lock's name (it starts with "}");
+--   "no Redis configured: ..." without configure or opts.client
 -- @raise "bad argument #2 to 'new' (...)" for an option of the wrong type
 --   or an exptime of 0 or less
 function _M.new(self, dict_name, opts, ...)
@@ -112,7 +114,10 @@ function _M.new(self, dict_name, opts, ...)
   else
     check_nargs("new", 2, ...)
   end
-  if type(dict_name) ~= "string" or dict_name == "" then return nil, "dictionary not found" end
+  -- A name that cannot begin a lock's name ("}...") names no dictionary either.
+  if type(dict_name) ~= "string" or dict_name == "" or key_problem(dict_name .. ":") then
+    return nil, "dictionary not found"
+  end
   if opts ~= nil and type(opts) ~= "table" then argerror(2, "new", "options must be a table, got " .. type(opts)) end
   opts = opts or {}
   local client = opts.client
@@ -139,10 +144,10 @@ function _M.new(self, dict_name, opts, ...)
 end
 
 -- Whether a first try's error (a busy lock, a lost connection, a passing
--- server state) is worth waiting out within the timeout.
+-- server state: what redislock/errors.lua lets a wait retry) is worth
+-- waiting out within the timeout.
 local function waitable(err)
-  local code = err:match("^(%a+):")
-  return code == "busy" or code == "connection" or (code == "redis" and wait.TRANSIENT[err:match("^redis: (%u+)")])
+  return error_class(err) == "busy" or retry(err, "wait")
 end
 
 --- Takes the lock on key for exptime seconds, waiting up to timeout
@@ -177,7 +182,7 @@ function _M.lock(self, key, ...)
     end
   end
   if not lock then
-    if err:match("^busy:") then return nil, "timeout" end
+    if error_class(err) == "busy" then return nil, "timeout" end
     return nil, err
   end
   self.held, self.key = lock, key
@@ -187,7 +192,7 @@ end
 
 -- The object no longer holds its lock when err says it is not ours.
 local function forget_lost(self, err)
-  if err:match("^lost:") then self.held = nil end
+  if error_class(err) == "lost" then self.held = nil end
 end
 
 --- Releases the lock this object holds (compare-and-delete on Redis).

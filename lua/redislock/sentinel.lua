@@ -25,6 +25,7 @@
 
 local args = require "redislock.args"
 local core = require "redislock.core"
+local errors = require "redislock.errors"
 local transport = require "redislock.transport"
 local url = require "redislock.url"
 
@@ -34,6 +35,7 @@ local string_format, table_concat, table_insert, table_remove = string.format, t
       table.remove
 
 local where, now = url.where, core.now
+local retry = errors.retry
 
 local _M = { _VERSION = core._VERSION }
 
@@ -44,15 +46,9 @@ args.own(debug.getinfo(1, "S").source)
 local ROLE_TRIES = 5
 local ROLE_PAUSE = 0.1
 
--- Replies after which the node may no longer be the master.
-local STALE = { READONLY = true, MASTERDOWN = true, UNBLOCKED = true }
-
 -- A wait blocks this long at most before it looks for a switch (see
 -- Sentinel:wait; Redis ends a timed-out BLPOP at its next tick, 0.1 s later).
 local WAIT_BLOCK_MS = 500
-
--- How redislock/ngx_conn.lua's NOT_MASTER ends: nothing was sent.
-local NOT_SENT = "(nothing was sent)"
 
 local Sentinel = {}
 local sentinel_mt = { __index = Sentinel }
@@ -172,7 +168,7 @@ local function resolve(self)
     if not host then return nil, port end
     local node = point(self, host, port)
     local reply, err = node:command("ROLE")
-    if reply == nil and not (type(err) == "string" and err:find(NOT_SENT, 1, true)) then return nil, err end
+    if reply == nil and not retry(err, "resend") then return nil, err end
     role = reply == nil and err:match(" says ROLE (%S+) ") or type(reply) == "table" and reply[1] or tostring(reply)
     if role == "master" then
       self._stale = false
@@ -198,13 +194,13 @@ local function current(self)
 end
 
 -- After a failed call: resolve again before the next when the failure says
--- the node may be gone or no longer the master. true when nothing was sent:
--- a new OpenResty connection found the node demoted (redislock/ngx_conn.lua's
--- open, master_only), and the call may be made again at once.
+-- the node may be gone or no longer the master (redislock/errors.lua's
+-- "resolve"). true when nothing was sent ("resend"): a new OpenResty
+-- connection found the node demoted (redislock/ngx_conn.lua's open,
+-- master_only), and the call may be made again at once.
 local function check(self, err)
-  if type(err) ~= "string" then return false end
-  if err:sub(1, 11) == "connection:" or STALE[err:match("^redis: (%u+)") or ""] then self._stale = true end
-  return err:find(NOT_SENT, 1, true) ~= nil
+  if retry(err, "resolve") then self._stale = true end
+  return retry(err, "resend")
 end
 
 -- Makes a call (method of the node transport) on the master, and once more

@@ -9,6 +9,7 @@
 
 local args = require "redislock.args"
 local core = require "redislock.core"
+local errors = require "redislock.errors"
 local lock_mod = require "redislock.lock"
 local transport = require "redislock.transport"
 
@@ -18,6 +19,7 @@ local math_max, math_min, math_floor, math_huge = math.max, math.min, math.floor
 local now, MAX_MS = core.now, core.MAX_MS
 local quote, raise_at_caller = args.quote, args.raise_at_caller
 local ours_by_clock = lock_mod.ours_by_clock
+local retry = errors.retry
 
 local _M = { _VERSION = core._VERSION }
 
@@ -88,23 +90,20 @@ local function busy_message(key, value, waited, mine)
   return string_format("busy: %s is %s (%s)", quote(key), state, detail)
 end
 
--- Replies that mean "this server will answer later": a restart loading its
--- data (LOADING), a script running (BUSY), a replica cut off from its master
+-- What is worth retrying within the wait: a lost connection, and replies
+-- that mean "this server will answer later": a restart loading its data
+-- (LOADING), a script running (BUSY), a replica cut off from its master
 -- (MASTERDOWN), a master demoted by a failover (READONLY) or a waiter
 -- unblocked by one (UNBLOCKED), a cluster slot moving or a cluster without
--- quorum (TRYAGAIN, CLUSTERDOWN). With wait time left they are retried like a
--- lost connection (behind Sentinel, on the master it names then); every lock
--- script checks the token, so a resend is always reconciled. The one list of
--- them: topologies add theirs here.
-local TRANSIENT = { LOADING = true, BUSY = true, MASTERDOWN = true, READONLY = true, UNBLOCKED = true,
-                    TRYAGAIN = true, CLUSTERDOWN = true }
+-- quorum (TRYAGAIN, CLUSTERDOWN); behind Sentinel, on the master it names
+-- then. Every lock script checks the token, so a resend is always
+-- reconciled. The one table of them is redislock/errors.lua's ("wait");
+-- TRANSIENT lists its server codes.
+local TRANSIENT = errors.codes("wait")
 
--- Whether an error message (from eval) is worth retrying within the wait:
--- a connection failure or a transient server state.
+-- Whether an error message (from eval) is worth retrying within the wait.
 local function retryable(err)
-  if err:sub(1, 11) == "connection:" then return true end
-  local code = err:match("^redis: (%u+)")
-  return code ~= nil and TRANSIENT[code] == true
+  return retry(err, "wait")
 end
 
 -- Keys remembered as busy per client, at most this many (then forgotten at once).
@@ -444,8 +443,8 @@ _M.take = take
 -- holds there, or nil (see above).
 _M.busy_message = busy_message
 
---- The server replies worth waiting out (code word -> true); topologies add
--- theirs here.
+--- The server replies worth waiting out (code word -> true), as
+-- redislock/errors.lua's table says.
 _M.TRANSIENT = TRANSIENT
 
 return _M
