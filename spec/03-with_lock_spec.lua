@@ -317,6 +317,7 @@ describe("with_lock", function()
         local status, body = http.request(ngx.port, "GET", "/dead/acquire?key=k")
         assert.are.equal(503, status)
         assert.is_truthy(body:match("^connection: cannot connect to 127%.0%.0%.1:%d+ %(connection refused%)"), body)
+        assert.are.equal("connect", core.error_class((body:gsub("\n$", "")))) -- as the C transport's (spec/05)
         -- lua_socket_log_errors off: nothing in nginx's log either.
         assert.is_nil(ngx:error_log():find("connect() failed", 1, true), ngx:error_log())
       end)
@@ -328,6 +329,7 @@ describe("with_lock", function()
         local status, body = http.request(ngx.port, "GET", "/slow/acquire?key=k")
         assert.are.equal(503, status)
         assert.is_truthy(body:match("^connection: 127%.0%.0%.1:%d+ did not answer within 0%.2 s %(timeout%)"), body)
+        assert.are.equal("timeout", core.error_class((body:gsub("\n$", ""))))
         -- The server answers again afterwards, on a fresh connection. (Each
         -- try takes another key: one that timed out may still run once the
         -- server wakes, and then holds its key until the TTL.)

@@ -67,6 +67,7 @@ describe("a refused connection", function()
     assert.is_nil(lock)
     assert.matches("^connection:", err)
     assert.truthy(err:find(tostring(port), 1, true), err)
+    assert.are.equal("connect", core.error_class(err)) -- nothing was sent
     -- Refused is an answer, not a silence: no waiting for the connect timeout.
     assert.is_true(elapsed < 0.5 * slow, "took " .. elapsed .. " s")
   end)
@@ -164,6 +165,7 @@ describe("a server slower than the command timeout", function()
     assert.is_nil(lock)
     assert.matches("^connection:", err)
     assert.matches("timeout", err)
+    assert.are.equal("timeout", core.error_class(err)) -- sent: it may have run
     assert.is_true(elapsed >= 0.18, "gave up after " .. elapsed .. " s, before the 0.2 s timeout")
     assert.is_true(elapsed < 0.45 * slow, "took " .. elapsed .. " s")
 
@@ -253,6 +255,7 @@ describe("authentication", function()
     assert.is_nil(lock)
     assert.matches("^redis:", err)
     assert.truthy(err:find("AUTH", 1, true), err)
+    assert.are.equal("redis", core.error_class(err))
   end)
 
   it("without a password is a redis error (NOAUTH)", function()
@@ -482,6 +485,7 @@ describe("connections under OpenResty", function()
     status, body = http.request(ngx.port, "GET", "/badauth/acquire?key=k")
     assert.are.equal(502, status)
     assert.is_truthy(body:match("^redis: AUTH refused by 127%.0%.0%.1:%d+: WRONGPASS"), body)
+    assert.are.equal("redis", core.error_class((body:gsub("\n$", "")))) -- as the C transport's
   end)
 
   it("talks over a unix socket", function()
