@@ -46,6 +46,7 @@ build = {
     ["redislock.admin"] = "lua/redislock/admin.lua",
     ["redislock.args"] = "lua/redislock/args.lua",
     ["redislock.client"] = "lua/redislock/client.lua",
+    ["redislock.client_args"] = "lua/redislock/client_args.lua",
     ["redislock.lock"] = "lua/redislock/lock.lua",
     ["redislock.metrics"] = "lua/redislock/metrics.lua",
     ["redislock.metrics_text"] = "lua/redislock/metrics_text.lua",

@@ -11,29 +11,29 @@
 
 local admin = require "redislock.admin"
 local args = require "redislock.args"
+local client_args = require "redislock.client_args"
 local core = require "redislock.core"
 local election = require "redislock.election"
 require "redislock.guard" -- adds the guarded writes to lock objects (fenced, owned)
 local hold = require "redislock.hold"
 local lock_mod = require "redislock.lock"
-local metrics = require "redislock.metrics"
 local multilock = require "redislock.multilock"
 local rwlock = require "redislock.rwlock"
 local scope = require "redislock.scope"
 local semaphore = require "redislock.semaphore"
-local tls = require "redislock.tls"
 local topology = require "redislock.topology"
 local transport = require "redislock.transport"
-local url = require "redislock.url"
 
 local error, getmetatable, pairs, select, setmetatable, tostring, type =
       error, getmetatable, pairs, select, setmetatable, tostring, type
-local string_format = string.format
 local argerror, quote, pack = args.argerror, args.quote, args.pack
-local check_key, check_seconds, check_self, check_nargs, check_opts, check_whole, check_phase, lock_opts =
-      args.check_key, args.check_seconds, args.check_self, args.check_nargs, args.check_opts, args.check_whole,
-      args.check_phase, args.lock_opts
+local check_key, check_seconds, check_self, check_nargs, check_phase, lock_opts =
+      args.check_key, args.check_seconds, args.check_self, args.check_nargs, args.check_phase, args.lock_opts
+local STATEFUL, bad_argument, upper_of, upper_name = client_args.STATEFUL, client_args.bad_argument,
+      client_args.upper_of, client_args.upper_name
 local acquire, with_hold, check_not_closed = hold.hold, hold.with_hold, hold.check_not_closed
+local check_keys = multilock.check_keys -- a multi-key lock's: the keys as given, and sorted
+local refused, check_primitive = client_args.refused, client_args.check_primitive
 
 local _M = { _VERSION = core._VERSION }
 
@@ -58,8 +58,6 @@ local function check_client(self, fname)
   check_live(self, fname)
   check_phase(self._transport, fname)
 end
-
-local MAX_TIMEOUT_MS = 86400 * 1000
 
 --- The options of redislock.new. Times are seconds (fractions allowed).
 -- Behind Sentinel, `sentinels` and `master` replace `url`, `host`, `port`
@@ -147,11 +145,6 @@ local NEW_OPTS = {
 --   others out after its TTL: the server keeps it TTL + lock_delay, its
 --   holder counts it lost at its TTL; a release ends it at once
 --   (docs/guarantees.md). Not with Redlock, multi-key locks or elections
-local STRING_OPTS = { "url", "host", "path", "username", "password", "prefix", "master", "sentinel_username",
-                      "sentinel_password", "label" }
-
--- The characters of a holder's host and label in a token (no '/', no space).
-local HOLDER_CHARS = "[^%w%._:@%-]"
 
 --- Makes a client (redislock.new). No I/O: it connects on first use. Under
 -- OpenResty it talks over cosockets and nginx's connection pool.
@@ -162,76 +155,8 @@ local HOLDER_CHARS = "[^%w%._:@%-]"
 function _M.new(opts, ...)
   check_nargs("new", 1, ...)
   if type(opts) == "string" then opts = { url = opts } end
-  opts = check_opts(1, "new", opts, NEW_OPTS)
-  for _, name in pairs(STRING_OPTS) do
-    if opts[name] ~= nil and type(opts[name]) ~= "string" then
-      argerror(1, "new", string_format("option '%s' must be a string, got %s", name, type(opts[name])))
-    end
-  end
-  topology.check(opts)
-  local c = {}
-  if opts.url then
-    local t, why = url.parse(opts.url)
-    if not t then argerror(1, "new", "option 'url' " .. why) end
-    -- A URL names a TCP address or a socket path; host or path may replace
-    -- its own kind of address, not the other one.
-    if opts.path and t.host or opts.host and t.path then
-      argerror(1, "new", string_format("option '%s' cannot replace the address of a %s URL in option 'url'",
-                                       opts.path and "path" or "host", t.path and "unix://" or "redis://"))
-    end
-    c = t
-  end
-  for _, name in pairs({ "host", "port", "path", "username", "password", "db" }) do
-    if opts[name] ~= nil then c[name] = opts[name] end
-  end
-  if opts.host and opts.path then
-    argerror(1, "new", "options 'host' and 'path' exclude each other")
-
-  elseif opts.host then
-    c.path = nil
-  elseif opts.path then
-    c.host, c.port = nil, nil
-  end
-  args.check_server(c, function(field)
-    if field == "db" and opts.db == nil then return "the URL's database" end
-    return "option '" .. field .. "'"
-  end)
-  for _, name in pairs({ "pool_size", "wait_connections" }) do
-    if opts[name] ~= nil then check_whole(1, "new", "option '" .. name .. "'", opts[name], 1, 1000000) end
-    c[name] = opts[name]
-  end
-  if opts.coalesce ~= nil and type(opts.coalesce) ~= "boolean" then
-    argerror(1, "new", "option 'coalesce' must be a boolean, got " .. type(opts.coalesce))
-  end
-  for _, name in pairs({ "connect_timeout", "timeout", "keepalive_timeout" }) do
-    if opts[name] ~= nil then
-      local ms = check_seconds(1, "new", "option '" .. name .. "'", opts[name])
-      if ms > MAX_TIMEOUT_MS then
-        argerror(1, "new", string_format("option '%s' must be at most 86400 (one day)", name))
-      end
-      c[name .. "_ms"] = ms
-    end
-  end
-  if opts.label ~= nil and (#opts.label == 0 or #opts.label > 64 or opts.label:find(HOLDER_CHARS)) then
-    argerror(1, "new", "option 'label' must be 1 to 64 letters, digits or . _ : @ -")
-  end
-  if opts.holder ~= nil and type(opts.holder) ~= "boolean" then
-    argerror(1, "new", "option 'holder' must be a boolean, got " .. type(opts.holder))
-  end
-  if opts.observer ~= nil and not args.is_callable(opts.observer) then
-    argerror(1, "new", "option 'observer' must be a function, got " .. type(opts.observer))
-  end
-  local observer = opts.observer
-  if opts.metrics ~= nil then
-    if not metrics.is_metrics(opts.metrics) then
-      argerror(1, "new", "option 'metrics' must be made by redislock.metrics.new, got " .. type(opts.metrics))
-    end
-    observer = opts.metrics:observer(observer)
-  end
-  c.tls = tls.settings(opts.tls, c.tls, c.path)
-  c.prefix = opts.prefix or "lock:"
-  local why = core.prefix_problem(c.prefix)
-  if why then argerror(1, "new", "option 'prefix' " .. why) end
+  local c, observer, holder
+  c, opts, observer, holder = client_args.options(opts, NEW_OPTS)
   -- _renewed: its locks with a lease, weakly (close stops their renewal).
   -- _held: key -> its lock taken by this client, weakly (for messages).
   -- _hot: keys this client found busy lately (redislock/wait.lua).
@@ -242,7 +167,7 @@ function _M.new(opts, ...)
   local self = { prefix = c.prefix, _renewed = setmetatable({}, { __mode = "k" }),
                  _held = setmetatable({}, { __mode = "v" }), _hot = { keys = {}, n = 0 },
                  _link = { closed = false, observer = observer, prefix = c.prefix },
-                 _holder = opts.holder ~= false and "/" .. core.hostname():gsub(HOLDER_CHARS, "_") .. "/" or nil,
+                 _holder = holder,
                  _label = opts.label and "/" .. opts.label or "" }
   self._transport, self._sleep = topology.transport(opts, c)
   self._gates = opts.coalesce ~= false and transport.gates and transport.gates() or nil
@@ -259,30 +184,6 @@ end
 
 client_mt.__tostring = function(self)
   return tostring(self._transport)  -- "redislock.Client (127.0.0.1:6379)"
-end
-
--- Commands that would change what the connection means for the lock scripts
--- sent after them: another db, a transaction, a subscription, no replies,
--- another user. Client:command refuses them.
-local STATEFUL = {
-  SELECT = true, MULTI = true, EXEC = true, DISCARD = true, WATCH = true, UNWATCH = true,
-  SUBSCRIBE = true, PSUBSCRIBE = true, SSUBSCRIBE = true, UNSUBSCRIBE = true,
-  PUNSUBSCRIBE = true, SUNSUBSCRIBE = true, MONITOR = true, RESET = true, HELLO = true,
-  AUTH = true, QUIT = true, SYNC = true, PSYNC = true,
-}
-
--- Raises: argument i of command, v, is neither a string nor a number.
-local function bad_argument(i, v)
-  argerror(i, "command", "string or number expected, got " .. type(v))
-end
-
--- A command name in capitals, remembered for the first 256 short names
--- seen, so that the usual few cost no new string a call.
-local upper_of, uppers = {}, 0
-local function upper_name(name)
-  local upper = name:upper()
-  if uppers < 256 and #name <= 32 then upper_of[name], uppers = upper, uppers + 1 end
-  return upper
 end
 
 --- Runs one Redis command on the client's connection, e.g. for a fenced write.
@@ -333,27 +234,6 @@ end
 -- ----------------------------------------------------------------------------
 -- Locks
 
--- Raises a bad argument n to fname for an acquire option the client's
--- topology cannot honour (Redlock: fair, replicas).
-local function refused(self, n, fname, how)
-  args.refuse(n, fname, how, self._transport.refuses, "with 'redlock'")
-end
-
--- Raises a bad argument n to fname when the client's topology cannot run
--- the primitive called what ("a semaphore" ...).
-local function check_primitive(self, n, fname, what)
-  local no = self._transport.refuses
-  if no and no.primitives then
-    argerror(n, fname, string_format("%s is not available with 'redlock' (%s)", what, no.primitives))
-  end
-end
-
--- A multi-key lock's keys (argument n of fname), checked: the keys as
--- given, and sorted (redislock/multilock.lua).
-local function multi_keys(n, fname, keys)
-  return multilock.check_keys(n, fname, keys)
-end
-
 --- Takes the lock named key for ttl seconds; with a list of keys, all of
 -- them or none (redislock/multilock.lua).
 -- @tparam string|{string,...} key the lock's name (stored as prefix .. "{" ..
@@ -367,7 +247,7 @@ end
 function Client:acquire(key, ttl, opts, ...)
   check_client(self, "acquire")
   if type(key) == "table" then
-    local keys, sorted = multi_keys(1, "acquire", key)
+    local keys, sorted = check_keys(1, "acquire", key)
     local ms = check_seconds(2, "acquire", "ttl", ttl)
     local how = lock_opts(3, "acquire", opts, false)
     check_nargs("acquire", 3, ...)
@@ -392,11 +272,7 @@ end
 function Client:from_token(key, tok, ...)
   check_live(self, "from_token")
   check_key(1, "from_token", key)
-  if type(tok) ~= "string" then
-    argerror(2, "from_token", "token must be a string, got " .. type(tok))
-  elseif #tok < 32 or tok:sub(1, 32):find("[^0-9a-f]") or (#tok > 32 and not tok:find("^/[^%s%z]+$", 33)) then
-    argerror(2, "from_token", "token must be 32 lowercase hex digits (and who holds it, after a '/'), as lock.token")
-  end
+  client_args.check_token(2, "from_token", tok)
   check_nargs("from_token", 2, ...)
   -- Neither its fence nor when it expires is known here.
   return lock_mod.new(self._transport, self._link, key, tok)
@@ -411,7 +287,7 @@ end
 -- list of keys, the keys sorted (the key passed on is then the checked copy).
 function _M.with_lock_args(key, ttl, fn, opts, ...)
   local sorted
-  if type(key) == "table" then key, sorted = multi_keys(1, "with_lock", key) else check_key(1, "with_lock", key) end
+  if type(key) == "table" then key, sorted = check_keys(1, "with_lock", key) else check_key(1, "with_lock", key) end
   local ms = check_seconds(2, "with_lock", "ttl", ttl)
   args.check_fn(3, "with_lock", fn)
   local how = lock_opts(4, "with_lock", opts, true)
