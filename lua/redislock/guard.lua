@@ -23,7 +23,6 @@
 
 local args = require "redislock.args"
 local core = require "redislock.core"
-local errors = require "redislock.errors"
 local hold_mod = require "redislock.hold"
 local lock_mod = require "redislock.lock"
 
@@ -31,6 +30,7 @@ local ipairs, pairs, select, setmetatable, tostring, type = ipairs, pairs, selec
 local string_format = string.format
 local unpack = table.unpack or unpack -- luacheck: ignore (LuaJIT's global)
 local argerror, quote, show, number_text = args.argerror, args.quote, args.show, args.number_text
+local connection_failed = require("redislock.errors").connection
 
 -- Raises "bad self to 'fname' (msg)" at the caller.
 local function bad_self(fname, msg)
@@ -153,7 +153,7 @@ local function guarded(self, fname, nk, keys, argv, script)
   end
   local gone = lock_mod.no_longer_ours(hold) or (t == hold._t and lock_mod.unusable(hold))
   if gone then
-    if errors.connection(gone) then return nil, gone end
+    if connection_failed(gone) then return nil, gone end
     return false, gone
   end
   local first, head

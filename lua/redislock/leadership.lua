@@ -13,7 +13,6 @@
 
 local args = require "redislock.args"
 local core = require "redislock.core"
-local errors = require "redislock.errors"
 local io_mod = require "redislock.election_io"
 local lock_mod = require "redislock.lock"
 
@@ -24,6 +23,7 @@ local check_self, check_nargs, quote, raise_at_caller = args.check_self, args.ch
 local each, servers, split, announce, check_value = io_mod.each, io_mod.servers, io_mod.split, io_mod.announce,
       io_mod.check_value
 local ours_by_clock, set_lost = lock_mod.ours_by_clock, lock_mod.set_lost
+local connection_failed = require("redislock.errors").connection
 
 local _M = { _VERSION = core._VERSION }
 
@@ -162,7 +162,7 @@ local function swap(self, new_tok)
     end
     if held >= quorum then return 1 end
     if held + #replies - answered < quorum then return other > 0 and -1 or 0 end
-    if not errors.connection(err) then return nil, err end -- refused: nothing was swapped
+    if not connection_failed(err) then return nil, err end -- refused: nothing was swapped
     local lease = lock._lease
     step = lock_mod.pause(election._client._sleep, step, lease and lease:expires() or lock._expires or core.now())
     if not step then return nil, err end

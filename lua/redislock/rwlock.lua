@@ -44,11 +44,13 @@ args.own(debug.getinfo(1, "S").source)
 local RWLock = {}
 local rwlock_mt = { __index = RWLock }
 
--- The holds' scripts and names (see redislock/lock.lua's LOCK).
-local READ = { release = "read_release", extend = "read_extend", pttl = "read_pttl",
-               label = "the read lock on %s", kind = "read lock" }
-local WRITE = { release = "write_release", extend = "write_extend", pttl = "write_pttl",
-                label = "the write lock on %s", kind = "write lock" }
+-- The scripts and names of the holds of side "read" or "write" (see
+-- redislock/lock.lua's LOCK): <side>_release, <side>_extend, <side>_pttl.
+local function holds(side)
+  return { release = side .. "_release", extend = side .. "_extend", pttl = side .. "_pttl",
+           label = "the " .. side .. " lock on %s", kind = side .. " lock" }
+end
+local READ, WRITE = holds("read"), holds("write")
 
 -- The busy message of a read or a write (value: ms until it may change:
 -- the writer's TTL, the last reader's, or the waiting writers' stay); hint:

@@ -53,22 +53,6 @@ local function columns(n, fname, t, what)
   return names
 end
 
--- The fence of a hold (a leadership's is its term), and the options:
--- fence column, placeholder style.
-local function setup(fname, hold, opts, nopts)
-  local fence = type(hold) == "table" and (hold.fence or hold.term) or nil
-  if type(fence) ~= "number" then
-    argerror(1, fname, "a hold with a fence expected (a lock, a permit, a read or write lock, a leadership)")
-  end
-  opts = opts or {}
-  if type(opts) ~= "table" then argerror(nopts, fname, "options must be a table, got " .. type(opts)) end
-  local style = opts.placeholder or "$"
-  if style ~= "$" and style ~= "?" then
-    argerror(nopts, fname, "option 'placeholder' must be \"$\" or \"?\", got " .. show(style))
-  end
-  return fence, ident(nopts, fname, opts.fence or "fence"), style
-end
-
 -- A value a statement may carry: a finite number, a string or a boolean
 -- (what inline can write, and every driver takes); else a bad argument n
 -- naming the column.
@@ -103,6 +87,27 @@ local function params_of(style)
   end
 end
 
+-- What update and upsert (fname) start with: the fence of a hold (a
+-- leadership's is its term), the fence column (quoted) and the table tbl
+-- (argument 2, quoted), checked with the options (argument 5: fence
+-- column, placeholder style); and the statement's params and their p (see
+-- params_of).
+local function setup(fname, hold, tbl, opts)
+  local fence = type(hold) == "table" and (hold.fence or hold.term) or nil
+  if type(fence) ~= "number" then
+    argerror(1, fname, "a hold with a fence expected (a lock, a permit, a read or write lock, a leadership)")
+  end
+  opts = opts or {}
+  if type(opts) ~= "table" then argerror(5, fname, "options must be a table, got " .. type(opts)) end
+  local style = opts.placeholder or "$"
+  if style ~= "$" and style ~= "?" then
+    argerror(5, fname, "option 'placeholder' must be \"$\" or \"?\", got " .. show(style))
+  end
+  local fcol = ident(5, fname, opts.fence or "fence")
+  local params, p = params_of(style)
+  return fence, fcol, ident(2, fname, tbl), params, p
+end
+
 --- sql.update(hold, tbl, values, where[, opts]) -> text, params: UPDATE the
 -- rows of tbl that match where (column -> value, all equal) and whose fence
 -- is at most the hold's, setting values and the fence.
@@ -116,9 +121,7 @@ end
 -- @treturn string the statement
 -- @treturn table its parameters, in order
 function _M.update(hold, tbl, values, where, opts)
-  local fence, fcol, style = setup("update", hold, opts, 5)
-  local t = ident(2, "update", tbl)
-  local params, p = params_of(style)
+  local fence, fcol, t, params, p = setup("update", hold, tbl, opts)
   local sets, conds = {}, {}
   local set_names, where_names = columns(3, "update", values, "values"), columns(4, "update", where, "where")
   check_no_fence(3, "update", "values", set_names, fcol, opts)
@@ -147,9 +150,7 @@ end
 -- @treturn string the statement
 -- @treturn table its parameters, in order
 function _M.upsert(hold, tbl, row, keys, opts)
-  local fence, fcol, style = setup("upsert", hold, opts, 5)
-  local t = ident(2, "upsert", tbl)
-  local params, p = params_of(style)
+  local fence, fcol, t, params, p = setup("upsert", hold, tbl, opts)
   local names, marks, updates = {}, {}, {}
   if type(keys) ~= "table" or #keys == 0 then argerror(4, "upsert", "keys must be a list of column names") end
   local is_key, key_names = {}, {}
