@@ -103,7 +103,7 @@ local function ask(self)
       unknown = true
       problems[#problems + 1] = where(s.host, s.port) .. " does not know it"
     else
-      refused = refused or err:sub(1, 6) == "redis:" -- it answered, with an error (NOAUTH ...)
+      refused = refused or not errors.connection(err) -- it answered, with an error (NOAUTH ...)
       problems[#problems + 1] = err
     end
   end
