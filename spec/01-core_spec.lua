@@ -90,6 +90,40 @@ describe("redislock.core", function()
     assert.matches("proto_test: %d%d%d+ checks, 0 failed", out)
   end)
 
+  it("tells an error's class to Lua, and the loops retry by the class alone", function()
+    -- (Each message's class: proto_test's test_errors.)
+    local errors = require "redislock.errors"
+    assert.are.equal("stale", core.error_class("redis: READONLY You can't write against a read only replica."))
+    assert.are.equal("closed", core.error_class("connection: lost 127.0.0.1:6379 (Connection reset by peer)"))
+    assert.is_nil(core.error_class(nil))
+    assert.is_nil(core.error_class({}))
+    assert.is_nil(core.error_class("not one of ours"))
+    assert.are.same({ LOADING = "transient", BUSY = "transient", READONLY = "stale", MASTERDOWN = "stale",
+                      UNBLOCKED = "stale", TRYAGAIN = "tryagain", CLUSTERDOWN = "clusterdown", MOVED = "redirect",
+                      ASK = "redirect", NOPERM = "refused", NOSCRIPT = "refused", OOM = "refused" }, core.error_codes)
+    -- What a wait retries: the passing states and every connection failure.
+    assert.are.same({ LOADING = true, BUSY = true, READONLY = true, MASTERDOWN = true, UNBLOCKED = true,
+                      TRYAGAIN = true, CLUSTERDOWN = true }, require("redislock").TRANSIENT)
+    assert.is_true(errors.retry("connection: cannot connect to h:1 (Connection refused)", "wait"))
+    assert.is_false(errors.retry("redis: NOPERM no", "wait"))
+    assert.is_false(errors.retry(nil, "wait"))
+    -- A release is resent only when the command did not run; one that went
+    -- out unanswered may have run.
+    assert.is_true(errors.retry("redis: LOADING Redis is loading", "again"))
+    assert.is_false(errors.retry("connection: h:1 did not answer within 1 s (timeout)", "again"))
+    assert.is_true(errors.unanswered("connection: h:1 did not answer within 1 s (timeout)"))
+    assert.is_false(errors.unanswered("connection: cannot connect to h:1 (Connection refused)"))
+    assert.is_true(errors.connection("connection: cannot connect to h:1 (Connection refused)"))
+    assert.is_false(errors.connection("redis: ERR no"))
+    -- Sentinel goes to the master it resolves again, at once when nothing was sent.
+    local not_master = "redis: READONLY h:1 says ROLE slave on a new connection, not master (nothing was sent)"
+    assert.is_true(errors.retry(not_master, "resolve") and errors.retry(not_master, "resend"))
+    assert.is_false(errors.retry("redis: READONLY You can't write", "resend"))
+    -- Cluster retries TRYAGAIN and CLUSTERDOWN on the spot, and looks again after CLUSTERDOWN.
+    assert.is_true(errors.retry("redis: TRYAGAIN x", "here") and not errors.retry("redis: TRYAGAIN x", "resolve"))
+    assert.is_true(errors.retry("redis: CLUSTERDOWN x", "here") and errors.retry("redis: CLUSTERDOWN x", "resolve"))
+  end)
+
   describe("scripts", function()
     local srv
     lazy_setup(function() srv = helpers.start_redis() end)
