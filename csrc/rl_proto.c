@@ -378,10 +378,10 @@ static const struct {
   { "NOPERM", RL_EC_REFUSED },         { "NOSCRIPT", RL_EC_REFUSED },   { "OOM", RL_EC_REFUSED },
 };
 
-static const char *const CLASS_NAMES[] = { NULL,        "busy",     "lost",     "transient", "stale",
-                                           "unsent",    "tryagain", "clusterdown", "redirect", "refused",
-                                           "script",    "redis",    "connect",  "timeout",   "closed",
-                                           "connection" };
+static const char *const CLASS_NAMES[] = { NULL,      "busy",    "lost",     "transient", "stale",
+                                           "demoted", "tryagain", "clusterdown", "redirect", "refused",
+                                           "script",  "redis",   "connect",  "unsent",    "timeout",
+                                           "closed",  "connection" };
 
 /* Whether the len bytes at s begin with the C string p. */
 static int starts(const char *s, size_t len, const char *p) {
@@ -407,6 +407,7 @@ static int within(const char *s, size_t len, const char *p) {
    connects word it (rest: what follows "connection: "). */
 static rl_error_class connection_class(const char *rest, size_t len) {
   if (starts(rest, len, "cannot connect")) return RL_EC_CONNECT;
+  if (ends(rest, len, "(nothing was sent)")) return RL_EC_UNSENT; /* rl_conn_lost's, behind Sentinel */
   if (ends(rest, len, "(timeout)")) return RL_EC_TIMEOUT;
   if (starts(rest, len, "lost ") || within(rest, len, " closed the connection")) return RL_EC_CLOSED;
   return RL_EC_CONNECTION;
@@ -417,7 +418,7 @@ static rl_error_class connection_class(const char *rest, size_t len) {
 static rl_error_class reply_class(const char *rest, size_t len) {
   rl_error_class c = RL_EC_REDIS;
   size_t n = 0;
-  if (ends(rest, len, "(nothing was sent)")) return RL_EC_UNSENT;
+  if (ends(rest, len, "(nothing was sent)")) return RL_EC_DEMOTED; /* the cosocket transport's NOT_MASTER */
   while (n < len && rest[n] >= 'A' && rest[n] <= 'Z') n++;
   for (size_t i = 0; i < sizeof CODES / sizeof CODES[0]; i++)
     if (strlen(CODES[i].code) == n && memcmp(rest, CODES[i].code, n) == 0) c = CODES[i].class;

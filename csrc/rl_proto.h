@@ -325,8 +325,8 @@ typedef enum {
   RL_EC_TRANSIENT,   /* LOADING, BUSY: the server answers later; nothing ran */
   RL_EC_STALE,       /* READONLY, MASTERDOWN, UNBLOCKED: not (or no longer) the
                         master, or a waiter unblocked by a failover; nothing ran */
-  RL_EC_UNSENT,      /* a new connection found the node no master, and nothing
-                        was sent ("... (nothing was sent)") */
+  RL_EC_DEMOTED,     /* a new connection found the node no master, and nothing
+                        was sent ("redis: READONLY ... (nothing was sent)") */
   RL_EC_TRYAGAIN,    /* TRYAGAIN: a cluster slot half moved; nothing ran */
   RL_EC_CLUSTERDOWN, /* CLUSTERDOWN: no master serves the slot; nothing ran */
   RL_EC_REDIRECT,    /* MOVED, ASK: the slot is (being) served elsewhere */
@@ -335,6 +335,9 @@ typedef enum {
                         "@user_script"): the script ran up to there */
   RL_EC_REDIS,       /* any other error reply */
   RL_EC_CONNECT,     /* "connection: cannot connect ...": nothing was sent */
+  RL_EC_UNSENT,      /* the server closed a connection before it read the bytes,
+                        which were not sent again ("connection: ... (nothing
+                        was sent)"): nothing ran */
   RL_EC_TIMEOUT,     /* sent, but not answered in time: it may have run */
   RL_EC_CLOSED,      /* sent, but the connection was closed or lost before the
                         answer: it may have run */
@@ -345,9 +348,10 @@ typedef enum {
 /* The class of the len bytes of an error message at msg (see above). */
 rl_error_class rl_error_class_of(const char *msg, size_t len);
 
-/* The class's name for Lua: "busy", "lost", "transient", "stale", "unsent",
+/* The class's name for Lua: "busy", "lost", "transient", "stale", "demoted",
    "tryagain", "clusterdown", "redirect", "refused", "script", "redis",
-   "connect", "timeout", "closed", "connection"; NULL for RL_EC_NONE. */
+   "connect", "unsent", "timeout", "closed", "connection"; NULL for
+   RL_EC_NONE. */
 const char *rl_error_class_name(rl_error_class c);
 
 /* The i-th error code the class table names (from 0), with its class in

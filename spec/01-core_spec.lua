@@ -115,9 +115,16 @@ describe("redislock.core", function()
     assert.is_false(errors.unanswered("connection: cannot connect to h:1 (Connection refused)"))
     assert.is_true(errors.connection("connection: cannot connect to h:1 (Connection refused)"))
     assert.is_false(errors.connection("redis: ERR no"))
-    -- Sentinel goes to the master it resolves again, at once when nothing was sent.
+    -- Sentinel goes to the master it resolves again, at once when nothing was
+    -- sent (a new connection found the node demoted, or the server closed an
+    -- idle one before it read the bytes).
     local not_master = "redis: READONLY h:1 says ROLE slave on a new connection, not master (nothing was sent)"
+    local unsent = "connection: h:1 closed the connection (nothing was sent)"
+    assert.are.equal("demoted", core.error_class(not_master))
+    assert.are.equal("unsent", core.error_class(unsent))
     assert.is_true(errors.retry(not_master, "resolve") and errors.retry(not_master, "resend"))
+    assert.is_true(errors.retry(unsent, "resolve") and errors.retry(unsent, "resend"))
+    assert.is_true(errors.connection(unsent) and not errors.unanswered(unsent))
     assert.is_false(errors.retry("redis: READONLY You can't write", "resend"))
     -- Cluster retries TRYAGAIN and CLUSTERDOWN on the spot, and looks again after CLUSTERDOWN.
     assert.is_true(errors.retry("redis: TRYAGAIN x", "here") and not errors.retry("redis: TRYAGAIN x", "resolve"))

@@ -28,10 +28,11 @@ local _M = { _VERSION = core._VERSION }
 local RETRY = {
   transient = { again = true, wait = true },
   stale = { again = true, wait = true, resolve = true },
-  unsent = { again = true, wait = true, resolve = true, resend = true },
+  demoted = { again = true, wait = true, resolve = true, resend = true },
   tryagain = { again = true, wait = true, here = true },
   clusterdown = { again = true, wait = true, resolve = true, here = true },
   connect = { wait = true, resolve = true },
+  unsent = { wait = true, resolve = true, resend = true },
   timeout = { wait = true, resolve = true },
   closed = { wait = true, resolve = true },
   connection = { wait = true, resolve = true },
@@ -39,11 +40,12 @@ local RETRY = {
 
 -- The classes of a failed connection, and (true) those after which the
 -- command may have run: it was sent, and its answer did not come.
-local FAILED = { connect = false, timeout = true, closed = true, connection = true }
+local FAILED = { connect = false, unsent = false, timeout = true, closed = true, connection = true }
 
 --- class(err) -> the class of an error message ("transient", "stale",
--- "unsent", "tryagain", "clusterdown", "redirect", "refused", "script",
--- "redis", "connect", "timeout", "closed", "connection", "busy", "lost"),
+-- "demoted", "tryagain", "clusterdown", "redirect", "refused", "script",
+-- "redis", "connect", "unsent", "timeout", "closed", "connection", "busy",
+-- "lost"),
 -- or nil for another value.
 _M.class = class
 

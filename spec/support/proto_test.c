@@ -186,8 +186,9 @@ static rl_error_class class_of(const char *msg) {
 /* Error messages classified once: the server's codes, the transports' own
    failures (as both word them), a script's line, the code words. */
 static void test_errors(void) {
-  static const char *const names[] = { "transient", "stale", "unsent", "tryagain", "clusterdown", "redirect",
-                                       "refused", "script", "redis", "connect", "timeout", "closed", "connection" };
+  static const char *const names[] = { "transient", "stale",   "demoted", "tryagain", "clusterdown", "redirect",
+                                       "refused",   "script",  "redis",   "connect",  "unsent",      "timeout",
+                                       "closed",    "connection" };
   char msg[RL_ERRLEN];
   rl_error_class c;
   size_t i;
@@ -210,7 +211,7 @@ static void test_errors(void) {
   CHECK(class_of("redis: AUTH refused by 127.0.0.1:6379: LOADING ...") == RL_EC_REDIS); /* our sentence's code */
   CHECK(class_of("redis: Redlock cannot run x") == RL_EC_REDIS && class_of("redis:") == RL_EC_REDIS);
   CHECK(class_of("redis: READONLY 127.0.0.1:7000 says ROLE slave on a new connection, not master (nothing was sent)")
-        == RL_EC_UNSENT);
+        == RL_EC_DEMOTED);
   /* The transports' own: nothing sent, sent but not answered, the rest. */
   CHECK(class_of("connection: cannot connect to 127.0.0.1:1 (Connection refused)") == RL_EC_CONNECT);
   CHECK(class_of("connection: cannot connect to h:1 (TLS: the server's certificate is not trusted)") == RL_EC_CONNECT);
@@ -221,6 +222,7 @@ static void test_errors(void) {
   rl_io_message(RL_IO_LOST, "127.0.0.1:6379", "Connection reset by peer", 0, msg, sizeof msg);
   CHECK(class_of(msg) == RL_EC_CLOSED);
   CHECK(class_of("connection: h:1 closed the connection before any answer (a TLS port? use rediss://)") == RL_EC_CLOSED);
+  CHECK(class_of("connection: 127.0.0.1:7000 closed the connection (nothing was sent)") == RL_EC_UNSENT);
   rl_read_error(REDIS_ERR_PROTOCOL, "Protocol error, got \"x\" as reply type byte", "h:1", msg, sizeof msg);
   CHECK(class_of(msg) == RL_EC_CONNECTION);
   rl_read_error(REDIS_ERR_PROTOCOL, "No support for nested multi bulk replies with depth > 7", "h:1", msg, sizeof msg);
