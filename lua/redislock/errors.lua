@@ -45,8 +45,7 @@ local FAILED = { connect = false, unsent = false, timeout = true, closed = true,
 --- class(err) -> the class of an error message ("transient", "stale",
 -- "demoted", "tryagain", "clusterdown", "redirect", "refused", "script",
 -- "redis", "connect", "unsent", "timeout", "closed", "connection", "busy",
--- "lost"),
--- or nil for another value.
+-- "lost"), or nil for another value.
 _M.class = class
 
 --- retry(err, loop) -> whether loop (see RETRY above: "again", "wait",
