@@ -466,14 +466,25 @@ static int core_redirect(lua_State *L) {
 
 /* core.error_class(err) -> the class of an error message (rl_error_class:
    "transient", "stale", "connect" ...), or nil for another value. Asked on
-   the error path only: a success classifies nothing. */
+   the error path only: a success classifies nothing. The names are its
+   upvalues (upvalue c + 1 is class c's: nil for RL_EC_NONE), made once. */
 static int core_error_class(lua_State *L) {
   size_t len;
   const char *msg = lua_type(L, 1) == LUA_TSTRING ? lua_tolstring(L, 1, &len) : NULL;
-  const char *name = msg != NULL ? rl_error_class_name(rl_error_class_of(msg, len)) : NULL;
-  if (name == NULL) lua_pushnil(L);
-  else lua_pushstring(L, name);
+  if (msg == NULL) lua_pushnil(L);
+  else lua_pushvalue(L, lua_upvalueindex((int)rl_error_class_of(msg, len) + 1));
   return 1;
+}
+
+/* Sets core.error_class in the module table on top of the stack. */
+static void push_error_class(lua_State *L) {
+  for (int c = 0; c < RL_EC_COUNT; c++) {
+    const char *name = rl_error_class_name((rl_error_class)c);
+    if (name == NULL) lua_pushnil(L);
+    else lua_pushstring(L, name);
+  }
+  lua_pushcclosure(L, core_error_class, RL_EC_COUNT);
+  lua_setfield(L, -2, "error_class");
 }
 
 /* Pushes { LOADING = "transient", READONLY = "stale", ... }: the error codes
@@ -539,7 +550,6 @@ static const luaL_Reg core_functions[] = {
   { "era_tag", core_era_tag },
   { "redirect", core_redirect },
   { "io_message", core_io_message },
-  { "error_class", core_error_class },
   { "now", core_now },
   { "sleep", core_sleep },
   { NULL, NULL }
@@ -584,5 +594,6 @@ RL_EXPORT int luaopen_redislock_core(lua_State *L) {
   lua_setfield(L, -2, "scripts");
   push_error_codes(L);
   lua_setfield(L, -2, "error_codes");
+  push_error_class(L);
   return 1;
 }

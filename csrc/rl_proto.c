@@ -368,15 +368,18 @@ void rl_io_message(rl_io_failure f, const char *where, const char *why, long lon
 
 /* The server's error codes that decide something, and their classes: the
    one table of them (rl_error_class). Every other code is RL_EC_REDIS. */
+#define CODE(s, c) { s, sizeof s - 1, c }
 static const struct {
   const char *code;
+  size_t len;
   rl_error_class class;
 } CODES[] = {
-  { "LOADING", RL_EC_TRANSIENT },      { "BUSY", RL_EC_TRANSIENT },     { "READONLY", RL_EC_STALE },
-  { "MASTERDOWN", RL_EC_STALE },       { "UNBLOCKED", RL_EC_STALE },    { "TRYAGAIN", RL_EC_TRYAGAIN },
-  { "CLUSTERDOWN", RL_EC_CLUSTERDOWN }, { "MOVED", RL_EC_REDIRECT },    { "ASK", RL_EC_REDIRECT },
-  { "NOPERM", RL_EC_REFUSED },         { "NOSCRIPT", RL_EC_REFUSED },   { "OOM", RL_EC_REFUSED },
+  CODE("LOADING", RL_EC_TRANSIENT),       CODE("BUSY", RL_EC_TRANSIENT),   CODE("READONLY", RL_EC_STALE),
+  CODE("MASTERDOWN", RL_EC_STALE),        CODE("UNBLOCKED", RL_EC_STALE),  CODE("TRYAGAIN", RL_EC_TRYAGAIN),
+  CODE("CLUSTERDOWN", RL_EC_CLUSTERDOWN), CODE("MOVED", RL_EC_REDIRECT),   CODE("ASK", RL_EC_REDIRECT),
+  CODE("NOPERM", RL_EC_REFUSED),          CODE("NOSCRIPT", RL_EC_REFUSED), CODE("OOM", RL_EC_REFUSED),
 };
+#undef CODE
 
 static const char *const CLASS_NAMES[] = { NULL,      "busy",    "lost",     "transient", "stale",
                                            "demoted", "tryagain", "clusterdown", "redirect", "refused",
@@ -421,7 +424,7 @@ static rl_error_class reply_class(const char *rest, size_t len) {
   if (ends(rest, len, "(nothing was sent)")) return RL_EC_DEMOTED; /* the cosocket transport's NOT_MASTER */
   while (n < len && rest[n] >= 'A' && rest[n] <= 'Z') n++;
   for (size_t i = 0; i < sizeof CODES / sizeof CODES[0]; i++)
-    if (strlen(CODES[i].code) == n && memcmp(rest, CODES[i].code, n) == 0) c = CODES[i].class;
+    if (CODES[i].len == n && memcmp(rest, CODES[i].code, n) == 0) c = CODES[i].class;
   /* A refusal named by a script's line met a command within it, after
      what ran before; the states (READONLY ...) refuse every write. */
   if ((c == RL_EC_REDIS || c == RL_EC_REFUSED) && within(rest, len, "@user_script")) return RL_EC_SCRIPT;

@@ -341,8 +341,9 @@ typedef enum {
   RL_EC_TIMEOUT,     /* sent, but not answered in time: it may have run */
   RL_EC_CLOSED,      /* sent, but the connection was closed or lost before the
                         answer: it may have run */
-  RL_EC_CONNECTION   /* any other connection failure (out of memory, a reply
+  RL_EC_CONNECTION,  /* any other connection failure (out of memory, a reply
                         that is not RESP ...) */
+  RL_EC_COUNT        /* (how many there are) */
 } rl_error_class;
 
 /* The class of the len bytes of an error message at msg (see above). */
