@@ -220,6 +220,19 @@ function helpers.redis_for(lazy_setup, lazy_teardown, ready)
   end)
 end
 
+--- helpers.redis_for's server and raw client, and a redislock client on
+-- the server (closed in lazy_teardown); the server is flushed before each
+-- test. ready(srv, raw, client) keeps them in the spec's locals.
+function helpers.client_for(lazy_setup, lazy_teardown, before_each, ready)
+  local raw, client
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r)
+    raw, client = r, require("redislock").new({ port = s.port })
+    ready(s, r, client)
+  end)
+  lazy_teardown(function() if client then client:close() end end)
+  before_each(function() assert(raw:command("FLUSHALL") == "OK", "FLUSHALL failed") end)
+end
+
 --- Stops the server (SIGTERM by PID, then waits for it to go) and removes its folder.
 function Server:stop()
   if not self.pid then return end
