@@ -233,6 +233,20 @@ function helpers.client_for(lazy_setup, lazy_teardown, before_each, ready)
   before_each(function() assert(raw:command("FLUSHALL") == "OK", "FLUSHALL failed") end)
 end
 
+--- helpers.redis_for's server and raw client, flushed before each test,
+-- and a new client on it (srv:client()) for each test, closed after it;
+-- ready(srv, raw, client) keeps them in the spec's locals.
+function helpers.client_each(lazy_setup, lazy_teardown, before_each, after_each, ready)
+  local srv, raw, client
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
+  before_each(function()
+    assert(raw:command("FLUSHALL") == "OK", "FLUSHALL failed")
+    client = srv:client()
+    ready(srv, raw, client)
+  end)
+  after_each(function() client:close() end)
+end
+
 --- Stops the server (SIGTERM by PID, then waits for it to go) and removes its folder.
 function Server:stop()
   if not self.pid then return end
