@@ -202,6 +202,63 @@ function M.floor(client, key, ttl)
   return f
 end
 
+--- The placement bench/run.sh names as a script's first argument
+-- ("unpinned" when run alone), the id its result lines carry
+-- ("lua5.4/<placement>") and the label's prefix ("Lua 5.4, <placement>").
+M.placement = (rawget(_G, "arg") or {})[1] or "unpinned"
+M.id = M.lua .. "/" .. M.placement
+M.where = M.interp .. ", " .. M.placement
+
+--- Starts redis-servers of a bench's own, daemonized, in dir: one per
+-- entry of servers, { port = n, args = "more redis-server arguments" },
+-- each with its pid and log files in dir, pinned to core BENCH_SERVER_CPU
+-- (0) when pin is true. Waits until each answers PING; returns their PIDs.
+function M.start_servers(dir, servers, pin)
+  local pids = {}
+  for i, s in ipairs(servers) do
+    local out, ok = M.run(table.concat({ "cd", M.sh_quote(dir), "&& redis-server --bind 127.0.0.1 --port", s.port,
+      s.args or "", "--save '' --appendonly no --daemonize yes --pidfile", dir .. "/redis" .. i .. ".pid",
+      "--logfile", dir .. "/redis" .. i .. ".log" }, " "))
+    assert(ok, "redis-server did not start: " .. out)
+  end
+  for i, s in ipairs(servers) do
+    for _ = 1, 200 do
+      local f = io.open(dir .. "/redis" .. i .. ".pid")
+      pids[i] = f and tonumber(f:read("*a"))
+      if f then f:close() end
+      if pids[i] and M.run("redis-cli -p " .. s.port .. " PING"):find("PONG", 1, true) then break end
+      core.sleep(0.02)
+    end
+    assert(pids[i], "redis-server did not start")
+    if pin then M.run("taskset -apc " .. (os.getenv("BENCH_SERVER_CPU") or "0") .. " " .. pids[i] .. " >/dev/null") end
+  end
+  return pids
+end
+
+--- Stops the servers start_servers started (by PID), and removes dir.
+function M.stop_servers(pids, dir)
+  for _, pid in ipairs(pids) do os.execute("kill " .. pid .. " 2>/dev/null") end
+  for _, pid in ipairs(pids) do
+    for _ = 1, 100 do
+      if not io.open("/proc/" .. pid .. "/stat") then break end
+      core.sleep(0.05)
+    end
+  end
+  os.execute("rm -rf " .. M.sh_quote(dir))
+end
+
+--- A measure for M.slices: n uncontended acquire+release cycles of a new
+-- client made with opts (warmed up once); returns cycles per second.
+function M.cycles_on(opts, n)
+  local client = require("redislock").new(opts)
+  assert(assert(client:acquire("warm", 10)):release())
+  return function()
+    local t0 = core.now()
+    for _ = 1, n do assert(assert(client:acquire("bench", 10)):release()) end
+    return n / (core.now() - t0)
+  end
+end
+
 --- A loopback port nobody listens on right now (the kernel's pick).
 function M.free_port()
   local s = assert(require("socket").bind("127.0.0.1", 0))

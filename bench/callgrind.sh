@@ -12,6 +12,7 @@ if [ -z "${REDIS_PORT:-}" ]; then
   exec sh tools/with-redis.sh sh bench/callgrind.sh "$@"
 fi
 set -u
+. bench/interp.sh
 command -v valgrind >/dev/null || { echo "bench: valgrind not found" >&2; exit 2; }
 metrics= on=
 [ "${BENCH_METRICS:-0}" = 1 ] && metrics=', metrics = require("redislock.metrics").new()' on=", metrics on"
@@ -21,9 +22,7 @@ trap 'rm -f "$out"' EXIT
 # (lua5.4, luajit) that makes a client, then runs BODY (Lua, with the
 # client c) N times.
 count() {
-  LUA_PATH="$PWD/lua/?.lua;;" LUA_PATH_5_4="$PWD/lua/?.lua;;" \
-    LUA_CPATH="$PWD/build/$1/?.so;;" LUA_CPATH_5_4="$PWD/build/$1/?.so;;" \
-    valgrind --tool=callgrind --callgrind-out-file="$out" "$1" - "$REDIS_PORT" "$2" <<EOF_LOOP >/dev/null 2>&1 ||
+  in_checkout "$1" valgrind --tool=callgrind --callgrind-out-file="$out" "$1" - "$REDIS_PORT" "$2" <<EOF_LOOP >/dev/null 2>&1 ||
 local c = require("redislock").new({ port = tonumber(arg[1])$metrics })
 for _ = 1, tonumber(arg[2]) do $3 end
 c:close()
@@ -40,12 +39,8 @@ emit() {
 }
 [ $# -gt 0 ] || set -- lua5.4 luajit
 for lua in "$@"; do
-  case $lua in
-  lua5.4) suffix="" name="Lua 5.4$on" ;;
-  luajit) suffix="/luajit" name="LuaJIT$on" ;;
-  *) echo "bench: unknown interpreter $lua (lua5.4, luajit)" >&2; exit 2 ;;
-  esac
-  command -v "$lua" >/dev/null || { echo "bench: $lua not found" >&2; exit 2; }
+  interpreter "$lua"
+  name=$name$on
   emit "$lua" "cycle$suffix" instructions/cycle "client instructions per acquire+release ($name)" \
     'assert(assert(c:acquire("callgrind", 10)):release())'
   emit "$lua" "command$suffix" instructions/call "client instructions per client:command of a GET ($name)" \

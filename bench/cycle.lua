@@ -31,12 +31,10 @@ local redislock = require "redislock"
 local core = require "redislock.core"
 local B = require "benchlib"
 
-local PLACEMENT = arg[1] or "unpinned"
-local N = B.knob("BENCH_CYCLES", 4000)
-local SLICES = B.knob("BENCH_SLICES", 15)
+local PLACEMENT = B.placement
+local N, SLICES = B.knob("BENCH_CYCLES", 4000), B.knob("BENCH_SLICES", 15)
 local KEY, TTL = "bench", 10
-local id = (jit and "luajit" or "lua5.4") .. "/" .. PLACEMENT  -- luacheck: ignore (jit)
-local where = B.interp .. ", " .. PLACEMENT
+local id, where = B.id, B.where
 
 local client = redislock.new({ port = B.port })
 local metered = os.getenv("BENCH_METRICS") == "1"

@@ -11,11 +11,8 @@ local redislock = require "redislock"
 local core = require "redislock.core"
 local B = require "benchlib"
 
-local PLACEMENT = arg[1] or "unpinned"
-local N = B.knob("BENCH_CYCLES", 4000)
-local SLICES = B.knob("BENCH_SLICES", 15)
-local id = (jit and "luajit" or "lua5.4") .. "/" .. PLACEMENT  -- luacheck: ignore (jit)
-local where = B.interp .. ", " .. PLACEMENT
+local N, SLICES = B.knob("BENCH_CYCLES", 4000), B.knob("BENCH_SLICES", 15)
+local id, where = B.id, B.where
 
 local client = redislock.new({ port = B.port })
 local lock = assert(client:acquire("bench:guard", 3600))

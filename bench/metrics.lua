@@ -13,12 +13,11 @@ local redislock = require "redislock"
 local core = require "redislock.core"
 local B = require "benchlib"
 
-local PLACEMENT = arg[1] or "unpinned"
 local N = B.knob("BENCH_CYCLES", 20000)
 local ROUNDS = B.knob("BENCH_ROUNDS", 7)
 local BLOCK = B.knob("BENCH_BLOCK", 100)
 local KEY, TTL = "bench", 10
-local id = (jit and "luajit" or "lua5.4") .. "/" .. PLACEMENT -- luacheck: ignore (jit)
+local id = B.id
 
 local off = redislock.new({ port = B.port })
 local on = redislock.new({ port = B.port, metrics = require("redislock.metrics").new() })
@@ -51,10 +50,10 @@ end
 local rate_off = math.floor(B.percentile(rates_off, 50) + 0.5)
 B.emit({ name = "cycle.metrics_off/" .. id, value = rate_off, unit = "cycles/s",
          note = string.format("median of %d rounds of %d cycles, in blocks of %d", ROUNDS, N, BLOCK),
-         label = B.interp .. ", " .. PLACEMENT .. ": acquire+release, metrics off" })
+         label = B.where .. ": acquire+release, metrics off" })
 B.emit({ name = "cycle.metrics_on/" .. id, value = math.floor(B.percentile(rates_on, 50) + 0.5), unit = "cycles/s",
          baseline = "cycle.metrics_off/" .. id, baseline_value = rate_off, ratio = B.percentile(ratios, 50),
          target = { ">=", 0.95 },
          note = string.format("median of %d rounds' ratios (%.3f-%.3f) of %d cycles each side, blocks of %d",
                               ROUNDS, B.percentile(ratios, 0), B.percentile(ratios, 100), N, BLOCK),
-         label = B.interp .. ", " .. PLACEMENT .. ": acquire+release, metrics on vs off" })
+         label = B.where .. ": acquire+release, metrics on vs off" })

@@ -14,7 +14,6 @@
 --    with fewer cores than servers, that sum is what bounds the rate.
 -- usage (from bench/run.sh): redlock.lua
 local redislock = require "redislock"
-local core = require "redislock.core"
 local B = require "benchlib"
 
 local N = B.knob("BENCH_CYCLES", 4000)
@@ -22,38 +21,12 @@ local SLICES = B.knob("BENCH_PEER_SLICES", 9)
 local id = (jit and "luajit" or "lua5.4") -- luacheck: ignore (jit)
 
 local dir = (B.run("mktemp -d"):gsub("%s+$", ""))
-local ports, pids = {}, {}
+local ports, servers = {}, {}
 for i = 1, 5 do
   ports[i] = B.free_port()
-  B.run(table.concat({ "redis-server --bind 127.0.0.1 --port", ports[i], "--save '' --appendonly no --daemonize yes",
-                       "--pidfile", dir .. "/redis" .. i .. ".pid --logfile", dir .. "/redis" .. i .. ".log" }, " "))
+  servers[i] = { port = ports[i] }
 end
-for i = 1, 5 do
-  for _ = 1, 200 do
-    local f = io.open(dir .. "/redis" .. i .. ".pid")
-    pids[i] = f and tonumber(f:read("*a"))
-    if f then f:close() end
-    if pids[i] and B.run("redis-cli -p " .. ports[i] .. " PING"):find("PONG", 1, true) then break end
-    core.sleep(0.02)
-  end
-  assert(pids[i], "redis-server did not start")
-end
-
-local function done()
-  for _, pid in ipairs(pids) do os.execute("kill " .. pid .. " 2>/dev/null") end
-  core.sleep(0.2)
-  os.execute("rm -rf " .. B.sh_quote(dir))
-end
-
-local function cycles_on(opts)
-  local client = redislock.new(opts)
-  assert(assert(client:acquire("warm", 10)):release())
-  return function()
-    local t0 = core.now()
-    for _ = 1, N do assert(assert(client:acquire("bench", 10)):release()) end
-    return N / (core.now() - t0)
-  end
-end
+local pids = B.start_servers(dir, servers)
 
 -- node-redlock, installed into a temporary folder; nil and why when it cannot be.
 local function node_peer()
@@ -100,8 +73,8 @@ local ok, err = pcall(function()
   local urls = {}
   for i, p in ipairs(ports) do urls[i] = "redis://127.0.0.1:" .. p end
   local list = {
-    { "single", cycles_on({ port = ports[1] }) },
-    { "redlock", cycles_on({ redlock = urls }) },
+    { "single", B.cycles_on({ port = ports[1] }, N) },
+    { "redlock", B.cycles_on({ redlock = urls }, N) },
   }
   local node, version = node_peer()
   if node then list[#list + 1] = { "node", node } else B.say("bench: node-redlock skipped (%s)", version) end
@@ -136,5 +109,5 @@ local ok, err = pcall(function()
              label = B.interp .. ": Redlock over 5 servers, vs node-redlock" })
   end
 end)
-done()
+B.stop_servers(pids, dir)
 assert(ok, err)

@@ -75,36 +75,21 @@ last=$(($(nproc) - 1))
   echo "redis-server $(redis-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p') at 127.0.0.1:$REDIS_PORT, pinned to core 0; clients on core $last (different cores) or core 0 (same core)"
 } >> "$results"
 
-for placement in "different-cores:$last" "same-core:0"; do
-  where=${placement%%:*} cpu=${placement##*:}
-  step cycle "cycle, Lua 5.4, $where" taskset -c "$cpu" lua5.4 bench/cycle.lua "$where"
-  step cycle "cycle, LuaJIT, $where" env LUA_CPATH="$JIT_CPATH" taskset -c "$cpu" luajit bench/cycle.lua "$where"
-done
-for placement in "different-cores:$last" "same-core:0"; do
-  where=${placement%%:*} cpu=${placement##*:}
-  step tls "TLS vs plaintext, Lua 5.4, $where" taskset -c "$cpu" lua5.4 bench/tls.lua "$where"
-  step tls "TLS vs plaintext, LuaJIT, $where" env LUA_CPATH="$JIT_CPATH" taskset -c "$cpu" luajit bench/tls.lua "$where"
-done
-for placement in "different-cores:$last" "same-core:0"; do
-  where=${placement%%:*} cpu=${placement##*:}
-  step cluster "cluster routing, Lua 5.4, $where" taskset -c "$cpu" lua5.4 bench/cluster.lua "$where"
-  step cluster "cluster routing, LuaJIT, $where" env LUA_CPATH="$JIT_CPATH" taskset -c "$cpu" luajit bench/cluster.lua "$where"
-done
-for placement in "different-cores:$last" "same-core:0"; do
-  where=${placement%%:*} cpu=${placement##*:}
-  step metrics "metrics on vs off, Lua 5.4, $where" taskset -c "$cpu" lua5.4 bench/metrics.lua "$where"
-  step metrics "metrics on vs off, LuaJIT, $where" env LUA_CPATH="$JIT_CPATH" taskset -c "$cpu" luajit bench/metrics.lua "$where"
-done
-for placement in "different-cores:$last" "same-core:0"; do
-  where=${placement%%:*} cpu=${placement##*:}
-  step primitives "semaphore, rwlock, multi-key vs the lock, Lua 5.4, $where" taskset -c "$cpu" lua5.4 bench/primitives.lua "$where"
-  step primitives "semaphore, rwlock, multi-key vs the lock, LuaJIT, $where" env LUA_CPATH="$JIT_CPATH" taskset -c "$cpu" luajit bench/primitives.lua "$where"
-done
-for placement in "different-cores:$last" "same-core:0"; do
-  where=${placement%%:*} cpu=${placement##*:}
-  step guard "guarded writes vs the plain write, Lua 5.4, $where" taskset -c "$cpu" lua5.4 bench/guard.lua "$where"
-  step guard "guarded writes vs the plain write, LuaJIT, $where" env LUA_CPATH="$JIT_CPATH" taskset -c "$cpu" luajit bench/guard.lua "$where"
-done
+# placed SCRIPT DESCRIPTION: one step of bench/SCRIPT.lua for each interpreter,
+# the client on another core than the server's, then on the server's.
+placed() {
+  for placement in "different-cores:$last" "same-core:0"; do
+    where=${placement%%:*} cpu=${placement##*:}
+    step "$1" "$2, Lua 5.4, $where" taskset -c "$cpu" lua5.4 "bench/$1.lua" "$where"
+    step "$1" "$2, LuaJIT, $where" env LUA_CPATH="$JIT_CPATH" taskset -c "$cpu" luajit "bench/$1.lua" "$where"
+  done
+}
+placed cycle "cycle"
+placed tls "TLS vs plaintext"
+placed cluster "cluster routing"
+placed metrics "metrics on vs off"
+placed primitives "semaphore, rwlock, multi-key vs the lock"
+placed guard "guarded writes vs the plain write"
 # Redlock: five servers of its own and the client, wherever the scheduler puts them.
 step redlock "Redlock over 5 servers (and node-redlock), Lua 5.4" lua5.4 bench/redlock.lua
 step redlock "Redlock over 5 servers (and node-redlock), LuaJIT" env LUA_CPATH="$JIT_CPATH" luajit bench/redlock.lua

@@ -12,15 +12,14 @@ if [ -z "${REDIS_PORT:-}" ]; then
   exec sh tools/with-redis.sh sh bench/syscalls.sh "$@"
 fi
 set -u
+. bench/interp.sh
 command -v strace >/dev/null || { echo "bench: strace not found" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # count LUA N: strace's table for a process of interpreter LUA that makes a
 # client and runs N cycles, into $tmp/LUA.N.
 count() {
-  LUA_PATH="$PWD/lua/?.lua;;" LUA_PATH_5_4="$PWD/lua/?.lua;;" \
-    LUA_CPATH="$PWD/build/$1/?.so;;" LUA_CPATH_5_4="$PWD/build/$1/?.so;;" \
-    strace -f -c -o "$tmp/$1.$2" "$1" - "$REDIS_PORT" "$2" <<'EOF_LOOP' >/dev/null 2>&1 ||
+  in_checkout "$1" strace -f -c -o "$tmp/$1.$2" "$1" - "$REDIS_PORT" "$2" <<'EOF_LOOP' >/dev/null 2>&1 ||
 local c = require("redislock").new({ port = tonumber(arg[1]) })
 for _ = 1, tonumber(arg[2]) do assert(assert(c:acquire("syscalls", 10)):release()) end
 c:close()
@@ -29,12 +28,7 @@ EOF_LOOP
 }
 [ $# -gt 0 ] || set -- lua5.4 luajit
 for lua in "$@"; do
-  case $lua in
-  lua5.4) suffix="" name="Lua 5.4" ;;
-  luajit) suffix="/luajit" name="LuaJIT" ;;
-  *) echo "bench: unknown interpreter $lua (lua5.4, luajit)" >&2; exit 2 ;;
-  esac
-  command -v "$lua" >/dev/null || { echo "bench: $lua not found" >&2; exit 2; }
+  interpreter "$lua"
   count "$lua" 1000
   count "$lua" 3000
   # strace's rows: % time, seconds, usecs/call, calls, [errors,] name; the

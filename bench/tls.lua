@@ -13,12 +13,9 @@ local redislock = require "redislock"
 local core = require "redislock.core"
 local B = require "benchlib"
 
-local PLACEMENT = arg[1] or "unpinned"
-local N = B.knob("BENCH_CYCLES", 4000)
-local SLICES = B.knob("BENCH_SLICES", 15)
+local N, SLICES = B.knob("BENCH_CYCLES", 4000), B.knob("BENCH_SLICES", 15)
 local CONNECTS = math.max(50, math.floor(N / 20))
-local id = (jit and "luajit" or "lua5.4") .. "/" .. PLACEMENT  -- luacheck: ignore (jit)
-local where = B.interp .. ", " .. PLACEMENT
+local id, where = B.id, B.where
 
 local dir = (B.run("mktemp -d"):gsub("%s+$", ""))
 local function in_dir(cmd)
@@ -33,41 +30,11 @@ in_dir("openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateseria
        .. " -extfile san.ext")
 
 local plain_port, tls_port = B.free_port(), B.free_port()
-in_dir(table.concat({ "redis-server --bind 127.0.0.1 --port", plain_port, "--tls-port", tls_port,
-  "--tls-cert-file server.crt --tls-key-file server.key --tls-ca-cert-file ca.crt --tls-auth-clients no",
-  "--save '' --appendonly no --daemonize yes --pidfile", dir .. "/redis.pid --logfile", dir .. "/redis.log" }, " "))
-local pid
-for _ = 1, 200 do
-  local f = io.open(dir .. "/redis.pid")
-  pid = f and tonumber(f:read("*a"))
-  if f then f:close() end
-  if pid and B.run("redis-cli -p " .. plain_port .. " PING"):find("PONG", 1, true) then break end
-  core.sleep(0.02)
-end
-assert(pid, "redis-server did not start")
-B.run("taskset -apc " .. (os.getenv("BENCH_SERVER_CPU") or "0") .. " " .. pid .. " >/dev/null")
-
-local function done()
-  os.execute("kill " .. pid .. " 2>/dev/null")
-  for _ = 1, 100 do
-    if not io.open("/proc/" .. pid .. "/stat") then break end
-    core.sleep(0.05)
-  end
-  os.execute("rm -rf " .. B.sh_quote(dir))
-end
+local pids = B.start_servers(dir, { { port = plain_port, args = "--tls-port " .. tls_port
+  .. " --tls-cert-file server.crt --tls-key-file server.key --tls-ca-cert-file ca.crt --tls-auth-clients no" } }, true)
 
 local plain_opts = { port = plain_port }
 local tls_opts = { host = "localhost", port = tls_port, tls = { ca = dir .. "/ca.crt" } }
-
-local function cycles_on(opts)
-  local client = redislock.new(opts)
-  assert(assert(client:acquire("warm", 10)):release())
-  return function()
-    local t0 = core.now()
-    for _ = 1, N do assert(assert(client:acquire("bench", 10)):release()) end
-    return N / (core.now() - t0)
-  end
-end
 
 local function connects_on(opts)
   return function()
@@ -83,8 +50,8 @@ end
 
 local ok, err = pcall(function()
   local rates = B.slices({
-    { "plain", cycles_on(plain_opts) },
-    { "tls", cycles_on(tls_opts) },
+    { "plain", B.cycles_on(plain_opts, N) },
+    { "tls", B.cycles_on(tls_opts, N) },
     { "plain_connect", connects_on(plain_opts) },
     { "tls_connect", connects_on(tls_opts) },
   }, SLICES)
@@ -108,5 +75,5 @@ local ok, err = pcall(function()
            ratio = (B.median_ratio(rates.tls_connect, rates.plain_connect)), note = note("tls_connect", "plain_connect",
            CONNECTS), label = where .. ": new client, acquire, release, close; TLS (a handshake each)" })
 end)
-done()
+B.stop_servers(pids, dir)
 assert(ok, err)

@@ -7,12 +7,9 @@ local helpers = require "spec.helpers"
 describe("locks", function()
   local srv, client, raw
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
-  before_each(function()
-    assert.are.equal("OK", raw:command("FLUSHALL"))
-    client = srv:client()
+  helpers.client_each(lazy_setup, lazy_teardown, before_each, after_each, function(s, r, c)
+    srv, raw, client = s, r, c
   end)
-  after_each(function() client:close() end)
 
   it("takes the key with its token and a TTL in one step", function()
     local lock = assert(client:acquire("orders:42", 5))

@@ -8,12 +8,9 @@ local http = require "spec.support.http"
 describe("with_lock", function()
   local srv, client, raw
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
-  before_each(function()
-    assert.are.equal("OK", raw:command("FLUSHALL"))
-    client = srv:client()
+  helpers.client_each(lazy_setup, lazy_teardown, before_each, after_each, function(s, r, c)
+    srv, raw, client = s, r, c
   end)
-  after_each(function() client:close() end)
 
   local function held(key)
     return raw:command("EXISTS", "lock:{" .. key .. "}") == 1

@@ -3,7 +3,7 @@
 -- with OS processes: never more holders than the limit, and the limit
 -- reached; a killed holder's permit back by its TTL (the server's clock);
 -- a release waking exactly one waiter; renewal; with_permit's guarantees;
--- bad arguments.
+-- bad arguments. Under OpenResty: spec/50.
 local core = require "redislock.core"
 local helpers = require "spec.helpers"
 local redislock = require "redislock"
@@ -13,12 +13,7 @@ local WORKER = helpers.spec_dir .. "workers/primitive.lua"
 describe("semaphore", function()
   local srv, raw, client
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r)
-    srv, raw = s, r
-    client = redislock.new({ port = srv.port })
-  end)
-  lazy_teardown(function() if client then client:close() end end)
-  before_each(function() assert.are.equal("OK", raw:command("FLUSHALL")) end)
+  helpers.client_for(lazy_setup, lazy_teardown, before_each, function(s, r, c) srv, raw, client = s, r, c end)
 
   -- Runs workers (lists of primitive.lua arguments after the start time)
   -- at once; returns their summed overlaps.
@@ -187,33 +182,5 @@ describe("semaphore", function()
     local closed = redislock.new({ port = srv.port })
     closed:close()
     assert.has_error(function() closed:semaphore("pool", 1) end, "bad self to 'semaphore' (client is closed)")
-  end)
-
-  -- The permits under OpenResty: many requests at once in a real nginx
-  -- (helpers.start_primitive_nginx), renewed by the worker's timer.
-  describe("under OpenResty", function()
-    if helpers.no_nginx(pending) then return end
-
-    local nginx
-
-    lazy_setup(function() nginx = helpers.start_primitive_nginx(srv) end)
-    lazy_teardown(function() if nginx then nginx:stop() end end)
-    before_each(function() raw:command("MSET", "readers", 0, "writers", 0, "overlaps", 0) end)
-
-    it("lets at most 3 of 200 concurrent requests hold a permit, and reaches 3", function()
-      local paths = {}
-      for i = 1, 200 do paths[i] = "/primitive?kind=sem&limit=3" end
-      nginx:all_ok(paths)
-      local seen = raw:command("LRANGE", "seen", 0, -1)
-      assert.are.equal(200, #seen)
-      local most = 0
-      for _, n in ipairs(seen) do most = math.max(most, tonumber(n)) end
-      assert.are.equal(3, most)
-      assert.are.equal(0, raw:command("EXISTS", "lock:{pool}:permits"))
-    end)
-
-    it("renews permits with the worker's timer", function()
-      nginx:all_ok({ "/primitive?kind=sem&limit=1&ttl=0.3&hold=1" })
-    end)
   end)
 end)

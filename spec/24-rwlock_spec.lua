@@ -3,25 +3,18 @@
 -- processes: readers overlap, writers overlap nothing; a writer gets in
 -- within a bounded time while readers keep coming; a killed reader's hold
 -- runs out by its TTL; a writer that gives up lets readers in at once;
--- renewal, with_read/with_write's guarantees, bad arguments.
+-- renewal, with_read/with_write's guarantees, bad arguments. Under OpenResty:
+-- spec/50.
 local core = require "redislock.core"
 local helpers = require "spec.helpers"
-local redislock = require "redislock"
 
 local WORKER = helpers.spec_dir .. "workers/primitive.lua"
 
 describe("read-write lock", function()
   local srv, raw, client
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r)
-    srv, raw = s, r
-    client = redislock.new({ port = srv.port })
-  end)
-  lazy_teardown(function() if client then client:close() end end)
-  before_each(function()
-    assert.are.equal("OK", raw:command("FLUSHALL"))
-    raw:command("MSET", "readers", 0, "writers", 0)
-  end)
+  helpers.client_for(lazy_setup, lazy_teardown, before_each, function(s, r, c) srv, raw, client = s, r, c end)
+  before_each(function() raw:command("MSET", "readers", 0, "writers", 0) end)
 
   local function spawn_all(list, start_at)
     local procs = {}
@@ -162,30 +155,5 @@ describe("read-write lock", function()
     assert.has_error(function() rw:with_read(5) end, "bad argument #2 to 'with_read' (function expected, got nil)")
     assert.has_error(function() rw.with_write(5, function() end) end)
     assert.has_error(function() rw:read(5, nil, 1) end)
-  end)
-
-  -- The read and write holds under OpenResty: many requests at once in a real nginx
-  -- (helpers.start_primitive_nginx), renewed by the worker's timer.
-  describe("under OpenResty", function()
-    if helpers.no_nginx(pending) then return end
-
-    local nginx
-
-    lazy_setup(function() nginx = helpers.start_primitive_nginx(srv) end)
-    lazy_teardown(function() if nginx then nginx:stop() end end)
-    before_each(function() raw:command("MSET", "readers", 0, "writers", 0, "overlaps", 0) end)
-
-    it("lets readers overlap and writers overlap nothing under 200 concurrent requests", function()
-      local paths = {}
-      for i = 1, 200 do paths[i] = "/primitive?kind=" .. (i % 5 == 0 and "write" or "read") .. "&hold=0.005" end
-      nginx:all_ok(paths)
-      assert.are.equal("0", raw:command("GET", "overlaps"))
-      assert.are.equal(0, raw:command("EXISTS", "lock:{doc}:rw:readers", "lock:{doc}:rw:writer"))
-    end)
-
-    it("renews read and write holds with the worker's timer", function()
-      nginx:all_ok({ "/primitive?kind=read&ttl=0.3&hold=1" })
-      nginx:all_ok({ "/primitive?kind=write&ttl=0.3&hold=1" })
-    end)
   end)
 end)

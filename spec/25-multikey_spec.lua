@@ -3,6 +3,7 @@
 -- none, in one script; callers naming the keys in opposite orders never
 -- deadlock and never overlap, with each other or with single locks on the
 -- same keys; release frees all and wakes a waiter; bad arguments raise.
+-- Under OpenResty: spec/50.
 local core = require "redislock.core"
 local helpers = require "spec.helpers"
 local redislock = require "redislock"
@@ -12,12 +13,7 @@ local WORKER = helpers.spec_dir .. "workers/primitive.lua"
 describe("multi-key lock", function()
   local srv, raw, client
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r)
-    srv, raw = s, r
-    client = redislock.new({ port = srv.port })
-  end)
-  lazy_teardown(function() if client then client:close() end end)
-  before_each(function() assert.are.equal("OK", raw:command("FLUSHALL")) end)
+  helpers.client_for(lazy_setup, lazy_teardown, before_each, function(s, r, c) srv, raw, client = s, r, c end)
 
   it("never deadlocks nor overlaps: keys in opposite orders, and single locks beside them", function()
     local start_at = core.now() + 0.5 * helpers.slow
@@ -122,31 +118,5 @@ describe("multi-key lock", function()
     local many = {}
     for i = 1, 1001 do many[i] = "k" .. i end
     assert.has_error(function() client:acquire(many, 5) end)
-  end)
-
-  -- The multi-key locks under OpenResty: many requests at once in a real nginx
-  -- (helpers.start_primitive_nginx), renewed by the worker's timer.
-  describe("under OpenResty", function()
-    if helpers.no_nginx(pending) then return end
-
-    local nginx
-
-    lazy_setup(function() nginx = helpers.start_primitive_nginx(srv) end)
-    lazy_teardown(function() if nginx then nginx:stop() end end)
-    before_each(function() raw:command("MSET", "readers", 0, "writers", 0, "overlaps", 0) end)
-
-    it("takes multi-key locks in opposite orders beside single locks: no deadlock, no overlap", function()
-      local paths = {}
-      for i = 1, 150 do
-        paths[i] = "/primitive?kind=multi&keys=" .. ({ "a,b,c", "c,b,a", "b", "c,a" })[i % 4 + 1]
-      end
-      nginx:all_ok(paths)
-      assert.are.equal("0", raw:command("GET", "overlaps"))
-      assert.are.equal(0, raw:command("EXISTS", "lock:{a}", "lock:{b}", "lock:{c}"))
-    end)
-
-    it("renews every key's hold with the worker's timer", function()
-      nginx:all_ok({ "/primitive?kind=multi&keys=x,y&ttl=0.3&hold=1" })
-    end)
   end)
 end)

@@ -13,17 +13,7 @@ local COMMAND = helpers.sh_quote(helpers.spec_dir .. "../bin/redislock")
 describe("a job whose redislock is killed", function()
   local srv, raw, tmp
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r)
-    srv, raw = s, r
-    tmp = helpers.run("mktemp -d"):gsub("%s+$", "")
-  end)
-  lazy_teardown(function()
-    if tmp then os.execute("rm -rf " .. helpers.sh_quote(tmp)) end
-  end)
-  before_each(function()
-    assert.are.equal("OK", raw:command("FLUSHALL"))
-    os.execute("rm -f " .. helpers.sh_quote(tmp) .. "/*")
-  end)
+  helpers.redis_and_dir_for(lazy_setup, lazy_teardown, before_each, function(s, r, d) srv, raw, tmp = s, r, d end)
 
   local function file(name) return tmp .. "/" .. name end
   -- After a failed assertion: no process of the spec's is left running.

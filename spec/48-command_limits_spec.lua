@@ -17,17 +17,7 @@ local SH = "env -u LD_PRELOAD sh"
 describe("redislock run --min-hold and -n", function()
   local srv, raw, tmp
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r)
-    srv, raw = s, r
-    tmp = helpers.run("mktemp -d"):gsub("%s+$", "")
-  end)
-  lazy_teardown(function()
-    if tmp then os.execute("rm -rf " .. helpers.sh_quote(tmp)) end
-  end)
-  before_each(function()
-    assert.are.equal("OK", raw:command("FLUSHALL"))
-    os.execute("rm -rf " .. helpers.sh_quote(tmp) .. "/*")
-  end)
+  helpers.redis_and_dir_for(lazy_setup, lazy_teardown, before_each, function(s, r, d) srv, raw, tmp = s, r, d end)
 
   local function file(name) return tmp .. "/" .. name end
   local function prefix() return "REDIS_URL=" .. helpers.sh_quote(srv.url) .. " " .. helpers.lua .. " " .. COMMAND end
@@ -102,15 +92,8 @@ describe("redislock run --min-hold and -n", function()
       -- and reaches Redis after. redislock waits for it before its extend,
       -- else the renewal would set 6 s again over the rest of the minimum.
       assert.are.equal(core.scripts.extend.sha, raw:command("SCRIPT", "LOAD", core.scripts.extend.text))
-      local port, quit, log = helpers.free_port(), file("quit"), file("proxy.log")
-      local proxy = helpers.spawn(helpers.spec_dir .. "workers/delay_proxy.lua", port, srv.port, 1.2, log, quit)
-      assert.is_truthy(helpers.eventually(5, function()
-        local c = require("socket").tcp()
-        c:settimeout(0.2)
-        local ok = c:connect("127.0.0.1", port)
-        c:close()
-        return ok
-      end), "the proxy never listened")
+      local log = file("proxy.log")
+      local port, stop_proxy = helpers.start_proxy("delay_proxy", srv.port, 1.2, log)
       local out, code = redislock_cmd("run --url redis://127.0.0.1:" .. port .. " --timeout 3 --ttl 6 --min-hold 20 job"
         .. " -- " .. SH .. " -c " .. helpers.sh_quote("sleep 2.6; date +%s.%N > " .. file("ended")))
       assert.are.equal(0, code, out)
@@ -121,8 +104,7 @@ describe("redislock run --min-hold and -n", function()
           if tonumber(held) < ended and tonumber(sent) > ended then return true end
         end
       end)
-      io.open(quit, "w"):close()
-      local pout, pok = proxy.wait()
+      local pout, pok = stop_proxy()
       assert.is_true(pok, pout)
       assert.is_true(on_its_way, "no renewal was on its way as the command ended (" .. ended .. "):\n"
                      .. (helpers.read_file(log) or ""))

@@ -6,6 +6,7 @@
 -- cluster.lua, redlock.lua, postgres.lua and nginx.lua.
 local core = require "redislock.core"
 local socket = require "socket"
+local unpack = table.unpack or unpack -- luacheck: ignore (LuaJIT's global)
 
 local helpers = {}
 
@@ -220,6 +221,52 @@ function helpers.redis_for(lazy_setup, lazy_teardown, ready)
   end)
 end
 
+--- helpers.redis_for's server and raw client, and a redislock client on
+-- the server (closed in lazy_teardown); the server is flushed before each
+-- test. ready(srv, raw, client) keeps them in the spec's locals.
+function helpers.client_for(lazy_setup, lazy_teardown, before_each, ready)
+  local raw, client
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r)
+    raw, client = r, require("redislock").new({ port = s.port })
+    ready(s, r, client)
+  end)
+  lazy_teardown(function() if client then client:close() end end)
+  before_each(function() assert(raw:command("FLUSHALL") == "OK", "FLUSHALL failed") end)
+end
+
+--- helpers.redis_for's server and raw client, flushed before each test,
+-- and a new client on it (srv:client()) for each test, closed after it;
+-- ready(srv, raw, client) keeps them in the spec's locals.
+function helpers.client_each(lazy_setup, lazy_teardown, before_each, after_each, ready)
+  local srv, raw, client
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
+  before_each(function()
+    assert(raw:command("FLUSHALL") == "OK", "FLUSHALL failed")
+    client = srv:client()
+    ready(srv, raw, client)
+  end)
+  after_each(function() client:close() end)
+end
+
+--- helpers.redis_for's server and raw client, and a temporary folder of the
+-- describe block's own (removed in lazy_teardown); before each test the
+-- server is flushed and the folder emptied. ready(srv, raw, dir) keeps them
+-- in the spec's locals.
+function helpers.redis_and_dir_for(lazy_setup, lazy_teardown, before_each, ready)
+  local raw, dir
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r)
+    raw, dir = r, tmpdir()
+    ready(s, r, dir)
+  end)
+  lazy_teardown(function()
+    if dir then os.execute("rm -rf " .. sh_quote(dir)) end
+  end)
+  before_each(function()
+    assert(raw:command("FLUSHALL") == "OK", "FLUSHALL failed")
+    os.execute("rm -rf " .. sh_quote(dir) .. "/*")
+  end)
+end
+
 --- Stops the server (SIGTERM by PID, then waits for it to go) and removes its folder.
 function Server:stop()
   if not self.pid then return end
@@ -359,6 +406,34 @@ function helpers.spawn(script, ...)
   -- purpose would make it print a bare "Killed" into the suite's output.
   local p = assert(io.popen("{ (" .. table.concat(args, " ") .. ") 2>&1; echo __EXIT:$?; } 2>/dev/null"))
   return { wait = function() return finish(p) end }
+end
+
+--- Whether something accepts a TCP connection on 127.0.0.1:port now.
+function helpers.accepts(port)
+  local c = socket.tcp()
+  c:settimeout(1)
+  local ok = c:connect("127.0.0.1", port)
+  c:close()
+  return ok ~= nil
+end
+
+--- Starts one of the spec's TCP proxies (spec/workers/<name>.lua, which
+-- takes its listen port first and its quit file last, args between) and
+-- waits until it listens. Returns its port, and a function that stops it
+-- (the quit file) and returns its output and success.
+function helpers.start_proxy(name, ...)
+  local port, quit = helpers.free_port(), os.tmpname()
+  os.remove(quit)
+  local args = { port, ... }
+  args[#args + 1] = quit
+  local p = helpers.spawn(helpers.spec_dir .. "workers/" .. name .. ".lua", unpack(args))
+  assert(helpers.eventually(5, function() return helpers.accepts(port) end), name .. " never listened")
+  return port, function()
+    io.open(quit, "w"):close()
+    local out, ok = p.wait()
+    os.remove(quit)
+    return out, ok
+  end
 end
 
 --- Waits for worker processes (handles from helpers.spawn) whose output

@@ -118,17 +118,13 @@ function Group:faults()
     function()
       local m = g:a_master()
       if not m then return "no master: nothing to pause" end
-      local s = 0.5 + 3 * math.random()
-      proc.pause(m.pid, s)
-      return string.format("master :%d paused (SIGSTOP) for %.2f s", m.port, s)
+      return proc.pause_server("master", m, 0.5 + 3 * math.random())
     end,
     function()
       local m = g:a_master()
       local r = m and g:replica(m)
       if not r then return "no replica: nothing to pause" end
-      local s = 0.5 + 2 * math.random()
-      proc.pause(r.pid, s)
-      return string.format("replica :%d paused (SIGSTOP) for %.2f s", r.port, s)
+      return proc.pause_server("replica", r, 0.5 + 2 * math.random())
     end,
     function()
       local m = g:a_master()

@@ -16,6 +16,13 @@ function _M.pause(pid, seconds)
   os.execute("kill -CONT " .. pid .. " 2>/dev/null")
 end
 
+--- Pauses server (a helpers Server: pid, port) for `seconds`, and returns
+-- the log line that says so, naming it as what ("master", "replica" ...).
+function _M.pause_server(what, server, seconds)
+  _M.pause(server.pid, seconds)
+  return string.format("%s :%d paused (SIGSTOP) for %.2f s", what, server.port, seconds)
+end
+
 --- Stops servers (helpers Servers, some maybe paused), by PID; with keep (a
 -- folder), copies each one's log there first, as redis-<port>.log.
 function _M.stop_servers(servers, keep)

@@ -92,9 +92,7 @@ function Group:faults(ttl)
     end,
     function()
       local srv = g.servers[math.random(#g.servers)]
-      local s = ttl * (0.3 + 1.2 * math.random())
-      proc.pause(srv.pid, s)
-      return string.format("server :%d paused (SIGSTOP) for %.2f s", srv.port, s)
+      return proc.pause_server("server", srv, ttl * (0.3 + 1.2 * math.random()))
     end,
     function()
       local srv = g.servers[math.random(#g.servers)]

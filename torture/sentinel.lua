@@ -196,17 +196,13 @@ function Group:faults()
     function()
       local m = g:master()
       if not m then return "no master named now: nothing to pause" end
-      local s = 0.5 + 2.5 * math.random()
-      proc.pause(m.pid, s)
-      return string.format("master :%d paused (SIGSTOP) for %.2f s", m.port, s)
+      return proc.pause_server("master", m, 0.5 + 2.5 * math.random())
     end,
     function()
       local m = g:master()
       local r = g.nodes[math.random(#g.nodes)]
       if r == m then return "replica pause skipped: picked the master" end
-      local s = 0.5 + 2 * math.random()
-      proc.pause(r.pid, s)
-      return string.format("replica :%d paused (SIGSTOP) for %.2f s", r.port, s)
+      return proc.pause_server("replica", r, 0.5 + 2 * math.random())
     end,
     function()
       local s = g.sentinels[math.random(#g.sentinels)]

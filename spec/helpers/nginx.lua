@@ -2,7 +2,6 @@
 -- spec/helpers.lua's nginx: a private nginx with lua-nginx-module on a free
 -- port, its configuration filled in from a template (helpers.start_nginx),
 -- its workers, error log and stop.
-local socket = require "socket"
 
 return function(helpers)
   local tmpdir = helpers.tmpdir
@@ -95,12 +94,7 @@ return function(helpers)
       local pid
       local up = started and helpers.eventually(5, function()
         pid = tonumber(read_file(prefix .. "/nginx.pid") or "")
-        if not (pid and alive(pid)) then return false end
-        local c = socket.tcp()
-        c:settimeout(1)
-        local ok = c:connect("127.0.0.1", port)
-        c:close()
-        return ok
+        return pid and alive(pid) and helpers.accepts(port)
       end)
       if up then
         return setmetatable({ port = port, port2 = tonumber(vars.port2), prefix = prefix, pid = pid }, Nginx)
