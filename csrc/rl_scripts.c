@@ -303,11 +303,12 @@ static const char s_read_release[] =
 /* csrc/scripts/release.lua */
 static const char s_release[] =
   "local v = redis.call('GET', KEYS[1])\nif v ~= ARGV[1] then\nif v then return -2 - redis.call('PTTL', KEYS[1]) end\n"
-  "return 0\nend\nif redis.call('EXISTS', KEYS[5], KEYS[8]) == 0 then\nredis.call('DEL', KEYS[1], KEYS[6])\nreturn 1\n"
-  "end\n" RL_LIB_FIRST_LIVE RL_LIB_FIRST_READY RL_LIB_LIST RL_LIB_ADD_FENCE RL_LIB_WHOLE RL_LIB_FENCE_ID
-  RL_LIB_NEXT_FENCE RL_LIB_HAND_TO_HEIR RL_LIB_WAKE_ONE RL_LIB_HAND_NEXT RL_LIB_SERVER_TIME
-  "local ok, handed = pcall(hand_next, KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8], server_time())\n"
-  "if not (ok and handed) then redis.call('DEL', KEYS[1], KEYS[6]) end\nreturn 1\n";
+  "return 0\nend\nif redis.call('EXISTS', KEYS[2], KEYS[4]) == 0 then\nredis.call('DEL', KEYS[1], KEYS[3])\n"
+  "return KEYS[8] and 3 or 1\nend\nif not KEYS[8] then return 2 end\n" RL_LIB_FIRST_LIVE RL_LIB_FIRST_READY RL_LIB_LIST
+  RL_LIB_ADD_FENCE RL_LIB_WHOLE RL_LIB_FENCE_ID RL_LIB_NEXT_FENCE RL_LIB_HAND_TO_HEIR RL_LIB_WAKE_ONE RL_LIB_HAND_NEXT
+  RL_LIB_SERVER_TIME
+  "local ok, handed = pcall(hand_next, KEYS[1], KEYS[5], KEYS[6], KEYS[7], KEYS[3], KEYS[8], KEYS[4], server_time())\n"
+  "if not (ok and handed) then redis.call('DEL', KEYS[1], KEYS[3]) end\nreturn 1\n";
 
 /* csrc/scripts/release_one.lua */
 static const char s_release_one[] =
@@ -428,7 +429,7 @@ static const char s_zset_release_one[] =
 
 const rl_op_row rl_ops[RL_OP_COUNT] = {
   [RL_OP_ACQUIRE] = { "acquire", s_acquire, { K_LOCK, K_FENCE, K_WAITERS, K_ERA, -1 }, RL_F_MS },
-  [RL_OP_RELEASE] = { "release", s_release, { K_LOCK, K_SIGNAL, K_QUEUE, K_HAND, K_WAITERS, K_FENCE, K_ERA, K_HANDOFF, -1 }, RL_F_ONCE },
+  [RL_OP_RELEASE] = { "release", s_release, { K_LOCK, K_WAITERS, K_FENCE, K_HANDOFF, K_SIGNAL, K_QUEUE, K_HAND, K_ERA, -1 }, RL_F_ONCE, 4 },
   [RL_OP_EXTEND] = { "extend", s_key_extend, { K_LOCK, -1 }, RL_F_MS },
   [RL_OP_PTTL] = { "pttl", s_key_pttl, { K_LOCK, -1 }, 0 },
   [RL_OP_ACQUIRE_FAIR] = { "acquire_fair", s_acquire_fair, { K_LOCK, K_FENCE, K_QUEUE, K_HAND, K_WAITERS, K_ERA, -1 }, RL_F_MS | RL_F_N | RL_F_STAY },

@@ -12,10 +12,12 @@
 -- place and its comments kept, into DIR/<name>.lua, for luacheck.
 --
 -- A script file's header lines (docs/development.md, "Scripts"):
---   --! op NAME keys=K1,K2,... [flags=F1,F2,...]
+--   --! op NAME keys=K1,K2,... [first=N] [flags=F1,F2,...]
 --        an op of rl_proto.h's rl_op (RL_OP_<NAME>) that sends this script;
 --        its keys by their names in rl_ops.h (lock: K_LOCK ...), in KEYS'
---        order (none: its caller names them); flags: ms, n, once, stay,
+--        order (none: its caller names them); first: the core sends the
+--        first N only, and all of them when the script answers
+--        RL_ALL_KEYS (the release: its wake-up's names); flags: ms, n, once, stay,
 --        args, each, named (rl_ops.h's RL_F_*), and noscript (the take,
 --        which sends no script: it falls back on this one).
 --        Several ops may share one script.
@@ -108,7 +110,9 @@ local function resolve(path, included, into, meta)
     elseif word == "op" then
       local name, keys, flags = rest:match("^([%w_]+) +keys=([%w_,]*) *(.-)$")
       if not name then fail("%s:%d: '--! op NAME keys=...' expected", path, n) end
-      local op = { name = name, keys = {}, flags = {} }
+      local op = { name = name, keys = {}, flags = {}, first = 0 }
+      local first, more = flags:match("^first=(%d+) *(.-)$")
+      if first then op.first, flags = tonumber(first), more end
       for k in keys:gmatch("[^,]+") do
         if not key_names[k] then fail("%s:%d: no key named %s in rl_ops.h", path, n, k) end
         op.keys[#op.keys + 1] = "K_" .. k:upper()
@@ -120,6 +124,7 @@ local function resolve(path, included, into, meta)
         elseif flag_names[f] then op.flags[#op.flags + 1] = flag_names[f]
         else fail("%s:%d: no flag %s", path, n, f) end
       end
+      if op.first > 0 and op.first >= #op.keys then fail("%s:%d: first=%d names every key", path, n, op.first) end
       meta.ops[#meta.ops + 1] = op
     elseif word == "guard" then
       if meta.kind then fail("%s:%d: one '--! guard' a file", path, n) end
@@ -305,8 +310,8 @@ for _, name in ipairs(op_order) do
   local op = ops[name]
   local keys = table.concat(op.keys, ", ") .. (#op.keys > 0 and ", " or "") .. "-1"
   local flags = #op.flags > 0 and table.concat(op.flags, " | ") or "0"
-  emit(string.format('  [RL_OP_%s] = { "%s", %s, { %s }, %s },', name:upper(), name,
-    op.noscript and "NULL" or "s_" .. op.script.base, keys, flags))
+  emit(string.format('  [RL_OP_%s] = { "%s", %s, { %s }, %s%s },', name:upper(), name,
+    op.noscript and "NULL" or "s_" .. op.script.base, keys, flags, op.first > 0 and ", " .. op.first or ""))
 end
 emit("};")
 emit("")
