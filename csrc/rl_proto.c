@@ -42,7 +42,9 @@ static inline char *put_size(char *p, size_t n) {
    their next release sends all its keys at once, sparing a contended
    lock's releases the second send. An entry is a name's hash (name_hash),
    0 for none; a collision only costs a release the other way. Touched for
-   ops with first only (the releases), on the caller's thread. */
+   ops with first only (the releases, never the watchdog's extends); two
+   threads' releases racing on an entry (several Lua states in threads)
+   likewise only send one the other way. */
 static unsigned warm[256];
 
 /* A name's hash for warm (FNV-1a), never 0. */
