@@ -7,6 +7,8 @@
 # waits (the acquire script, then the release's GET, EXISTS, DEL), and a waiters
 # mark left in place, so that every release takes its wake-up branch
 # (the handoff's functions made, no waiter found, one wake-up pushed).
+# Beside them, the minimal lock a user compares with (SET NX PX, then the
+# usual compare-and-delete script by EVALSHA, as bench/cycle.lua's).
 # With REV, the same loops from that revision (built in a temporary git
 # worktree) against the same server, after this checkout's.
 #   sh bench/server_callgrind.sh [REV]        (make first; needs valgrind)
@@ -51,8 +53,9 @@ until redis-cli -p "$port" ping >/dev/null 2>&1; do
   sleep 0.1
 done
 
-# loop TREE CYCLES KEY [mark]: CYCLES acquire+release cycles on KEY from the
-# library of TREE; with mark, a waiters mark is set on KEY first.
+# loop TREE CYCLES KEY [mark|minimal]: CYCLES acquire+release cycles on KEY
+# from the library of TREE; with mark, a waiters mark is set on KEY first;
+# with minimal, the minimal lock's cycles instead, on a raw connection.
 loop() {
   LUA_PATH="$1/lua/?.lua;;" LUA_CPATH="$1/build/lua5.4/?.so;;" lua5.4 - "$port" "$2" "$3" "${4:-}" <<'EOF_LOOP'
 local redislock = require "redislock"
@@ -63,6 +66,18 @@ if arg[4] == "mark" then
   local raw = core.new({ port = port })
   assert(raw:command("SET", "lock:{" .. key .. "}:waiters", 1))
   raw:close()
+end
+if arg[4] == "minimal" then
+  local raw = core.new({ port = port })
+  local cad = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+  local sha = assert(raw:command("SCRIPT", "LOAD", cad))
+  local token = core.token()
+  for _ = 1, n do
+    assert(raw:command("SET", key, token, "NX", "PX", 10000))
+    assert(raw:command("EVALSHA", sha, 1, key, token) == 1)
+  end
+  raw:close()
+  n = 0
 end
 for _ = 1, n do
   local l = assert(c:acquire(key, 10))
@@ -84,6 +99,7 @@ count() {
   echo "bench name=server_instructions/$1 value=$((total / N)) unit=instructions/cycle"
 }
 
+count minimal "$here" "sc:minimal" minimal
 for side in this ${rev:+other}; do
   if [ "$side" = this ]; then tree=$here; label=this; else tree=$other; label=$rev; fi
   count "$label/uncontended" "$tree" "sc:$side:a"

@@ -320,6 +320,16 @@ static rl_step after_script(rl_call *call, rl_decoded d, const char *msg) {
     rl_script_hint(call->err, sizeof call->err);
     return undo_take(call, in_step);
   }
+  /* Sent with its first keys only, it needs them all (a release that
+     found somebody waiting: its wake-up's names), having changed nothing:
+     the same script again, with all of them, and so the next release of
+     the name from the start, until one finds nobody waiting. */
+  if (call->out.status == RL_HELD && call->out.value == RL_ALL_KEYS && rl_cmd_use_all_keys(call->cmd)) {
+    rl_cmd_note_waiting(call->cmd, 1);
+    return next_bytes(call);
+  }
+  if (call->out.status == RL_HELD && call->out.value == RL_NO_WAITERS && rl_cmd_note_waiting(call->cmd, 0))
+    call->out.value = 1;
   return held(call);
 }
 

@@ -17,6 +17,8 @@
  * - EVALSHA, then EVAL after NOSCRIPT (which caches the script), for the
  *   lock scripts and for those sent with their callers' arguments (the
  *   multi-key acquire, the admin's, guarded writes, elections);
+ * - a script sent with its first keys only (the release) that answers
+ *   RL_ALL_KEYS is sent again with all of them (its wake-up's names);
  * - the one resend per call: bytes lost on a connection that had answered
  *   before (idle in a pool, or the server closed it meanwhile), not timed
  *   out, go once more on another, except a release's (a second would find

@@ -43,13 +43,17 @@ enum { RL_F_MS = 1, RL_F_N = 2, RL_F_ONCE = 4, RL_F_STAY = 8,
 
 /* One op: its name (as Lua calls it), its script (NULL for a take, which
    runs none: it falls back on acquire's), the names its script gets as
-   KEYS, in order (-1 ends them), and its flags; a script file's "--! op"
-   line. */
+   KEYS, in order (-1 ends them), its flags, and how many of its names its
+   first send passes (0: all; else the script answers RL_ALL_KEYS when it
+   needs the others, and gets them all in a second send: the release,
+   whose wake-up needs names its common case does not); a script file's
+   "--! op" line. */
 typedef struct {
   const char *name;
   const char *script;
   signed char keys[RL_MAX_KEYS + 1];
   unsigned char flags;
+  unsigned char first;
 } rl_op_row;
 
 extern const rl_op_row rl_ops[RL_OP_COUNT];

@@ -38,6 +38,22 @@ static inline char *put_size(char *p, size_t n) {
   return p;
 }
 
+/* The names whose last release found somebody waiting (rl_cmd_note_waiting):
+   their next release sends all its keys at once, sparing a contended
+   lock's releases the second send. An entry is a name's hash (name_hash),
+   0 for none; a collision only costs a release the other way. Touched for
+   ops with first only (the releases, never the watchdog's extends); two
+   threads' releases racing on an entry (several Lua states in threads)
+   likewise only send one the other way. */
+static unsigned warm[256];
+
+/* A name's hash for warm (FNV-1a), never 0. */
+static unsigned name_hash(const char *s, size_t n) {
+  unsigned h = 2166136261u;
+  while (n-- > 0) h = (h ^ (unsigned char)*s++) * 16777619u;
+  return h | 1u;
+}
+
 int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
                 const char *key, size_t klen, const char *token, size_t tlen,
                 long long ms, long long n) {
@@ -83,7 +99,15 @@ int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
   cmd->len[0] = 7;
   cmd->argv[1] = rl_script_sha(op); /* a take's: acquire's */
   cmd->len[1] = 40;
-  cmd->numkeys[0] = (char)('0' + i); /* one digit: RL_MAX_KEYS <= 9 (rl_proto.h) */
+  /* One digit: RL_MAX_KEYS <= 9 (rl_proto.h). The first keys only, when
+     the row says so (rl_cmd_bytes leaves the others out) and the name's
+     last release found nobody waiting. */
+  k = rl_ops[op].first;
+  if (k > 0) {
+    unsigned h = name_hash(cmd->argv[3], cmd->len[3]);
+    if (warm[h % 256] == h) k = 0;
+  }
+  cmd->numkeys[0] = (char)('0' + (k > 0 ? k : i));
   cmd->numkeys[1] = '\0';
   cmd->argv[2] = cmd->numkeys;
   cmd->len[2] = 1;
@@ -218,9 +242,46 @@ static long long take_bytes(const rl_cmd *cmd, char *buf, size_t cap, char **out
   return (long long)total;
 }
 
+/* The keys of op's row. */
+static int row_keys(rl_op op) {
+  int i = 0;
+  while (rl_ops[op].keys[i] >= 0) i++;
+  return i;
+}
+
 long long rl_cmd_bytes(const rl_cmd *cmd, char *buf, size_t cap, char **out) {
+  const char *argv[RL_CMD_MAXARGS];
+  size_t len[RL_CMD_MAXARGS];
+  int first, skip, i, n = 0;
   if (cmd->op == RL_OP_TAKE) return take_bytes(cmd, buf, cap, out);
-  return rl_format(buf, cap, out, cmd->argc, cmd->argv, cmd->len);
+  first = cmd->op < RL_OP_COUNT ? rl_ops[cmd->op].first : 0;
+  if (first == 0 || cmd->numkeys[0] - '0' != first) return rl_format(buf, cap, out, cmd->argc, cmd->argv, cmd->len);
+  /* The first send: the first keys, then the arguments after them all. */
+  skip = row_keys(cmd->op) - first;
+  for (i = 0; i < cmd->argc; i++) {
+    if (i >= 3 + first && i < 3 + first + skip) continue;
+    argv[n] = cmd->argv[i];
+    len[n++] = cmd->len[i];
+  }
+  return rl_format(buf, cap, out, n, argv, len);
+}
+
+int rl_cmd_note_waiting(const rl_cmd *cmd, int waiting) {
+  unsigned h;
+  if (cmd->op >= RL_OP_COUNT || rl_ops[cmd->op].first == 0) return 0;
+  h = name_hash(cmd->argv[3], cmd->len[3]);
+  if (waiting)
+    warm[h % 256] = h;
+  else if (warm[h % 256] == h)
+    warm[h % 256] = 0;
+  return 1;
+}
+
+int rl_cmd_use_all_keys(rl_cmd *cmd) {
+  if (cmd->op >= RL_OP_COUNT || rl_ops[cmd->op].first == 0 || cmd->numkeys[0] - '0' != rl_ops[cmd->op].first)
+    return 0;
+  cmd->numkeys[0] = (char)('0' + row_keys(cmd->op));
+  return 1;
 }
 
 int rl_cmd_replies(const rl_cmd *cmd) {

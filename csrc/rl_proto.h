@@ -113,6 +113,12 @@ typedef enum {
 /* A lock handed to a waiter that did not take up its wake-up within this
    (it died, or gave up meanwhile) may be taken by another (csrc/scripts/). */
 #define RL_CLAIM_MS 500
+/* The answer of a script sent with its first keys only (rl_ops.h's
+   first: the release) that needs them all: the core sends it again with
+   all of them. Sent with all of them, it answers RL_NO_WAITERS for 1 when
+   nobody waited: the core sends the first keys only again. */
+#define RL_ALL_KEYS 2
+#define RL_NO_WAITERS 3
 /* A fence is at least the granting server's clock (TIME) in ms since
    RL_FENCE_EPOCH_MS (2025-01-01 UTC) times RL_FENCE_SCALE:
    csrc/scripts/README.md, "Fences". As many grants in one ms of one slot
@@ -249,6 +255,16 @@ int rl_cmd_replies(const rl_cmd *cmd);
 
 /* Turns a take into the acquire script with the same key, token and ttl. */
 void rl_cmd_use_acquire(rl_cmd *cmd);
+
+/* Makes cmd, sent with the first of its op's keys only, send them all
+   (after an answer RL_ALL_KEYS); 0 when it sent them all already. */
+int rl_cmd_use_all_keys(rl_cmd *cmd);
+
+/* Remembers whether the release cmd found somebody waiting (an answer
+   RL_ALL_KEYS) or not (RL_NO_WAITERS): the next release of its name
+   starts with all its keys, or with the first only (rl_cmd_init). 0 for
+   an op whose row sends all its keys. */
+int rl_cmd_note_waiting(const rl_cmd *cmd, int waiting);
 
 /* A short string (letters and digits) whose hash slot is slot (0 ..
    RL_SLOTS - 1): the fence record of the locks in that slot is

@@ -8,27 +8,147 @@
    Clang take any, and some scripts are longer. */
 #pragma GCC diagnostic ignored "-Woverlength-strings"
 
+/* The fragments more than one script includes (csrc/scripts/lib/). */
+#define RL_LIB_ADD_FENCE \
+  "local function add_fence(rec, id)\nif id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n" \
+  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n" \
+  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
+#define RL_LIB_WHOLE \
+  "local function whole(n)\nreturn string.format('%.0f', n)\nend\n"
+#define RL_LIB_FENCE_ID \
+  "local function fence_id(f)\nreturn whole(math.floor(f / 64) + 1735689600000) .. '-' .. whole(f % 64)\nend\n"
+#define RL_LIB_NEXT_FENCE \
+  "local function next_fence(rec)\nlocal ms, seq = string.match(add_fence(rec, '*'), '^(%d+)%-(%d+)$')\n" \
+  "ms, seq = tonumber(ms), tonumber(seq)\nif ms < 1735689600000 then\n" \
+  "return error(\"redislock: the server's clock reads before 2025 (\" .. ms .. \" ms since 1970): \"\n" \
+  ".. \"fences follow it, so no lock can be granted until it is set\")\nend\n" \
+  "local f = (ms - 1735689600000) * 64 + seq\nif seq >= 64 then add_fence(rec, fence_id(f)) end\nreturn f\nend\n"
+#define RL_LIB_GRANT \
+  "local function grant(fence, rec, ms)\nlocal f = next_fence(rec)\nredis.call('SET', fence, whole(f), 'PX', ms)\n" \
+  "return f\nend\n"
+#define RL_LIB_LIST \
+  "local function list(...)\nlocal r = redis.pcall(...)\nif type(r) == 'table' and r.err then return nil, true end\n" \
+  "return r\nend\n"
+#define RL_LIB_SERVER_TIME \
+  "local function server_time()\nlocal t = redis.call('TIME')\nreturn t[1] * 1000 + math.floor(t[2] / 1000), t\nend\n"
+#define RL_LIB_STALE \
+  "local function stale(lock, signal, v)\nlocal sig = signal .. ':' .. v\nlocal e = list('LINDEX', sig, -1)\n" \
+  "local at = e and tonumber(string.match(e, ' (%d+)$'))\nif not at then return nil end\n" \
+  "local age = server_time() - at\nif age < 500 then return 500 - age end\n" \
+  "if select(2, list('DEL', sig)) then return nil end\nredis.call('DEL', lock)\nreturn 0\nend\n"
+#define RL_LIB_FIRST_LIVE \
+  "local function first_live(queue, hand, now)\nwhile true do\nlocal heir = redis.call('ZRANGE', queue, 0, 0)[1]\n" \
+  "if not heir then return nil end\nlocal r = redis.call('HGET', hand, heir)\n" \
+  "local due, ttl = string.match(r or '', '^(%d+) (%d+)$')\nif due and tonumber(due) > now then\n" \
+  "return heir, ttl, tonumber(due) - 3000\nend\nredis.call('ZREM', queue, heir)\n" \
+  "if r then redis.call('HDEL', hand, heir) end\nend\nend\n"
+#define RL_LIB_HAND_TO_HEIR \
+  "local function hand_to_heir(lock, signal, queue, hand, fence, rec, heir, hms, since, popped, now)\n" \
+  "local f = next_fence(rec)\nlocal sig = signal .. ':' .. heir\n" \
+  "local _, refused = list('RPUSH', sig, whole(f) .. ' ' .. whole(math.max(now - since, 0)) .. ' ' .. whole(now))\n" \
+  "if refused then return false end\nlist('PEXPIRE', sig, hms)\n" \
+  "if redis.pcall('SET', lock, heir, 'PX', hms).err then\nlist('DEL', sig)\nreturn false\nend\n" \
+  "if fence then redis.pcall('SET', fence, whole(f), 'PX', hms) end\nif not popped then\n" \
+  "redis.pcall('ZREM', queue, heir)\nredis.pcall('HDEL', hand, heir)\nend\nreturn true\nend\n"
+#define RL_LIB_REGISTER_IN \
+  "local function register_in(signal, queue, hand, token, hms, stay, now, t)\nlist('DEL', signal .. ':' .. token)\n" \
+  "redis.call('ZADD', queue, 'NX', t[1] .. string.format('%06d', t[2]), token)\n" \
+  "redis.call('HSET', hand, token, whole(now + tonumber(stay)) .. ' ' .. hms)\nredis.call('PEXPIRE', queue, stay)\n" \
+  "redis.call('PEXPIRE', hand, stay)\nend\n"
+#define RL_LIB_READY_MEMBER \
+  "local function ready_member(ttl, token)\nreturn ttl .. ' ' .. token\nend\n"
+#define RL_LIB_ANNOUNCE \
+  "local function announce(lock, observers, msg, now)\nredis.call('ZREMRANGEBYSCORE', observers, '-inf', now)\n" \
+  "local obs = redis.call('ZRANGE', observers, 0, 999, 'WITHSCORES')\nfor i = 1, #obs, 2 do\n" \
+  "local sig = lock .. ':signal:' .. obs[i]\nif not select(2, list('RPUSH', sig, msg)) then\n" \
+  "list('LTRIM', sig, -100, -1)\nlist('PEXPIRE', sig, whole(math.max(tonumber(obs[i + 1]) - now, 1)))\nend\nend\n" \
+  "return #obs / 2\nend\n"
+#define RL_LIB_LOCK_STATE \
+  "local function lock_state(lock, fence)\nlocal v = redis.call('GET', lock)\n" \
+  "local f = v and redis.call('PTTL', fence) > 0 and tonumber(redis.call('GET', fence))\n" \
+  "return { v, redis.call('PTTL', lock), f and whole(f) or false }\nend\n"
+#define RL_LIB_ZSET_EXPIRE \
+  "local function zset_expire(z, now)\nlocal last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')[2]\n" \
+  "if last then redis.call('PEXPIRE', z, whole(math.max(tonumber(last) - now, 1))) end\nend\n"
+#define RL_LIB_WRITE \
+  "local function write(k, a)\nlocal w = ARGV[a]\nif w == 'set' then\n" \
+  "if ARGV[a + 2] then redis.call('SET', KEYS[k], ARGV[a + 1], 'PX', ARGV[a + 2])\n" \
+  "else redis.call('SET', KEYS[k], ARGV[a + 1]) end\nreturn 1\n" \
+  "elseif w == 'hset' then return redis.call('HSET', KEYS[k], unpack(ARGV, a + 1))\n" \
+  "elseif w == 'incrby' then return redis.call('INCRBY', KEYS[k], ARGV[a + 1])\n" \
+  "elseif w == 'del' then return redis.call('DEL', unpack(KEYS, k))\n" \
+  "elseif w == 'rpush' then return redis.call('RPUSH', KEYS[k], unpack(ARGV, a + 1))\nend\n" \
+  "error('redislock: no write ' .. tostring(w))\nend\n"
+#define RL_LIB_FIRST_READY \
+  "local function first_ready(handoff, now)\nwhile true do\nlocal e = redis.call('ZPOPMIN', handoff)\n" \
+  "if not e[1] then return nil end\nif tonumber(e[2]) > now then\n" \
+  "local hms, heir = string.match(e[1], '^(%d+) (.+)$')\nif heir then return heir, hms, tonumber(e[2]) - 3000 end\n" \
+  "end\nend\nend\n"
+#define RL_LIB_WAKE_ONE \
+  "local function wake_one(signal, heir)\nlocal sig = heir and (signal .. ':' .. heir) or signal\nlist('DEL', sig)\n" \
+  "list('RPUSH', sig, 1)\nlist('PEXPIRE', sig, 1000)\nend\n"
+#define RL_LIB_HELD \
+  "local function held(key, token, kind)\nif kind == 'zset' then\nlocal s = redis.call('ZSCORE', key, token)\n" \
+  "return s and tonumber(s) > server_time() or false\nend\nreturn redis.call('GET', key) == token\nend\n"
+#define RL_LIB_HAND_NEXT \
+  "local function hand_next(lock, signal, queue, hand, fence, rec, handoff, now)\n" \
+  "local heir, hms, since = first_live(queue, hand, now)\nlocal popped = false\nif not heir then\n" \
+  "heir, hms, since = first_ready(handoff, now)\npopped = true\nend\n" \
+  "if heir then return hand_to_heir(lock, signal, queue, hand, fence, rec, heir, hms, since, popped, now) end\n" \
+  "wake_one(signal)\nreturn false\nend\n"
+#define RL_LIB_FENCE_OF \
+  "local function fence_of(legacy, rec)\nredis.call('DEL', legacy)\nreturn next_fence(rec)\nend\n"
+#define RL_LIB_RW_MARK \
+  "local function rw_mark(waiters, token, left, now)\n" \
+  "redis.call('ZADD', waiters, whole(now + math.max(left, 0) + 1000), token)\n" \
+  "local wlast = tonumber(redis.call('ZRANGE', waiters, -1, -1, 'WITHSCORES')[2])\n" \
+  "redis.call('PEXPIRE', waiters, whole(math.max(wlast - now, 1)))\nend\n"
+#define RL_LIB_WAKE_ALL \
+  "local function wake_all(signal, waiters, now)\nredis.call('ZREMRANGEBYSCORE', waiters, '-inf', now)\n" \
+  "local n = math.min(redis.call('ZCARD', waiters), 1000)\nif n > 0 then\nlocal ones = {}\n" \
+  "for i = 1, n do ones[i] = 1 end\nredis.call('DEL', signal)\nredis.call('RPUSH', signal, unpack(ones))\n" \
+  "redis.call('PEXPIRE', signal, 1000)\nend\nend\n"
+#define RL_LIB_RW_HAND_OR_WAKE \
+  "local function rw_hand_or_wake(writer, signal, waiters, queue, hand, rec, writers, now)\n" \
+  "local heir, hms, since = first_live(queue, hand, now)\n" \
+  "if heir and hand_to_heir(writer, signal, queue, hand, nil, rec, heir, hms, since, false, now) then\n" \
+  "redis.pcall('ZREM', writers, heir)\nreturn true\nend\nwake_all(signal, waiters, now)\nreturn false\nend\n"
+#define RL_LIB_SEM_HANDED_FENCE \
+  "local function sem_handed_fence(permits, token)\nlocal own = permits .. ':signal:' .. token\n" \
+  "local e = list('LINDEX', own, -1)\nlist('DEL', own)\nreturn e and tonumber(string.match(e, '^(%d+) '))\nend\n"
+#define RL_LIB_SEM_RECLAIM \
+  "local function sem_reclaim(permits, handed, now)\nredis.call('ZREMRANGEBYSCORE', permits, '-inf', now)\n" \
+  "for _, h in ipairs(redis.call('ZRANGEBYSCORE', handed, '-inf', now - 500)) do\n" \
+  "local sig = permits .. ':signal:' .. h\nlocal n = list('LLEN', sig)\n" \
+  "if n and n > 0 and not select(2, list('DEL', sig)) then redis.call('ZREM', permits, h) end\n" \
+  "redis.call('ZREM', handed, h)\nend\nend\n"
+#define RL_LIB_SEM_HAND_NEXT \
+  "local function sem_hand_next(permits, signal, queue, hand, rec, handed, now)\n" \
+  "local heir, hms, since = first_live(queue, hand, now)\nlocal given = false\nif heir then\n" \
+  "local f = next_fence(rec)\nlocal sig = signal .. ':' .. heir\n" \
+  "local _, refused = list('RPUSH', sig, whole(f) .. ' ' .. whole(math.max(now - since, 0)) .. ' ' .. whole(now))\n" \
+  "if not refused then\nlist('PEXPIRE', sig, hms)\n" \
+  "local r = redis.pcall('ZADD', permits, whole(now + tonumber(hms)), heir)\nif type(r) == 'table' and r.err then\n" \
+  "list('DEL', sig)\nelse\ngiven = true\nzset_expire(permits, now)\nredis.call('ZREM', queue, heir)\n" \
+  "redis.call('HDEL', hand, heir)\nredis.call('ZADD', handed, now, heir)\n" \
+  "if redis.call('PTTL', handed) < tonumber(hms) then redis.call('PEXPIRE', handed, hms) end\nend\nend\nend\n" \
+  "if not given then wake_one(signal) end\nend\n"
+#define RL_LIB_RW_LEFT \
+  "local function rw_left(readers, writer, v, s, now)\nif v then\nlocal left = redis.call('PTTL', writer)\n" \
+  "if s and s > 0 and s < left then left = s end\nreturn left\nend\n" \
+  "return tonumber(redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')[2]) - now\nend\n"
+#define RL_LIB_WRITER_TRY \
+  "local function writer_try(readers, writer, writers, signal, token, ttl, now)\n" \
+  "redis.call('ZREMRANGEBYSCORE', readers, '-inf', now)\nredis.call('ZREMRANGEBYSCORE', writers, '-inf', now)\n" \
+  "local v = redis.call('GET', writer)\nlocal s = v and v ~= token and stale(writer, signal, v)\n" \
+  "if s == 0 then v = false end\nif v == token or (not v and redis.call('ZCARD', readers) == 0) then\n" \
+  "redis.call('SET', writer, token, 'PX', ttl)\nredis.call('ZREM', writers, token)\nreturn v, s, true\nend\n" \
+  "return v, s, false\nend\n"
+
 /* csrc/scripts/acquire.lua */
 static const char s_acquire[] =
-  "local function add_fence(rec, id)\nif id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
-  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
-  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
-  "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
-  "return whole(math.floor(f / 64) + 1735689600000) .. '-' .. whole(f % 64)\nend\nlocal function next_fence(rec)\n"
-  "local ms, seq = string.match(add_fence(rec, '*'), '^(%d+)%-(%d+)$')\nms, seq = tonumber(ms), tonumber(seq)\n"
-  "if ms < 1735689600000 then\n"
-  "return error(\"redislock: the server's clock reads before 2025 (\" .. ms .. \" ms since 1970): \"\n"
-  ".. \"fences follow it, so no lock can be granted until it is set\")\nend\n"
-  "local f = (ms - 1735689600000) * 64 + seq\nif seq >= 64 then add_fence(rec, fence_id(f)) end\nreturn f\nend\n"
-  "local function grant(fence, rec, ms)\nlocal f = next_fence(rec)\nredis.call('SET', fence, whole(f), 'PX', ms)\n"
-  "return f\nend\nlocal function list(...)\nlocal r = redis.pcall(...)\n"
-  "if type(r) == 'table' and r.err then return nil, true end\nreturn r\nend\nlocal function server_time()\n"
-  "local t = redis.call('TIME')\nreturn t[1] * 1000 + math.floor(t[2] / 1000), t\nend\n"
-  "local function stale(lock, signal, v)\nlocal sig = signal .. ':' .. v\nlocal e = list('LINDEX', sig, -1)\n"
-  "local at = e and tonumber(string.match(e, ' (%d+)$'))\nif not at then return nil end\n"
-  "local age = server_time() - at\nif age < 500 then return 500 - age end\n"
-  "if select(2, list('DEL', sig)) then return nil end\nredis.call('DEL', lock)\nreturn 0\nend\nlocal function take()\n"
-  "return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\nend\n"
+  RL_LIB_ADD_FENCE RL_LIB_WHOLE RL_LIB_FENCE_ID RL_LIB_NEXT_FENCE RL_LIB_GRANT RL_LIB_LIST RL_LIB_SERVER_TIME
+  RL_LIB_STALE "local function take()\nreturn redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\nend\n"
   "if take() then return grant(KEYS[2], KEYS[4], ARGV[2]) end\nlocal v = redis.call('GET', KEYS[1])\n"
   "if v == ARGV[1] then\nredis.call('PEXPIRE', KEYS[1], ARGV[2])\nlist('DEL', KEYS[1] .. ':signal:' .. ARGV[1])\n"
   "return grant(KEYS[2], KEYS[4], ARGV[2])\nend\nlocal left = redis.call('PTTL', KEYS[1])\n"
@@ -39,41 +159,10 @@ static const char s_acquire[] =
 
 /* csrc/scripts/acquire_fair.lua */
 static const char s_acquire_fair[] =
-  "local function first_live(queue, hand, now)\nwhile true do\nlocal heir = redis.call('ZRANGE', queue, 0, 0)[1]\n"
-  "if not heir then return nil end\nlocal r = redis.call('HGET', hand, heir)\n"
-  "local due, ttl = string.match(r or '', '^(%d+) (%d+)$')\nif due and tonumber(due) > now then\n"
-  "return heir, ttl, tonumber(due) - 3000\nend\nredis.call('ZREM', queue, heir)\n"
-  "if r then redis.call('HDEL', hand, heir) end\nend\nend\nlocal function add_fence(rec, id)\n"
-  "if id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
-  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
-  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
-  "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
-  "return whole(math.floor(f / 64) + 1735689600000) .. '-' .. whole(f % 64)\nend\nlocal function next_fence(rec)\n"
-  "local ms, seq = string.match(add_fence(rec, '*'), '^(%d+)%-(%d+)$')\nms, seq = tonumber(ms), tonumber(seq)\n"
-  "if ms < 1735689600000 then\n"
-  "return error(\"redislock: the server's clock reads before 2025 (\" .. ms .. \" ms since 1970): \"\n"
-  ".. \"fences follow it, so no lock can be granted until it is set\")\nend\n"
-  "local f = (ms - 1735689600000) * 64 + seq\nif seq >= 64 then add_fence(rec, fence_id(f)) end\nreturn f\nend\n"
-  "local function grant(fence, rec, ms)\nlocal f = next_fence(rec)\nredis.call('SET', fence, whole(f), 'PX', ms)\n"
-  "return f\nend\nlocal function list(...)\nlocal r = redis.pcall(...)\n"
-  "if type(r) == 'table' and r.err then return nil, true end\nreturn r\nend\n"
-  "local function hand_to_heir(lock, signal, queue, hand, fence, rec, heir, hms, since, popped, now)\n"
-  "local f = next_fence(rec)\nlocal sig = signal .. ':' .. heir\n"
-  "local _, refused = list('RPUSH', sig, whole(f) .. ' ' .. whole(math.max(now - since, 0)) .. ' ' .. whole(now))\n"
-  "if refused then return false end\nlist('PEXPIRE', sig, hms)\nif redis.pcall('SET', lock, heir, 'PX', hms).err then\n"
-  "list('DEL', sig)\nreturn false\nend\nif fence then redis.pcall('SET', fence, whole(f), 'PX', hms) end\n"
-  "if not popped then\nredis.pcall('ZREM', queue, heir)\nredis.pcall('HDEL', hand, heir)\nend\nreturn true\nend\n"
-  "local function register_in(signal, queue, hand, token, hms, stay, now, t)\nlist('DEL', signal .. ':' .. token)\n"
-  "redis.call('ZADD', queue, 'NX', t[1] .. string.format('%06d', t[2]), token)\n"
-  "redis.call('HSET', hand, token, whole(now + tonumber(stay)) .. ' ' .. hms)\nredis.call('PEXPIRE', queue, stay)\n"
-  "redis.call('PEXPIRE', hand, stay)\nend\nlocal function server_time()\nlocal t = redis.call('TIME')\n"
-  "return t[1] * 1000 + math.floor(t[2] / 1000), t\nend\nlocal function stale(lock, signal, v)\n"
-  "local sig = signal .. ':' .. v\nlocal e = list('LINDEX', sig, -1)\n"
-  "local at = e and tonumber(string.match(e, ' (%d+)$'))\nif not at then return nil end\n"
-  "local age = server_time() - at\nif age < 500 then return 500 - age end\n"
-  "if select(2, list('DEL', sig)) then return nil end\nredis.call('DEL', lock)\nreturn 0\nend\n"
-  "local now, t = server_time()\nlocal signal = KEYS[1] .. ':signal'\nlocal v = redis.call('GET', KEYS[1])\n"
-  "if v == ARGV[1] then\nredis.call('PEXPIRE', KEYS[1], ARGV[2])\nlist('DEL', signal .. ':' .. ARGV[1])\n"
+  RL_LIB_FIRST_LIVE RL_LIB_ADD_FENCE RL_LIB_WHOLE RL_LIB_FENCE_ID RL_LIB_NEXT_FENCE RL_LIB_GRANT RL_LIB_LIST
+  RL_LIB_HAND_TO_HEIR RL_LIB_REGISTER_IN RL_LIB_SERVER_TIME RL_LIB_STALE "local now, t = server_time()\n"
+  "local signal = KEYS[1] .. ':signal'\nlocal v = redis.call('GET', KEYS[1])\nif v == ARGV[1] then\n"
+  "redis.call('PEXPIRE', KEYS[1], ARGV[2])\nlist('DEL', signal .. ':' .. ARGV[1])\n"
   "redis.call('ZREM', KEYS[3], ARGV[1])\nredis.call('HDEL', KEYS[4], ARGV[1])\n"
   "return {1, grant(KEYS[2], KEYS[6], ARGV[2])}\nend\nlocal s = v and stale(KEYS[1], signal, v)\n"
   "if s == 0 then v = false end\nif not v then\nlocal heir, hms, since = first_live(KEYS[3], KEYS[4], now)\n"
@@ -87,29 +176,11 @@ static const char s_acquire_fair[] =
 
 /* csrc/scripts/acquire_wait.lua */
 static const char s_acquire_wait[] =
-  "local function add_fence(rec, id)\nif id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
-  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
-  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
-  "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
-  "return whole(math.floor(f / 64) + 1735689600000) .. '-' .. whole(f % 64)\nend\nlocal function next_fence(rec)\n"
-  "local ms, seq = string.match(add_fence(rec, '*'), '^(%d+)%-(%d+)$')\nms, seq = tonumber(ms), tonumber(seq)\n"
-  "if ms < 1735689600000 then\n"
-  "return error(\"redislock: the server's clock reads before 2025 (\" .. ms .. \" ms since 1970): \"\n"
-  ".. \"fences follow it, so no lock can be granted until it is set\")\nend\n"
-  "local f = (ms - 1735689600000) * 64 + seq\nif seq >= 64 then add_fence(rec, fence_id(f)) end\nreturn f\nend\n"
-  "local function grant(fence, rec, ms)\nlocal f = next_fence(rec)\nredis.call('SET', fence, whole(f), 'PX', ms)\n"
-  "return f\nend\nlocal function list(...)\nlocal r = redis.pcall(...)\n"
-  "if type(r) == 'table' and r.err then return nil, true end\nreturn r\nend\nlocal function ready_member(ttl, token)\n"
-  "return ttl .. ' ' .. token\nend\nlocal function register_ready(signal, handoff, token, member, stay, now)\n"
-  "list('DEL', signal .. ':' .. token)\nredis.call('ZADD', handoff, whole(now + tonumber(stay)), member)\n"
-  "redis.call('PEXPIRE', handoff, stay)\nend\nlocal function server_time()\nlocal t = redis.call('TIME')\n"
-  "return t[1] * 1000 + math.floor(t[2] / 1000), t\nend\nlocal function stale(lock, signal, v)\n"
-  "local sig = signal .. ':' .. v\nlocal e = list('LINDEX', sig, -1)\n"
-  "local at = e and tonumber(string.match(e, ' (%d+)$'))\nif not at then return nil end\n"
-  "local age = server_time() - at\nif age < 500 then return 500 - age end\n"
-  "if select(2, list('DEL', sig)) then return nil end\nredis.call('DEL', lock)\nreturn 0\nend\n"
-  "local member = ready_member(ARGV[3], ARGV[1])\nlocal function taken()\nredis.call('ZREM', KEYS[3], member)\n"
-  "return grant(KEYS[2], KEYS[4], ARGV[2])\nend\nlocal function take()\n"
+  RL_LIB_ADD_FENCE RL_LIB_WHOLE RL_LIB_FENCE_ID RL_LIB_NEXT_FENCE RL_LIB_GRANT RL_LIB_LIST RL_LIB_READY_MEMBER
+  "local function register_ready(signal, handoff, token, member, stay, now)\nlist('DEL', signal .. ':' .. token)\n"
+  "redis.call('ZADD', handoff, whole(now + tonumber(stay)), member)\nredis.call('PEXPIRE', handoff, stay)\nend\n"
+  RL_LIB_SERVER_TIME RL_LIB_STALE "local member = ready_member(ARGV[3], ARGV[1])\nlocal function taken()\n"
+  "redis.call('ZREM', KEYS[3], member)\nreturn grant(KEYS[2], KEYS[4], ARGV[2])\nend\nlocal function take()\n"
   "return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\nend\n"
   "local v = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')\n"
   "if type(v) == 'table' and v.err then v = not take() and redis.call('GET', KEYS[1]) end\n"
@@ -121,14 +192,7 @@ static const char s_acquire_wait[] =
 
 /* csrc/scripts/elect_announce.lua */
 static const char s_elect_announce[] =
-  "local function list(...)\nlocal r = redis.pcall(...)\nif type(r) == 'table' and r.err then return nil, true end\n"
-  "return r\nend\nlocal function whole(n)\nreturn string.format('%.0f', n)\nend\n"
-  "local function announce(lock, observers, msg, now)\nredis.call('ZREMRANGEBYSCORE', observers, '-inf', now)\n"
-  "local obs = redis.call('ZRANGE', observers, 0, 999, 'WITHSCORES')\nfor i = 1, #obs, 2 do\n"
-  "local sig = lock .. ':signal:' .. obs[i]\nif not select(2, list('RPUSH', sig, msg)) then\n"
-  "list('LTRIM', sig, -100, -1)\nlist('PEXPIRE', sig, whole(math.max(tonumber(obs[i + 1]) - now, 1)))\nend\nend\n"
-  "return #obs / 2\nend\nlocal function server_time()\nlocal t = redis.call('TIME')\n"
-  "return t[1] * 1000 + math.floor(t[2] / 1000), t\nend\nlocal v = redis.call('GET', KEYS[1])\n"
+  RL_LIB_LIST RL_LIB_WHOLE RL_LIB_ANNOUNCE RL_LIB_SERVER_TIME "local v = redis.call('GET', KEYS[1])\n"
   "if ARGV[1] == '' and v or ARGV[1] ~= '' and v ~= ARGV[1] then return -1 end\n"
   "return announce(KEYS[1], KEYS[2], ARGV[2] .. ' ' .. ARGV[1], server_time())\n";
 
@@ -141,84 +205,43 @@ static const char s_elect_extend[] =
 
 /* csrc/scripts/elect_observe.lua */
 static const char s_elect_observe[] =
-  "local function list(...)\nlocal r = redis.pcall(...)\nif type(r) == 'table' and r.err then return nil, true end\n"
-  "return r\nend\nlocal function whole(n)\nreturn string.format('%.0f', n)\nend\n"
-  "local function lock_state(lock, fence)\nlocal v = redis.call('GET', lock)\n"
-  "local f = v and redis.call('PTTL', fence) > 0 and tonumber(redis.call('GET', fence))\n"
-  "return { v, redis.call('PTTL', lock), f and whole(f) or false }\nend\nlocal function server_time()\n"
-  "local t = redis.call('TIME')\nreturn t[1] * 1000 + math.floor(t[2] / 1000), t\nend\n"
-  "local function zset_expire(z, now)\nlocal last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')[2]\n"
-  "if last then redis.call('PEXPIRE', z, whole(math.max(tonumber(last) - now, 1))) end\nend\n"
-  "local now = server_time()\nlocal state = lock_state(KEYS[1], KEYS[2])\n"
-  "redis.call('ZADD', KEYS[3], whole(now + tonumber(ARGV[2])), ARGV[1])\n"
+  RL_LIB_LIST RL_LIB_WHOLE RL_LIB_LOCK_STATE RL_LIB_SERVER_TIME RL_LIB_ZSET_EXPIRE "local now = server_time()\n"
+  "local state = lock_state(KEYS[1], KEYS[2])\nredis.call('ZADD', KEYS[3], whole(now + tonumber(ARGV[2])), ARGV[1])\n"
   "redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)\nzset_expire(KEYS[3], now)\n"
   "local sig = KEYS[1] .. ':signal:' .. ARGV[1]\nlocal news = list('LRANGE', sig, 0, -1) or {}\n"
   "if #news > 0 then list('DEL', sig) end\nstate[4] = news\nreturn state\n";
 
 /* csrc/scripts/elect_proclaim.lua */
 static const char s_elect_proclaim[] =
-  "local function list(...)\nlocal r = redis.pcall(...)\nif type(r) == 'table' and r.err then return nil, true end\n"
-  "return r\nend\nlocal function whole(n)\nreturn string.format('%.0f', n)\nend\n"
-  "local function announce(lock, observers, msg, now)\nredis.call('ZREMRANGEBYSCORE', observers, '-inf', now)\n"
-  "local obs = redis.call('ZRANGE', observers, 0, 999, 'WITHSCORES')\nfor i = 1, #obs, 2 do\n"
-  "local sig = lock .. ':signal:' .. obs[i]\nif not select(2, list('RPUSH', sig, msg)) then\n"
-  "list('LTRIM', sig, -100, -1)\nlist('PEXPIRE', sig, whole(math.max(tonumber(obs[i + 1]) - now, 1)))\nend\nend\n"
-  "return #obs / 2\nend\nlocal function server_time()\nlocal t = redis.call('TIME')\n"
-  "return t[1] * 1000 + math.floor(t[2] / 1000), t\nend\nlocal v = redis.call('GET', KEYS[1])\n"
+  RL_LIB_LIST RL_LIB_WHOLE RL_LIB_ANNOUNCE RL_LIB_SERVER_TIME "local v = redis.call('GET', KEYS[1])\n"
   "if not v or string.match(v, '^[^ ]*') ~= string.match(ARGV[1], '^[^ ]*') then return v and -1 or 0 end\n"
   "redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[4])\nredis.call('PEXPIRE', KEYS[3], ARGV[4])\n"
   "if v == ARGV[2] then return 1 end\nannounce(KEYS[1], KEYS[2], ARGV[3] .. ' ' .. ARGV[2], server_time())\nreturn 1\n";
 
 /* csrc/scripts/fence_up.lua */
 static const char s_fence_up[] =
-  "local function add_fence(rec, id)\nif id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
-  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
-  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
-  "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
-  "return whole(math.floor(f / 64) + 1735689600000) .. '-' .. whole(f % 64)\nend\n"
-  "local v = redis.call('GET', KEYS[1])\nif v == ARGV[1] then\nlocal want = tonumber(ARGV[2])\n"
-  "add_fence(KEYS[3], fence_id(want)) -- refused when the record is there already\n"
+  RL_LIB_ADD_FENCE RL_LIB_WHOLE RL_LIB_FENCE_ID "local v = redis.call('GET', KEYS[1])\nif v == ARGV[1] then\n"
+  "local want = tonumber(ARGV[2])\nadd_fence(KEYS[3], fence_id(want)) -- refused when the record is there already\n"
   "local left = redis.call('PTTL', KEYS[1])\nif left > 0 then redis.call('SET', KEYS[2], whole(want), 'PX', left) end\n"
   "return 1\nend\nif v then return -2 - redis.call('PTTL', KEYS[1]) end\nreturn 0\n";
 
 /* csrc/scripts/fenced_write.lua */
 static const char s_fenced_write[] =
-  "local function write(k, a)\nlocal w = ARGV[a]\nif w == 'set' then\n"
-  "if ARGV[a + 2] then redis.call('SET', KEYS[k], ARGV[a + 1], 'PX', ARGV[a + 2])\n"
-  "else redis.call('SET', KEYS[k], ARGV[a + 1]) end\nreturn 1\n"
-  "elseif w == 'hset' then return redis.call('HSET', KEYS[k], unpack(ARGV, a + 1))\n"
-  "elseif w == 'incrby' then return redis.call('INCRBY', KEYS[k], ARGV[a + 1])\n"
-  "elseif w == 'del' then return redis.call('DEL', unpack(KEYS, k))\n"
-  "elseif w == 'rpush' then return redis.call('RPUSH', KEYS[k], unpack(ARGV, a + 1))\nend\n"
-  "error('redislock: no write ' .. tostring(w))\nend\nlocal top = redis.call('GET', KEYS[1])\n"
+  RL_LIB_WRITE "local top = redis.call('GET', KEYS[1])\n"
   "if top and tonumber(top) > tonumber(ARGV[1]) then return {0, top} end\nlocal r = write(2, 2)\n"
   "if top ~= ARGV[1] then redis.call('SET', KEYS[1], ARGV[1]) end\nreturn {1, r}\n";
 
 /* csrc/scripts/force_release.lua */
 static const char s_force_release[] =
-  "local function first_live(queue, hand, now)\nwhile true do\nlocal heir = redis.call('ZRANGE', queue, 0, 0)[1]\n"
-  "if not heir then return nil end\nlocal r = redis.call('HGET', hand, heir)\n"
-  "local due, ttl = string.match(r or '', '^(%d+) (%d+)$')\nif due and tonumber(due) > now then\n"
-  "return heir, ttl, tonumber(due) - 3000\nend\nredis.call('ZREM', queue, heir)\n"
-  "if r then redis.call('HDEL', hand, heir) end\nend\nend\nlocal function first_ready(handoff, now)\nwhile true do\n"
-  "local e = redis.call('ZPOPMIN', handoff)\nif not e[1] then return nil end\nif tonumber(e[2]) > now then\n"
-  "local hms, heir = string.match(e[1], '^(%d+) (.+)$')\nif heir then return heir, hms, tonumber(e[2]) - 3000 end\n"
-  "end\nend\nend\nlocal function list(...)\nlocal r = redis.pcall(...)\n"
-  "if type(r) == 'table' and r.err then return nil, true end\nreturn r\nend\nlocal function server_time()\n"
-  "local t = redis.call('TIME')\nreturn t[1] * 1000 + math.floor(t[2] / 1000), t\nend\n"
-  "local function wake_one(signal, heir)\nlocal sig = heir and (signal .. ':' .. heir) or signal\nlist('DEL', sig)\n"
-  "list('RPUSH', sig, 1)\nlist('PEXPIRE', sig, 1000)\nend\nlocal v = redis.call('GET', KEYS[1])\n"
-  "if not v then return 0 end\nredis.call('DEL', KEYS[1], KEYS[7])\nlist('DEL', KEYS[2] .. ':' .. v)\n"
-  "if redis.call('EXISTS', KEYS[5], KEYS[6]) > 0 then\npcall(function()\nlocal now = server_time()\n"
-  "local heir = first_live(KEYS[3], KEYS[4], now) or first_ready(KEYS[6], now)\nwake_one(KEYS[2], heir)\nend)\nend\n"
-  "return 1\n";
+  RL_LIB_FIRST_LIVE RL_LIB_FIRST_READY RL_LIB_LIST RL_LIB_SERVER_TIME RL_LIB_WAKE_ONE
+  "local v = redis.call('GET', KEYS[1])\nif not v then return 0 end\nredis.call('DEL', KEYS[1], KEYS[7])\n"
+  "list('DEL', KEYS[2] .. ':' .. v)\nif redis.call('EXISTS', KEYS[5], KEYS[6]) > 0 then\npcall(function()\n"
+  "local now = server_time()\nlocal heir = first_live(KEYS[3], KEYS[4], now) or first_ready(KEYS[6], now)\n"
+  "wake_one(KEYS[2], heir)\nend)\nend\nreturn 1\n";
 
 /* csrc/scripts/inspect.lua */
 static const char s_inspect[] =
-  "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function lock_state(lock, fence)\n"
-  "local v = redis.call('GET', lock)\n"
-  "local f = v and redis.call('PTTL', fence) > 0 and tonumber(redis.call('GET', fence))\n"
-  "return { v, redis.call('PTTL', lock), f and whole(f) or false }\nend\nreturn lock_state(KEYS[1], KEYS[2])\n";
+  RL_LIB_WHOLE RL_LIB_LOCK_STATE "return lock_state(KEYS[1], KEYS[2])\n";
 
 /* csrc/scripts/key_extend.lua */
 static const char s_key_extend[] =
@@ -232,39 +255,8 @@ static const char s_key_pttl[] =
 
 /* csrc/scripts/leave.lua */
 static const char s_leave[] =
-  "local function first_live(queue, hand, now)\nwhile true do\nlocal heir = redis.call('ZRANGE', queue, 0, 0)[1]\n"
-  "if not heir then return nil end\nlocal r = redis.call('HGET', hand, heir)\n"
-  "local due, ttl = string.match(r or '', '^(%d+) (%d+)$')\nif due and tonumber(due) > now then\n"
-  "return heir, ttl, tonumber(due) - 3000\nend\nredis.call('ZREM', queue, heir)\n"
-  "if r then redis.call('HDEL', hand, heir) end\nend\nend\nlocal function first_ready(handoff, now)\nwhile true do\n"
-  "local e = redis.call('ZPOPMIN', handoff)\nif not e[1] then return nil end\nif tonumber(e[2]) > now then\n"
-  "local hms, heir = string.match(e[1], '^(%d+) (.+)$')\nif heir then return heir, hms, tonumber(e[2]) - 3000 end\n"
-  "end\nend\nend\nlocal function list(...)\nlocal r = redis.pcall(...)\n"
-  "if type(r) == 'table' and r.err then return nil, true end\nreturn r\nend\nlocal function add_fence(rec, id)\n"
-  "if id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
-  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
-  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
-  "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
-  "return whole(math.floor(f / 64) + 1735689600000) .. '-' .. whole(f % 64)\nend\nlocal function next_fence(rec)\n"
-  "local ms, seq = string.match(add_fence(rec, '*'), '^(%d+)%-(%d+)$')\nms, seq = tonumber(ms), tonumber(seq)\n"
-  "if ms < 1735689600000 then\n"
-  "return error(\"redislock: the server's clock reads before 2025 (\" .. ms .. \" ms since 1970): \"\n"
-  ".. \"fences follow it, so no lock can be granted until it is set\")\nend\n"
-  "local f = (ms - 1735689600000) * 64 + seq\nif seq >= 64 then add_fence(rec, fence_id(f)) end\nreturn f\nend\n"
-  "local function hand_to_heir(lock, signal, queue, hand, fence, rec, heir, hms, since, popped, now)\n"
-  "local f = next_fence(rec)\nlocal sig = signal .. ':' .. heir\n"
-  "local _, refused = list('RPUSH', sig, whole(f) .. ' ' .. whole(math.max(now - since, 0)) .. ' ' .. whole(now))\n"
-  "if refused then return false end\nlist('PEXPIRE', sig, hms)\nif redis.pcall('SET', lock, heir, 'PX', hms).err then\n"
-  "list('DEL', sig)\nreturn false\nend\nif fence then redis.pcall('SET', fence, whole(f), 'PX', hms) end\n"
-  "if not popped then\nredis.pcall('ZREM', queue, heir)\nredis.pcall('HDEL', hand, heir)\nend\nreturn true\nend\n"
-  "local function wake_one(signal, heir)\nlocal sig = heir and (signal .. ':' .. heir) or signal\nlist('DEL', sig)\n"
-  "list('RPUSH', sig, 1)\nlist('PEXPIRE', sig, 1000)\nend\n"
-  "local function hand_next(lock, signal, queue, hand, fence, rec, handoff, now)\n"
-  "local heir, hms, since = first_live(queue, hand, now)\nlocal popped = false\nif not heir then\n"
-  "heir, hms, since = first_ready(handoff, now)\npopped = true\nend\n"
-  "if heir then return hand_to_heir(lock, signal, queue, hand, fence, rec, heir, hms, since, popped, now) end\n"
-  "wake_one(signal)\nreturn false\nend\nlocal function ready_member(ttl, token)\nreturn ttl .. ' ' .. token\nend\n"
-  "local function server_time()\nlocal t = redis.call('TIME')\nreturn t[1] * 1000 + math.floor(t[2] / 1000), t\nend\n"
+  RL_LIB_FIRST_LIVE RL_LIB_FIRST_READY RL_LIB_LIST RL_LIB_ADD_FENCE RL_LIB_WHOLE RL_LIB_FENCE_ID RL_LIB_NEXT_FENCE
+  RL_LIB_HAND_TO_HEIR RL_LIB_WAKE_ONE RL_LIB_HAND_NEXT RL_LIB_READY_MEMBER RL_LIB_SERVER_TIME
   "redis.call('ZREM', KEYS[3], ARGV[1])\nredis.call('HDEL', KEYS[4], ARGV[1])\n"
   "redis.call('ZREM', KEYS[7], ready_member(ARGV[2], ARGV[1]))\nlocal v = redis.call('GET', KEYS[1])\n"
   "if v == ARGV[1] then\nredis.call('DEL', KEYS[1], KEYS[5])\nlist('DEL', KEYS[2] .. ':' .. ARGV[1])\nv = false\nend\n"
@@ -273,66 +265,23 @@ static const char s_leave[] =
 
 /* csrc/scripts/multi_acquire.lua */
 static const char s_multi_acquire[] =
-  "local function add_fence(rec, id)\nif id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
-  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
-  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
-  "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
-  "return whole(math.floor(f / 64) + 1735689600000) .. '-' .. whole(f % 64)\nend\nlocal function next_fence(rec)\n"
-  "local ms, seq = string.match(add_fence(rec, '*'), '^(%d+)%-(%d+)$')\nms, seq = tonumber(ms), tonumber(seq)\n"
-  "if ms < 1735689600000 then\n"
-  "return error(\"redislock: the server's clock reads before 2025 (\" .. ms .. \" ms since 1970): \"\n"
-  ".. \"fences follow it, so no lock can be granted until it is set\")\nend\n"
-  "local f = (ms - 1735689600000) * 64 + seq\nif seq >= 64 then add_fence(rec, fence_id(f)) end\nreturn f\nend\n"
-  "local function grant(fence, rec, ms)\nlocal f = next_fence(rec)\nredis.call('SET', fence, whole(f), 'PX', ms)\n"
-  "return f\nend\nlocal n = #KEYS / 4\nfor i = 1, n do\nlocal v = redis.call('GET', KEYS[i])\n"
-  "if v and v ~= ARGV[1] then\nlocal left = redis.call('PTTL', KEYS[i])\n"
+  RL_LIB_ADD_FENCE RL_LIB_WHOLE RL_LIB_FENCE_ID RL_LIB_NEXT_FENCE RL_LIB_GRANT "local n = #KEYS / 4\nfor i = 1, n do\n"
+  "local v = redis.call('GET', KEYS[i])\nif v and v ~= ARGV[1] then\nlocal left = redis.call('PTTL', KEYS[i])\n"
   "redis.call('SET', KEYS[2 * n + i], 1, 'PX', math.max(left, 0) + 1000)\nreturn {-1, left, i}\nend\nend\n"
   "local fences = {}\nfor i = 1, n do\nredis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])\n"
   "fences[i] = grant(KEYS[n + i], KEYS[3 * n + i], ARGV[2])\nend\nreturn {1, fences}\n";
 
 /* csrc/scripts/owned_write.lua */
 static const char s_owned_write[] =
-  "local function server_time()\nlocal t = redis.call('TIME')\nreturn t[1] * 1000 + math.floor(t[2] / 1000), t\nend\n"
-  "local function held(key, token, kind)\nif kind == 'zset' then\nlocal s = redis.call('ZSCORE', key, token)\n"
-  "return s and tonumber(s) > server_time() or false\nend\nreturn redis.call('GET', key) == token\nend\n"
-  "local function write(k, a)\nlocal w = ARGV[a]\nif w == 'set' then\n"
-  "if ARGV[a + 2] then redis.call('SET', KEYS[k], ARGV[a + 1], 'PX', ARGV[a + 2])\n"
-  "else redis.call('SET', KEYS[k], ARGV[a + 1]) end\nreturn 1\n"
-  "elseif w == 'hset' then return redis.call('HSET', KEYS[k], unpack(ARGV, a + 1))\n"
-  "elseif w == 'incrby' then return redis.call('INCRBY', KEYS[k], ARGV[a + 1])\n"
-  "elseif w == 'del' then return redis.call('DEL', unpack(KEYS, k))\n"
-  "elseif w == 'rpush' then return redis.call('RPUSH', KEYS[k], unpack(ARGV, a + 1))\nend\n"
-  "error('redislock: no write ' .. tostring(w))\nend\nif not held(KEYS[1], ARGV[1], ARGV[2]) then return {0} end\n"
+  RL_LIB_SERVER_TIME RL_LIB_HELD RL_LIB_WRITE "if not held(KEYS[1], ARGV[1], ARGV[2]) then return {0} end\n"
   "return {1, write(2, 3)}\n";
 
 /* csrc/scripts/read_acquire.lua */
 static const char s_read_acquire[] =
-  "local function add_fence(rec, id)\nif id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
-  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
-  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
-  "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
-  "return whole(math.floor(f / 64) + 1735689600000) .. '-' .. whole(f % 64)\nend\nlocal function next_fence(rec)\n"
-  "local ms, seq = string.match(add_fence(rec, '*'), '^(%d+)%-(%d+)$')\nms, seq = tonumber(ms), tonumber(seq)\n"
-  "if ms < 1735689600000 then\n"
-  "return error(\"redislock: the server's clock reads before 2025 (\" .. ms .. \" ms since 1970): \"\n"
-  ".. \"fences follow it, so no lock can be granted until it is set\")\nend\n"
-  "local f = (ms - 1735689600000) * 64 + seq\nif seq >= 64 then add_fence(rec, fence_id(f)) end\nreturn f\nend\n"
-  "local function fence_of(legacy, rec)\nredis.call('DEL', legacy)\nreturn next_fence(rec)\nend\n"
-  "local function rw_mark(waiters, token, left, now)\n"
-  "redis.call('ZADD', waiters, whole(now + math.max(left, 0) + 1000), token)\n"
-  "local wlast = tonumber(redis.call('ZRANGE', waiters, -1, -1, 'WITHSCORES')[2])\n"
-  "redis.call('PEXPIRE', waiters, whole(math.max(wlast - now, 1)))\nend\nlocal function server_time()\n"
-  "local t = redis.call('TIME')\nreturn t[1] * 1000 + math.floor(t[2] / 1000), t\nend\nlocal function list(...)\n"
-  "local r = redis.pcall(...)\nif type(r) == 'table' and r.err then return nil, true end\nreturn r\nend\n"
-  "local function stale(lock, signal, v)\nlocal sig = signal .. ':' .. v\nlocal e = list('LINDEX', sig, -1)\n"
-  "local at = e and tonumber(string.match(e, ' (%d+)$'))\nif not at then return nil end\n"
-  "local age = server_time() - at\nif age < 500 then return 500 - age end\n"
-  "if select(2, list('DEL', sig)) then return nil end\nredis.call('DEL', lock)\nreturn 0\nend\n"
-  "local function zset_expire(z, now)\nlocal last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')[2]\n"
-  "if last then redis.call('PEXPIRE', z, whole(math.max(tonumber(last) - now, 1))) end\nend\n"
-  "local now = server_time()\nredis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
-  "redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)\nlocal resent = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
-  "local wleft = redis.call('PTTL', KEYS[2])\n"
+  RL_LIB_ADD_FENCE RL_LIB_WHOLE RL_LIB_FENCE_ID RL_LIB_NEXT_FENCE RL_LIB_FENCE_OF RL_LIB_RW_MARK RL_LIB_SERVER_TIME
+  RL_LIB_LIST RL_LIB_STALE RL_LIB_ZSET_EXPIRE "local now = server_time()\n"
+  "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\nredis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)\n"
+  "local resent = redis.call('ZSCORE', KEYS[1], ARGV[1])\nlocal wleft = redis.call('PTTL', KEYS[2])\n"
   "local s = wleft >= 0 and not resent and stale(KEYS[2], KEYS[7], redis.call('GET', KEYS[2]))\n"
   "if s == 0 then wleft = -2 elseif s and s < wleft then wleft = s end\n"
   "if resent or (wleft == -2 and redis.call('ZCARD', KEYS[4]) == 0) then\n"
@@ -343,82 +292,23 @@ static const char s_read_acquire[] =
 
 /* csrc/scripts/read_release.lua */
 static const char s_read_release[] =
-  "local function server_time()\nlocal t = redis.call('TIME')\nreturn t[1] * 1000 + math.floor(t[2] / 1000), t\nend\n"
-  "local now = server_time()\nlocal s = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not s then return 0 end\n"
-  "redis.call('ZREM', KEYS[1], ARGV[1])\nif tonumber(s) <= now then return 0 end\n"
+  RL_LIB_SERVER_TIME "local now = server_time()\nlocal s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
+  "if not s then return 0 end\nredis.call('ZREM', KEYS[1], ARGV[1])\nif tonumber(s) <= now then return 0 end\n"
   "if redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf') == 0\n"
-  "and redis.call('EXISTS', KEYS[3], KEYS[5]) > 0 and redis.call('EXISTS', KEYS[4]) == 0 then\n"
-  "local function first_live(queue, hand, now)\nwhile true do\nlocal heir = redis.call('ZRANGE', queue, 0, 0)[1]\n"
-  "if not heir then return nil end\nlocal r = redis.call('HGET', hand, heir)\n"
-  "local due, ttl = string.match(r or '', '^(%d+) (%d+)$')\nif due and tonumber(due) > now then\n"
-  "return heir, ttl, tonumber(due) - 3000\nend\nredis.call('ZREM', queue, heir)\n"
-  "if r then redis.call('HDEL', hand, heir) end\nend\nend\nlocal function list(...)\nlocal r = redis.pcall(...)\n"
-  "if type(r) == 'table' and r.err then return nil, true end\nreturn r\nend\nlocal function add_fence(rec, id)\n"
-  "if id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
-  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
-  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
-  "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
-  "return whole(math.floor(f / 64) + 1735689600000) .. '-' .. whole(f % 64)\nend\nlocal function next_fence(rec)\n"
-  "local ms, seq = string.match(add_fence(rec, '*'), '^(%d+)%-(%d+)$')\nms, seq = tonumber(ms), tonumber(seq)\n"
-  "if ms < 1735689600000 then\n"
-  "return error(\"redislock: the server's clock reads before 2025 (\" .. ms .. \" ms since 1970): \"\n"
-  ".. \"fences follow it, so no lock can be granted until it is set\")\nend\n"
-  "local f = (ms - 1735689600000) * 64 + seq\nif seq >= 64 then add_fence(rec, fence_id(f)) end\nreturn f\nend\n"
-  "local function hand_to_heir(lock, signal, queue, hand, fence, rec, heir, hms, since, popped, now)\n"
-  "local f = next_fence(rec)\nlocal sig = signal .. ':' .. heir\n"
-  "local _, refused = list('RPUSH', sig, whole(f) .. ' ' .. whole(math.max(now - since, 0)) .. ' ' .. whole(now))\n"
-  "if refused then return false end\nlist('PEXPIRE', sig, hms)\nif redis.pcall('SET', lock, heir, 'PX', hms).err then\n"
-  "list('DEL', sig)\nreturn false\nend\nif fence then redis.pcall('SET', fence, whole(f), 'PX', hms) end\n"
-  "if not popped then\nredis.pcall('ZREM', queue, heir)\nredis.pcall('HDEL', hand, heir)\nend\nreturn true\nend\n"
-  "local function wake_all(signal, waiters, now)\nredis.call('ZREMRANGEBYSCORE', waiters, '-inf', now)\n"
-  "local n = math.min(redis.call('ZCARD', waiters), 1000)\nif n > 0 then\nlocal ones = {}\n"
-  "for i = 1, n do ones[i] = 1 end\nredis.call('DEL', signal)\nredis.call('RPUSH', signal, unpack(ones))\n"
-  "redis.call('PEXPIRE', signal, 1000)\nend\nend\n"
-  "local function rw_hand_or_wake(writer, signal, waiters, queue, hand, rec, writers, now)\n"
-  "local heir, hms, since = first_live(queue, hand, now)\n"
-  "if heir and hand_to_heir(writer, signal, queue, hand, nil, rec, heir, hms, since, false, now) then\n"
-  "redis.pcall('ZREM', writers, heir)\nreturn true\nend\nwake_all(signal, waiters, now)\nreturn false\nend\n"
-  "pcall(rw_hand_or_wake, KEYS[4], KEYS[2], KEYS[3], KEYS[5], KEYS[6], KEYS[8], KEYS[9], now)\nend\nreturn 1\n";
+  "and redis.call('EXISTS', KEYS[3], KEYS[5]) > 0 and redis.call('EXISTS', KEYS[4]) == 0 then\n" RL_LIB_FIRST_LIVE
+  RL_LIB_LIST RL_LIB_ADD_FENCE RL_LIB_WHOLE RL_LIB_FENCE_ID RL_LIB_NEXT_FENCE RL_LIB_HAND_TO_HEIR RL_LIB_WAKE_ALL
+  RL_LIB_RW_HAND_OR_WAKE "pcall(rw_hand_or_wake, KEYS[4], KEYS[2], KEYS[3], KEYS[5], KEYS[6], KEYS[8], KEYS[9], now)\n"
+  "end\nreturn 1\n";
 
 /* csrc/scripts/release.lua */
 static const char s_release[] =
   "local v = redis.call('GET', KEYS[1])\nif v ~= ARGV[1] then\nif v then return -2 - redis.call('PTTL', KEYS[1]) end\n"
-  "return 0\nend\nif redis.call('EXISTS', KEYS[5], KEYS[8]) == 0 then\nredis.call('DEL', KEYS[1], KEYS[6])\nreturn 1\n"
-  "end\nlocal function first_live(queue, hand, now)\nwhile true do\nlocal heir = redis.call('ZRANGE', queue, 0, 0)[1]\n"
-  "if not heir then return nil end\nlocal r = redis.call('HGET', hand, heir)\n"
-  "local due, ttl = string.match(r or '', '^(%d+) (%d+)$')\nif due and tonumber(due) > now then\n"
-  "return heir, ttl, tonumber(due) - 3000\nend\nredis.call('ZREM', queue, heir)\n"
-  "if r then redis.call('HDEL', hand, heir) end\nend\nend\nlocal function first_ready(handoff, now)\nwhile true do\n"
-  "local e = redis.call('ZPOPMIN', handoff)\nif not e[1] then return nil end\nif tonumber(e[2]) > now then\n"
-  "local hms, heir = string.match(e[1], '^(%d+) (.+)$')\nif heir then return heir, hms, tonumber(e[2]) - 3000 end\n"
-  "end\nend\nend\nlocal function list(...)\nlocal r = redis.pcall(...)\n"
-  "if type(r) == 'table' and r.err then return nil, true end\nreturn r\nend\nlocal function add_fence(rec, id)\n"
-  "if id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
-  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
-  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
-  "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
-  "return whole(math.floor(f / 64) + 1735689600000) .. '-' .. whole(f % 64)\nend\nlocal function next_fence(rec)\n"
-  "local ms, seq = string.match(add_fence(rec, '*'), '^(%d+)%-(%d+)$')\nms, seq = tonumber(ms), tonumber(seq)\n"
-  "if ms < 1735689600000 then\n"
-  "return error(\"redislock: the server's clock reads before 2025 (\" .. ms .. \" ms since 1970): \"\n"
-  ".. \"fences follow it, so no lock can be granted until it is set\")\nend\n"
-  "local f = (ms - 1735689600000) * 64 + seq\nif seq >= 64 then add_fence(rec, fence_id(f)) end\nreturn f\nend\n"
-  "local function hand_to_heir(lock, signal, queue, hand, fence, rec, heir, hms, since, popped, now)\n"
-  "local f = next_fence(rec)\nlocal sig = signal .. ':' .. heir\n"
-  "local _, refused = list('RPUSH', sig, whole(f) .. ' ' .. whole(math.max(now - since, 0)) .. ' ' .. whole(now))\n"
-  "if refused then return false end\nlist('PEXPIRE', sig, hms)\nif redis.pcall('SET', lock, heir, 'PX', hms).err then\n"
-  "list('DEL', sig)\nreturn false\nend\nif fence then redis.pcall('SET', fence, whole(f), 'PX', hms) end\n"
-  "if not popped then\nredis.pcall('ZREM', queue, heir)\nredis.pcall('HDEL', hand, heir)\nend\nreturn true\nend\n"
-  "local function wake_one(signal, heir)\nlocal sig = heir and (signal .. ':' .. heir) or signal\nlist('DEL', sig)\n"
-  "list('RPUSH', sig, 1)\nlist('PEXPIRE', sig, 1000)\nend\n"
-  "local function hand_next(lock, signal, queue, hand, fence, rec, handoff, now)\n"
-  "local heir, hms, since = first_live(queue, hand, now)\nlocal popped = false\nif not heir then\n"
-  "heir, hms, since = first_ready(handoff, now)\npopped = true\nend\n"
-  "if heir then return hand_to_heir(lock, signal, queue, hand, fence, rec, heir, hms, since, popped, now) end\n"
-  "wake_one(signal)\nreturn false\nend\nlocal function server_time()\nlocal t = redis.call('TIME')\n"
-  "return t[1] * 1000 + math.floor(t[2] / 1000), t\nend\n"
-  "local ok, handed = pcall(hand_next, KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8], server_time())\n"
-  "if not (ok and handed) then redis.call('DEL', KEYS[1], KEYS[6]) end\nreturn 1\n";
+  "return 0\nend\nif redis.call('EXISTS', KEYS[2], KEYS[4]) == 0 then\nredis.call('DEL', KEYS[1], KEYS[3])\n"
+  "return KEYS[8] and 3 or 1\nend\nif not KEYS[8] then return 2 end\n" RL_LIB_FIRST_LIVE RL_LIB_FIRST_READY RL_LIB_LIST
+  RL_LIB_ADD_FENCE RL_LIB_WHOLE RL_LIB_FENCE_ID RL_LIB_NEXT_FENCE RL_LIB_HAND_TO_HEIR RL_LIB_WAKE_ONE RL_LIB_HAND_NEXT
+  RL_LIB_SERVER_TIME
+  "local ok, handed = pcall(hand_next, KEYS[1], KEYS[5], KEYS[6], KEYS[7], KEYS[3], KEYS[8], KEYS[4], server_time())\n"
+  "if not (ok and handed) then redis.call('DEL', KEYS[1], KEYS[3]) end\nreturn 1\n";
 
 /* csrc/scripts/release_one.lua */
 static const char s_release_one[] =
@@ -427,30 +317,9 @@ static const char s_release_one[] =
 
 /* csrc/scripts/sem_acquire.lua */
 static const char s_sem_acquire[] =
-  "local function add_fence(rec, id)\nif id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
-  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
-  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
-  "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
-  "return whole(math.floor(f / 64) + 1735689600000) .. '-' .. whole(f % 64)\nend\nlocal function next_fence(rec)\n"
-  "local ms, seq = string.match(add_fence(rec, '*'), '^(%d+)%-(%d+)$')\nms, seq = tonumber(ms), tonumber(seq)\n"
-  "if ms < 1735689600000 then\n"
-  "return error(\"redislock: the server's clock reads before 2025 (\" .. ms .. \" ms since 1970): \"\n"
-  ".. \"fences follow it, so no lock can be granted until it is set\")\nend\n"
-  "local f = (ms - 1735689600000) * 64 + seq\nif seq >= 64 then add_fence(rec, fence_id(f)) end\nreturn f\nend\n"
-  "local function fence_of(legacy, rec)\nredis.call('DEL', legacy)\nreturn next_fence(rec)\nend\n"
-  "local function list(...)\nlocal r = redis.pcall(...)\nif type(r) == 'table' and r.err then return nil, true end\n"
-  "return r\nend\nlocal function sem_handed_fence(permits, token)\nlocal own = permits .. ':signal:' .. token\n"
-  "local e = list('LINDEX', own, -1)\nlist('DEL', own)\nreturn e and tonumber(string.match(e, '^(%d+) '))\nend\n"
-  "local function sem_reclaim(permits, handed, now)\nredis.call('ZREMRANGEBYSCORE', permits, '-inf', now)\n"
-  "for _, h in ipairs(redis.call('ZRANGEBYSCORE', handed, '-inf', now - 500)) do\n"
-  "local sig = permits .. ':signal:' .. h\nlocal n = list('LLEN', sig)\n"
-  "if n and n > 0 and not select(2, list('DEL', sig)) then redis.call('ZREM', permits, h) end\n"
-  "redis.call('ZREM', handed, h)\nend\nend\nlocal function server_time()\nlocal t = redis.call('TIME')\n"
-  "return t[1] * 1000 + math.floor(t[2] / 1000), t\nend\nlocal function zset_expire(z, now)\n"
-  "local last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')[2]\n"
-  "if last then redis.call('PEXPIRE', z, whole(math.max(tonumber(last) - now, 1))) end\nend\n"
-  "local now = server_time()\nsem_reclaim(KEYS[1], KEYS[5], now)\n"
-  "local resent = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
+  RL_LIB_ADD_FENCE RL_LIB_WHOLE RL_LIB_FENCE_ID RL_LIB_NEXT_FENCE RL_LIB_FENCE_OF RL_LIB_LIST RL_LIB_SEM_HANDED_FENCE
+  RL_LIB_SEM_RECLAIM RL_LIB_SERVER_TIME RL_LIB_ZSET_EXPIRE "local now = server_time()\n"
+  "sem_reclaim(KEYS[1], KEYS[5], now)\nlocal resent = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
   "if resent or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then\n"
   "redis.call('ZADD', KEYS[1], whole(now + tonumber(ARGV[2])), ARGV[1])\nzset_expire(KEYS[1], now)\n"
   "local handed_fence = resent and sem_handed_fence(KEYS[1], ARGV[1])\nif handed_fence then return handed_fence end\n"
@@ -462,34 +331,9 @@ static const char s_sem_acquire[] =
 
 /* csrc/scripts/sem_acquire_wait.lua */
 static const char s_sem_acquire_wait[] =
-  "local function add_fence(rec, id)\nif id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
-  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
-  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
-  "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
-  "return whole(math.floor(f / 64) + 1735689600000) .. '-' .. whole(f % 64)\nend\nlocal function next_fence(rec)\n"
-  "local ms, seq = string.match(add_fence(rec, '*'), '^(%d+)%-(%d+)$')\nms, seq = tonumber(ms), tonumber(seq)\n"
-  "if ms < 1735689600000 then\n"
-  "return error(\"redislock: the server's clock reads before 2025 (\" .. ms .. \" ms since 1970): \"\n"
-  ".. \"fences follow it, so no lock can be granted until it is set\")\nend\n"
-  "local f = (ms - 1735689600000) * 64 + seq\nif seq >= 64 then add_fence(rec, fence_id(f)) end\nreturn f\nend\n"
-  "local function fence_of(legacy, rec)\nredis.call('DEL', legacy)\nreturn next_fence(rec)\nend\n"
-  "local function list(...)\nlocal r = redis.pcall(...)\nif type(r) == 'table' and r.err then return nil, true end\n"
-  "return r\nend\nlocal function register_in(signal, queue, hand, token, hms, stay, now, t)\n"
-  "list('DEL', signal .. ':' .. token)\nredis.call('ZADD', queue, 'NX', t[1] .. string.format('%06d', t[2]), token)\n"
-  "redis.call('HSET', hand, token, whole(now + tonumber(stay)) .. ' ' .. hms)\nredis.call('PEXPIRE', queue, stay)\n"
-  "redis.call('PEXPIRE', hand, stay)\nend\nlocal function sem_handed_fence(permits, token)\n"
-  "local own = permits .. ':signal:' .. token\nlocal e = list('LINDEX', own, -1)\nlist('DEL', own)\n"
-  "return e and tonumber(string.match(e, '^(%d+) '))\nend\nlocal function sem_reclaim(permits, handed, now)\n"
-  "redis.call('ZREMRANGEBYSCORE', permits, '-inf', now)\n"
-  "for _, h in ipairs(redis.call('ZRANGEBYSCORE', handed, '-inf', now - 500)) do\n"
-  "local sig = permits .. ':signal:' .. h\nlocal n = list('LLEN', sig)\n"
-  "if n and n > 0 and not select(2, list('DEL', sig)) then redis.call('ZREM', permits, h) end\n"
-  "redis.call('ZREM', handed, h)\nend\nend\nlocal function server_time()\nlocal t = redis.call('TIME')\n"
-  "return t[1] * 1000 + math.floor(t[2] / 1000), t\nend\nlocal function zset_expire(z, now)\n"
-  "local last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')[2]\n"
-  "if last then redis.call('PEXPIRE', z, whole(math.max(tonumber(last) - now, 1))) end\nend\n"
-  "local now, t = server_time()\nsem_reclaim(KEYS[1], KEYS[7], now)\n"
-  "local resent = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
+  RL_LIB_ADD_FENCE RL_LIB_WHOLE RL_LIB_FENCE_ID RL_LIB_NEXT_FENCE RL_LIB_FENCE_OF RL_LIB_LIST RL_LIB_REGISTER_IN
+  RL_LIB_SEM_HANDED_FENCE RL_LIB_SEM_RECLAIM RL_LIB_SERVER_TIME RL_LIB_ZSET_EXPIRE "local now, t = server_time()\n"
+  "sem_reclaim(KEYS[1], KEYS[7], now)\nlocal resent = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
   "if resent or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then\n"
   "redis.call('ZADD', KEYS[1], whole(now + tonumber(ARGV[2])), ARGV[1])\nzset_expire(KEYS[1], now)\n"
   "local handed_fence = resent and sem_handed_fence(KEYS[1], ARGV[1])\nredis.call('ZREM', KEYS[3], ARGV[1])\n"
@@ -501,48 +345,18 @@ static const char s_sem_acquire_wait[] =
 
 /* csrc/scripts/sem_count.lua */
 static const char s_sem_count[] =
-  "local function server_time()\nlocal t = redis.call('TIME')\nreturn t[1] * 1000 + math.floor(t[2] / 1000), t\nend\n"
-  "local now = server_time()\nreturn {1, redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')}\n";
+  RL_LIB_SERVER_TIME "local now = server_time()\nreturn {1, redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')}\n";
 
 /* csrc/scripts/sem_holders.lua */
 static const char s_sem_holders[] =
-  "local function server_time()\nlocal t = redis.call('TIME')\nreturn t[1] * 1000 + math.floor(t[2] / 1000), t\nend\n"
-  "local now = server_time()\nlocal held = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')\n"
+  RL_LIB_SERVER_TIME "local now = server_time()\n"
+  "local held = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')\n"
   "for i = 2, #held, 2 do held[i] = tonumber(held[i]) - now end\nreturn held\n";
 
 /* csrc/scripts/sem_leave.lua */
 static const char s_sem_leave[] =
-  "local function list(...)\nlocal r = redis.pcall(...)\nif type(r) == 'table' and r.err then return nil, true end\n"
-  "return r\nend\nlocal function first_live(queue, hand, now)\nwhile true do\n"
-  "local heir = redis.call('ZRANGE', queue, 0, 0)[1]\nif not heir then return nil end\n"
-  "local r = redis.call('HGET', hand, heir)\nlocal due, ttl = string.match(r or '', '^(%d+) (%d+)$')\n"
-  "if due and tonumber(due) > now then\nreturn heir, ttl, tonumber(due) - 3000\nend\nredis.call('ZREM', queue, heir)\n"
-  "if r then redis.call('HDEL', hand, heir) end\nend\nend\nlocal function add_fence(rec, id)\n"
-  "if id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
-  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
-  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
-  "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
-  "return whole(math.floor(f / 64) + 1735689600000) .. '-' .. whole(f % 64)\nend\nlocal function next_fence(rec)\n"
-  "local ms, seq = string.match(add_fence(rec, '*'), '^(%d+)%-(%d+)$')\nms, seq = tonumber(ms), tonumber(seq)\n"
-  "if ms < 1735689600000 then\n"
-  "return error(\"redislock: the server's clock reads before 2025 (\" .. ms .. \" ms since 1970): \"\n"
-  ".. \"fences follow it, so no lock can be granted until it is set\")\nend\n"
-  "local f = (ms - 1735689600000) * 64 + seq\nif seq >= 64 then add_fence(rec, fence_id(f)) end\nreturn f\nend\n"
-  "local function wake_one(signal, heir)\nlocal sig = heir and (signal .. ':' .. heir) or signal\nlist('DEL', sig)\n"
-  "list('RPUSH', sig, 1)\nlist('PEXPIRE', sig, 1000)\nend\nlocal function zset_expire(z, now)\n"
-  "local last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')[2]\n"
-  "if last then redis.call('PEXPIRE', z, whole(math.max(tonumber(last) - now, 1))) end\nend\n"
-  "local function sem_hand_next(permits, signal, queue, hand, rec, handed, now)\n"
-  "local heir, hms, since = first_live(queue, hand, now)\nlocal given = false\nif heir then\n"
-  "local f = next_fence(rec)\nlocal sig = signal .. ':' .. heir\n"
-  "local _, refused = list('RPUSH', sig, whole(f) .. ' ' .. whole(math.max(now - since, 0)) .. ' ' .. whole(now))\n"
-  "if not refused then\nlist('PEXPIRE', sig, hms)\n"
-  "local r = redis.pcall('ZADD', permits, whole(now + tonumber(hms)), heir)\nif type(r) == 'table' and r.err then\n"
-  "list('DEL', sig)\nelse\ngiven = true\nzset_expire(permits, now)\nredis.call('ZREM', queue, heir)\n"
-  "redis.call('HDEL', hand, heir)\nredis.call('ZADD', handed, now, heir)\n"
-  "if redis.call('PTTL', handed) < tonumber(hms) then redis.call('PEXPIRE', handed, hms) end\nend\nend\nend\n"
-  "if not given then wake_one(signal) end\nend\nlocal function server_time()\nlocal t = redis.call('TIME')\n"
-  "return t[1] * 1000 + math.floor(t[2] / 1000), t\nend\nlocal now = server_time()\n"
+  RL_LIB_LIST RL_LIB_FIRST_LIVE RL_LIB_ADD_FENCE RL_LIB_WHOLE RL_LIB_FENCE_ID RL_LIB_NEXT_FENCE RL_LIB_WAKE_ONE
+  RL_LIB_ZSET_EXPIRE RL_LIB_SEM_HAND_NEXT RL_LIB_SERVER_TIME "local now = server_time()\n"
   "redis.call('ZREM', KEYS[3], ARGV[1])\nredis.call('HDEL', KEYS[4], ARGV[1])\nlist('DEL', KEYS[2] .. ':' .. ARGV[1])\n"
   "redis.call('ZREM', KEYS[7], ARGV[1])\nlocal s = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif s then\n"
   "redis.call('ZREM', KEYS[1], ARGV[1])\nif tonumber(s) > now then\n"
@@ -550,73 +364,16 @@ static const char s_sem_leave[] =
 
 /* csrc/scripts/sem_release.lua */
 static const char s_sem_release[] =
-  "local function server_time()\nlocal t = redis.call('TIME')\nreturn t[1] * 1000 + math.floor(t[2] / 1000), t\nend\n"
-  "local now = server_time()\nlocal s = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not s then return 0 end\n"
-  "redis.call('ZREM', KEYS[1], ARGV[1])\nif tonumber(s) <= now then return 0 end\n"
-  "if redis.call('EXISTS', KEYS[3]) == 0 then return 1 end\nlocal function first_live(queue, hand, now)\n"
-  "while true do\nlocal heir = redis.call('ZRANGE', queue, 0, 0)[1]\nif not heir then return nil end\n"
-  "local r = redis.call('HGET', hand, heir)\nlocal due, ttl = string.match(r or '', '^(%d+) (%d+)$')\n"
-  "if due and tonumber(due) > now then\nreturn heir, ttl, tonumber(due) - 3000\nend\nredis.call('ZREM', queue, heir)\n"
-  "if r then redis.call('HDEL', hand, heir) end\nend\nend\nlocal function list(...)\nlocal r = redis.pcall(...)\n"
-  "if type(r) == 'table' and r.err then return nil, true end\nreturn r\nend\nlocal function add_fence(rec, id)\n"
-  "if id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
-  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
-  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
-  "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
-  "return whole(math.floor(f / 64) + 1735689600000) .. '-' .. whole(f % 64)\nend\nlocal function next_fence(rec)\n"
-  "local ms, seq = string.match(add_fence(rec, '*'), '^(%d+)%-(%d+)$')\nms, seq = tonumber(ms), tonumber(seq)\n"
-  "if ms < 1735689600000 then\n"
-  "return error(\"redislock: the server's clock reads before 2025 (\" .. ms .. \" ms since 1970): \"\n"
-  ".. \"fences follow it, so no lock can be granted until it is set\")\nend\n"
-  "local f = (ms - 1735689600000) * 64 + seq\nif seq >= 64 then add_fence(rec, fence_id(f)) end\nreturn f\nend\n"
-  "local function wake_one(signal, heir)\nlocal sig = heir and (signal .. ':' .. heir) or signal\nlist('DEL', sig)\n"
-  "list('RPUSH', sig, 1)\nlist('PEXPIRE', sig, 1000)\nend\nlocal function zset_expire(z, now)\n"
-  "local last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')[2]\n"
-  "if last then redis.call('PEXPIRE', z, whole(math.max(tonumber(last) - now, 1))) end\nend\n"
-  "local function sem_hand_next(permits, signal, queue, hand, rec, handed, now)\n"
-  "local heir, hms, since = first_live(queue, hand, now)\nlocal given = false\nif heir then\n"
-  "local f = next_fence(rec)\nlocal sig = signal .. ':' .. heir\n"
-  "local _, refused = list('RPUSH', sig, whole(f) .. ' ' .. whole(math.max(now - since, 0)) .. ' ' .. whole(now))\n"
-  "if not refused then\nlist('PEXPIRE', sig, hms)\n"
-  "local r = redis.pcall('ZADD', permits, whole(now + tonumber(hms)), heir)\nif type(r) == 'table' and r.err then\n"
-  "list('DEL', sig)\nelse\ngiven = true\nzset_expire(permits, now)\nredis.call('ZREM', queue, heir)\n"
-  "redis.call('HDEL', hand, heir)\nredis.call('ZADD', handed, now, heir)\n"
-  "if redis.call('PTTL', handed) < tonumber(hms) then redis.call('PEXPIRE', handed, hms) end\nend\nend\nend\n"
-  "if not given then wake_one(signal) end\nend\n"
+  RL_LIB_SERVER_TIME "local now = server_time()\nlocal s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
+  "if not s then return 0 end\nredis.call('ZREM', KEYS[1], ARGV[1])\nif tonumber(s) <= now then return 0 end\n"
+  "if redis.call('EXISTS', KEYS[3]) == 0 then return 1 end\n" RL_LIB_FIRST_LIVE RL_LIB_LIST RL_LIB_ADD_FENCE
+  RL_LIB_WHOLE RL_LIB_FENCE_ID RL_LIB_NEXT_FENCE RL_LIB_WAKE_ONE RL_LIB_ZSET_EXPIRE RL_LIB_SEM_HAND_NEXT
   "pcall(sem_hand_next, KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[7], KEYS[8], now)\nreturn 1\n";
 
 /* csrc/scripts/write_acquire.lua */
 static const char s_write_acquire[] =
-  "local function add_fence(rec, id)\nif id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
-  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
-  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
-  "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
-  "return whole(math.floor(f / 64) + 1735689600000) .. '-' .. whole(f % 64)\nend\nlocal function next_fence(rec)\n"
-  "local ms, seq = string.match(add_fence(rec, '*'), '^(%d+)%-(%d+)$')\nms, seq = tonumber(ms), tonumber(seq)\n"
-  "if ms < 1735689600000 then\n"
-  "return error(\"redislock: the server's clock reads before 2025 (\" .. ms .. \" ms since 1970): \"\n"
-  ".. \"fences follow it, so no lock can be granted until it is set\")\nend\n"
-  "local f = (ms - 1735689600000) * 64 + seq\nif seq >= 64 then add_fence(rec, fence_id(f)) end\nreturn f\nend\n"
-  "local function fence_of(legacy, rec)\nredis.call('DEL', legacy)\nreturn next_fence(rec)\nend\n"
-  "local function rw_left(readers, writer, v, s, now)\nif v then\nlocal left = redis.call('PTTL', writer)\n"
-  "if s and s > 0 and s < left then left = s end\nreturn left\nend\n"
-  "return tonumber(redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')[2]) - now\nend\n"
-  "local function rw_mark(waiters, token, left, now)\n"
-  "redis.call('ZADD', waiters, whole(now + math.max(left, 0) + 1000), token)\n"
-  "local wlast = tonumber(redis.call('ZRANGE', waiters, -1, -1, 'WITHSCORES')[2])\n"
-  "redis.call('PEXPIRE', waiters, whole(math.max(wlast - now, 1)))\nend\nlocal function server_time()\n"
-  "local t = redis.call('TIME')\nreturn t[1] * 1000 + math.floor(t[2] / 1000), t\nend\nlocal function list(...)\n"
-  "local r = redis.pcall(...)\nif type(r) == 'table' and r.err then return nil, true end\nreturn r\nend\n"
-  "local function stale(lock, signal, v)\nlocal sig = signal .. ':' .. v\nlocal e = list('LINDEX', sig, -1)\n"
-  "local at = e and tonumber(string.match(e, ' (%d+)$'))\nif not at then return nil end\n"
-  "local age = server_time() - at\nif age < 500 then return 500 - age end\n"
-  "if select(2, list('DEL', sig)) then return nil end\nredis.call('DEL', lock)\nreturn 0\nend\n"
-  "local function writer_try(readers, writer, writers, signal, token, ttl, now)\n"
-  "redis.call('ZREMRANGEBYSCORE', readers, '-inf', now)\nredis.call('ZREMRANGEBYSCORE', writers, '-inf', now)\n"
-  "local v = redis.call('GET', writer)\nlocal s = v and v ~= token and stale(writer, signal, v)\n"
-  "if s == 0 then v = false end\nif v == token or (not v and redis.call('ZCARD', readers) == 0) then\n"
-  "redis.call('SET', writer, token, 'PX', ttl)\nredis.call('ZREM', writers, token)\nreturn v, s, true\nend\n"
-  "return v, s, false\nend\nlocal now = server_time()\n"
+  RL_LIB_ADD_FENCE RL_LIB_WHOLE RL_LIB_FENCE_ID RL_LIB_NEXT_FENCE RL_LIB_FENCE_OF RL_LIB_RW_LEFT RL_LIB_RW_MARK
+  RL_LIB_SERVER_TIME RL_LIB_LIST RL_LIB_STALE RL_LIB_WRITER_TRY "local now = server_time()\n"
   "local v, s, took = writer_try(KEYS[1], KEYS[2], KEYS[4], KEYS[7], ARGV[1], ARGV[2], now)\nif took then\n"
   "redis.call('ZREM', KEYS[5], ARGV[1])\nreturn fence_of(KEYS[3], KEYS[6])\nend\n"
   "redis.call('ZADD', KEYS[4], whole(now + tonumber(ARGV[3])), ARGV[1])\nredis.call('PEXPIRE', KEYS[4], ARGV[3])\n"
@@ -624,35 +381,8 @@ static const char s_write_acquire[] =
 
 /* csrc/scripts/write_acquire_wait.lua */
 static const char s_write_acquire_wait[] =
-  "local function add_fence(rec, id)\nif id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
-  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
-  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
-  "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
-  "return whole(math.floor(f / 64) + 1735689600000) .. '-' .. whole(f % 64)\nend\nlocal function next_fence(rec)\n"
-  "local ms, seq = string.match(add_fence(rec, '*'), '^(%d+)%-(%d+)$')\nms, seq = tonumber(ms), tonumber(seq)\n"
-  "if ms < 1735689600000 then\n"
-  "return error(\"redislock: the server's clock reads before 2025 (\" .. ms .. \" ms since 1970): \"\n"
-  ".. \"fences follow it, so no lock can be granted until it is set\")\nend\n"
-  "local f = (ms - 1735689600000) * 64 + seq\nif seq >= 64 then add_fence(rec, fence_id(f)) end\nreturn f\nend\n"
-  "local function fence_of(legacy, rec)\nredis.call('DEL', legacy)\nreturn next_fence(rec)\nend\n"
-  "local function list(...)\nlocal r = redis.pcall(...)\nif type(r) == 'table' and r.err then return nil, true end\n"
-  "return r\nend\nlocal function register_in(signal, queue, hand, token, hms, stay, now, t)\n"
-  "list('DEL', signal .. ':' .. token)\nredis.call('ZADD', queue, 'NX', t[1] .. string.format('%06d', t[2]), token)\n"
-  "redis.call('HSET', hand, token, whole(now + tonumber(stay)) .. ' ' .. hms)\nredis.call('PEXPIRE', queue, stay)\n"
-  "redis.call('PEXPIRE', hand, stay)\nend\nlocal function rw_left(readers, writer, v, s, now)\nif v then\n"
-  "local left = redis.call('PTTL', writer)\nif s and s > 0 and s < left then left = s end\nreturn left\nend\n"
-  "return tonumber(redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')[2]) - now\nend\nlocal function server_time()\n"
-  "local t = redis.call('TIME')\nreturn t[1] * 1000 + math.floor(t[2] / 1000), t\nend\n"
-  "local function stale(lock, signal, v)\nlocal sig = signal .. ':' .. v\nlocal e = list('LINDEX', sig, -1)\n"
-  "local at = e and tonumber(string.match(e, ' (%d+)$'))\nif not at then return nil end\n"
-  "local age = server_time() - at\nif age < 500 then return 500 - age end\n"
-  "if select(2, list('DEL', sig)) then return nil end\nredis.call('DEL', lock)\nreturn 0\nend\n"
-  "local function writer_try(readers, writer, writers, signal, token, ttl, now)\n"
-  "redis.call('ZREMRANGEBYSCORE', readers, '-inf', now)\nredis.call('ZREMRANGEBYSCORE', writers, '-inf', now)\n"
-  "local v = redis.call('GET', writer)\nlocal s = v and v ~= token and stale(writer, signal, v)\n"
-  "if s == 0 then v = false end\nif v == token or (not v and redis.call('ZCARD', readers) == 0) then\n"
-  "redis.call('SET', writer, token, 'PX', ttl)\nredis.call('ZREM', writers, token)\nreturn v, s, true\nend\n"
-  "return v, s, false\nend\nlocal now, t = server_time()\n"
+  RL_LIB_ADD_FENCE RL_LIB_WHOLE RL_LIB_FENCE_ID RL_LIB_NEXT_FENCE RL_LIB_FENCE_OF RL_LIB_LIST RL_LIB_REGISTER_IN
+  RL_LIB_RW_LEFT RL_LIB_SERVER_TIME RL_LIB_STALE RL_LIB_WRITER_TRY "local now, t = server_time()\n"
   "local v, s, took = writer_try(KEYS[1], KEYS[2], KEYS[4], KEYS[5], ARGV[1], ARGV[2], now)\nif took then\n"
   "redis.call('ZREM', KEYS[7], ARGV[1])\nredis.call('HDEL', KEYS[8], ARGV[1])\n"
   "if v then list('DEL', KEYS[5] .. ':' .. ARGV[1]) end\nreturn fence_of(KEYS[3], KEYS[6])\nend\n"
@@ -662,21 +392,10 @@ static const char s_write_acquire_wait[] =
 
 /* csrc/scripts/write_leave.lua */
 static const char s_write_leave[] =
-  "local function first_live(queue, hand, now)\nwhile true do\nlocal heir = redis.call('ZRANGE', queue, 0, 0)[1]\n"
-  "if not heir then return nil end\nlocal r = redis.call('HGET', hand, heir)\n"
-  "local due, ttl = string.match(r or '', '^(%d+) (%d+)$')\nif due and tonumber(due) > now then\n"
-  "return heir, ttl, tonumber(due) - 3000\nend\nredis.call('ZREM', queue, heir)\n"
-  "if r then redis.call('HDEL', hand, heir) end\nend\nend\nlocal function list(...)\nlocal r = redis.pcall(...)\n"
-  "if type(r) == 'table' and r.err then return nil, true end\nreturn r\nend\nlocal function server_time()\n"
-  "local t = redis.call('TIME')\nreturn t[1] * 1000 + math.floor(t[2] / 1000), t\nend\n"
-  "local function wake_all(signal, waiters, now)\nredis.call('ZREMRANGEBYSCORE', waiters, '-inf', now)\n"
-  "local n = math.min(redis.call('ZCARD', waiters), 1000)\nif n > 0 then\nlocal ones = {}\n"
-  "for i = 1, n do ones[i] = 1 end\nredis.call('DEL', signal)\nredis.call('RPUSH', signal, unpack(ones))\n"
-  "redis.call('PEXPIRE', signal, 1000)\nend\nend\nlocal function wake_one(signal, heir)\n"
-  "local sig = heir and (signal .. ':' .. heir) or signal\nlist('DEL', sig)\nlist('RPUSH', sig, 1)\n"
-  "list('PEXPIRE', sig, 1000)\nend\nredis.call('ZREM', KEYS[1], ARGV[1])\nredis.call('ZREM', KEYS[5], ARGV[1])\n"
-  "redis.call('HDEL', KEYS[6], ARGV[1])\nif redis.call('GET', KEYS[2]) == ARGV[1] then\nredis.call('DEL', KEYS[2])\n"
-  "list('DEL', KEYS[3] .. ':' .. ARGV[1])\nend\nif redis.call('EXISTS', KEYS[2]) == 0 then\nlocal now = server_time()\n"
+  RL_LIB_FIRST_LIVE RL_LIB_LIST RL_LIB_SERVER_TIME RL_LIB_WAKE_ALL RL_LIB_WAKE_ONE
+  "redis.call('ZREM', KEYS[1], ARGV[1])\nredis.call('ZREM', KEYS[5], ARGV[1])\nredis.call('HDEL', KEYS[6], ARGV[1])\n"
+  "if redis.call('GET', KEYS[2]) == ARGV[1] then\nredis.call('DEL', KEYS[2])\nlist('DEL', KEYS[3] .. ':' .. ARGV[1])\n"
+  "end\nif redis.call('EXISTS', KEYS[2]) == 0 then\nlocal now = server_time()\n"
   "local heir = first_live(KEYS[5], KEYS[6], now)\nif heir then wake_one(KEYS[3], heir) end\n"
   "wake_all(KEYS[3], KEYS[4], now)\nend\nreturn {0, 0}\n";
 
@@ -684,66 +403,33 @@ static const char s_write_leave[] =
 static const char s_write_release[] =
   "local v = redis.call('GET', KEYS[1])\nif v ~= ARGV[1] then\nif v then return -2 - redis.call('PTTL', KEYS[1]) end\n"
   "return 0\nend\nif redis.call('EXISTS', KEYS[3], KEYS[4]) == 0 then\nredis.call('DEL', KEYS[1])\nreturn 1\nend\n"
-  "local function first_live(queue, hand, now)\nwhile true do\nlocal heir = redis.call('ZRANGE', queue, 0, 0)[1]\n"
-  "if not heir then return nil end\nlocal r = redis.call('HGET', hand, heir)\n"
-  "local due, ttl = string.match(r or '', '^(%d+) (%d+)$')\nif due and tonumber(due) > now then\n"
-  "return heir, ttl, tonumber(due) - 3000\nend\nredis.call('ZREM', queue, heir)\n"
-  "if r then redis.call('HDEL', hand, heir) end\nend\nend\nlocal function list(...)\nlocal r = redis.pcall(...)\n"
-  "if type(r) == 'table' and r.err then return nil, true end\nreturn r\nend\nlocal function add_fence(rec, id)\n"
-  "if id == '*' then return redis.call('XADD', rec, 'MAXLEN', 0, id, 'f', 1) end\n"
-  "local r = redis.pcall('XADD', rec, 'MAXLEN', 0, id, 'f', 1)\nif type(r) == 'table' and r.err then\n"
-  "if string.find(r.err, 'equal or smaller', 1, true) then return nil end\nreturn error(r)\nend\nreturn r\nend\n"
-  "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function fence_id(f)\n"
-  "return whole(math.floor(f / 64) + 1735689600000) .. '-' .. whole(f % 64)\nend\nlocal function next_fence(rec)\n"
-  "local ms, seq = string.match(add_fence(rec, '*'), '^(%d+)%-(%d+)$')\nms, seq = tonumber(ms), tonumber(seq)\n"
-  "if ms < 1735689600000 then\n"
-  "return error(\"redislock: the server's clock reads before 2025 (\" .. ms .. \" ms since 1970): \"\n"
-  ".. \"fences follow it, so no lock can be granted until it is set\")\nend\n"
-  "local f = (ms - 1735689600000) * 64 + seq\nif seq >= 64 then add_fence(rec, fence_id(f)) end\nreturn f\nend\n"
-  "local function hand_to_heir(lock, signal, queue, hand, fence, rec, heir, hms, since, popped, now)\n"
-  "local f = next_fence(rec)\nlocal sig = signal .. ':' .. heir\n"
-  "local _, refused = list('RPUSH', sig, whole(f) .. ' ' .. whole(math.max(now - since, 0)) .. ' ' .. whole(now))\n"
-  "if refused then return false end\nlist('PEXPIRE', sig, hms)\nif redis.pcall('SET', lock, heir, 'PX', hms).err then\n"
-  "list('DEL', sig)\nreturn false\nend\nif fence then redis.pcall('SET', fence, whole(f), 'PX', hms) end\n"
-  "if not popped then\nredis.pcall('ZREM', queue, heir)\nredis.pcall('HDEL', hand, heir)\nend\nreturn true\nend\n"
-  "local function wake_all(signal, waiters, now)\nredis.call('ZREMRANGEBYSCORE', waiters, '-inf', now)\n"
-  "local n = math.min(redis.call('ZCARD', waiters), 1000)\nif n > 0 then\nlocal ones = {}\n"
-  "for i = 1, n do ones[i] = 1 end\nredis.call('DEL', signal)\nredis.call('RPUSH', signal, unpack(ones))\n"
-  "redis.call('PEXPIRE', signal, 1000)\nend\nend\n"
-  "local function rw_hand_or_wake(writer, signal, waiters, queue, hand, rec, writers, now)\n"
-  "local heir, hms, since = first_live(queue, hand, now)\n"
-  "if heir and hand_to_heir(writer, signal, queue, hand, nil, rec, heir, hms, since, false, now) then\n"
-  "redis.pcall('ZREM', writers, heir)\nreturn true\nend\nwake_all(signal, waiters, now)\nreturn false\nend\n"
-  "local function server_time()\nlocal t = redis.call('TIME')\nreturn t[1] * 1000 + math.floor(t[2] / 1000), t\nend\n"
+  RL_LIB_FIRST_LIVE RL_LIB_LIST RL_LIB_ADD_FENCE RL_LIB_WHOLE RL_LIB_FENCE_ID RL_LIB_NEXT_FENCE RL_LIB_HAND_TO_HEIR
+  RL_LIB_WAKE_ALL RL_LIB_RW_HAND_OR_WAKE RL_LIB_SERVER_TIME
   "local ok, handed = pcall(rw_hand_or_wake, KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7], KEYS[8],\n"
   "server_time())\nif not (ok and handed) then redis.call('DEL', KEYS[1]) end\nreturn 1\n";
 
 /* csrc/scripts/zset_extend.lua */
 static const char s_zset_extend[] =
-  "local function server_time()\nlocal t = redis.call('TIME')\nreturn t[1] * 1000 + math.floor(t[2] / 1000), t\nend\n"
-  "local function whole(n)\nreturn string.format('%.0f', n)\nend\nlocal function zset_expire(z, now)\n"
-  "local last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')[2]\n"
-  "if last then redis.call('PEXPIRE', z, whole(math.max(tonumber(last) - now, 1))) end\nend\n"
-  "local now = server_time()\nlocal s = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not s or tonumber(s) <= now then\n"
+  RL_LIB_SERVER_TIME RL_LIB_WHOLE RL_LIB_ZSET_EXPIRE "local now = server_time()\n"
+  "local s = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not s or tonumber(s) <= now then\n"
   "if s then redis.call('ZREM', KEYS[1], ARGV[1]) end\nreturn {0, 0}\nend\n"
   "redis.call('ZADD', KEYS[1], whole(now + tonumber(ARGV[2])), ARGV[1])\nzset_expire(KEYS[1], now)\n"
   "return {1, tonumber(ARGV[2])}\n";
 
 /* csrc/scripts/zset_pttl.lua */
 static const char s_zset_pttl[] =
-  "local function server_time()\nlocal t = redis.call('TIME')\nreturn t[1] * 1000 + math.floor(t[2] / 1000), t\nend\n"
-  "local now = server_time()\nlocal s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
+  RL_LIB_SERVER_TIME "local now = server_time()\nlocal s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
   "if not s or tonumber(s) <= now then return {0, 0} end\nreturn {1, tonumber(s) - now}\n";
 
 /* csrc/scripts/zset_release_one.lua */
 static const char s_zset_release_one[] =
-  "local function server_time()\nlocal t = redis.call('TIME')\nreturn t[1] * 1000 + math.floor(t[2] / 1000), t\nend\n"
-  "local now = server_time()\nlocal s = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not s then return 0 end\n"
-  "redis.call('ZREM', KEYS[1], ARGV[1])\nif tonumber(s) <= now then return 0 end\nreturn 1\n";
+  RL_LIB_SERVER_TIME "local now = server_time()\nlocal s = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
+  "if not s then return 0 end\nredis.call('ZREM', KEYS[1], ARGV[1])\nif tonumber(s) <= now then return 0 end\n"
+  "return 1\n";
 
 const rl_op_row rl_ops[RL_OP_COUNT] = {
   [RL_OP_ACQUIRE] = { "acquire", s_acquire, { K_LOCK, K_FENCE, K_WAITERS, K_ERA, -1 }, RL_F_MS },
-  [RL_OP_RELEASE] = { "release", s_release, { K_LOCK, K_SIGNAL, K_QUEUE, K_HAND, K_WAITERS, K_FENCE, K_ERA, K_HANDOFF, -1 }, RL_F_ONCE },
+  [RL_OP_RELEASE] = { "release", s_release, { K_LOCK, K_WAITERS, K_FENCE, K_HANDOFF, K_SIGNAL, K_QUEUE, K_HAND, K_ERA, -1 }, RL_F_ONCE, 4 },
   [RL_OP_EXTEND] = { "extend", s_key_extend, { K_LOCK, -1 }, RL_F_MS },
   [RL_OP_PTTL] = { "pttl", s_key_pttl, { K_LOCK, -1 }, 0 },
   [RL_OP_ACQUIRE_FAIR] = { "acquire_fair", s_acquire_fair, { K_LOCK, K_FENCE, K_QUEUE, K_HAND, K_WAITERS, K_ERA, -1 }, RL_F_MS | RL_F_N | RL_F_STAY },
@@ -794,10 +480,8 @@ const char rl_guard_fenced_tail[] =
   "for i = 2, #ARGV do argv[i - 1] = ARGV[i] end\nreturn {1, user(keys, argv)}\n";
 /* csrc/scripts/guard_owned.lua */
 const char rl_guard_owned_head[] =
-  "local function server_time()\nlocal t = redis.call('TIME')\nreturn t[1] * 1000 + math.floor(t[2] / 1000), t\nend\n"
-  "local function held(key, token, kind)\nif kind == 'zset' then\nlocal s = redis.call('ZSCORE', key, token)\n"
-  "return s and tonumber(s) > server_time() or false\nend\nreturn redis.call('GET', key) == token\nend\n"
-  "if not held(KEYS[1], ARGV[1], ARGV[2]) then return {0} end\nlocal function user(KEYS, ARGV)\n";
+  RL_LIB_SERVER_TIME RL_LIB_HELD "if not held(KEYS[1], ARGV[1], ARGV[2]) then return {0} end\n"
+  "local function user(KEYS, ARGV)\n";
 const char rl_guard_owned_tail[] =
   "\n"
   "end\nlocal keys, argv = {}, {}\nfor i = 2, #KEYS do keys[i - 1] = KEYS[i] end\n"

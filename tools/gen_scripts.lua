@@ -12,10 +12,12 @@
 -- place and its comments kept, into DIR/<name>.lua, for luacheck.
 --
 -- A script file's header lines (docs/development.md, "Scripts"):
---   --! op NAME keys=K1,K2,... [flags=F1,F2,...]
+--   --! op NAME keys=K1,K2,... [first=N] [flags=F1,F2,...]
 --        an op of rl_proto.h's rl_op (RL_OP_<NAME>) that sends this script;
 --        its keys by their names in rl_ops.h (lock: K_LOCK ...), in KEYS'
---        order (none: its caller names them); flags: ms, n, once, stay,
+--        order (none: its caller names them); first: the core sends the
+--        first N only, and all of them when the script answers
+--        RL_ALL_KEYS (the release: its wake-up's names); flags: ms, n, once, stay,
 --        args, each, named (rl_ops.h's RL_F_*), and noscript (the take,
 --        which sends no script: it falls back on this one).
 --        Several ops may share one script.
@@ -108,7 +110,9 @@ local function resolve(path, included, into, meta)
     elseif word == "op" then
       local name, keys, flags = rest:match("^([%w_]+) +keys=([%w_,]*) *(.-)$")
       if not name then fail("%s:%d: '--! op NAME keys=...' expected", path, n) end
-      local op = { name = name, keys = {}, flags = {} }
+      local op = { name = name, keys = {}, flags = {}, first = 0 }
+      local first, more = flags:match("^first=(%d+) *(.-)$")
+      if first then op.first, flags = tonumber(first), more end
       for k in keys:gmatch("[^,]+") do
         if not key_names[k] then fail("%s:%d: no key named %s in rl_ops.h", path, n, k) end
         op.keys[#op.keys + 1] = "K_" .. k:upper()
@@ -120,6 +124,7 @@ local function resolve(path, included, into, meta)
         elseif flag_names[f] then op.flags[#op.flags + 1] = flag_names[f]
         else fail("%s:%d: no flag %s", path, n, f) end
       end
+      if op.first > 0 and op.first >= #op.keys then fail("%s:%d: first=%d names every key", path, n, op.first) end
       meta.ops[#meta.ops + 1] = op
     elseif word == "guard" then
       if meta.kind then fail("%s:%d: one '--! guard' a file", path, n) end
@@ -150,28 +155,46 @@ local function sent(lines, path)
       t[#t + 1] = false
     elseif not l.text:match("^%s*%-%-") and l.text:match("%S") then
       if l.text:match("%-%-%[%[") then fail("%s:%d: no long comments in scripts", l.from, l.line) end
-      t[#t + 1] = (numbered(l):gsub("^%s+", ""))
+      t[#t + 1] = { text = (numbered(l):gsub("^%s+", "")), from = l.from }
     end
   end
   if #t == 0 then fail("%s: no code", path) end
   return t
 end
 
--- A C string literal of lines, as many whole lines to a line of C as fit
--- in 120 columns (a script reads better in its .lua file than here).
-local function c_string(lines, indent)
-  local t, cur = {}, nil
-  for _, l in ipairs(lines) do
-    local piece = l:gsub('[\\"]', "\\%0") .. "\\n"
-    if cur and #indent + #cur + #piece + 2 <= 120 then
-      cur = cur .. piece
+-- A C string literal of items: lines of a script, and the names of the
+-- macros of fragments ({ macro = NAME }), as many to a line of C as fit in
+-- 120 columns (a script reads better in its .lua file than here); cont
+-- ends each line of C but the last (a backslash in a macro).
+local function c_literal(items, indent, cont)
+  local t, cur, open = {}, nil, false -- the line of C so far; open: in a string
+  local function fits(n) return cur and #indent + #cur + n + #cont <= 120 end
+  local function flush()
+    if cur then t[#t + 1] = indent .. cur .. (open and '"' or "") end
+    cur, open = nil, false
+  end
+  for _, it in ipairs(items) do
+    if type(it) == "table" then
+      if fits((open and 2 or 1) + #it.macro) then
+        cur, open = cur .. (open and '" ' or " ") .. it.macro, false
+      else
+        flush()
+        cur = it.macro
+      end
     else
-      if cur then t[#t + 1] = indent .. '"' .. cur .. '"' end
-      cur = piece
+      local piece = it:gsub('[\\"]', "\\%0") .. "\\n"
+      if open and fits(#piece + 1) then
+        cur = cur .. piece
+      elseif not open and fits(#piece + 3) then
+        cur, open = cur .. ' "' .. piece, true
+      else
+        flush()
+        cur, open = '"' .. piece, true
+      end
     end
   end
-  if cur then t[#t + 1] = indent .. '"' .. cur .. '"' end
-  return table.concat(t, "\n")
+  flush()
+  return table.concat(t, cont .. "\n")
 end
 
 local scripts, ops, guards = {}, {}, {}
@@ -203,6 +226,57 @@ for _, name in ipairs({ "fenced", "owned" }) do
   if not guards[name] then fail("no '--! guard %s' in %s", name, dir) end
 end
 
+-- The fragments' texts, each once: a fragment that more than one script
+-- includes is a macro, RL_LIB_<NAME>, which the scripts name where its
+-- lines go (C joins adjacent string literals), so that the SHA1s are those
+-- of the whole texts. runs(code) cuts a script's lines into runs of one
+-- file each.
+local function runs(code)
+  local t = {}
+  for _, l in ipairs(code) do
+    local last = t[#t]
+    if l and last and last.from == l.from then
+      last.lines[#last.lines + 1] = l.text
+    else
+      t[#t + 1] = l and { from = l.from, lines = { l.text } } or false
+    end
+  end
+  return t
+end
+
+local libs, lib_order = {}, {} -- by path: { text, users, macro }
+for _, s in ipairs(scripts) do
+  s.runs = runs(s.code)
+  for _, r in ipairs(s.runs) do
+    local base = r and r.from:match("^" .. dir .. "/lib/([%w_]+)%.lua$")
+    if base then
+      local text = table.concat(r.lines, "\n")
+      local lib = libs[r.from]
+      if not lib then
+        lib = { text = text, lines = r.lines, users = 0, macro = "RL_LIB_" .. base:upper(), path = r.from }
+        libs[r.from], lib_order[#lib_order + 1] = lib, lib
+      elseif lib.text ~= text then
+        fail("%s: its lines differ between scripts (its '--! include' lines come first)", r.from)
+      end
+      lib.users = lib.users + 1
+    end
+  end
+end
+
+-- The items of c_literal for runs first..last of a script.
+local function items(s, first, last)
+  local t = {}
+  for i = first, last do
+    local r, lib = s.runs[i], libs[s.runs[i].from]
+    if lib and lib.users > 1 then
+      t[#t + 1] = { macro = lib.macro }
+    else
+      table.move(r.lines, 1, #r.lines, #t + 1, t)
+    end
+  end
+  return t
+end
+
 local out = {}
 local function emit(s) out[#out + 1] = s end
 emit("/* SPDX-License-Identifier: MIT */")
@@ -215,11 +289,19 @@ emit("/* C99 asks compilers to take string literals of 4095 bytes; GCC and")
 emit("   Clang take any, and some scripts are longer. */")
 emit('#pragma GCC diagnostic ignored "-Woverlength-strings"')
 emit("")
+emit("/* The fragments more than one script includes (csrc/scripts/lib/). */")
+for _, lib in ipairs(lib_order) do
+  if lib.users > 1 then
+    emit("#define " .. lib.macro .. " \\")
+    emit(c_literal(lib.lines, "  ", " \\"))
+  end
+end
+emit("")
 for _, s in ipairs(scripts) do
   if guards.fenced ~= s and guards.owned ~= s then
     emit("/* " .. s.path .. " */")
     emit("static const char s_" .. s.base .. "[] =")
-    emit(c_string(s.code, "  ") .. ";")
+    emit(c_literal(items(s, 1, #s.runs), "  ", "") .. ";")
     emit("")
   end
 end
@@ -228,27 +310,27 @@ for _, name in ipairs(op_order) do
   local op = ops[name]
   local keys = table.concat(op.keys, ", ") .. (#op.keys > 0 and ", " or "") .. "-1"
   local flags = #op.flags > 0 and table.concat(op.flags, " | ") or "0"
-  emit(string.format('  [RL_OP_%s] = { "%s", %s, { %s }, %s },', name:upper(), name,
-    op.noscript and "NULL" or "s_" .. op.script.base, keys, flags))
+  emit(string.format('  [RL_OP_%s] = { "%s", %s, { %s }, %s%s },', name:upper(), name,
+    op.noscript and "NULL" or "s_" .. op.script.base, keys, flags, op.first > 0 and ", " .. op.first or ""))
 end
 emit("};")
 emit("")
 for _, name in ipairs({ "fenced", "owned" }) do
-  local code, at = guards[name].code, nil
-  for i, l in ipairs(code) do
-    if l == false then
-      if at then fail("%s: two '--! user' lines", guards[name].path) end
+  local s, at = guards[name], nil
+  for i, r in ipairs(s.runs) do
+    if r == false then
+      if at then fail("%s: two '--! user' lines", s.path) end
       at = i
     end
   end
-  if not at then fail("%s: no '--! user' line", guards[name].path) end
-  emit("/* " .. guards[name].path .. " */")
+  if not at then fail("%s: no '--! user' line", s.path) end
+  emit("/* " .. s.path .. " */")
   emit("const char rl_guard_" .. name .. "_head[] =")
-  emit(c_string({ table.unpack(code, 1, at - 1) }, "  ") .. ";")
+  emit(c_literal(items(s, 1, at - 1), "  ", "") .. ";")
   -- The tail starts on a line of its own, whether the user's text ends
   -- with a newline or not.
   emit("const char rl_guard_" .. name .. "_tail[] =")
-  emit('  "\\n"\n' .. c_string({ table.unpack(code, at + 1) }, "  ") .. ";")
+  emit('  "\\n"\n' .. c_literal(items(s, at + 1, #s.runs), "  ", "") .. ";")
 end
 local text = table.concat(out, "\n") .. "\n"
 

@@ -70,9 +70,20 @@ static void test_commands(void) {
   CHECK(arg_is(&cmd, 0, "EVAL") && arg_is(&cmd, 1, rl_script_text(RL_OP_ACQUIRE)));
   rl_cmd_free(&cmd);
 
-  /* A release: its keys, the holder's fence and the slot's record among them, and the token. */
+  /* A release: its keys, the holder's fence and the slot's record among
+     them, and the token; sent first with its first four keys only, then,
+     asked for them (RL_ALL_KEYS), with all eight. */
   CHECK(rl_cmd_init(&cmd, RL_OP_RELEASE, "lock:", 5, "job", 3, "tok", 3, 0, 0) == 0);
-  CHECK(cmd.argc == 12 && arg_is(&cmd, 8, "lock:{job}:fence") && arg_is(&cmd, 9, era) && arg_is(&cmd, 11, "tok"));
+  CHECK(cmd.argc == 12 && arg_is(&cmd, 5, "lock:{job}:fence") && arg_is(&cmd, 10, era) && arg_is(&cmd, 11, "tok"));
+  CHECK(arg_is(&cmd, 2, "4"));
+  n = rl_cmd_bytes(&cmd, buf, sizeof buf, &out);
+  CHECK(n > 0 && out == buf && memcmp(buf, "*8\r\n$7\r\nEVALSHA\r\n$40\r\n", 22) == 0);
+  buf[n > 0 ? n : 0] = '\0';
+  CHECK(n > 0 && strstr(buf, "$1\r\n4\r\n$10\r\nlock:{job}\r\n$18\r\nlock:{job}:waiters\r\n") != NULL);
+  CHECK(memcmp(buf + n - 29, "lock:{job}:handoff\r\n$3\r\ntok\r\n", 29) == 0 && strstr(buf, ":signal") == NULL);
+  CHECK(rl_cmd_use_all_keys(&cmd) && arg_is(&cmd, 2, "8") && !rl_cmd_use_all_keys(&cmd));
+  n = rl_cmd_bytes(&cmd, buf, sizeof buf, &out);
+  CHECK(n > 0 && out == buf && memcmp(buf, "*12\r\n$7\r\nEVALSHA\r\n", 18) == 0);
   rl_cmd_free(&cmd);
 
   /* Keys that do not fit the command's own buffer. */
@@ -383,6 +394,33 @@ static void test_call(void) {
   rl_cmd_free(&cmd);
   CHECK(start(&call, &cmd, RL_OP_RELEASE, 1, rd) == RL_STEP_SEND);
   CHECK(rl_call_lost(&call, 0, "connection: lost") == RL_STEP_FAILED);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+
+  /* A release that finds somebody waiting asks for all its keys: sent
+     again with them, its second answer is the call's; the name's next
+     release sends them all at once, until one finds nobody waiting
+     (RL_NO_WAITERS, 1 to the caller). */
+  CHECK(start(&call, &cmd, RL_OP_RELEASE, 1, rd) == RL_STEP_SEND && sends(&call, "*8\r\n"));
+  CHECK(feed(&call, ":2\r\n") == RL_STEP_SEND && sends(&call, "*12\r\n") && sends(&call, ":signal"));
+  CHECK(feed(&call, ":1\r\n") == RL_STEP_DONE && call.out.status == RL_HELD && call.out.value == 1);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+  CHECK(start(&call, &cmd, RL_OP_RELEASE, 1, rd) == RL_STEP_SEND && sends(&call, "*12\r\n"));
+  CHECK(feed(&call, ":2\r\n") == RL_STEP_DONE); /* with all its keys, an answer as it is */
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+  CHECK(start(&call, &cmd, RL_OP_RELEASE, 1, rd) == RL_STEP_SEND && sends(&call, "*12\r\n"));
+  CHECK(feed(&call, ":3\r\n") == RL_STEP_DONE && call.out.status == RL_HELD && call.out.value == 1);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+  CHECK(start(&call, &cmd, RL_OP_RELEASE, 1, rd) == RL_STEP_SEND && sends(&call, "*8\r\n"));
+  CHECK(feed(&call, ":1\r\n") == RL_STEP_DONE && call.out.value == 1);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+  /* Only a release reads 3 so. */
+  CHECK(start(&call, &cmd, RL_OP_EXTEND, 1, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, ":3\r\n") == RL_STEP_DONE && call.out.value == 3);
   rl_call_free(&call);
   rl_cmd_free(&cmd);
   CHECK(start(&call, &cmd, RL_OP_ACQUIRE, 1, rd) == RL_STEP_SEND);
