@@ -47,6 +47,7 @@ build = {
     redislock = "lua/redislock.lua",
     ["redislock.admin"] = "lua/redislock/admin.lua",
     ["redislock.args"] = "lua/redislock/args.lua",
+    ["redislock.backoff"] = "lua/redislock/backoff.lua",
     ["redislock.client"] = "lua/redislock/client.lua",
     ["redislock.lock"] = "lua/redislock/lock.lua",
     ["redislock.metrics"] = "lua/redislock/metrics.lua",

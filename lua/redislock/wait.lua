@@ -8,6 +8,7 @@
 -- primitive that waits.
 
 local args = require "redislock.args"
+local backoff = require "redislock.backoff"
 local core = require "redislock.core"
 local lock_mod = require "redislock.lock"
 local transport = require "redislock.transport"
@@ -23,10 +24,9 @@ local _M = { _VERSION = core._VERSION }
 
 args.own(debug.getinfo(1, "S").source)
 
--- Backoff while waiting for a busy lock: jittered, doubling, capped
--- (redislock/lock.lua's, which a refused release shares), and never past the
--- caller's deadline nor (much) past the holder's expiry.
-local FIRST_STEP, MAX_STEP, jitter = lock_mod.FIRST_STEP, lock_mod.MAX_STEP, lock_mod.jitter
+-- Backoff while waiting for a busy lock (redislock/backoff.lua's), never
+-- past the caller's deadline nor (much) past the holder's expiry.
+local FIRST_STEP, pause = backoff.FIRST, backoff.sleep
 
 local function seconds_text(ms)
   if ms < 0 then return "no expiry set" end
@@ -397,12 +397,7 @@ local function take(client, key, tok, ms, how, kind)
       -- Its turn came in the worker's queue, or a take found the lock held:
       -- it tries again at once (registering, when it is to be handed the lock).
       step = FIRST_STEP
-    elseif status == nil or how.mode == "poll" then
-      -- At least 1 ms: nginx's timers have millisecond resolution, and
-      -- ngx.sleep(0) only yields.
-      sleep(math_max(math_min(step * jitter(), block), 0.001))
-      step = math_min(step * 2, MAX_STEP)
-    elseif block > 1.5 * BLPOP_SLACK then
+    elseif status ~= nil and how.mode ~= "poll" and block > 1.5 * BLPOP_SLACK then
       -- Redis ends a BLPOP that timed out only at its next tick (10 a second
       -- by default): block that much less, and sleep what is left near the end.
       local on = status == -1 and acked or key -- a multi-key lock's busy key
@@ -415,17 +410,16 @@ local function take(client, key, tok, ms, how, kind)
         if w then quit(w) end
         return nil, blerr
       elseif woke == nil then
-        sleep(math_max(math_min(step * jitter(), block), 0.001)) -- the wait failed: back off
-        step = math_min(step * 2, MAX_STEP)
+        step = pause(sleep, step, block) -- the wait failed: back off
       elseif not how.replicas then -- with replicas to wait for, the next try WAITs for them
         got, got_at = handoff(woke, sent)
         expires = got and hand_ms < ms and got_at + hand_ms / 1000 or nil
       end
     else
-      -- Near the holder's expiry or the deadline: short backoff steps, so
-      -- that a release meanwhile is not slept through.
-      sleep(math_max(math_min(step * jitter(), block), 0.001))
-      step = math_min(step * 2, MAX_STEP)
+      -- Polling, after a connection error, or near the holder's expiry or
+      -- the deadline: short backoff steps, so that a release meanwhile is
+      -- not slept through.
+      step = pause(sleep, step, block)
     end
   end
 end
