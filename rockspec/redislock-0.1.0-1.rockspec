@@ -51,6 +51,7 @@ build = {
     ["redislock.client"] = "lua/redislock/client.lua",
     ["redislock.lock"] = "lua/redislock/lock.lua",
     ["redislock.metrics"] = "lua/redislock/metrics.lua",
+    ["redislock.metrics_count"] = "lua/redislock/metrics_count.lua",
     ["redislock.metrics_text"] = "lua/redislock/metrics_text.lua",
     ["redislock.election"] = "lua/redislock/election.lua",
     ["redislock.election_io"] = "lua/redislock/election_io.lua",
