@@ -19,7 +19,7 @@ local string_format = string.format
 local token, now, getpid, fork_gen = core.token, core.now, core.getpid, core.fork_gen
 local os_time = os.time
 local observe = lock_mod.observe
-local once, try, take, note_taken = wait.once, wait.try, wait.take, scope.note_taken
+local try, take, note_taken = wait.try, wait.take, scope.note_taken
 local raise_at_caller, quote, check_seconds, check_phase, lock_opts = args.raise_at_caller, args.quote,
       args.check_seconds, args.check_phase, args.lock_opts
 
@@ -167,10 +167,11 @@ local function acquire(self, key, ms, how, kind)
   if kind and kind.tail then tok = tok .. kind.tail end -- an election's value (redislock/election.lua)
   local began, waiting = self._link.observer and now(), nil
   if began then waiting = observe_waiting(self, how, key, kind and kind.ops.kind or "lock") end
-  local fence, sent, got
-  if once(how, kind) then -- one try: every uncontended acquire, without the waiting machinery
-    fence, sent = try(self, key, tok, ms, kind)
-  else -- wait.take's record
+  -- One try (every uncontended acquire), without the waiting machinery;
+  -- else wait.take's record.
+  local fence, sent = try(self, key, tok, ms, how, kind)
+  local got
+  if fence == false then
     got, sent = take(self, key, tok, ms, how, kind)
     if got then fence, sent = got.fence, got.sent end
   end

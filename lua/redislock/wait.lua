@@ -126,6 +126,7 @@ end
 -- to its next waiter, without a word to Redis (a lock's, see take). The lock's:
 _M.LOCK = { take = "take", acquire = "acquire", hand = "acquire_wait", fair = "acquire_fair", leave = "leave",
             keyed = true, cohort = true }
+local LOCK = _M.LOCK
 
 -- A handoff's wake-up (csrc/scripts/README.md, "Handing over"):
 -- "<fence> <age> <at>", age the ms between the waiter's registration and
@@ -161,18 +162,14 @@ local function told_handoff(client, key, kind)
   lock_mod.observe(client._link, "handoff", { key = key, kind = kind.ops and kind.ops.kind or "lock" })
 end
 
--- Whether a take of kind (nil: a lock) is one try, at once: nothing of
+-- A take (of kind, nil: a lock) that is one try, at once: nothing of
 -- take's loop but the try (no wait, no registration, nothing more to tell
 -- the script, no place to leave, no lock delay): every uncontended acquire.
-local function once(how, kind)
-  kind = kind or _M.LOCK
-  return how.wait == 0 and not how.fair and not how.replicas and not kind.n and not kind.stays and not how.delay_ms
-end
-
--- The one try of a take that is one (once): its fence and when it was
--- sent (core.now()), or nil and an error message. No table is made.
-local function try(client, key, tok, ms, kind)
-  kind = kind or _M.LOCK
+-- Returns its fence and when it was sent (core.now()), or nil and an error
+-- message; false (nothing sent) for a take that is more. No table is made.
+local function try(client, key, tok, ms, how, kind)
+  kind = kind or LOCK
+  if how.wait ~= 0 or how.fair or how.replicas or kind.n or kind.stays or how.delay_ms then return false end
   local c, hot = client._transport, client._hot
   local sent = now()
   local status, value = (kind.eval or c.eval)(c, kind.take, key, tok, ms)
@@ -224,12 +221,10 @@ end
 -- when that TTL ends: core.now()), delay (the lock delay it added:
 -- how.delay_ms) }; or nil and an error message.
 local function take(client, key, tok, ms, how, kind)
-  kind = kind or _M.LOCK
-  if once(how, kind) then
-    local fence, sent = try(client, key, tok, ms, kind)
-    if not fence then return nil, sent end
-    return { fence = fence, sent = sent, token = tok } -- no replicas to WAIT for here
-  end
+  kind = kind or LOCK
+  local one, at = try(client, key, tok, ms, how, kind)
+  if one then return { fence = one, sent = at, token = tok } end -- no replicas to WAIT for here
+  if one == nil then return nil, at end
   local own_tok = tok
   local c, sleep, held, hot = client._transport, client._sleep, client._held, client._hot
   local wait, fair = how.wait, how.fair
@@ -379,10 +374,10 @@ end
 -- kind: how the primitive is taken (_M.LOCK by default).
 _M.take = take
 
---- once(how[, kind]) -> whether a take is one try at once (see above);
--- try(client, key, tok, ms[, kind]) -> fence, sent | nil, err: that try,
--- without the record (hold.lua's acquire, for every uncontended one).
-_M.once, _M.try = once, try
+--- try(client, key, tok, ms, how[, kind]) -> fence, sent | nil, err |
+-- false: a take that is one try at once, without the record (hold.lua's
+-- acquire, for every uncontended one); false when it is more: take then.
+_M.try = try
 
 --- busy_message(key, value, waited, mine): the "busy: ..." message of a
 -- lock after an attempt that answered value; mine: the lock this client
