@@ -334,9 +334,22 @@ describe("redislock.metrics", function()
       assert.matches("bad argument #1 to 'new'", err, 1, true)
       assert.matches(case[2], err, 1, true)
     end
+    -- shared's messages name shared, and which of its arguments is wrong.
+    for _, case in ipairs({
+      { { bogus = 1 }, "unknown option" },
+      { { group = 3 }, "option 'group' must be a function or false" },
+      { { max_groups = 0 }, "option 'max_groups'" },
+      { { wait_buckets = { 1, 0.5 } }, "option 'wait_buckets' must list finite seconds > 0 in increasing order" },
+      { { held_too_long = -1 }, "option 'held_too_long' must be a number of seconds > 0" },
+      { { dict = "redislock_metrics" }, "option 'dict' is the first argument" },
+    }) do
+      local ok, err = pcall(metrics_mod.shared, "redislock_metrics", case[1])
+      assert.is_false(ok)
+      assert.matches("bad argument #2 to 'shared' (" .. case[2], err, 1, true)
+    end
     local ok, err = pcall(metrics_mod.shared, "redislock_metrics")
     assert.is_false(ok)
-    assert.matches("option 'dict' needs OpenResty", err, 1, true)
+    assert.matches("bad argument #1 to 'shared' (dict needs OpenResty", err, 1, true)
     ok, err = pcall(redislock.new, { metrics = {} })
     assert.is_false(ok)
     assert.matches("option 'metrics' must be made by redislock.metrics.new", err, 1, true)
@@ -441,6 +454,22 @@ describe("redislock.metrics under OpenResty", function()
     assert.is_true(n("redislock_hold_seconds_sum", "jobs") >= 5)
     -- The last three of the four waited about 1, 2 and 3 s.
     assert.is_true(n("redislock_wait_seconds_sum", "jobs") >= 0.9 * (1 + 2 + 3))
+    assert.are.same({}, { nginx:error_log():match("%[error%][^\n]*") })
+  end)
+
+  it("keeps a group whose name holds the shared dict's separator (\\1) apart", function()
+    -- The default group is the name's part before its first ':'.
+    for _, key in ipairs({ "a%01b:1", "a%01b:2", "a%02b:1", "a:1" }) do
+      local status, body = http.request(nginx.port, "GET", "/hold?key=" .. key)
+      assert.are.equal(200, status, body)
+    end
+    local status, body = http.request(nginx.port, "GET", "/metrics")
+    assert.are.equal(200, status, body)
+    local _, value = parse(body)
+    assert.are.equal(2, value("redislock_acquisitions_total", { kind = "lock", group = "a\1b" }))
+    assert.are.equal(1, value("redislock_acquisitions_total", { kind = "lock", group = "a\2b" }))
+    assert.are.equal(1, value("redislock_acquisitions_total", { kind = "lock", group = "a" }))
+    assert.are.equal(2, value("redislock_hold_seconds_count", { kind = "lock", group = "a\1b" }))
     assert.are.same({}, { nginx:error_log():match("%[error%][^\n]*") })
   end)
 end)

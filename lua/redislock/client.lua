@@ -160,8 +160,9 @@ function _M.new(opts, ...)
   -- _renewed: its locks with a lease, weakly (close stops their renewal).
   -- _held: key -> its lock taken by this client, weakly (for messages).
   -- _hot: keys this client found busy lately (redislock/wait.lua).
-  -- _gates: where waiters of one nginx worker queue (redislock/ngx_gate.lua),
-  -- or nil (plain Lua, or coalesce = false).
+  -- _waiting: the runtime's waiting strategy (redislock/wait.lua's take):
+  -- under OpenResty the gates where waiters of one nginx worker queue
+  -- (redislock/ngx_gate.lua); nil in plain Lua, or with coalesce = false.
   -- _link: shared with its locks, which read whether it was closed.
   -- _holder: "/<host>/" for the tokens (nil: holder = false), _label: "/<label>" or "".
   local self = { prefix = c.prefix, _renewed = setmetatable({}, { __mode = "k" }),
@@ -170,7 +171,7 @@ function _M.new(opts, ...)
                  _holder = holder,
                  _label = opts.label and "/" .. opts.label or "" }
   self._transport, self._sleep = topology.transport(opts, c)
-  self._gates = opts.coalesce ~= false and transport.gates and transport.gates() or nil
+  self._waiting = opts.coalesce ~= false and transport.waiting and transport.waiting() or nil
   -- (the transports' defaults)
   self._link.sleep, self._link.timeout = self._sleep, (c.timeout_ms or 1000) / 1000
   self._link.connect_timeout = (c.connect_timeout_ms or 1000) / 1000

@@ -19,7 +19,7 @@ local string_format = string.format
 local token, now, getpid, fork_gen, error_class = core.token, core.now, core.getpid, core.fork_gen, core.error_class
 local os_time = os.time
 local observe = lock_mod.observe
-local take, note_taken = wait.take, scope.note_taken
+local try, take, note_taken = wait.try, wait.take, scope.note_taken
 local raise_at_caller, quote, check_seconds, check_phase, lock_opts = args.raise_at_caller, args.quote,
       args.check_seconds, args.check_phase, args.lock_opts
 
@@ -58,8 +58,9 @@ _M.check_not_closed, _M.check_open = check_not_closed, check_open
 
 
 -- Makes the lock object for a hold just taken (fence: its fence; sent:
--- core.now() when the successful attempt was sent; cohort: the gate it
--- keeps in its nginx worker, see wait.take; expires: when the first TTL a
+-- core.now() when the successful attempt was sent; cohort: a record of
+-- the waiting strategy that goes with the lock, under OpenResty the gate
+-- it keeps in its nginx worker, see wait.take; expires: when the first TTL a
 -- handoff gave it ends, when shorter than ms; delay: the lock delay take
 -- added, or nil) and, with how.renew, starts its renewal; notes it for
 -- messages and with_lock's scope.
@@ -161,7 +162,14 @@ local function acquire(self, key, ms, how, kind)
   if kind and kind.tail then tok = tok .. kind.tail end -- an election's value (redislock/election.lua)
   local began, waiting = self._link.observer and now(), nil
   if began then waiting = observe_waiting(self, how, key, kind and kind.ops.kind or "lock") end
-  local fence, sent, acked, werr, held_with, cohort, expires, delay = take(self, key, tok, ms, how, kind)
+  -- One try (every uncontended acquire), without the waiting machinery;
+  -- else wait.take's record.
+  local fence, sent = try(self, key, tok, ms, how, kind)
+  local got
+  if fence == false then
+    got, sent = take(self, key, tok, ms, how, kind)
+    if got then fence, sent = got.fence, got.sent end
+  end
   if began then observe_take(self, began, key, kind and kind.ops.kind or "lock", fence, sent, waiting) end
   if not fence then
     -- Refused after a step that may have taken it (a script that wrote, then
@@ -178,17 +186,19 @@ local function acquire(self, key, ms, how, kind)
     end
     return nil, sent
   end
-  tok = held_with -- a lock handed down within the worker keeps its token
+  if not got then return adopt(self, key, tok, fence, sent, ms, how, kind) end
+  tok = got.token -- a lock handed down within the worker keeps its token
+  local acked, cohort = got.acked, got.cohort
   if how.replicas and (not acked or acked < how.replicas) then
     lock_mod.new(t, self._link, key, tok, nil, nil, kind and kind.ops):release() -- give it back
     if cohort then cohort.gates:done(cohort) end
-    if not acked then return nil, werr end -- taken, but the WAIT failed
+    if not acked then return nil, got.werr end -- taken, but the WAIT failed
     -- not durable enough to count as taken
     return nil, string_format("redis: %s reached %d of %d replica%s within %.3g s (WAIT), so it was released",
                               kind and kind.ops.label:format(quote(key)) or quote(key), acked, how.replicas,
                               how.replicas == 1 and "" or "s", how.replica_ms / 1000)
   end
-  return adopt(self, key, tok, fence, sent, ms, how, kind, cohort, expires, delay)
+  return adopt(self, key, tok, fence, sent, ms, how, kind, cohort, got.expires, got.delay)
 end
 
 --- hold(client, key, ms, how, kind) -> hold | nil, err: takes

@@ -12,6 +12,7 @@
 -- campaign on one client for one name while the first leads is refused.
 
 local args = require "redislock.args"
+local backoff = require "redislock.backoff"
 local core = require "redislock.core"
 local io_mod = require "redislock.election_io"
 local lock_mod = require "redislock.lock"
@@ -149,7 +150,7 @@ end
 local function swap(self, new_tok)
   local lock, election = self._lock, self._election
   local _, quorum = servers(election)
-  local step = lock_mod.FIRST_STEP
+  local step = backoff.FIRST
   while true do
     local replies, err = each(election, "elect_proclaim", election._key, lock.token, new_tok,
                               string_format("%.0f", self.term), self._ms)
@@ -164,7 +165,8 @@ local function swap(self, new_tok)
     if held + #replies - answered < quorum then return other > 0 and -1 or 0 end
     if not connection_failed(err) then return nil, err end -- refused: nothing was swapped
     local lease = lock._lease
-    step = lock_mod.pause(election._client._sleep, step, lease and lease:expires() or lock._expires or core.now())
+    local room = (lease and lease:expires() or lock._expires or core.now()) - core.now()
+    step = backoff.sleep(election._client._sleep, step, room, true)
     if not step then return nil, err end
   end
 end

@@ -7,13 +7,14 @@
 -- out owned, expiring, renewed things build on `new` and `lease`.
 
 local args = require "redislock.args"
+local backoff = require "redislock.backoff"
 local core = require "redislock.core"
 local errors = require "redislock.errors"
 
-local error, getmetatable, pcall, select, setmetatable, tonumber, tostring, type =
-      error, getmetatable, pcall, select, setmetatable, tonumber, tostring, type
+local error, getmetatable, pcall, select, setmetatable, tostring, type =
+      error, getmetatable, pcall, select, setmetatable, tostring, type
 local string_format = string.format
-local math_floor, math_huge, math_min = math.floor, math.huge, math.min
+local math_floor, math_huge = math.floor, math.huge
 local now, MAX_MS = core.now, core.MAX_MS
 local retry, unanswered = errors.retry, errors.unanswered
 local quote, check_self, check_nargs, check_seconds, check_phase, argerror =
@@ -36,14 +37,6 @@ args.own(debug.getinfo(1, "S").source)
 local Lock = {}
 local lock_mt = { __index = Lock }
 
--- The pause between tries: jittered, doubling, capped. Waiting's
--- (redislock/wait.lua), and again's below.
-_M.FIRST_STEP, _M.MAX_STEP = 0.002, 0.128
-function _M.jitter()
-  return 0.5 + tonumber(core.token():sub(1, 6), 16) / 0x2000000
-end
-local jitter = _M.jitter
-
 -- Whether err (an error message) says the command did not run, for a
 -- state that passes (a restart loading its data, a busy script, a master
 -- demoted or down, a cluster slot moving or a cluster without a master:
@@ -55,23 +48,11 @@ function _M.passing(err)
 end
 local passing = _M.passing
 
--- pause(sleep, step, deadline) -> the next step, or nil: sleeps waiting's
--- jittered pause of step seconds when it ends before deadline (core.now()
--- seconds), and returns the step doubled (capped); nil when it would not
--- end in time (nothing slept). The first step is _M.FIRST_STEP.
-function _M.pause(sleep, step, deadline)
-  local pause = step * jitter()
-  if now() + pause >= deadline then return nil end
-  sleep(pause)
-  return math_min(step * 2, _M.MAX_STEP)
-end
-local pause = _M.pause
-
 -- again_from(a, b, ...): again's loop, from what its first t:eval answered.
 local function again_from(a, b, sleep, deadline, t, op, key, token, ms)
-  local step = _M.FIRST_STEP
+  local step = backoff.FIRST
   while a == nil and passing(b) do
-    step = pause(sleep, step, deadline)
+    step = backoff.sleep(sleep, step, deadline - now(), true)
     if not step then break end
     a, b = t:eval(op, key, token, ms)
   end
@@ -80,7 +61,7 @@ end
 
 -- again(sleep, deadline, t, op, key, token[, ms]) -> what t:eval returned:
 -- runs t:eval(op, key, token, ms); while its first value is nil and its
--- second a refusal of PASSING, runs it again after waiting's pause, as long
+-- second a refusal of PASSING, runs it again after backoff's pause, as long
 -- as that pause ends before deadline (core.now() seconds); sleep is the
 -- transport's. (No closure: a release runs it on every call.) A transport
 -- over several servers does this per server: its t:eval_until.

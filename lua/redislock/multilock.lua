@@ -138,7 +138,9 @@ function _M.acquire(client, keys, sorted, ms, how)
   local tok = new_token(client)
   local began, waiting = client._link.observer and now(), nil
   if began then waiting = hold_mod.observe_waiting(client, how, sorted[1], "lock") end
-  local fences, sent = wait.take(client, sorted[1], tok, ms, how, kind)
+  local got, sent = wait.take(client, sorted[1], tok, ms, how, kind)
+  local fences = got and got.fence
+  if got then sent = got.sent end
   if began then -- the observer hears of each key, as of single locks (their releases come one by one)
     if fences then
       for i, key in ipairs(sorted) do observe_take(client, began, key, "lock", fences[i], sent, i == 1 and waiting) end

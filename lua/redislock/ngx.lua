@@ -259,7 +259,8 @@ function Transport:closed()
 end
 
 --- What the topologies ask of the runtime under OpenResty (see
--- redislock/transport.lua's each, lease, watch, moved, check_names).
+-- redislock/transport.lua's each, lease, watch, moved, check_names), and
+-- the waiting strategy (waiting: the worker's gates).
 _M.runtime = {
   -- A light thread per node; each node's timeout is set before its thread
   -- first yields (open reads it).
@@ -288,7 +289,7 @@ _M.runtime = {
     return w
   end,
   moved = function() end,
-  gates = ngx_gate.new,
+  waiting = ngx_gate.new,
   check_names = function(t, message, host)
     if t and t.verify and not t.server_name and (not host or host:find("^[%d.]+$") or host:find(":", 1, true)) then
       args.argerror(1, "new", message)

@@ -22,12 +22,16 @@
 -- how long the step may take (gate.due), and the next in the queue takes
 -- its place once that time has passed. One that comes back late after all
 -- finds its generation gone and leaves nothing.
+--
+-- It is the waiting strategy of OpenResty's runtime (redislock/ngx.lua's
+-- runtime table; redislock/wait.lua's take asks it for a waiter, and takes
+-- its steps, below).
 
 local core = require "redislock.core"
 local semaphore = require "ngx.semaphore"
 
 local pairs, setmetatable = pairs, setmetatable
-local math_max, math_min = math.max, math.min
+local math_huge, math_max, math_min = math.huge, math.max, math.min
 local now = core.now
 
 local _M = { _VERSION = core._VERSION }
@@ -44,6 +48,12 @@ local SWEEP = 256
 -- Hand-downs of a lock in a row within a worker, before it goes back to
 -- Redis (where other workers and machines wait for it).
 local COHORT = 16
+
+-- A representative blocks at most STEP seconds at a time, and the next in
+-- its queue takes its place when it did not come back SLACK seconds (and
+-- the client's timeouts) after its step should have ended: its request
+-- ended without leaving. A holder is given its TTL and SLACK.
+local STEP, SLACK = 1, 0.5
 
 --- A client's gates: none yet.
 function _M.new()
@@ -200,6 +210,145 @@ function Gates:hand(cohort, lock)
   g.handed, g.due = lock, now() + FIRST_DUE
   g.sema:post(1)
   return true
+end
+
+-- A take's waiter (Gates:waiter): { gates, name, cohort (with_lock may
+-- keep the gate while it holds, and be handed the lock), try_s (how long
+-- one try may take), c and key (to give a handed lock back), gate, gen
+-- (once in), given (a lock handed down to it, until it is taken over) }.
+local Waiter = {}
+local waiter_mt = { __index = Waiter }
+
+--- gates:waiter(client, key, how, kind) -> waiter | nil: the steps of a
+-- take that waits (redislock/wait.lua's take: kind and how are its) through
+-- the gate of what it takes: each primitive and key has its own; none for a
+-- multi-key lock (kind.eval), whose key changes. A lock (kind.cohort, not a
+-- fair one) that with_lock takes (how.scoped) keeps its gate and may be
+-- handed down within the worker (a cohort, under a name of its own); not
+-- one from acquire, which may be released elsewhere (another request,
+-- from_token) unheard by the gate.
+function Gates:waiter(client, key, how, kind)
+  if kind.eval then return nil end
+  local cohort = kind.cohort and not how.fair and how.scoped
+  local link = client._link
+  return setmetatable({ gates = self, cohort = cohort, c = client._transport, key = key,
+                        name = (cohort and "cohort" or kind.wait or "lock") .. "/" .. (kind.n or "") .. "/" .. key,
+                        try_s = 2 * (link.timeout + link.connect_timeout) + SLACK }, waiter_mt)
+end
+
+-- Whether w still is its gate's representative (none took its place).
+local function in_gate(w)
+  local g = w.gate
+  return g ~= nil and g.gen == w.gen and w.gates:find(w.name) == g
+end
+
+-- Says when w's representative will be back from a step: by t (core.now()).
+local function due(w, t)
+  if in_gate(w) then w.gate.due = t end
+end
+
+-- How long a holder keeps w's gate before the next in its queue may take
+-- its place (and wait on Redis): while its renewal runs, until the gate is
+-- left (its release, or its renewal timer's when its request ended; a lost
+-- renewal cuts it short, see gates:lost); else for its TTL, or its
+-- max_hold and TTL, and SLACK.
+local function held_until(how, ms)
+  if how.renew and not how.max_hold_ms then return math_huge end
+  return now() + ((how.max_hold_ms or 0) + ms) / 1000 + SLACK
+end
+
+--- waiter:queued(): whether other requests of the worker wait or hold there.
+function Waiter:queued()
+  return self.gates:find(self.name) ~= nil
+end
+
+--- waiter:enter(deadline[, value]) -> true | false, news: enters the gate
+-- (at once when none, else behind the requests there) by deadline; value:
+-- what the caller's last try answered, if any. news: what the gate's
+-- representative last heard, aged since, for the busy answer.
+function Waiter:enter(deadline, value)
+  local g, gen, handed = self.gates:enter(self.name, deadline, value)
+  if not g then
+    local v = gen.value or 0
+    if v > 0 then v = math_max(0, v - (now() - gen.at) * 1000) end
+    return false, v
+  end
+  self.gate, self.gen, self.given = g, gen, handed
+  return true
+end
+
+--- waiter:noted(value) -> whether it entered already: the representative
+-- keeps what its last try answered (value) for those behind it.
+function Waiter:noted(value)
+  if not self.gate then return false end
+  if in_gate(self) then self.gate.value, self.gate.at = value, now() end
+  return true
+end
+
+--- waiter:trying(t): a try is sent at t (core.now()).
+function Waiter:trying(t)
+  due(self, t + self.try_s)
+end
+
+--- waiter:blocking(s) -> seconds: a representative blocks STEP at most at
+-- a time, and says when it will be back.
+function Waiter:blocking(s)
+  if not self.gate then return s end
+  s = math_min(s, STEP)
+  due(self, now() + s + self.try_s)
+  return s
+end
+
+--- waiter:handed(how, ms) -> token, fence, cohort | nil: a lock handed down
+-- to it (hand), to be taken with its token; taken over as it is (its
+-- fence, and the cohort record) when its renewal (how.renew) can extend it
+-- in time; else the acquire script takes it over with this request's TTL
+-- (ms), finding its token there.
+function Waiter:handed(how, ms)
+  local handed = self.given
+  if not handed then return nil end
+  if not how.renew or how.replicas or handed.expires - now() < ms / 3000 then return handed.token end
+  local cohort = self.gates:hold(self.name, self.gate, self.gen, held_until(how, ms), true, ms)
+  if not cohort then return handed.token end
+  self.given, cohort.expires = nil, handed.expires
+  return handed.token, handed.fence, cohort
+end
+
+--- waiter:drop() -> true when a lock was handed down to it (a try found it
+-- gone, or another's): forgotten.
+function Waiter:drop()
+  if not self.given then return false end
+  self.given = nil
+  return true
+end
+
+--- waiter:pending(): whether a lock handed down waits to be taken over.
+function Waiter:pending()
+  return self.given ~= nil
+end
+
+--- waiter:quit(): leaves the gate, if in it.
+function Waiter:quit()
+  if self.gate then self.gates:leave(self.name, self.gate, self.gen) end
+end
+
+--- waiter:took(how, ms, deadline) -> cohort | nil: the take succeeded. A
+-- cohort's holder keeps the gate (entering it when nobody waits there):
+-- its record (hold); others leave it.
+function Waiter:took(how, ms, deadline)
+  if self.cohort then
+    if not self.gate and not self.gates:find(self.name) then self:enter(deadline) end -- taken at once
+    local cohort = self.gate and self.gates:hold(self.name, self.gate, self.gen, held_until(how, ms), self.given, ms)
+    if cohort then return cohort end
+  end
+  self:quit()
+end
+
+--- waiter:give_up(token): the take gave up; a lock handed down and not taken
+-- over goes back to Redis (best effort, held with token), and it leaves.
+function Waiter:give_up(token)
+  if self.given then self.c:eval("release", self.key, token) end
+  self:quit()
 end
 
 return _M

@@ -14,11 +14,11 @@
 -- and the state is the majority's.
 
 local args = require "redislock.args"
+local backoff = require "redislock.backoff"
 local core = require "redislock.core"
 local errors = require "redislock.errors"
 local hold_mod = require "redislock.hold"
 local io_mod = require "redislock.election_io"
-local lock_mod = require "redislock.lock"
 
 local ipairs, tonumber, type = ipairs, tonumber, type
 local string_format, table_insert = string.format, table.insert
@@ -84,7 +84,7 @@ function _M.observe(self, fn, opts, ...)
   local nodes, quorum = servers(self)
   local sleep = self._client._sleep
   local deadline = now() + wait
-  local at, failing, step, poll = 1, nil, lock_mod.FIRST_STEP, lock_mod.FIRST_STEP
+  local at, failing, step, poll = 1, nil, backoff.FIRST, backoff.FIRST
   local last_term, last_tok, told = -1, nil, false
   -- Passes info on unless it is what fn heard last, or older; an ended
   -- term is passed on as "nobody leads" when it is the one fn heard last.
@@ -107,7 +107,7 @@ function _M.observe(self, fn, opts, ...)
   local function pause_after_failure()
     failing = failing or heard_at
     at = at % #nodes + 1
-    local next_step = lock_mod.pause(sleep, step, math_min(deadline, failing + late))
+    local next_step = backoff.sleep(sleep, step, math_min(deadline, failing + late) - now(), true)
     if not next_step then return false end
     step = next_step
     return true
@@ -127,7 +127,7 @@ function _M.observe(self, fn, opts, ...)
         break
       end
     else
-      failing, step, heard_at = nil, lock_mod.FIRST_STEP, now()
+      failing, step, heard_at = nil, backoff.FIRST, now()
       -- Announcements in the order they were made, then the state: the
       -- current leader's with its TTL.
       local news = reply[4]
@@ -156,10 +156,9 @@ function _M.observe(self, fn, opts, ...)
         -- No block (under OpenResty the worker's wait_connections may all
         -- be in use; or the server went, which the next read tells): it
         -- reads the state again after a pause, doubling, as a waiter polls.
-        sleep(math_min(poll * lock_mod.jitter(), block / 1000))
-        poll = math_min(poll * 2, lock_mod.MAX_STEP)
+        poll = backoff.sleep(sleep, poll, block / 1000)
       else
-        poll = lock_mod.FIRST_STEP
+        poll = backoff.FIRST
         popped = type(woke) == "string" and woke or nil
       end
     end

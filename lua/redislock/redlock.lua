@@ -30,6 +30,7 @@
 -- to within the time a restart takes: docs/guarantees.md).
 
 local args = require "redislock.args"
+local backoff = require "redislock.backoff"
 local core = require "redislock.core"
 local lock_mod = require "redislock.lock"
 local transport = require "redislock.transport"
@@ -217,7 +218,7 @@ end
 -- servers again, after waiting's pause, until deadline (core.now()).
 -- Updates statuses and values in place.
 local function settle(self, deadline, statuses, values, bound, op, key, tok, ms)
-  local step = lock_mod.FIRST_STEP
+  local step = backoff.FIRST
   while true do
     local have, retry, nodes = 0, {}, {}
     for i = 1, self.n do
@@ -229,7 +230,7 @@ local function settle(self, deadline, statuses, values, bound, op, key, tok, ms)
       end
     end
     if have >= self.quorum or have + #retry < self.quorum then return end
-    step = lock_mod.pause(self._sleep, step, deadline)
+    step = backoff.sleep(self._sleep, step, deadline - now(), true)
     if not step then return end
     local s, v = each(nodes, bound, op, key, tok, ms)
     for j, i in ipairs(retry) do statuses[i], values[i] = s[j], v[j] end

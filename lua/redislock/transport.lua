@@ -123,11 +123,12 @@ _M.watch = runtime.watch
 -- watchdog; under OpenResty the transport's retarget did it).
 _M.moved = runtime.moved
 
---- gates() -> gates | nil: where the waiting requests of one nginx
--- worker queue, so that one of them waits on Redis for all
--- (redislock/ngx_gate.lua); nil in plain Lua, where the calls on a client
--- block the process one at a time.
-_M.gates = runtime.gates
+--- waiting() -> a waiting strategy | nil: what the runtime adds to a
+-- client's waiting (redislock/wait.lua's take): under OpenResty the gates
+-- where the waiting requests of one nginx worker queue, so that one of
+-- them waits on Redis for all (redislock/ngx_gate.lua); none in plain Lua,
+-- where the calls on a client block the process one at a time.
+_M.waiting = runtime.waiting
 
 --- check_names(tls, message[, host]): raises message, a bad argument to
 -- 'new', when nodes named by address (the topology's, or host when it is

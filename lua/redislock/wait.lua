@@ -5,9 +5,12 @@
 -- sleeps a jittered, doubling step (mode "poll"); a fair waiter queues on
 -- the server. Failures that pass (a lost connection, a server loading its
 -- data ...: TRANSIENT) are retried within the deadline. Shared by every
--- primitive that waits.
+-- primitive that waits. What a runtime adds to waiting is its waiting
+-- strategy's (the client's _waiting, see take): under OpenResty the
+-- worker's gate (redislock/ngx_gate.lua); plain Lua has none.
 
 local args = require "redislock.args"
+local backoff = require "redislock.backoff"
 local core = require "redislock.core"
 local errors = require "redislock.errors"
 local lock_mod = require "redislock.lock"
@@ -15,7 +18,7 @@ local transport = require "redislock.transport"
 
 local type, tonumber = type, tonumber
 local string_format = string.format
-local math_max, math_min, math_floor, math_huge = math.max, math.min, math.floor, math.huge
+local math_max, math_min, math_floor = math.max, math.min, math.floor
 local now, MAX_MS = core.now, core.MAX_MS
 local quote, raise_at_caller = args.quote, args.raise_at_caller
 local ours_by_clock = lock_mod.ours_by_clock
@@ -25,10 +28,9 @@ local _M = { _VERSION = core._VERSION }
 
 args.own(debug.getinfo(1, "S").source)
 
--- Backoff while waiting for a busy lock: jittered, doubling, capped
--- (redislock/lock.lua's, which a refused release shares), and never past the
--- caller's deadline nor (much) past the holder's expiry.
-local FIRST_STEP, MAX_STEP, jitter = lock_mod.FIRST_STEP, lock_mod.MAX_STEP, lock_mod.jitter
+-- Backoff while waiting for a busy lock (redislock/backoff.lua's), never
+-- past the caller's deadline nor (much) past the holder's expiry.
+local FIRST_STEP, pause = backoff.FIRST, backoff.sleep
 
 local function seconds_text(ms)
   if ms < 0 then return "no expiry set" end
@@ -48,21 +50,6 @@ local FAIR_STEP = 1
 -- once, extends it (see take). Time enough for a renewal that fails to be
 -- tried again (the watchdog's next try comes 1 s later at most).
 local HAND_MS = 3000
-
--- A gate's representative (redislock/ngx_gate.lua) blocks at most
--- GATE_STEP seconds at a time, and the next in its queue takes its place
--- when it did not come back GATE_SLACK seconds (and the client's timeouts)
--- after its step should have ended: its request ended without leaving. A
--- holder is given its TTL and GATE_SLACK.
-local GATE_STEP, GATE_SLACK = 1, 0.5
-
--- What the representative of gate g last heard (as an attempt's value),
--- aged since: for the busy message of a request that gave up in its queue.
-local function gate_news(g)
-  local v = g.value or 0
-  if v > 0 then v = math_max(0, v - (now() - g.at) * 1000) end
-  return v
-end
 
 -- Whole milliseconds, at least 1, for a wait of s seconds.
 local function wait_ms(s)
@@ -134,9 +121,11 @@ end
 -- renewing waiter is handed it with a short first TTL (HAND_MS), as keyed
 -- ones are (a read-write lock's writer); unwoken: a handoff to others may
 -- leave it unwoken, so it comes back at least every FAIR_STEP (a
--- read-write lock's reader). The lock's:
+-- read-write lock's reader); cohort: a waiting strategy may hand it down
+-- to its next waiter, without a word to Redis (a lock's, see take). The lock's:
 _M.LOCK = { take = "take", acquire = "acquire", hand = "acquire_wait", fair = "acquire_fair", leave = "leave",
-            keyed = true }
+            keyed = true, cohort = true }
+local LOCK = _M.LOCK
 
 -- A handoff's wake-up (csrc/scripts/README.md, "Handing over"):
 -- "<fence> <age> <at>", age the ms between the waiter's registration and
@@ -159,65 +148,39 @@ local function busy_answer(kind, key, value, wait, held)
   return nil, busy_message(key, value, wait, ours_by_clock(mine) and mine or nil)
 end
 
--- Under OpenResty a take that waits goes through its worker's gate for
--- what it takes (redislock/ngx_gate.lua): w = { gates, name, cohort (with_lock
--- may keep the gate while it holds, and be handed the lock), try_s (how long
--- one try may take), gate, gen (once in), handed (a lock handed down to it,
--- until it is taken over) }. These are its steps.
-
--- Whether w still is its gate's representative (none took its place).
-local function in_gate(w)
-  local g = w.gate
-  return g ~= nil and g.gen == w.gen and w.gates:find(w.name) == g
-end
-
--- Enters w's gate (at once when none, else behind the requests there) by
--- deadline; value: what the caller's last try answered, if any. Returns
--- true, or false and the gate's last news (for the busy answer).
-local function join(w, deadline, value)
-  local g, gen, handed = w.gates:enter(w.name, deadline, value)
-  if not g then return false, gate_news(gen) end
-  w.gate, w.gen, w.handed = g, gen, handed
-  return true
-end
-
--- Says when w's representative will be back from a step: by t (core.now()).
-local function due(w, t)
-  if in_gate(w) then w.gate.due = t end
-end
-
--- Leaves w's gate, if in it.
-local function quit(w)
-  if w.gate then w.gates:leave(w.name, w.gate, w.gen) end
-end
-
--- How long a holder keeps w's gate before the next in its queue may take
--- its place (and wait on Redis): while its renewal runs, until the gate is
--- left (its release, or its renewal timer's when its request ended; a lost
--- renewal cuts it short, see redislock/lock.lua); else for its TTL, or its
--- max_hold and TTL, and GATE_SLACK.
-local function held_until(how, ms)
-  if how.renew and not how.max_hold_ms then return math_huge end
-  return now() + ((how.max_hold_ms or 0) + ms) / 1000 + GATE_SLACK
-end
-
--- A lock handed down to w (ngx_gate's hand) is taken over as it is when its
--- renewal (how.renew) can extend it in time: returns its fence and cohort
--- record. Else nil: the acquire script takes it over with this request's
--- TTL, finding its token there.
-local function take_over(w, how, ms)
-  local handed = w.handed
-  if not how.renew or how.replicas or handed.expires - now() < ms / 3000 then return nil end
-  local cohort = w.gates:hold(w.name, w.gate, w.gen, held_until(how, ms), true, ms)
-  if not cohort then return nil end
-  w.handed, cohort.expires = nil, handed.expires
-  return handed.fence, cohort
-end
+-- The waiter of a take without a waiting strategy (plain Lua), or that
+-- its strategy leaves alone: its steps (see take) do nothing.
+local function yes() return true end
+local function none() return nil end
+local ALONE = { queued = none, enter = yes, noted = yes, trying = none, blocking = function(_, block) return block end,
+                handed = none, drop = none, pending = none, took = none, quit = none, give_up = none }
 
 -- Tells the client's observer that key (of kind) was handed over to this
 -- waiter: by its holder's release on Redis, or within the nginx worker.
 local function told_handoff(client, key, kind)
   lock_mod.observe(client._link, "handoff", { key = key, kind = kind.ops and kind.ops.kind or "lock" })
+end
+
+-- A take (of kind, nil: a lock) that is one try, at once: nothing of
+-- take's loop but the try (no wait, no registration, nothing more to tell
+-- the script, no place to leave, no lock delay): every uncontended acquire.
+-- Returns its fence and when it was sent (core.now()), or nil and an error
+-- message; false (nothing sent) for a take that is more. No table is made.
+local function try(client, key, tok, ms, how, kind)
+  kind = kind or LOCK
+  if how.wait ~= 0 or how.fair or how.replicas or kind.n or kind.stays or how.delay_ms then return false end
+  local c, hot = client._transport, client._hot
+  local sent = now()
+  local status, value = (kind.eval or c.eval)(c, kind.take, key, tok, ms)
+  if status == 1 then
+    if hot.keys[key] then -- free at once: cooled down
+      hot.keys[key] = nil
+      hot.n = hot.n - 1
+    end
+    return value, sent
+  end
+  if status == nil then return nil, value end
+  return busy_answer(kind, key, value, 0, client._held)
 end
 
 -- Tries to take key with token until how.wait seconds have passed. Between
@@ -227,56 +190,49 @@ end
 -- connection error). A fair waiter queues on the server and leaves the queue
 -- when it gives up. The same token is resent after a connection error: the
 -- acquire scripts treat "the key already holds my token" as success, so a
--- send that landed is not counted twice. Under OpenResty it goes through its
--- worker's gate (see above).
--- Returns the fence, the time the successful attempt was sent, (with
--- how.replicas) how many replicas acknowledged it, or nil and why the WAIT
--- failed, the token the lock is held with (tok, or that of a lock handed
--- down within the worker), for a lock that keeps its worker's gate its
--- cohort record (redislock/ngx_gate.lua's hold), and when a handoff gave
--- it a first TTL shorter than ms, when that TTL ends (core.now()), and
--- the lock delay it added (how.delay_ms; nil: none); or nil and an error
--- message.
+-- send that landed is not counted twice.
+--
+-- A take that waits asks its client's waiting strategy (client._waiting,
+-- the runtime's: redislock/transport.lua's waiting) for a waiter, whose
+-- steps it takes; without one, ALONE's. strategy:waiter(client, key, how,
+-- kind) -> waiter | nil, whose methods:
+--   queued() -> whether others wait there before it (then it enters);
+--   enter(deadline[, value]) -> true | false, news: takes its turn behind
+--     them by deadline (value: its last try's answer); news: the value to
+--     tell when it gave up;
+--   noted(value) -> whether it took its turn already (else it enters now),
+--     keeping its last try's answer for those behind it;
+--   trying(t): a try is sent at t (core.now()); blocking(s) -> how long
+--     it may block for s seconds of wait;
+--   handed(how, ms) -> token, fence, cohort | nil: a lock handed down to it
+--     within the runtime, to take over with its token, as it is when a
+--     fence comes too (cohort: a record that goes with the lock);
+--   drop() -> true when it dropped a handed lock a try found gone;
+--   pending() -> whether a handed lock waits to be taken over;
+--   took(how, ms, deadline) -> cohort | nil: the take succeeded (the cohort
+--     record when the lock keeps its place: redislock/ngx_gate.lua's hold);
+--   quit(), give_up(token): it leaves (give_up: and gives a handed lock,
+--     held with token, back to Redis).
+-- Returns a record { fence, sent (when the successful try was sent), acked
+-- (with how.replicas: how many replicas acknowledged it, or nil and werr:
+-- why the WAIT failed), token (tok, or that of a lock handed down),
+-- cohort, expires (when a handoff gave it a first TTL shorter than ms,
+-- when that TTL ends: core.now()), delay (the lock delay it added:
+-- how.delay_ms) }; or nil and an error message.
 local function take(client, key, tok, ms, how, kind)
-  kind = kind or _M.LOCK
+  kind = kind or LOCK
+  local one, at = try(client, key, tok, ms, how, kind)
+  if one then return { fence = one, sent = at, token = tok } end -- no replicas to WAIT for here
+  if one == nil then return nil, at end
   local own_tok = tok
   local c, sleep, held, hot = client._transport, client._sleep, client._held, client._hot
   local wait, fair = how.wait, how.fair
-  if wait == 0 and not fair and not how.replicas and not kind.n and not kind.stays and not how.delay_ms then
-    -- One try, at once (the loop below, for the case that has nothing of
-    -- it but the try: no gate, no registration, nothing more to tell the
-    -- script, no place to leave, no lock delay to add): the path of every
-    -- uncontended acquire.
-    local sent = now()
-    local status, value, acked, werr = (kind.eval or c.eval)(c, kind.take, key, tok, ms)
-    if status == 1 then
-      if hot.keys[key] then -- free at once: cooled down
-        hot.keys[key] = nil
-        hot.n = hot.n - 1
-      end
-      return value, sent, acked, werr, tok
-    end
-    if status == nil then return nil, value end
-    return busy_answer(kind, key, value, wait, held)
-  end
   -- A waiter that blocks registers for a handoff on each try (unless
   -- told not to; not on a Redlock, where a release on a majority hands
   -- nothing over).
   local hand = wait > 0 and not fair and how.mode ~= "poll" and how.handoff and c.handoff ~= false and kind.hand
   local stays = fair or kind.stays or hand
-  -- The gate: each primitive and key has its own; not a multi-key lock
-  -- (kind.eval), whose key changes. A lock (not a fair one) that with_lock
-  -- takes keeps its gate and may be handed down within the worker (a
-  -- cohort, under a name of its own); not one from acquire, which may be
-  -- released elsewhere (another request, from_token) unheard by the gate.
-  local gates = wait > 0 and not kind.eval and client._gates
-  local w
-  if gates then
-    local cohort = kind == _M.LOCK and not fair and how.scoped
-    w = { gates = gates, cohort = cohort,
-          name = (cohort and "cohort" or kind.wait or "lock") .. "/" .. (kind.n or "") .. "/" .. key,
-          try_s = 2 * (client._link.timeout + client._link.connect_timeout) + GATE_SLACK }
-  end
+  local w = wait > 0 and client._waiting and client._waiting:waiter(client, key, how, kind) or ALONE
   -- What else each try tells the script: a semaphore's limit, the replicas to WAIT for.
   -- The TTL a handoff of a lock gives it (a registering try's n; a
   -- semaphore's n is its limit, and a permit handed over has the waiter's
@@ -312,17 +268,17 @@ local function take(client, key, tok, ms, how, kind)
   -- A handoff's fence, time, and when its TTL (hand_ms) ends when shorter
   -- than ms; when the last try was sent.
   local got, got_at, expires, sent
-  if w and gates:find(w.name) then -- another request of this worker waits there: queue behind it
-    local ok, news = join(w, deadline)
+  if w:queued() then -- others wait there before it: it takes its turn behind them
+    local ok, news = w:enter(deadline)
     if not ok then return busy_answer(kind, key, news, wait, held) end
   end
   while true do
-    if w and w.handed then
-      tok, op = w.handed.token, kind.acquire
-      local fence, cohort = take_over(w, how, ms)
+    local handed, fence, cohort = w:handed(how, ms)
+    if handed then
+      tok, op = handed, kind.acquire
       if fence then
         if client._link.observer then told_handoff(client, key, kind) end
-        return fence, now(), nil, nil, tok, cohort, nil, delay
+        return { fence = fence, sent = now(), token = tok, cohort = cohort, delay = delay }
       end
     end
     local status, value, acked, werr, tried
@@ -331,7 +287,7 @@ local function take(client, key, tok, ms, how, kind)
       if client._link.observer then told_handoff(client, key, kind) end
     else
       sent, tried = now(), op
-      if w then due(w, sent + w.try_s) end
+      w:trying(sent)
       status, value, acked, werr = eval(c, op, key, tok, wire_ms, more)
     end
     if status == 1 then
@@ -339,40 +295,29 @@ local function take(client, key, tok, ms, how, kind)
         hot.keys[key] = nil
         hot.n = hot.n - 1
       end
-      if w and w.cohort then
-        if not w.gate and not gates:find(w.name) then join(w, deadline) end -- taken at once: hold the gate
-        local cohort = w.gate and gates:hold(w.name, w.gate, w.gen, held_until(how, ms), w.handed, ms)
-        if cohort then return value, sent, acked, werr, tok, cohort, expires, delay end
-      end
-      if w then quit(w) end
-      return value, sent, acked, werr, tok, nil, expires, delay
+      return { fence = value, sent = sent, acked = acked, werr = werr, token = tok,
+               cohort = w:took(how, ms, deadline), expires = expires, delay = delay }
     end
-    -- A lock handed down and found gone, or another's: not this request's,
+    -- A lock handed down and found gone, or another's: not this take's,
     -- nor its token (after a connection error it may be, and is kept).
-    if status ~= nil and w and w.handed then tok, w.handed, op = own_tok, nil, hand or kind.acquire end
+    if status ~= nil and w:drop() then tok, op = own_tok, hand or kind.acquire end
     if status == -1 and wait > 0 then note_hot(hot, key) end
     if op == kind.take then op = hand or kind.acquire end
     -- Registered: the release hands the lock over on its own list.
     local registered = tried ~= nil and (tried == (fair and kind.fair) or tried == hand)
     first = false
     local queued = false
-    if w and status ~= nil then
-      if w.gate then
-        if in_gate(w) then w.gate.value, w.gate.at = value, now() end
-      else -- busy: wait on Redis for the worker's requests, or behind the one that does
-        queued = gates:find(w.name) ~= nil
-        if queued and stays then c:eval(kind.leave, key, tok, hand_ms) end -- its place is the worker's queue
-        local ok, news = join(w, deadline, value)
-        if not ok then return busy_answer(kind, key, news, wait, held) end
-      end
+    if status ~= nil and not w:noted(value) then -- busy: it takes its turn now, behind others waiting there
+      queued = w:queued()
+      if queued and stays then c:eval(kind.leave, key, tok, hand_ms) end -- its place is their queue
+      local ok, news = w:enter(deadline, value)
+      if not ok then return busy_answer(kind, key, news, wait, held) end
     end
     local left = deadline - now()
     -- A lock just handed down is taken over first, whatever the deadline says.
-    if (left <= 0 and not (queued and w.handed)) or (status == nil and not retryable(value)) then
+    if (left <= 0 and not (queued and w:pending())) or (status == nil and not retryable(value)) then
       if stays then c:eval(kind.leave, key, tok, hand_ms) end -- best effort: else it drops out in 3 s
-      -- A lock handed down and not taken over goes back to Redis (best effort).
-      if w and w.handed then c:eval("release", key, tok) end
-      if w then quit(w) end
+      w:give_up(tok)
       if status == nil then return nil, value end
       return busy_answer(kind, key, value, wait, held)
     end
@@ -388,20 +333,12 @@ local function take(client, key, tok, ms, how, kind)
     if stays or ((kind.keyed or kind.eval or kind.unwoken) and c.handoff ~= false) then
       block = math_min(block, FAIR_STEP)
     end
-    if w and w.gate then -- others of the worker may be queued behind it: it says how long it will be
-      block = math_min(block, GATE_STEP)
-      due(w, now() + block + w.try_s)
-    end
+    block = w:blocking(block) -- others may wait behind it: it says how long it will be
     if queued or (hand and status == -1 and not registered) then
-      -- Its turn came in the worker's queue, or a take found the lock held:
-      -- it tries again at once (registering, when it is to be handed the lock).
+      -- Its turn came behind others, or a take found the lock held: it
+      -- tries again at once (registering, when it is to be handed the lock).
       step = FIRST_STEP
-    elseif status == nil or how.mode == "poll" then
-      -- At least 1 ms: nginx's timers have millisecond resolution, and
-      -- ngx.sleep(0) only yields.
-      sleep(math_max(math_min(step * jitter(), block), 0.001))
-      step = math_min(step * 2, MAX_STEP)
-    elseif block > 1.5 * BLPOP_SLACK then
+    elseif status ~= nil and how.mode ~= "poll" and block > 1.5 * BLPOP_SLACK then
       -- Redis ends a BLPOP that timed out only at its next tick (10 a second
       -- by default): block that much less, and sleep what is left near the end.
       local on = status == -1 and acked or key -- a multi-key lock's busy key
@@ -411,32 +348,35 @@ local function take(client, key, tok, ms, how, kind)
         -- error, as every refused command is, never a wait that polls
         -- unawares. Its registration goes (best effort).
         if stays then c:eval(kind.leave, key, tok, hand_ms) end
-        if w then quit(w) end
+        w:give_up(tok)
         return nil, blerr
       elseif woke == nil then
-        sleep(math_max(math_min(step * jitter(), block), 0.001)) -- the wait failed: back off
-        step = math_min(step * 2, MAX_STEP)
+        step = pause(sleep, step, block) -- the wait failed: back off
       elseif not how.replicas then -- with replicas to wait for, the next try WAITs for them
         got, got_at = handoff(woke, sent)
         expires = got and hand_ms < ms and got_at + hand_ms / 1000 or nil
       end
     else
-      -- Near the holder's expiry or the deadline: short backoff steps, so
-      -- that a release meanwhile is not slept through.
-      sleep(math_max(math_min(step * jitter(), block), 0.001))
-      step = math_min(step * 2, MAX_STEP)
+      -- Polling, after a connection error, or near the holder's expiry or
+      -- the deadline: short backoff steps, so that a release meanwhile is
+      -- not slept through.
+      step = pause(sleep, step, block)
     end
   end
 end
 
-
---- take(client, key, tok, ms, how[, kind]) -> fence, sent, acked, werr, token, cohort, expires, delay | nil, err
+--- take(client, key, tok, ms, how[, kind]) -> { fence, sent, acked, werr, token, cohort, expires, delay } | nil, err
 -- Tries to take key with tok through the client's transport until how.wait
 -- seconds passed (see above), sleeping with its sleep; it reads the
 -- client's _held (the locks it holds, for the "held by this client"
 -- message) and _hot ({ keys = {}, n = 0 }: keys it found busy lately);
 -- kind: how the primitive is taken (_M.LOCK by default).
 _M.take = take
+
+--- try(client, key, tok, ms, how[, kind]) -> fence, sent | nil, err |
+-- false: a take that is one try at once, without the record (hold.lua's
+-- acquire, for every uncontended one); false when it is more: take then.
+_M.try = try
 
 --- busy_message(key, value, waited, mine): the "busy: ..." message of a
 -- lock after an attempt that answered value; mine: the lock this client
