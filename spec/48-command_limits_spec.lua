@@ -2,7 +2,8 @@
 -- `redislock run --min-hold` and `redislock run -n N` (issue 57), run as
 -- child processes against a private redis-server: a lock kept for a minimum
 -- after a short (or failing) command, longer than its TTL too, and not cut
--- back by a renewal on its way (a proxy holds it back); at most N
+-- back by a renewal on its way (a proxy holds it back), also one that timed
+-- out and lands late; at most N
 -- copies of a command at once across processes, shown by real processes
 -- and marker files that would show a third; status listing the permits;
 -- bad usage.
@@ -129,6 +130,43 @@ describe("redislock run --min-hold and -n", function()
       core.sleep(0.1) -- Redis ran what was sent on
       local pttl = raw:command("PTTL", "lock:{job}")
       assert.is_true(pttl > 10000, "PTTL " .. pttl .. ": the renewal cut the minimum back")
+    end)
+
+    it("is not cut back by a renewal that timed out on its way and landed after the extend", function()
+      -- The proxy holds the watchdog's writes back 1.6 s, longer than a
+      -- renewal waits (a third of --ttl 3): the renewal sent 1 s after the
+      -- take is on its way when the command ends, times out, and reaches
+      -- Redis after redislock's extend, setting 3 s again. redislock, told
+      -- that it was never answered, extends on until the rest of the
+      -- minimum is within --ttl: the lock still holds past take + 5.6 s.
+      assert.are.equal(core.scripts.extend.sha, raw:command("SCRIPT", "LOAD", core.scripts.extend.text))
+      local port, quit, log = helpers.free_port(), file("quit"), file("proxy.log")
+      local proxy = helpers.spawn(helpers.spec_dir .. "workers/delay_proxy.lua", port, srv.port, 1.6, log, quit)
+      assert.is_truthy(helpers.eventually(5, function()
+        local c = require("socket").tcp()
+        c:settimeout(0.2)
+        local ok = c:connect("127.0.0.1", port)
+        c:close()
+        return ok
+      end), "the proxy never listened")
+      local t0 = core.now()
+      local out, code = redislock_cmd("run --url redis://127.0.0.1:" .. port .. " --timeout 3 --ttl 3 --min-hold 8 job"
+        .. " -- " .. SH .. " -c " .. helpers.sh_quote("sleep 1.4; date +%s.%N > " .. file("ended")))
+      assert.are.equal(0, code, out)
+      local ended = tonumber(helpers.read_file(file("ended")))
+      local late = helpers.eventually(5, function()
+        for held, sent in (helpers.read_file(log) or ""):gmatch("held ([%d.]+) sent ([%d.]+)") do
+          if tonumber(held) < ended and tonumber(sent) > ended then return true end
+        end
+      end)
+      core.sleep(math.max(0, t0 + 7 - core.now())) -- past take + 5.6 s, when the late renewal's 3 s ran out
+      io.open(quit, "w"):close()
+      local pout, pok = proxy.wait()
+      assert.is_true(pok, pout)
+      assert.is_true(late, "no renewal was on its way as the command ended (" .. ended .. "):\n"
+                     .. (helpers.read_file(log) or ""))
+      local pttl = raw:command("PTTL", "lock:{job}")
+      assert.is_true(pttl > 300, "PTTL " .. pttl .. ": the late renewal cut the minimum back")
     end)
 
     it("releases at once after a command that ran past the minimum, and --min-hold 0 is no minimum", function()
