@@ -58,6 +58,31 @@ describe("redislock run --min-hold and -n", function()
     return t
   end
 
+  -- Starts spec/workers/delay_proxy.lua in front of the server, holding
+  -- the watchdog's writes back delay seconds: its port, quit file, log and
+  -- process, once it listens.
+  local function delay_proxy(delay)
+    local port, quit, log = helpers.free_port(), file("quit"), file("proxy.log")
+    local proxy = helpers.spawn(helpers.spec_dir .. "workers/delay_proxy.lua", port, srv.port, delay, log, quit)
+    assert.is_truthy(helpers.eventually(5, function()
+      local c = require("socket").tcp()
+      c:settimeout(0.2)
+      local ok = c:connect("127.0.0.1", port)
+      c:close()
+      return ok
+    end), "the proxy never listened")
+    return port, quit, log, proxy
+  end
+  -- Whether the proxy's log shows a write held before `at` and sent after
+  -- it (a renewal on its way then), looked at for up to 5 s.
+  local function held_across(log, at)
+    return helpers.eventually(5, function()
+      for held, sent in (helpers.read_file(log) or ""):gmatch("held ([%d.]+) sent ([%d.]+)") do
+        if tonumber(held) < at and tonumber(sent) > at then return true end
+      end
+    end)
+  end
+
   describe("--min-hold", function()
     it("keeps the lock after a short command: a second run within the minimum is refused, after it runs", function()
       local t0 = core.now()
@@ -103,25 +128,13 @@ describe("redislock run --min-hold and -n", function()
       -- and reaches Redis after. redislock waits for it before its extend,
       -- else the renewal would set 6 s again over the rest of the minimum.
       assert.are.equal(core.scripts.extend.sha, raw:command("SCRIPT", "LOAD", core.scripts.extend.text))
-      local port, quit, log = helpers.free_port(), file("quit"), file("proxy.log")
-      local proxy = helpers.spawn(helpers.spec_dir .. "workers/delay_proxy.lua", port, srv.port, 1.2, log, quit)
-      assert.is_truthy(helpers.eventually(5, function()
-        local c = require("socket").tcp()
-        c:settimeout(0.2)
-        local ok = c:connect("127.0.0.1", port)
-        c:close()
-        return ok
-      end), "the proxy never listened")
+      local port, quit, log, proxy = delay_proxy(1.2)
       local out, code = redislock_cmd("run --url redis://127.0.0.1:" .. port .. " --timeout 3 --ttl 6 --min-hold 20 job"
         .. " -- " .. SH .. " -c " .. helpers.sh_quote("sleep 2.6; date +%s.%N > " .. file("ended")))
       assert.are.equal(0, code, out)
       local ended = tonumber(helpers.read_file(file("ended")))
       -- The case at hand: a renewal held back when the command ended, sent on after.
-      local on_its_way = helpers.eventually(5, function()
-        for held, sent in (helpers.read_file(log) or ""):gmatch("held ([%d.]+) sent ([%d.]+)") do
-          if tonumber(held) < ended and tonumber(sent) > ended then return true end
-        end
-      end)
+      local on_its_way = held_across(log, ended)
       io.open(quit, "w"):close()
       local pout, pok = proxy.wait()
       assert.is_true(pok, pout)
@@ -140,25 +153,13 @@ describe("redislock run --min-hold and -n", function()
       -- that it was never answered, extends on until the rest of the
       -- minimum is within --ttl: the lock still holds past take + 5.6 s.
       assert.are.equal(core.scripts.extend.sha, raw:command("SCRIPT", "LOAD", core.scripts.extend.text))
-      local port, quit, log = helpers.free_port(), file("quit"), file("proxy.log")
-      local proxy = helpers.spawn(helpers.spec_dir .. "workers/delay_proxy.lua", port, srv.port, 1.6, log, quit)
-      assert.is_truthy(helpers.eventually(5, function()
-        local c = require("socket").tcp()
-        c:settimeout(0.2)
-        local ok = c:connect("127.0.0.1", port)
-        c:close()
-        return ok
-      end), "the proxy never listened")
+      local port, quit, log, proxy = delay_proxy(1.6)
       local t0 = core.now()
       local out, code = redislock_cmd("run --url redis://127.0.0.1:" .. port .. " --timeout 3 --ttl 3 --min-hold 8 job"
         .. " -- " .. SH .. " -c " .. helpers.sh_quote("sleep 1.4; date +%s.%N > " .. file("ended")))
       assert.are.equal(0, code, out)
       local ended = tonumber(helpers.read_file(file("ended")))
-      local late = helpers.eventually(5, function()
-        for held, sent in (helpers.read_file(log) or ""):gmatch("held ([%d.]+) sent ([%d.]+)") do
-          if tonumber(held) < ended and tonumber(sent) > ended then return true end
-        end
-      end)
+      local late = held_across(log, ended)
       core.sleep(math.max(0, t0 + 7 - core.now())) -- past take + 5.6 s, when the late renewal's 3 s ran out
       io.open(quit, "w"):close()
       local pout, pok = proxy.wait()
