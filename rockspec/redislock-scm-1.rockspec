@@ -47,6 +47,7 @@ build = {
     ["redislock.args"] = "lua/redislock/args.lua",
     ["redislock.client"] = "lua/redislock/client.lua",
     ["redislock.lock"] = "lua/redislock/lock.lua",
+    ["redislock.lease"] = "lua/redislock/lease.lua",
     ["redislock.metrics"] = "lua/redislock/metrics.lua",
     ["redislock.metrics_text"] = "lua/redislock/metrics_text.lua",
     ["redislock.election"] = "lua/redislock/election.lua",
