@@ -14,23 +14,24 @@
 --        and for a driver in this Lua state: via (the transport its
 --        renewals go through, the node's by default: a cluster's follows
 --        redirects; the watchdog follows them itself), scoped (with_lock's:
---        the lock must not outlive the request thread) and owner, told of
---        news as owner:heard(event, why)
+--        the lock must not outlive the request thread), and heard and
+--        owner: heard(owner, event, why) tells the owner (the lock) of news
 --   l:state() -> "held" | "ended" | "lost", why   l:expires() -> seconds
 --   l:extended(ttl_ms, sent_ms)   l:due_now()
 --   l:stop([settle]) -> what expires() said, answered (false: a renewal
 --        was on its way and not answered; settle waits for it to end)
---   l.notifies        true when its driver calls owner:heard itself:
+--   l.notifies        true when its driver calls heard itself:
 --        "lost" (why), "renew_failed" (why), "abandoned" (the request
 --        thread of a scoped lease ended; why: the worker is exiting)
 --
 -- The state is always polled (lock:check, with_lock's hook); a driver that
 -- runs in this Lua state also tells, and the lock then needs no hook.
 -- A hold's lease is held while `quorum` of its node leases are: 1 for one
--- server, Sentinel and Cluster, a majority for Redlock, whose expiry is the
--- quorum-th latest less its drift. A topology names the nodes with
--- t:lease_nodes(key, token) -> nodes, quorum, drift(ms), via; a node
--- transport (no lease_nodes) is its own one node.
+-- server, Sentinel and Cluster (the node lease itself is then the hold's),
+-- a majority for Redlock, whose expiry is the quorum-th latest less its
+-- drift (a Lease below, with the same interface). A topology names the
+-- nodes with t:lease_nodes(key, token) -> nodes, quorum, drift(ms), via; a
+-- node transport (no lease_nodes) is its own one node.
 
 local core = require "redislock.core"
 
@@ -79,7 +80,10 @@ end
 function _M.extended(lock, ms, sent)
   local t, lease = lock._t, lock._lease
   lock._expires = sent + (t.validity_ms and t:validity_ms(ms) or ms) / 1000
-  if lease then lease:extended(ms, math_floor(sent * 1000)) end
+  if lease then
+    lock._renew_ms = ms
+    lease:extended(ms, math_floor(sent * 1000))
+  end
 end
 
 --- Whether lock is still ours by our own account and clock: not
@@ -100,7 +104,6 @@ end
 --- "held" | "ended" | "lost", why: held while quorum node leases are.
 function Lease:state()
   local nodes, quorum = self.nodes, self.quorum
-  if #nodes == 1 then return nodes[1]:state() end
   local held, why = 0, nil
   for _, l in ipairs(nodes) do
     local s, w = l:state()
@@ -120,10 +123,8 @@ end
 --- The latest time (core.now()) the lock lasts to without another renewal
 -- (nil when unknown): the quorum-th latest of the nodes', less the drift.
 function Lease:expires()
-  local nodes = self.nodes
-  if #nodes == 1 then return nodes[1]:expires() end
   local at = {}
-  for i, l in ipairs(nodes) do at[i] = l:expires() or 0 end
+  for i, l in ipairs(self.nodes) do at[i] = l:expires() or 0 end
   table_sort(at, function(a, b) return a > b end)
   return at[self.quorum] - self.drift(self.ttl_ms) / 1000
 end
@@ -153,12 +154,13 @@ function Lease:stop(settle)
   return at, answered
 end
 
---- What a node lease's driver tells (see above). Returns nil and why when
--- the lock of an abandoned lease could not be released.
-function Lease:heard(event, why)
-  local lock = self.lock
+-- heard(lock, event, why): what a node lease's driver tells (see above):
+-- the one place a loss is told to the lock and the observer. Returns nil
+-- and why when the lock of an abandoned lease could not be released.
+local function heard(lock, event, why)
+  local lease = lock._lease
   if event == "lost" then
-    if self:state() ~= "lost" then return end -- a majority still holds it
+    if lease:state() ~= "lost" then return true end -- a majority still holds it
     local cohort = lock._cohort
     if cohort then cohort.gates:lost(cohort) end
     lock_mod.lease_lost(lock)
@@ -168,9 +170,9 @@ function Lease:heard(event, why)
     -- Its request ended inside with_lock: given back (a refusal that passes
     -- is tried again while the lock lasts; once when the worker exits), and
     -- its worker's queue goes on.
-    for _, l in ipairs(self.nodes) do l:stop() end
-    local status, err = lock_mod.again(lock._link.sleep, why and 0 or self:expires() or 0, lock._t,
-                                       lock._ops.release, lock.key, lock.token)
+    local at = lease:stop()
+    local status, err = lock_mod.again(lock._link.sleep, why and 0 or at or 0, lock._t, lock._ops.release,
+                                       lock.key, lock.token)
     local cohort = lock._cohort
     lock._cohort = nil
     if cohort then cohort.gates:done(cohort) end
@@ -179,31 +181,51 @@ function Lease:heard(event, why)
   return true
 end
 
---- start(lock, how, ms, sent): renews lock every ttl/3 from now on (how:
--- the renew options as args.lock_opts makes them; how.scoped: the lock
--- must not outlive the running thread, as with_lock's; ms its TTL; sent:
--- core.now() when the acquire was sent) and sets lock._lease and
--- lock._on_lost. Raises when renewal cannot start (the watchdog thread,
--- or memory), after releasing the lock.
-function _M.start(lock, how, ms, sent)
-  local t, key, tok = lock._t, lock.key, lock.token
-  local nodes, quorum, drift, via = { t }, 1, nil, nil
-  if t.lease_nodes then nodes, quorum, drift, via = t:lease_nodes(key, tok) end
-  local self = setmetatable({ nodes = {}, quorum = quorum, drift = drift, ttl_ms = ms, lock = lock }, lease_mt)
-  local opts = { max_hold_ms = how.max_hold_ms, sent_ms = math_floor(sent * 1000), scoped = how.scoped,
-                 op = lock._ops.extend, delay_ms = how.delay_ms, via = via, owner = self }
+-- The lease of a lock over several nodes (see above), or nil and an error
+-- (the leases made stopped again).
+local function compose(nodes, quorum, drift, key, tok, ms, opts)
+  local self = setmetatable({ nodes = {}, quorum = quorum, drift = drift, ttl_ms = ms }, lease_mt)
   for i, node in ipairs(nodes) do
     local l, err = node:lease(key, tok, ms, opts)
     if not l then
       for _, done in ipairs(self.nodes) do done:stop() end
-      lock:release()
-      error("redislock: " .. err, 0)
+      return nil, err
     end
     self.nodes[i] = l
     opts.scoped = nil -- one lease watches the request thread for all
   end
-  self.notifies = self.nodes[1].notifies == true
-  lock._lease, lock._on_lost = self, how.on_lost
+  self.notifies = self.nodes[1].notifies
+  return self
+end
+
+--- start(lock, how, ms, sent): renews lock every ttl/3 from now on (how:
+-- the renew options as args.lock_opts makes them; how.scoped: the lock
+-- must not outlive the running thread, as with_lock's; ms its TTL; sent:
+-- core.now() when the acquire was sent) and sets lock._lease,
+-- lock._on_lost and lock._renew_ms (the TTL its renewals set). Raises when
+-- renewal cannot start (the watchdog thread, or memory), after releasing
+-- the lock.
+function _M.start(lock, how, ms, sent)
+  local t, key, tok = lock._t, lock.key, lock.token
+  local opts = { max_hold_ms = how.max_hold_ms, sent_ms = math_floor(sent * 1000), scoped = how.scoped,
+                 op = lock._ops.extend, delay_ms = how.delay_ms, owner = lock, heard = heard }
+  local lease, err
+  if t.lease_nodes then
+    local nodes, quorum, drift, via = t:lease_nodes(key, tok)
+    opts.via = via
+    if #nodes == 1 then
+      lease, err = nodes[1]:lease(key, tok, ms, opts)
+    else
+      lease, err = compose(nodes, quorum, drift, key, tok, ms, opts)
+    end
+  else
+    lease, err = t:lease(key, tok, ms, opts)
+  end
+  if not lease then
+    lock:release()
+    error("redislock: " .. err, 0)
+  end
+  lock._lease, lock._on_lost, lock._renew_ms = lease, how.on_lost, ms
 end
 
 --- Whether lock has a lease, an on_lost to call when it is lost, and node
@@ -225,8 +247,7 @@ end
 function _M.keep_until(hold, until_, sleep)
   local function left() return math_ceil((until_ - now()) * 1000) / 1000 end
   if left() < 0.001 then return hold:release() end
-  local lease = hold._lease
-  local ttl = lease and lease.ttl_ms / 1000
+  local ttl = (hold._renew_ms or 0) / 1000
   local _, answered = _M.stop(hold, true)
   local ok, err = hold:extend(left())
   if answered ~= false then return ok, err end

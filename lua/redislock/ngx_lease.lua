@@ -8,7 +8,7 @@
 -- moves bytes: when a renewal is due and what its answer means is the
 -- core's lease machine (core.renewal, csrc/rl_renewal.c), the one the
 -- watchdog thread drives; what a loss means for the hold, and what to do
--- with a lock whose request is gone, is its owner's (owner:heard).
+-- with a lock whose request is gone, is its owner's (heard).
 --
 -- A lock with_lock took must not outlive the request's Lua thread that runs
 -- fn. ngx.exit, ngx.exec and ngx.redirect end that thread without unwinding
@@ -83,11 +83,11 @@ local lease_mt = { __index = Lease }
 
 local schedule
 
--- Tells lease's owner of event (owner:heard(event, why)); logs what it raised.
+-- Tells lease's owner of event (heard(owner, event, why)); logs what it raised.
 local function tell(lease, event, why)
-  local owner = lease.owner
-  if not owner then return end
-  local ok, err = pcall(owner.heard, owner, event, why)
+  local heard = lease.heard
+  if not heard then return end
+  local ok, err = pcall(heard, lease.owner, event, why)
   if not ok then ngx_log(ERR, "redislock: on_lost raised: ", tostring(err)) end
 end
 
@@ -115,8 +115,7 @@ end
 -- with_lock ("abandoned"; premature: the worker is exiting), which releases
 -- its lock.
 local function abandoned(premature, lease)
-  local owner = lease.owner
-  local ok, done, err = pcall(owner.heard, owner, "abandoned", premature)
+  local ok, done, err = pcall(lease.heard, lease.owner, "abandoned", premature)
   if not (ok and done) then
     ngx_log(ERR, "redislock: cannot release a lock whose request ended inside with_lock (it runs out by its TTL): ",
             tostring(ok and err or done))
@@ -204,8 +203,8 @@ end
 -- opts: max_hold_ms (> 0: the renewals end that long from now); sent_ms:
 -- when the acquire was sent (core.now() * 1000); scoped: the lock must not
 -- outlive the running request thread (with_lock): it gets a sentinel (see
--- above) when that thread is one nginx ends with the request. owner:heard
--- is called (in the timer) with "lost", why when the machine finds the
+-- above) when that thread is one nginx ends with the request. heard(owner,
+-- ...) is called (in the timer) with "lost", why when the machine finds the
 -- lock lost, "renew_failed", err when a renewal failed and will be tried
 -- again, and "abandoned" (see above). delay_ms: the lock delay, which each
 -- renewal adds on the server (a renewal not sent, or not answered, before
@@ -216,7 +215,7 @@ function _M.start(t, key, token, ttl_ms, opts)
   opts = opts or {}
   local lease = setmetatable({
     node = t, transport = opts.via or t, key = key, token = token, extend = opts.op or "extend",
-    r = new_renewal(ttl_ms, opts), owner = opts.owner,
+    r = new_renewal(ttl_ms, opts), owner = opts.owner, heard = opts.heard,
   }, lease_mt)
   if opts.scoped and request_thread() then
     semaphore = semaphore or require "ngx.semaphore"
@@ -278,7 +277,7 @@ function Lease:stop()
   return self:expires(), not self.busy
 end
 
---- This driver tells its owner (owner:heard) of what it finds.
+--- This driver tells its owner (heard) of what it finds.
 Lease.notifies = true
 
 return _M
