@@ -519,9 +519,12 @@ rl_step rl_conn_lost(rl_conn *conn, rl_call *call, int eof, int timeout, long lo
   rl_conn_io_error(conn, eof, timeout, timeout_ms, call->err);
   if (!idle_close) return rl_call_lost(call, timeout, call->err);
   conn->redialed = 1;
-  if (conn->ask_first && first) {
+  if (conn->ask_first) {
+    /* Behind Sentinel no new connection within a call: the node may have
+       been demoted, and the sentinels are asked first. Nothing of the call
+       ran when those bytes were its first. */
     size_t used = strlen(call->err);
-    snprintf(call->err + used, sizeof call->err - used, " (nothing was sent)");
+    if (first) snprintf(call->err + used, sizeof call->err - used, " (nothing was sent)");
     return RL_STEP_FAILED;
   }
   /* As if it had been found closed before sending: a fresh one, the same bytes. */

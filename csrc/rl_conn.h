@@ -127,8 +127,8 @@ int rl_conn_begin(rl_conn *conn, char err[RL_ERRLEN]);
    When the server had closed the connection while idle, so that it never
    read the bytes (told from the socket, rl_conn.c's untaken), the call
    starts over on a fresh connection, once per call (RL_STEP_SEND), or, on
-   an ask_first connection, fails with "(nothing was sent)" if those bytes
-   were its first. */
+   an ask_first connection, fails (with "(nothing was sent)" if those bytes
+   were its first). */
 rl_step rl_conn_lost(rl_conn *conn, rl_call *call, int eof, int timeout, long long timeout_ms);
 int rl_conn_write(rl_conn *conn, const char *buf, size_t len);
 int rl_conn_io_timeout(rl_conn *conn, long long ms);

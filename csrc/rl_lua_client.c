@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "rl_lua.h"
+#include "rl_watchdog.h"
 
 /* Arms conn for one method call with the ASKING client:asking() asked for. */
 static void arm_asking(rl_client *c, rl_conn *conn) {
@@ -401,8 +402,8 @@ static int client_tostring(lua_State *L) {
 /*
  * client:retarget(host, port) -> true
  * Points the client's connections at another TCP host and port (the master
- * Sentinel named): they are closed, and the next call connects there. The
- * client's leases stay where they are (core.move_leases moves them).
+ * Sentinel named): they are closed, and the next call connects there; the
+ * leases the watchdog renews on the old address go along (rl_watchdog_move).
  */
 static int client_retarget(lua_State *L) {
   rl_client *c = rl_lua_check_client(L, 1);
@@ -412,7 +413,8 @@ static int client_retarget(lua_State *L) {
                 "host must be a non-empty string without NUL");
   luaL_argcheck(L, port >= 1 && port <= 65535, 3, "port must be in 1..65535");
   luaL_argcheck(L, c->conn.o.path == NULL, 1, "a client on a unix socket cannot move to a TCP host");
-  if (rl_conn_retarget(&c->conn, host, (int)port) != 0 || rl_conn_retarget(&c->waiter, host, (int)port) != 0)
+  if ((c->conn.o.host != NULL && rl_watchdog_move(c->conn.o.host, c->conn.o.port, host, (int)port) < 0) ||
+      rl_conn_retarget(&c->conn, host, (int)port) != 0 || rl_conn_retarget(&c->waiter, host, (int)port) != 0)
     return luaL_error(L, "redislock: out of memory");
   lua_pushboolean(L, 1);
   return 1;

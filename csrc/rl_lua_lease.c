@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The Lease type of redislock.core (client:lease): a lock renewed by the
-   watchdog thread; the per-state sentinel that stops the thread with the
-   last state; core.move_leases. */
+   watchdog thread, a node lease as redislock/lease.lua composes them; the
+   per-state sentinel that stops the thread with the last state. */
 #include "rl_lua.h"
 #include "rl_watchdog.h"
 
@@ -20,9 +20,10 @@ typedef struct {
  * lease:stop() or the lease is collected; opts.max_hold_ms > 0 ends the
  * renewals that long from now. opts.sent_ms: when the acquire was sent
  * (monotonic ms; default now). opts.delay_ms > 0: the lock delay, which each
- * renewal adds to ttl_ms on the server (rl_lease_start). The Lua
- * transports' scoped and notify are not read: the watchdog leaves losses
- * to lock:check and with_lock's hook.
+ * renewal adds to ttl_ms on the server (rl_lease_start). The other node
+ * leases' via, scoped and owner are not read: the watchdog follows
+ * redirects itself, and leaves losses to lock:check and with_lock's hook
+ * (the lease has no field notifies).
  */
 int rl_lua_client_lease(lua_State *L) {
   rl_client *c = rl_lua_check_client(L, 1);
@@ -96,17 +97,28 @@ static int lease_expires(lua_State *L) {
   return 1;
 }
 
-/* lease:stop([settle]) -> what expires() said (nothing once stopped); also __gc: no more renewals.
-   Idempotent; no I/O. settle true: waits for a renewal under way to end, so
-   that none lands after what the caller sends next (redislock run --min-hold). */
+/* lease:due_now() -> whether a renewal is on its way now, or due. */
+static int lease_due_now(lua_State *L) {
+  rl_lease_ud *ud = (rl_lease_ud *)luaL_checkudata(L, 1, LEASE_MT);
+  lua_pushboolean(L, ud->lease != NULL && rl_lease_due_now(ud->lease));
+  return 1;
+}
+
+/* lease:stop([settle]) -> what expires() said, answered (nothing once
+   stopped); also __gc: no more renewals. Idempotent; no I/O. settle true:
+   waits for a renewal under way to end (redislock run --min-hold);
+   answered: false when one was on its way and was not answered, so that
+   it may still land after what the caller sends next (rl_lease_stop). */
 static int lease_stop(lua_State *L) {
   rl_lease_ud *ud = (rl_lease_ud *)luaL_checkudata(L, 1, LEASE_MT);
+  int answered;
   if (ud->lease == NULL) return 0;
   /* What expires() would have said, in the same call: release needs both. */
   lua_pushnumber(L, (lua_Number)rl_lease_expires(ud->lease) / 1000.0);
-  rl_lease_stop(ud->lease, lua_toboolean(L, 2));
+  answered = rl_lease_stop(ud->lease, lua_toboolean(L, 2));
   ud->lease = NULL;
-  return 1;
+  lua_pushboolean(L, answered);
+  return 2;
 }
 
 /* __gc of the per-state sentinel: the last Lua state out stops the thread. */
@@ -116,27 +128,11 @@ static int watchdog_leave(lua_State *L) {
   return 0;
 }
 
-/*
- * core.move_leases(from_host, from_port, to_host, to_port) -> moved
- * A master moved: the watchdog renews the locks it renewed on from_host:
- * from_port on to_host:to_port from now on, at once.
- */
-static int core_move_leases(lua_State *L) {
-  const char *from = luaL_checkstring(L, 1), *to = luaL_checkstring(L, 3);
-  lua_Integer from_port = luaL_checkinteger(L, 2), to_port = luaL_checkinteger(L, 4);
-  int moved;
-  luaL_argcheck(L, from_port >= 1 && from_port <= 65535, 2, "port must be in 1..65535");
-  luaL_argcheck(L, to_port >= 1 && to_port <= 65535, 4, "port must be in 1..65535");
-  moved = rl_watchdog_move(from, (int)from_port, to, (int)to_port);
-  if (moved < 0) return luaL_error(L, "redislock: out of memory");
-  lua_pushinteger(L, moved);
-  return 1;
-}
-
 static const luaL_Reg lease_methods[] = {
   { "state", lease_state },
   { "extended", lease_extended },
   { "expires", lease_expires },
+  { "due_now", lease_due_now },
   { "stop", lease_stop },
   { NULL, NULL }
 };
@@ -151,11 +147,6 @@ static const luaL_Reg watchdog_meta[] = {
   { NULL, NULL }
 };
 
-static const luaL_Reg lease_functions[] = {
-  { "move_leases", core_move_leases },
-  { NULL, NULL }
-};
-
 void rl_lua_open_lease(lua_State *L) {
   rl_lua_newtype(L, LEASE_MT, lease_meta, lease_methods);
   rl_lua_newtype(L, WATCHDOG_MT, watchdog_meta, NULL);
@@ -166,5 +157,4 @@ void rl_lua_open_lease(lua_State *L) {
   luaL_setmetatable(L, WATCHDOG_MT);
   rl_watchdog_enter(); /* after the allocations: the __gc above is now certain to run */
   luaL_ref(L, LUA_REGISTRYINDEX);
-  luaL_setfuncs(L, lease_functions, 0);
 }

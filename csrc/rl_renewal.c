@@ -101,9 +101,10 @@ rl_renew_outcome rl_renewal_answer(rl_renewal *r, long long now, int answered, i
 }
 
 void rl_renewal_extended(rl_renewal *r, long long ttl_ms, long long sent_ms, long long now) {
-  if (r->state != RL_LEASE_HELD) return;
+  if (r->state == RL_LEASE_LOST) return;
   r->ttl_ms = ttl_ms;
   r->confirmed = sent_ms;
+  if (r->state != RL_LEASE_HELD) return; /* ended (max_hold): it expires by this extend, unrenewed */
   /* A renewal on its way, or answered since the extend went out, may have
      landed after it (another connection) and cut the TTL back to the old
      one: renew with the new TTL at once. (One still on its way does so

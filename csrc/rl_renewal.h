@@ -88,7 +88,9 @@ long long rl_renewal_sent(rl_renewal *r, long long now);
  */
 rl_renew_outcome rl_renewal_answer(rl_renewal *r, long long now, int answered, int status, const char *err);
 
-/* The owner extended the lock to ttl_ms with a command sent at sent_ms. */
+/* The owner extended the lock to ttl_ms with a command sent at sent_ms;
+   also after max_hold ended the renewals, so that the lease's expiry
+   follows the owner's extends. */
 void rl_renewal_extended(rl_renewal *r, long long ttl_ms, long long sent_ms, long long now);
 
 /* The lock's node changed (a Sentinel switch): renew on the new one at once. */

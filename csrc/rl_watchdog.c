@@ -29,7 +29,7 @@ struct rl_lease {
   size_t plen, klen, tlen;
   rl_op extend;             /* the script that renews it: the lock's extend, a permit's ... */
   int stopped;              /* its owner let go: freed once its renewal is back */
-  int *settled;             /* set to 1 (and wd.settle broadcast) when its renewal is back after a stop */
+  int *settled;             /* when its renewal is back after a stop: 1 answered, 2 not (wd.settle broadcast) */
   int orphan;               /* made before a fork(), seen from the child */
   rl_renewal r;             /* when to renew, what answers mean; busy: renewed without the mutex */
 };
@@ -241,7 +241,7 @@ static void renew(rl_lease *l) {
   rl_renewal_answer(&l->r, rl_now_ms(), rc == 0, rc == 0 ? res.status : 0, err);
   if (l->stopped) {
     if (l->settled != NULL) {
-      *l->settled = 1;
+      *l->settled = rc == 0 ? 1 : 2;
       pthread_cond_broadcast(&wd.settle);
     }
     free_lease(l);
@@ -375,7 +375,15 @@ long long rl_lease_expires(rl_lease *l) {
   return at;
 }
 
-void rl_lease_stop(rl_lease *l, int settle) {
+int rl_lease_due_now(rl_lease *l) {
+  int due;
+  pthread_mutex_lock(&wd_mu);
+  due = rl_renewal_due_now(&l->r, rl_now_ms());
+  pthread_mutex_unlock(&wd_mu);
+  return due;
+}
+
+int rl_lease_stop(rl_lease *l, int settle) {
   int settled = 0;
   pthread_mutex_lock(&wd_mu);
   if (l->orphan) {
@@ -388,9 +396,11 @@ void rl_lease_stop(rl_lease *l, int settle) {
       while (!settled) pthread_cond_wait(&wd.settle, &wd_mu);
     }
   } else {
+    settled = 1;
     free_lease(l);
   }
   pthread_mutex_unlock(&wd_mu);
+  return settled == 1;
 }
 
 int rl_watchdog_move(const char *from_host, int from_port, const char *to_host, int to_port) {

@@ -49,11 +49,16 @@ void rl_lease_extended(rl_lease *lease, long long ttl_ms, long long sent_ms);
    (monotonic ms): when renewal ended or stopped, it expires by then. */
 long long rl_lease_expires(rl_lease *lease);
 
+/* Whether a renewal of the lease is on its way now, or due. */
+int rl_lease_due_now(rl_lease *lease);
+
 /* Stops renewing and frees the lease (now, or once a renewal under way ends;
    a lease made before a fork() is only set aside in the child). With settle,
-   waits for a renewal under way to end: once it returns, nothing of the
-   lease reaches the server (an extend sent after it is not cut back). */
-void rl_lease_stop(rl_lease *lease, int settle);
+   waits for a renewal under way to end. Returns 1 when no renewal was on
+   its way, or it was answered: nothing of the lease reaches the server
+   after; 0 when one was, unanswered (timed out: its bytes may still be
+   read by the server later, and cut back an extend sent after this). */
+int rl_lease_stop(rl_lease *lease, int settle);
 
 /*
  * A master moved (Sentinel named a new one): the leases renewed on

@@ -49,6 +49,7 @@ build = {
     ["redislock.client"] = "lua/redislock/client.lua",
     ["redislock.client_args"] = "lua/redislock/client_args.lua",
     ["redislock.lock"] = "lua/redislock/lock.lua",
+    ["redislock.lease"] = "lua/redislock/lease.lua",
     ["redislock.metrics"] = "lua/redislock/metrics.lua",
     ["redislock.metrics_count"] = "lua/redislock/metrics_count.lua",
     ["redislock.metrics_text"] = "lua/redislock/metrics_text.lua",

@@ -2,7 +2,8 @@
 -- `redislock run --min-hold` and `redislock run -n N` (issue 57), run as
 -- child processes against a private redis-server: a lock kept for a minimum
 -- after a short (or failing) command, longer than its TTL too, and not cut
--- back by a renewal on its way (a proxy holds it back); at most N
+-- back by a renewal on its way (a proxy holds it back), also one that timed
+-- out and lands late; at most N
 -- copies of a command at once across processes, shown by real processes
 -- and marker files that would show a third; status listing the permits;
 -- bad usage.
@@ -45,6 +46,24 @@ describe("redislock run --min-hold and -n", function()
     for l in f:lines() do t[#t + 1] = l end
     f:close()
     return t
+  end
+
+  -- Starts spec/workers/delay_proxy.lua in front of the server, holding
+  -- the watchdog's writes back delay seconds: its port, log, and a
+  -- function that stops it (helpers.start_proxy's).
+  local function delay_proxy(delay)
+    local log = file("proxy.log")
+    local port, stop = helpers.start_proxy("delay_proxy", srv.port, delay, log)
+    return port, log, stop
+  end
+  -- Whether the proxy's log shows a write held before `at` and sent after
+  -- it (a renewal on its way then), looked at for up to 5 s.
+  local function held_across(log, at)
+    return helpers.eventually(5, function()
+      for held, sent in (helpers.read_file(log) or ""):gmatch("held ([%d.]+) sent ([%d.]+)") do
+        if tonumber(held) < at and tonumber(sent) > at then return true end
+      end
+    end)
   end
 
   describe("--min-hold", function()
@@ -92,18 +111,13 @@ describe("redislock run --min-hold and -n", function()
       -- and reaches Redis after. redislock waits for it before its extend,
       -- else the renewal would set 6 s again over the rest of the minimum.
       assert.are.equal(core.scripts.extend.sha, raw:command("SCRIPT", "LOAD", core.scripts.extend.text))
-      local log = file("proxy.log")
-      local port, stop_proxy = helpers.start_proxy("delay_proxy", srv.port, 1.2, log)
+      local port, log, stop_proxy = delay_proxy(1.2)
       local out, code = redislock_cmd("run --url redis://127.0.0.1:" .. port .. " --timeout 3 --ttl 6 --min-hold 20 job"
         .. " -- " .. SH .. " -c " .. helpers.sh_quote("sleep 2.6; date +%s.%N > " .. file("ended")))
       assert.are.equal(0, code, out)
       local ended = tonumber(helpers.read_file(file("ended")))
       -- The case at hand: a renewal held back when the command ended, sent on after.
-      local on_its_way = helpers.eventually(5, function()
-        for held, sent in (helpers.read_file(log) or ""):gmatch("held ([%d.]+) sent ([%d.]+)") do
-          if tonumber(held) < ended and tonumber(sent) > ended then return true end
-        end
-      end)
+      local on_its_way = held_across(log, ended)
       local pout, pok = stop_proxy()
       assert.is_true(pok, pout)
       assert.is_true(on_its_way, "no renewal was on its way as the command ended (" .. ended .. "):\n"
@@ -111,6 +125,30 @@ describe("redislock run --min-hold and -n", function()
       core.sleep(0.1) -- Redis ran what was sent on
       local pttl = raw:command("PTTL", "lock:{job}")
       assert.is_true(pttl > 10000, "PTTL " .. pttl .. ": the renewal cut the minimum back")
+    end)
+
+    it("is not cut back by a renewal that timed out on its way and landed after the extend", function()
+      -- The proxy holds the watchdog's writes back 1.6 s, longer than a
+      -- renewal waits (a third of --ttl 3): the renewal sent 1 s after the
+      -- take is on its way when the command ends, times out, and reaches
+      -- Redis after redislock's extend, setting 3 s again. redislock, told
+      -- that it was never answered, extends on until the rest of the
+      -- minimum is within --ttl: the lock still holds past take + 5.6 s.
+      assert.are.equal(core.scripts.extend.sha, raw:command("SCRIPT", "LOAD", core.scripts.extend.text))
+      local port, log, stop_proxy = delay_proxy(1.6)
+      local t0 = core.now()
+      local out, code = redislock_cmd("run --url redis://127.0.0.1:" .. port .. " --timeout 3 --ttl 3 --min-hold 8 job"
+        .. " -- " .. SH .. " -c " .. helpers.sh_quote("sleep 1.4; date +%s.%N > " .. file("ended")))
+      assert.are.equal(0, code, out)
+      local ended = tonumber(helpers.read_file(file("ended")))
+      local late = held_across(log, ended)
+      core.sleep(math.max(0, t0 + 7 - core.now())) -- past take + 5.6 s, when the late renewal's 3 s ran out
+      local pout, pok = stop_proxy()
+      assert.is_true(pok, pout)
+      assert.is_true(late, "no renewal was on its way as the command ended (" .. ended .. "):\n"
+                     .. (helpers.read_file(log) or ""))
+      local pttl = raw:command("PTTL", "lock:{job}")
+      assert.is_true(pttl > 300, "PTTL " .. pttl .. ": the late renewal cut the minimum back")
     end)
 
     it("releases at once after a command that ran past the minimum, and --min-hold 0 is no minimum", function()

@@ -91,7 +91,6 @@ function _M.new(fields, seeds)
   -- A transport never used for I/O: for the sleep, and io_problem.
   local probe, sleep = transport.node({ host = seeds[1].host, port = seeds[1].port })
   self._probe, self._sleep = probe, sleep
-  self.reports_loss = probe.reports_loss
   return self, sleep
 end
 
@@ -296,19 +295,13 @@ function Cluster:script(op, keys, ...)
   return route(self, slot, true, "script", op, keys, ...)
 end
 
---- cluster:lease(...): renewed on the node that owns the lock now; the C
--- watchdog follows MOVED and ASK by itself (rl_watchdog.c), and the
--- OpenResty timer renews through this transport.
--- No I/O here (the lock was just taken): the node the table names for the
--- slot, or any known one while the table is being refreshed; the watchdog
--- goes where MOVED sends it.
-local function node_lease(self, key, ...)
+--- The node a lock's lease renews on (redislock/lease.lua), through this
+-- transport, which follows redirects (the watchdog follows them on its
+-- own). No I/O (the lock was just taken): the node the table names for the
+-- slot, or any known one while the table is being refreshed.
+function Cluster:lease_nodes(key)
   local n = self._slots[lock_slot(key)] or select(2, next(self._nodes))
-  return n.t:lease(key, ...)
-end
-
-function Cluster:lease(key, ...)
-  return transport.lease(self, node_lease, key, ...)
+  return { n.t }, 1, nil, self
 end
 
 function Cluster:close()

@@ -1,20 +1,19 @@
 -- SPDX-License-Identifier: MIT
 
---- redislock.lock: the lock object (release, extend, ttl, check, <close>) and
--- its lease (renewal by the C watchdog or the OpenResty timer, loss reported
--- once). A lock knows its key, token, fence and transport; the
--- server-side work is one token-checked script per call. Primitives that hand
--- out owned, expiring, renewed things build on `new` and `lease`.
+--- redislock.lock: the lock object (release, extend, ttl, check, <close>). A lock knows its key,
+-- token, fence, transport and lease (redislock/lease.lua, which tells it of a loss); the server-side
+-- work is one token-checked script per call. Primitives that hand out owned, expiring things build on `new`.
 
 local args = require "redislock.args"
 local backoff = require "redislock.backoff"
 local core = require "redislock.core"
 local errors = require "redislock.errors"
+local lease_mod = require "redislock.lease"
 
 local error, getmetatable, pcall, select, setmetatable, tostring, type =
       error, getmetatable, pcall, select, setmetatable, tostring, type
 local string_format = string.format
-local math_floor, math_huge = math.floor, math.huge
+local math_huge = math.huge
 local now, MAX_MS = core.now, core.MAX_MS
 local retry, unanswered = errors.retry, errors.unanswered
 local quote, check_self, check_nargs, check_seconds, check_phase, argerror =
@@ -95,21 +94,7 @@ local function named(self)
   return string_format(self._ops.label, quote(self.key))
 end
 
--- Stops the lock's renewal, if any, keeping in _expires when the lock runs
--- out by the last renewal. settle (plain Lua): also waits for a renewal
--- under way to end, so that none lands after what is sent next (an extend
--- that must not be cut back: redislock run --min-hold).
-local function stop_lease(self, settle)
-  local lease = self._lease
-  if not lease then return end
-  self._expires = lease:stop(settle) or self._expires -- stop() answers what expires() would
-end
-
--- The latest time (core.now()) the lock may last to, or nil when unknown.
-local function expires_of(self)
-  local lease = self._lease
-  return lease and lease:expires() or self._expires
-end
+local stop_lease, expires_of, lost_news = lease_mod.stop, lease_mod.expires, lease_mod.lost_news
 
 --- Tells the client's observer (redislock.new's `observer`), if any, of an
 -- event about hold ("acquired", "busy", "released", "lost",
@@ -145,11 +130,6 @@ end
 local function mark_lost(self, status, op)
   local why = status == -1 and "another owner holds it now" or "it expired or was deleted"
   return set_lost(self, why .. "; found at " .. op)
-end
-
--- Whether the lease found the lock lost and nobody was told yet.
-local function lost_news(self)
-  return self._state == "held" and self._lease ~= nil and self._lease:state() == "lost"
 end
 
 -- The "lost" message when the lock's renewal found it lost, else nil.
@@ -263,7 +243,7 @@ local function lock_eval(self, fname, what, ms)
     return nil, mark_lost(self, status, what)
   end
   if what == "extend" then
-    local t, delay = self._t, self._delay_ms
+    local delay = self._delay_ms
     if delay then
       ms = ms - delay
       -- Extended, but its answer came after its TTL ran out (paused meanwhile).
@@ -271,8 +251,7 @@ local function lock_eval(self, fname, what, ms)
         return nil, set_lost(self, "its TTL ran out before the extend came back; the lock delay keeps others out")
       end
     end
-    self._expires = sent + (t.validity_ms and t:validity_ms(ms) or ms) / 1000
-    if self._lease then self._lease:extended(ms, math_floor(sent * 1000)) end
+    lease_mod.extended(self, ms, sent)
   end
   return value
 end
@@ -355,14 +334,7 @@ function Lock:check(server, ...)
   check_nargs("check", 1, ...)
   local gone = unusable(self)
   if gone then return nil, gone end
-  local expires = expires_of(self)
-  if (not self._lease or self._lease:state() ~= "held" or self._delay_ms) and expires and now() >= expires then
-    -- Not renewed (or no longer: max_hold), and its TTL has run out by now;
-    -- with a lock delay also when renewed but not in time (its process was
-    -- paused): the server keeps it the delay longer, but its holder must
-    -- stop at its TTL.
-    return nil, set_lost(self, "its TTL ran out")
-  end
+  if lease_mod.ran_out(self) then return nil, set_lost(self, "its TTL ran out") end
   if server then
     local ms, err = lock_eval(self, "check", "pttl")
     if not ms then return nil, err end
@@ -388,68 +360,10 @@ lock_mt.__close = function(self, err)
   if not ok and not self._link.closed then error(rerr, 0) end
 end
 
--- Renews lock every ttl/3 from now on (how: renew options as args.lock_opts
--- makes them, how.scoped: the lock must not outlive the running thread, as
--- with_lock's; ms its TTL; sent: core.now() when the acquire was sent). Raises when
--- renewal cannot start (the watchdog thread, or memory).
-function _M.lease(lock, how, ms, sent)
-  -- A transport that reports_loss (OpenResty's timer) calls the last
-  -- argument as it finds the lock lost; the C watchdog leaves that to check
-  -- and with_lock's hook.
-  local t = lock._t
-  local notify = t.reports_loss and function(event, why)
-    if event == "lost" then
-      local cohort = lock._cohort
-      if cohort then cohort.gates:lost(cohort) end
-      lease_lost(lock)
-    elseif event == "released" then -- its request ended inside with_lock: its worker's queue goes on
-      local cohort = lock._cohort
-      lock._cohort = nil
-      if cohort then cohort.gates:done(cohort) end
-    else
-      observe(lock._link, event, { key = lock.key, kind = lock._ops.kind, why = why })
-    end
-  end or nil
-  local lease, err = t:lease(lock.key, lock.token, ms, {
-    max_hold_ms = how.max_hold_ms, sent_ms = math_floor(sent * 1000), scoped = how.scoped, notify = notify,
-    op = lock._ops.extend, delay_ms = how.delay_ms,
-  })
-  if not lease then
-    lock:release()
-    error("redislock: " .. err, 0)
-  end
-  lock._lease, lock._on_lost = lease, how.on_lost
-end
-
-_M.stop_lease, _M.lease_lost = stop_lease, lease_lost
-
--- Whether the lock is still ours by our own account and clock: not
--- released, not found lost, and its TTL cannot have run out.
-function _M.ours_by_clock(lock)
-  return lock ~= nil and lock._state == "held" and now() < (expires_of(lock) or math_huge)
-end
-
--- Whether lock has a lease, an on_lost to call when it is lost, and a
--- transport that leaves reporting the loss to us (not OpenResty's timer).
-function _M.watchable(lock)
-  return lock._on_lost ~= nil and lock._lease ~= nil and not lock._t.reports_loss
-end
-
-local WEAK_VALUES = { __mode = "v" }
-
--- A note on lock for whoever must release it if its owner drops it:
--- note.stand_in, a new lock object for the same key and token (that does not
--- refer to lock); note.ref[1], lock itself, weakly (nil once collected);
--- note.released, true once lock is released.
-function _M.note(lock)
-  local note = { stand_in = _M.new(lock._t, lock._link, lock.key, lock.token, lock.fence, nil, lock._ops),
-                 ref = setmetatable({ lock }, WEAK_VALUES) }
-  lock._note = note
-  return note
-end
-
--- Whether the lease found the lock lost and nobody was told yet.
-_M.lost_news = lost_news
+-- lease_lost(lock): the "lost" message when the lease found the lock lost
+-- (told now), else nil; the rest: redislock/lease.lua's.
+_M.lease_lost, _M.stop_lease, _M.lease, _M.ours_by_clock = lease_lost, stop_lease, lease_mod.start,
+      lease_mod.ours_by_clock
 
 -- unusable(lock): why the lock cannot be used (no longer ours by our own
 -- account, or its client closed), or nil; no_longer_ours(lock): the first
@@ -461,4 +375,5 @@ _M.unusable, _M.no_longer_ours, _M.set_lost = unusable, no_longer_ours, set_lost
 -- guarded writes (fenced, owned) to the class.
 _M.Lock, _M.lock_mt = Lock, lock_mt
 
+lease_mod.bind(_M)
 return _M

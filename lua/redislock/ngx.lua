@@ -178,8 +178,11 @@ function Transport:asking()
   return true
 end
 
--- This transport calls a lease's notify as its timer finds the lock lost.
-Transport.reports_loss = true
+--- transport:usable() -> true: each call takes a connection from the pool,
+-- and a new one checks ROLE itself (master_only): nothing to ask first.
+function Transport.usable()
+  return true
+end
 
 --- transport:retarget(host, port): points the transport at another TCP host
 -- and port (the master Sentinel named), with a pool of its own; leases follow,
@@ -242,8 +245,9 @@ function Transport:listen(channel, heard, stop)
   end
 end
 
---- transport:lease(key, token, ttl_ms[, opts]) -> lease:
--- renewed by this worker's timer (redislock/ngx_lease.lua).
+--- transport:lease(key, token, ttl_ms[, opts]) -> a node lease
+-- (redislock/lease.lua), renewed by this worker's timer
+-- (redislock/ngx_lease.lua).
 function Transport:lease(...)
   return ngx_lease.start(self, ...)
 end
@@ -259,8 +263,8 @@ function Transport:closed()
 end
 
 --- What the topologies ask of the runtime under OpenResty (see
--- redislock/transport.lua's each, lease, watch, moved, check_names), and
--- the waiting strategy (waiting: the worker's gates).
+-- redislock/transport.lua's each, watch, check_names), and the waiting
+-- strategy (waiting: the worker's gates).
 _M.runtime = {
   -- A light thread per node; each node's timeout is set before its thread
   -- first yields (open reads it).
@@ -281,14 +285,11 @@ _M.runtime = {
     end
     return statuses, values
   end,
-  -- The worker's timer renews through the topology itself.
-  lease = function(t, _, ...) return ngx_lease.start(t, ...) end,
   watch = function(master, sentinels, client)
     local w, err = ngx_watch.get(master, sentinels, client)
     if not w then return nil, "connection: " .. err end
     return w
   end,
-  moved = function() end,
   waiting = ngx_gate.new,
   check_names = function(t, message, host)
     if t and t.verify and not t.server_name and (not host or host:find("^[%d.]+$") or host:find(":", 1, true)) then

@@ -1,11 +1,14 @@
 -- SPDX-License-Identifier: MIT
---- redislock.ngx_lease: renewal under OpenResty, for redislock.ngx's leases.
+--- redislock.ngx_lease: renewal under OpenResty, for redislock.ngx's node
+-- leases (the interface is redislock/lease.lua's, which composes them).
 --
 -- One ngx.timer per worker renews the worker's leases over cosockets
--- (the C watchdog thread is for plain Lua; nginx workers are single-threaded).
--- It only schedules and moves bytes: when a renewal is due and what its
--- answer means is the core's lease machine (core.renewal, csrc/rl_renewal.c),
--- the one the watchdog thread drives.
+-- (the C watchdog thread is for plain Lua; nginx workers are single-threaded),
+-- those due together at once, in light threads. It only schedules and
+-- moves bytes: when a renewal is due and what its answer means is the
+-- core's lease machine (core.renewal, csrc/rl_renewal.c), the one the
+-- watchdog thread drives; what a loss means for the hold, and what to do
+-- with a lock whose request is gone, is its owner's (heard).
 --
 -- A lock with_lock took must not outlive the request's Lua thread that runs
 -- fn. ngx.exit, ngx.exec and ngx.redirect end that thread without unwinding
@@ -16,11 +19,10 @@
 -- left by ngx.exit/exec/redirect, which takes the sentinel off the semaphore;
 -- the sentinel leaves by itself once fn's thread is dead (killed). Either way
 -- the semaphore has no waiter any more, and the timer, at the lease's next
--- renewal, releases the lock instead of renewing it. with_lock kills the
--- sentinel when it ends normally.
+-- renewal, tells its owner ("abandoned"), which releases the lock, instead
+-- of renewing it. with_lock kills the sentinel when it ends normally.
 
 local core = require "redislock.core"
-local lock_mod = require "redislock.lock"
 
 local ngx = ngx
 local ipairs, pairs, pcall, setmetatable, tostring = ipairs, pairs, pcall, setmetatable, tostring
@@ -28,7 +30,7 @@ local co_running, co_status = coroutine.running, coroutine.status
 local debug_getinfo = debug.getinfo
 local get_phase = ngx.get_phase
 local timer_at, ngx_log, ERR = ngx.timer.at, ngx.log, ngx.ERR
-local spawn, kill = ngx.thread.spawn, ngx.thread.kill
+local spawn, kill, wait = ngx.thread.spawn, ngx.thread.kill, ngx.thread.wait
 local math_max = math.max
 local new_renewal = core.renewal
 
@@ -65,7 +67,7 @@ local function sentinel(sema, owner)
 end
 
 -- Whether the request thread behind a lease's sentinel is gone.
-local function abandoned(lease)
+local function gone_thread(lease)
   return lease.sema ~= nil and lease.sema:count() >= 0
 end
 
@@ -81,44 +83,43 @@ local lease_mt = { __index = Lease }
 
 local schedule
 
--- Ends a lease its machine found lost (why: its sentence fragment), and
--- tells its owner.
-local function lose(lease, why)
-  leases[lease] = nil
-  if lease.notify then
-    local ok, err = pcall(lease.notify, "lost", why)
-    if not ok then ngx_log(ERR, "redislock: on_lost raised: ", tostring(err)) end
-  end
+-- Tells lease's owner of event (heard(owner, event, why)); logs what it raised.
+local function tell(lease, event, why)
+  local heard = lease.heard
+  if not heard then return end
+  local ok, err = pcall(heard, lease.owner, event, why)
+  if not ok then ngx_log(ERR, "redislock: on_lost raised: ", tostring(err)) end
 end
 
 -- Renews one lease (in the timer, so cosockets are allowed).
 local function renew(lease)
   local r = lease.r
   local ttl = r:sent()
+  lease.busy = true
   -- An eval that raises must still answer the machine: else the lease
   -- would wait for this renewal for ever.
   local ok, status, value = pcall(lease.transport.eval, lease.transport, lease.extend, lease.key, lease.token, ttl)
   if not ok then status, value = nil, "connection: " .. tostring(status) end
+  lease.busy = nil
   local outcome, why = r:answer(status, value)
   if leases[lease] == nil then return end -- stopped meanwhile
   if outcome == "retry" then
-    if lease.notify then pcall(lease.notify, "renew_failed", why) end
-    return
+    tell(lease, "renew_failed", why)
+  elseif outcome == "lost" then
+    leases[lease] = nil
+    tell(lease, "lost", why)
   end
-  if outcome == "lost" then lose(lease, why) end
 end
 
--- A timer's: releases the lock of a lease whose request ended inside
--- with_lock; a refusal that passes (LOADING ...) is tried again while the
--- lock lasts (redislock/lock.lua's again), once when the worker exits.
-local function release_gone(premature, lease)
-  local status, err = lock_mod.again(ngx.sleep, premature and 0 or lease:expires(), lease.transport, lease.release,
-                                     lease.key, lease.token)
-  if status == nil then
+-- A timer's: tells the owner of a lease whose request ended inside
+-- with_lock ("abandoned"; premature: the worker is exiting), which releases
+-- its lock.
+local function abandoned(premature, lease)
+  local ok, done, err = pcall(lease.heard, lease.owner, "abandoned", premature)
+  if not (ok and done) then
     ngx_log(ERR, "redislock: cannot release a lock whose request ended inside with_lock (it runs out by its TTL): ",
-            err)
+            tostring(ok and err or done))
   end
-  if lease.notify then pcall(lease.notify, "released") end -- the requests of its worker queued behind it go on
 end
 
 -- The timer: renews what is due, then schedules the next run.
@@ -135,36 +136,40 @@ local function tick(premature, gen)
     return
   end
   ticking = true
-  local due = {}
-  local gone = {}
+  local due, gone, threads = {}, {}, {}
   for lease in pairs(leases) do
     local what = lease.r:next()
     if what == "now" then
       due[#due + 1] = lease
     elseif what == nil then
       local state, why = lease.r:state()
-      if state == "lost" then -- a delayed lease's TTL ran out before its renewal was due
-        lose(lease, why)
-      elseif state ~= "held" then -- ended by max_hold
-        leases[lease] = nil
-      end
+      if state ~= "held" then leases[lease] = nil end -- ended by max_hold
+      if state == "lost" then tell(lease, "lost", why) end -- a delayed lease's TTL ran out before it was due
     end
   end
   -- A lease stopped while an earlier one was renewed is left alone: its
   -- lock may have been handed down to another request, token and all
-  -- (redislock/ngx_gate.lua).
+  -- (redislock/ngx_gate.lua). Several due: at once, each in a light thread.
   for _, lease in ipairs(due) do
     if leases[lease] ~= nil then
-      if abandoned(lease) then gone[#gone + 1] = lease else renew(lease) end
+      if gone_thread(lease) then
+        gone[#gone + 1] = lease
+      elseif #due == 1 then
+        renew(lease)
+      else
+        threads[#threads + 1] = spawn(renew, lease)
+      end
     end
   end
+  for _, th in ipairs(threads) do wait(th) end
   for _, lease in ipairs(gone) do
-    -- Its request's thread ended without unwinding: give the lock back, in
-    -- a timer of its own (a refusal that passes is tried again meanwhile).
+    -- Its request's thread ended without unwinding: its owner gives the
+    -- lock back, in a timer of its own (a refusal that passes is tried
+    -- again meanwhile).
     if leases[lease] ~= nil then
       leases[lease] = nil
       lease.r:stop()
-      local ok, err = timer_at(0, release_gone, lease)
+      local ok, err = timer_at(0, abandoned, lease)
       if not ok then
         ngx_log(ERR, "redislock: cannot start a timer to release a lock (it runs out by its TTL): ", err)
       end
@@ -192,27 +197,25 @@ schedule = function()
   end
 end
 
---- start(t, key, token, ttl_ms[, opts]) -> lease, as the C client's
--- (state, extended, expires, stop), renewed by this worker's timer over
--- transport t (its eval). opts: max_hold_ms (> 0: the renewals end that
--- long from now); sent_ms: when the acquire was sent
--- (core.now() * 1000); scoped: the lock must not outlive the running request
--- thread (with_lock): it gets a sentinel (see above) when that thread is one
--- nginx ends with the request. notify("lost", why) is called (in the timer)
--- when a renewal finds the lock lost, notify("renew_failed", err) when one
--- failed and will be tried again, notify("released") once the timer
--- released the lock of a request that ended inside with_lock. delay_ms: the
--- lock delay, which each renewal adds on the server (a renewal not sent, or
--- not answered, before the TTL ran out loses the lease instead: the core's
--- rl_renewal_delay). op: the script that renews it ("extend", the default,
--- or a permit's or read-write hold's "sem_extend" ...); the release that
--- goes with it gives the hold back.
+--- start(t, key, token, ttl_ms[, opts]) -> a node lease (redislock/lease.lua's
+-- interface: state, extended, expires, due_now, stop; notifies), renewed by
+-- this worker's timer over opts.via or else node transport t (its eval).
+-- opts: max_hold_ms (> 0: the renewals end that long from now); sent_ms:
+-- when the acquire was sent (core.now() * 1000); scoped: the lock must not
+-- outlive the running request thread (with_lock): it gets a sentinel (see
+-- above) when that thread is one nginx ends with the request. heard(owner,
+-- ...) is called (in the timer) with "lost", why when the machine finds the
+-- lock lost, "renew_failed", err when a renewal failed and will be tried
+-- again, and "abandoned" (see above). delay_ms: the lock delay, which each
+-- renewal adds on the server (a renewal not sent, or not answered, before
+-- the TTL ran out loses the lease instead: the core's rl_renewal_delay).
+-- op: the script that renews it ("extend", the default, or a permit's or
+-- read-write hold's "sem_extend" ...).
 function _M.start(t, key, token, ttl_ms, opts)
   opts = opts or {}
-  local op = opts.op or "extend"
   local lease = setmetatable({
-    transport = t, key = key, token = token, extend = op, release = (op:gsub("extend$", "release")),
-    r = new_renewal(ttl_ms, opts), notify = opts.notify,
+    node = t, transport = opts.via or t, key = key, token = token, extend = opts.op or "extend",
+    r = new_renewal(ttl_ms, opts), owner = opts.owner, heard = opts.heard,
   }, lease_mt)
   if opts.scoped and request_thread() then
     semaphore = semaphore or require "ngx.semaphore"
@@ -224,15 +227,15 @@ function _M.start(t, key, token, ttl_ms, opts)
   return lease
 end
 
---- moved(t): transport t now points at another node (a Sentinel switch:
--- redislock/ngx.lua's retarget). The leases it renews are renewed there at
+--- moved(t): node transport t now points at another node (a Sentinel switch:
+-- redislock/ngx.lua's retarget). The leases on it are renewed there at
 -- once: renewals sent to the old master after the promotion and before the
 -- switch was heard never reached the new one, where the lock keeps only
 -- the TTL of the last renewal that was replicated before the promotion.
 function _M.moved(t)
   local any = false
   for lease in pairs(leases) do
-    if lease.transport == t then
+    if lease.node == t then
       lease.r:moved()
       any = true
     end
@@ -264,13 +267,17 @@ function Lease:expires()
 end
 
 --- No more renewals; ends the sentinel, if any, when called from the thread
--- that made it (with_lock's). Returns what expires() says.
+-- that made it (with_lock's). Returns what expires() says, and false when
+-- a renewal is on its way (it may land after what is sent next: this
+-- driver cannot wait for it).
 function Lease:stop()
   self.r:stop()
   leases[self] = nil
   if self.sentinel and kill(self.sentinel) then self.sentinel = nil end
-  return self:expires()
+  return self:expires(), not self.busy
 end
 
+--- This driver tells its owner (heard) of what it finds.
+Lease.notifies = true
 
 return _M

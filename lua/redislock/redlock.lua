@@ -90,7 +90,6 @@ function _M.new(servers, timeout_ms)
     self.where[i] = f.path and "unix:" .. f.path or where(f.host or "127.0.0.1", f.port or 6379)
   end
   self._sleep = sleep
-  self.reports_loss = self.nodes[1].reports_loss
   return self, sleep
 end
 
@@ -317,75 +316,13 @@ function Redlock.script(_, op)
                             .. " of the server you mean", type(op) == "string" and op or "a guard's script")
 end
 
-local Lease = {}
-local lease_mt = { __index = Lease }
-
--- How many of the node leases are held, and the first "lost" reason.
-local function lease_count(self)
-  local held, why = 0, nil
-  for _, l in ipairs(self.leases) do
-    local s, w = l:state()
-    if s == "held" then
-      held = held + 1
-    elseif s == "lost" and not why then
-      why = w
-    end
-  end
-  return held, why
-end
-
-function Lease:state()
-  local held, why = lease_count(self)
-  if held >= self.quorum then return "held" end
-  if why then
-    return "lost", string_format("fewer than %d of %d Redlock servers still hold it; %s", self.quorum,
-                                 #self.leases, why)
-  end
-  return "ended"
-end
-
-function Lease:expires()
-  local at = {}
-  for _, l in ipairs(self.leases) do at[#at + 1] = l:expires() or 0 end
-  table_sort(at, function(a, b) return a > b end)
-  return at[self.quorum] - drift(self.ttl_ms) / 1000
-end
-
-function Lease:extended(ms, sent)
-  self.ttl_ms = ms
-  for _, l in ipairs(self.leases) do l:extended(ms, sent) end
-end
-
-function Lease:stop(wait_renewal)
-  local at = self:expires()
-  for _, l in ipairs(self.leases) do l:stop(wait_renewal) end
-  return at
-end
-
--- The lease made of the servers' own (plain Lua's watchdog renews on every
--- server where the lock was taken): held while a majority of them is.
-local function node_leases(self, key, tok, ttl_ms, ...)
-  local which = take_grants(self, tok)
-  if not which then
-    which = {}
-    for i = 1, self.n do which[i] = i end
-  end
-  local leases = {}
-  for _, i in ipairs(which) do -- only where it was taken: a stopped server renews nothing
-    local l, err = self.nodes[i]:lease(key, tok, ttl_ms, ...)
-    if not l then
-      for _, done in ipairs(leases) do done:stop() end
-      return nil, err
-    end
-    leases[#leases + 1] = l
-  end
-  return setmetatable({ leases = leases, quorum = self.quorum, ttl_ms = ttl_ms }, lease_mt)
-end
-
---- Renewal (transport.lease): under OpenResty the worker's timer renews
--- through this transport (a majority each time); in plain Lua, node_leases.
-function Redlock:lease(...)
-  return transport.lease(self, node_leases, ...)
+--- The nodes a lock's lease renews on (redislock/lease.lua): the servers
+-- where it was taken (a stopped server renews nothing), held while a
+-- majority of them is, less the drift.
+function Redlock:lease_nodes(_, tok)
+  local which, nodes = take_grants(self, tok), {}
+  for i = 1, which and #which or self.n do nodes[i] = self.nodes[which and which[i] or i] end
+  return nodes, self.quorum, drift
 end
 
 --- The validity of a lock of ms milliseconds just taken or extended.

@@ -7,6 +7,7 @@
 
 local args = require "redislock.args"
 local core = require "redislock.core"
+local lease_mod = require "redislock.lease"
 local lock_mod = require "redislock.lock"
 
 local assert, collectgarbage, error, ipairs, load, pcall, setmetatable =
@@ -81,6 +82,19 @@ local function running()
   return coroutine_running() or MAIN
 end
 
+local WEAK_VALUES = { __mode = "v" }
+
+-- A note on lock for whoever must release it if its owner drops it:
+-- note.stand_in, a new lock object for the same key and token (that does not
+-- refer to lock); note.ref[1], lock itself, weakly (nil once collected);
+-- note.released, true once lock is released.
+local function note_of(lock)
+  local n = { stand_in = lock_mod.new(lock._t, lock._link, lock.key, lock.token, lock.fence, nil, lock._ops),
+              ref = setmetatable({ lock }, WEAK_VALUES) }
+  lock._note = n
+  return n
+end
+
 --- Notes a lock just taken in the current coroutine's scope, if any (called
 -- by acquire while _M.watching > 0).
 function _M.note_taken(lock)
@@ -91,7 +105,7 @@ function _M.note_taken(lock)
     taken = {}
     scope.taken = taken
   end
-  taken[#taken + 1] = lock_mod.note(lock)
+  taken[#taken + 1] = note_of(lock)
   if #taken >= scope.compact_at then
     -- A loop taking and releasing locks inside fn must not grow this.
     local kept = {}
@@ -105,7 +119,7 @@ end
 -- The count hook of every scope (see above).
 local function hook()
   local scope = scopes[running()]
-  if not scope or not lock_mod.lost_news(scope.lock) then return end
+  if not scope or not lease_mod.lost_news(scope.lock) then return end
   if args.is_own(debug_getinfo(2, "S").source) then -- inside redislock: look again soon, elsewhere
     scope.deferred = scope.deferred % #RETRY_STEPS + 1
     debug_sethook(hook, "", RETRY_STEPS[scope.deferred])
@@ -117,7 +131,7 @@ end
 
 -- Starts watching lock for on_lost while fn runs; returns the scope, or nil.
 local function watch_lost(lock)
-  if not lock_mod.watchable(lock) or debug_gethook() then return nil end
+  if not lease_mod.watchable(lock) or debug_gethook() then return nil end
   local co = running()
   local scope = { lock = lock, co = co, parent = scopes[co], taken = false, compact_at = 64, deferred = 0 }
   scopes[co] = scope

@@ -86,7 +86,6 @@ function _M.new(node, sentinels, master, auth)
     self.sentinels[i] = { host = s.host, port = s.port, t = t }
   end
   self._sleep = sleep
-  self.reports_loss = self.sentinels[1].t.reports_loss
   return self, sleep
 end
 
@@ -116,8 +115,8 @@ local function ask(self)
   return nil, string_format("connection: no sentinel reachable for master %q (%s)", self.master, said)
 end
 
--- Points the node transport at host:port (made on first use); the watchdog's
--- renewals of the old master move along.
+-- Points the node transport at host:port (made on first use); the leases
+-- renewed on the old master move along (retarget).
 local function point(self, host, port)
   local node = self._node
   if node == nil then
@@ -127,7 +126,6 @@ local function point(self, host, port)
     self._node = transport.node(fields)
   elseif self._host ~= host or self._port ~= port then
     node:retarget(host, port)
-    transport.moved(self._host, self._port, host, port)
   end
   self._host, self._port = host, port
   return self._node
@@ -148,8 +146,8 @@ local function watch(self)
 end
 
 --- A switch was announced (the OpenResty watch calls this from its timer):
--- the node transport, which renewals use too, goes to the new master at
--- once; the next command checks it (ROLE) as the count moved.
+-- the node transport, and the leases renewed on it, go to the new master
+-- at once; the next command checks it (ROLE) as the count moved.
 function Sentinel:switched(host, port)
   if self._node and not self._closed then
     self._node:retarget(host, port)
@@ -182,12 +180,13 @@ local function resolve(self)
                             where(self._host, self._port), self.master, tostring(role), ROLE_TRIES)
 end
 
--- The node transport of the master now, or nil and an error. A C node whose
--- connection is gone (closed by the server while idle, or in a forked
--- child) would reconnect on its own: the sentinels are asked first.
+-- The node transport of the master now, or nil and an error. A node whose
+-- next call would open a new connection (not usable: the last one was
+-- closed by the server while idle, or in a forked child) asks the
+-- sentinels first.
 local function current(self)
   local w, node = self._watch, self._node
-  if self._stale or (w and w:count() ~= self._seen) or (node.usable and not node:usable()) then
+  if self._stale or (w and w:count() ~= self._seen) or not node:usable() then
     return resolve(self)
   end
   return node
@@ -197,7 +196,10 @@ end
 -- the node may be gone or no longer the master (redislock/errors.lua's
 -- "resolve"). true when nothing was sent ("resend"): a new OpenResty
 -- connection found the node demoted (redislock/ngx_conn.lua's open,
--- master_only), and the call may be made again at once.
+-- master_only), or the C node found its connection closed by the server
+-- before the call's first bytes (it opens no other within a call:
+-- rl_conn.h's ask_first); the call may then be made again at once, on the
+-- master resolved again.
 local function check(self, err)
   if retry(err, "resolve") then self._stale = true end
   return retry(err, "resend")
@@ -251,11 +253,11 @@ function Sentinel:script(...)
   return call(self, "script", ...)
 end
 
---- sentinel:lease(...): on the node transport the lock was just taken
--- through (no I/O here: a renewal that must follow a switch is moved by
--- the watch, rl_watchdog_move or Sentinel:switched).
-function Sentinel:lease(...)
-  return self._node:lease(...)
+--- The node a lock's lease renews on (redislock/lease.lua): the master's
+-- transport the lock was just taken through (no I/O; a switch moves its
+-- leases with it: retarget, and the C watch thread's rl_watchdog_move).
+function Sentinel:lease_nodes()
+  return { self._node }, 1
 end
 
 function Sentinel:close()

@@ -24,31 +24,33 @@
 --        themselves for the writes and a guard's; the script's names are
 --        the C core's, csrc/scripts/) -> its reply | nil, err; EVAL after
 --        NOSCRIPT, as eval's
---   t:lease(key, token, ttl_ms[, opts]) -> lease; opts: { max_hold_ms, sent_ms,
---        scoped, notify, op } (op: the script that renews it, "extend" by
---        default; see redislock/ngx_lease.lua's start)
---        (lease:state(), :extended(ttl_ms, sent_ms), :expires(), :stop([settle]),
---        which also answers what expires() said; settle, plain Lua's: it
---        waits for a renewal under way to end, so none lands after it)
+--   t:lease(key, token, ttl_ms[, opts]) -> a node lease, renewed on this
+--        node (the watchdog thread, or the worker's timer): its interface
+--        and opts are redislock/lease.lua's, which composes them
+--   t:lease_nodes(key, token)    a topology's, in place of lease: the node
+--        transports a lock's lease renews on, how many must hold it, the
+--        drift(ms) to take off its expiry, and the transport renewals go
+--        through (redislock/lease.lua)
 --   t:close(), t:closed()
 --   t:io_problem()               nil, or the nginx phase that forbids I/O now
---   t.reports_loss               true when leases call notify("lost", why) themselves
---                                (and notify("renew_failed", err))
 --   t.spread                     true when keys live on several servers (a
 --                                cluster, Redlock): no script sees them all
---   t:retarget(host, port)       point it at another TCP node (Sentinel's new master)
+--   t:retarget(host, port)       point it, and the leases renewed on it, at another
+--                                TCP node (Sentinel's new master)
+--   t:usable()                   false when its next call opens a new connection
+--                                (redislock/sentinel.lua asks the sentinels first)
 --   t:eval_until(deadline, op, key, token[, ms])  optional (Redlock): a release or
 --        extend that asks servers refusing it for a passing state (LOADING ...)
 --        again until deadline; redislock/lock.lua's again uses it when present
 --
--- and, for redislock/sentinel.lua, one of each: the C core's t:usable()
--- (false: the next call reconnects) with core.sentinel_watch, or the
--- cosockets' t:listen(channel, heard, stop) under redislock/ngx_watch.lua.
+-- and, for redislock/sentinel.lua, one of each: the C core's
+-- core.sentinel_watch, or the cosockets' t:listen(channel, heard, stop)
+-- under redislock/ngx_watch.lua.
 --
 -- The topologies over several nodes (redislock/sentinel.lua, cluster.lua,
 -- redlock.lua) are written once against this module, and never ask which
--- runtime they run in; what differs is supplied here (see each, lease,
--- watch, moved, check_names below): in plain Lua by the C core, under
+-- runtime they run in; what differs is supplied here (see each, watch,
+-- waiting, check_names below): in plain Lua by the C core, under
 -- OpenResty by redislock/ngx.lua's runtime table.
 
 local args = require "redislock.args"
@@ -86,15 +88,12 @@ function _M.node(fields)
 end
 
 -- Plain Lua's runtime: the C core's calls to several connections at once
--- (one poll() over all the sockets), the watchdog thread that renews each
--- node's leases, and the Sentinel watch thread.
+-- (one poll() over all the sockets), and the Sentinel watch thread.
 local c_runtime = {
   each = function(nodes, timeout_ms, op, key, tok, ms)
     return core.eval_many(timeout_ms, op, key, tok, ms, unpack(nodes))
   end,
-  lease = function(t, compose, ...) return compose(t, ...) end,
   watch = function(master, sentinels) return core.sentinel_watch(master, unpack(sentinels)) end,
-  moved = core.move_leases,
   check_names = function() end,
 }
 local runtime = ngx_transport and ngx_transport.runtime or c_runtime
@@ -105,23 +104,11 @@ local runtime = ngx_transport and ngx_transport.runtime or c_runtime
 -- false and an error message.
 _M.each = runtime.each
 
---- lease(t, compose, key, token, ttl_ms, ...) -> lease | nil, err: the
--- renewal of a lock taken through topology t (t:lease's arguments). Plain
--- Lua renews on the nodes themselves (the watchdog thread): compose(t, key,
--- ...) makes the topology's lease out of its nodes' leases. Under OpenResty
--- the worker's timer renews through t itself, and compose is not called.
-_M.lease = runtime.lease
-
 --- watch(master, sentinels, client) -> watch | nil, err: what hears that
 -- the sentinels switched master (watch:count() grows on every switch, and
 -- subscription lost or made; watch:close(client)); sentinels: their
 -- transports.
 _M.watch = runtime.watch
-
---- moved(from_host, from_port, to_host, to_port): a master moved; the
--- renewals of the locks on the old one go to the new one (plain Lua's
--- watchdog; under OpenResty the transport's retarget did it).
-_M.moved = runtime.moved
 
 --- waiting() -> a waiting strategy | nil: what the runtime adds to a
 -- client's waiting (redislock/wait.lua's take): under OpenResty the gates

@@ -616,6 +616,9 @@ static void test_renewal(void) {
   rl_renewal_answer(&r, 1001, 1, RL_HELD, NULL);
   CHECK(rl_renewal_next(&r, 2000) == RL_RENEW_NONE && r.state == RL_LEASE_ENDED);
   CHECK(rl_renewal_expires(&r) == 4000);
+  /* The owner's extend after that is its expiry, renewing nothing. */
+  rl_renewal_extended(&r, 5000, 3500, 3510);
+  CHECK(rl_renewal_expires(&r) == 8500 && r.state == RL_LEASE_ENDED && rl_renewal_next(&r, 9000) == RL_RENEW_NONE);
 
   /* Stopped by its driver, while a renewal was on its way. */
   rl_renewal_init(&r, "the watchdog", 3000, 0, 0, 0);
@@ -626,8 +629,10 @@ static void test_renewal(void) {
   rl_renewal_init(&r, "the watchdog", 3000, 0, 0, 0);
   rl_renewal_stop(&r, NULL);
   CHECK(r.state == RL_LEASE_ENDED && rl_renewal_next(&r, 5000) == RL_RENEW_NONE);
-  rl_renewal_extended(&r, 9000, 10, 10); /* no effect once ended */
-  CHECK(r.ttl_ms == 3000);
+  rl_renewal_init(&r, "the watchdog", 3000, 0, 0, 0);
+  rl_renewal_stop(&r, "x");
+  rl_renewal_extended(&r, 9000, 30, 30); /* no effect once lost */
+  CHECK(r.ttl_ms == 3000 && rl_renewal_expires(&r) == 3000);
 }
 
 int main(void) {
