@@ -524,8 +524,15 @@ rl_step rl_conn_lost(rl_conn *conn, rl_call *call, int eof, int timeout, long lo
        been demoted, and the sentinels are asked first. Nothing of the call
        ran when those bytes were its first. */
     size_t used = strlen(call->err);
-    if (first) snprintf(call->err + used, sizeof call->err - used, " (nothing was sent)");
-    return RL_STEP_FAILED;
+    rl_step step;
+    if (first) {
+      snprintf(call->err + used, sizeof call->err - used, " (nothing was sent)");
+      return RL_STEP_FAILED;
+    }
+    /* Later bytes of the call: the loss as each phase takes it (a take's
+       WAIT is done, with its error), but never on a new connection. */
+    step = rl_call_lost(call, timeout, call->err);
+    return step == RL_STEP_RECONNECT ? RL_STEP_FAILED : step;
   }
   /* As if it had been found closed before sending: a fresh one, the same bytes. */
   if (rl_conn_open(conn, call->err) != 0) return RL_STEP_FAILED;

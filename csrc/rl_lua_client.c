@@ -413,9 +413,17 @@ static int client_retarget(lua_State *L) {
                 "host must be a non-empty string without NUL");
   luaL_argcheck(L, port >= 1 && port <= 65535, 3, "port must be in 1..65535");
   luaL_argcheck(L, c->conn.o.path == NULL, 1, "a client on a unix socket cannot move to a TCP host");
-  if ((c->conn.o.host != NULL && rl_watchdog_move(c->conn.o.host, c->conn.o.port, host, (int)port) < 0) ||
-      rl_conn_retarget(&c->conn, host, (int)port) != 0 || rl_conn_retarget(&c->waiter, host, (int)port) != 0)
-    return luaL_error(L, "redislock: out of memory");
+  /* The connections first, then the leases: a lease never points where
+     the client does not. The old address is kept for rl_watchdog_move. */
+  size_t flen = c->conn.o.host != NULL ? strlen(c->conn.o.host) + 1 : 0;
+  char *from = flen > 0 ? (char *)malloc(flen) : NULL;
+  int from_port = c->conn.o.port, failed = flen > 0 && from == NULL;
+  if (from != NULL) memcpy(from, c->conn.o.host, flen);
+  failed = failed || rl_conn_retarget(&c->conn, host, (int)port) != 0 ||
+           rl_conn_retarget(&c->waiter, host, (int)port) != 0 ||
+           (from != NULL && rl_watchdog_move(from, from_port, host, (int)port) < 0);
+  free(from);
+  if (failed) return luaL_error(L, "redislock: out of memory");
   lua_pushboolean(L, 1);
   return 1;
 }

@@ -41,10 +41,11 @@ static inline char *put_size(char *p, size_t n) {
 /* The names whose last release found somebody waiting (rl_cmd_note_waiting):
    their next release sends all its keys at once, sparing a contended
    lock's releases the second send. An entry is a name's hash (name_hash),
-   0 for none; a collision only costs a release the other way. Touched for
-   ops with first only (the releases, never the watchdog's extends); two
-   threads' releases racing on an entry (several Lua states in threads)
-   likewise only send one the other way. */
+   0 for none; a collision only costs a release the other way. This is the
+   one state the protocol keeps, process-wide: touched for ops with first
+   only (the releases, never the watchdog's extends), with relaxed atomic
+   loads and stores, so that two threads' releases (several Lua states in
+   threads) racing on an entry likewise only send one the other way. */
 static unsigned warm[256];
 
 /* A name's hash for warm (FNV-1a), never 0. */
@@ -105,7 +106,7 @@ int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
   k = rl_ops[op].first;
   if (k > 0) {
     unsigned h = name_hash(cmd->argv[3], cmd->len[3]);
-    if (warm[h % 256] == h) k = 0;
+    if (__atomic_load_n(&warm[h % 256], __ATOMIC_RELAXED) == h) k = 0;
   }
   cmd->numkeys[0] = (char)('0' + (k > 0 ? k : i));
   cmd->numkeys[1] = '\0';
@@ -271,9 +272,9 @@ int rl_cmd_note_waiting(const rl_cmd *cmd, int waiting) {
   if (cmd->op >= RL_OP_COUNT || rl_ops[cmd->op].first == 0) return 0;
   h = name_hash(cmd->argv[3], cmd->len[3]);
   if (waiting)
-    warm[h % 256] = h;
-  else if (warm[h % 256] == h)
-    warm[h % 256] = 0;
+    __atomic_store_n(&warm[h % 256], h, __ATOMIC_RELAXED);
+  else if (__atomic_load_n(&warm[h % 256], __ATOMIC_RELAXED) == h)
+    __atomic_store_n(&warm[h % 256], 0u, __ATOMIC_RELAXED);
   return 1;
 }
 
@@ -446,6 +447,8 @@ static const char *const CLASS_NAMES[] = { NULL,      "busy",    "lost",     "tr
                                            "demoted", "tryagain", "clusterdown", "redirect", "refused",
                                            "script",  "redis",   "connect",  "unsent",    "timeout",
                                            "closed",  "connection" };
+/* One name a class, in rl_error_class's order (core.error_class indexes them). */
+typedef char rl_class_names_check[sizeof CLASS_NAMES / sizeof CLASS_NAMES[0] == RL_EC_COUNT ? 1 : -1];
 
 /* Whether the len bytes at s begin with the C string p. */
 static int starts(const char *s, size_t len, const char *p) {

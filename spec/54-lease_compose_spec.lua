@@ -67,6 +67,19 @@ describe("a hold's lease", function()
       end
     end)
 
+    it("keeps its expiry once stopped, and a lock with a stopped lease is still released", function()
+      -- A stopped node lease of the watchdog's knows no expiry any more;
+      -- the hold's stays what it was when it stopped (not 0 less the drift).
+      local lock = assert(nodes_client:acquire("stopped", 5 * slow, { renew = true }))
+      local at = lock._lease:stop()
+      assert.is_true(at > core.now() + 4 * slow, tostring(at))
+      assert.are.equal(at, lock._lease:expires())
+      assert.are.equal(at, (lock._lease:stop()))
+      local ok, err = lock:check()
+      assert.is_true(ok, err)
+      assert.is_true(lock:release())
+    end)
+
     it("is held while a majority of the servers' leases are, and lost after", function()
       local lock = assert(nodes_client:acquire("maj", 0.6 * slow, { renew = true }))
       local l = lock._lease
@@ -88,5 +101,55 @@ describe("a hold's lease", function()
       assert.is_nil(ok)
       assert.is_truthy(err:find("fewer than 3 of 5 Redlock servers still hold it", 1, true), err)
     end)
+  end)
+end)
+
+describe("a Redlock hold's lease under OpenResty", function()
+  if helpers.no_nginx(pending) then return end
+  local http = require "spec.support.http"
+  local servers, nginx
+
+  lazy_setup(function()
+    local urls
+    servers, urls = helpers.start_redlock(3)
+    nginx = helpers.start_nginx({
+      workers = 1,
+      http = table.concat({
+        "lua_socket_log_errors off;",
+        "server {",
+        "  listen 127.0.0.1:{{port}};",
+        '  set $redis_redlock "' .. urls .. '";',
+        "  " .. helpers.location("/leave", "leave"),
+        "}",
+      }, "\n"),
+    })
+  end)
+  lazy_teardown(function()
+    if nginx then nginx:stop() end
+    for _, s in ipairs(servers or {}) do s:stop() end
+  end)
+
+  it("gives the lock back when its request ends inside with_lock after the first server's lease was lost", function()
+    -- The first server's node lease carries the request's sentinel. Its
+    -- server stopped, that lease is lost once the TTL (1.5 s) runs out,
+    -- while the other two keep the hold. The request then ends without
+    -- unwinding (ngx.exit, 3.5 s in): the next renewal due finds it gone
+    -- and gives the lock back, where it would renew it for ever.
+    local key = "lock:{left:redlock}"
+    local request = http.start(nginx.port, "GET", "/leave?key=left:redlock&ttl=1.5&how=exit&hold=3.5",
+                               { timeout = 30 })
+    assert.is_truthy(helpers.eventually(5, function() return servers[1]:cli("EXISTS", key) == "1" end),
+                     "the request never took the lock")
+    local t0 = core.now()
+    servers[1]:stop()
+    core.sleep(math.max(0, t0 + 2.8 - core.now()))
+    assert.are.equal("1", servers[2]:cli("EXISTS", key), "the hold ended before its request did")
+    assert.are.equal("1", servers[3]:cli("EXISTS", key), "the hold ended before its request did")
+    local status, body = request:finish()
+    assert.are.equal(200, status, body)
+    local gone = helpers.eventually(1.5, function()
+      return servers[2]:cli("EXISTS", key) == "0" and servers[3]:cli("EXISTS", key) == "0"
+    end)
+    assert.is_truthy(gone, "still held after its request ended" .. nginx:error_log())
   end)
 end)

@@ -123,6 +123,7 @@ end
 --- The latest time (core.now()) the lock lasts to without another renewal
 -- (nil when unknown): the quorum-th latest of the nodes', less the drift.
 function Lease:expires()
+  if self.stopped then return self.stopped_at end
   local at = {}
   for i, l in ipairs(self.nodes) do at[i] = l:expires() or 0 end
   table_sort(at, function(a, b) return a > b end)
@@ -146,11 +147,15 @@ end
 --- No more renewals: returns what expires() said, and false when a
 -- renewal was on its way and not answered (settle: waits for it to end).
 function Lease:stop(settle)
+  if self.stopped then return self.stopped_at, true end
   local at, answered = self:expires(), true
   for _, l in ipairs(self.nodes) do
     local _, a = l:stop(settle)
     if a == false then answered = false end
   end
+  -- A stopped node lease may know no expiry any more (the watchdog's):
+  -- the hold's stays what it was.
+  self.stopped, self.stopped_at = true, at
   return at, answered
 end
 
@@ -192,7 +197,10 @@ local function compose(nodes, quorum, drift, key, tok, ms, opts)
       return nil, err
     end
     self.nodes[i] = l
-    opts.scoped = nil -- one lease watches the request thread for all
+    -- One sentinel watches the request thread for all: the others share
+    -- what it signals (under OpenResty), so that whichever node lease is
+    -- due finds the request gone, even once the first is lost.
+    opts.scoped, opts.watch = nil, l.watch
   end
   self.notifies = self.nodes[1].notifies
   return self

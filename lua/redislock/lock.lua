@@ -60,9 +60,9 @@ end
 
 -- again(sleep, deadline, t, op, key, token[, ms]) -> what t:eval returned:
 -- runs t:eval(op, key, token, ms); while its first value is nil and its
--- second a refusal of PASSING, runs it again after backoff's pause, as long
--- as that pause ends before deadline (core.now() seconds); sleep is the
--- transport's. (No closure: a release runs it on every call.) A transport
+-- second a refusal for a passing state (passing: errors.lua's "again"),
+-- runs it again after backoff's pause, as long as that pause ends before
+-- deadline (core.now() seconds); sleep is the transport's. (No closure: a release runs it on every call.) A transport
 -- over several servers does this per server: its t:eval_until.
 function _M.again(sleep, deadline, t, op, key, token, ms)
   if t.eval_until then return t:eval_until(deadline, op, key, token, ms) end

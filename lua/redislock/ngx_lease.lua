@@ -167,8 +167,14 @@ local function tick(premature, gen)
     -- lock back, in a timer of its own (a refusal that passes is tried
     -- again meanwhile).
     if leases[lease] ~= nil then
-      leases[lease] = nil
-      lease.r:stop()
+      -- The node leases of one hold share its sentinel's semaphore: one
+      -- timer gives the lock back for all of them.
+      for other in pairs(leases) do
+        if other.sema == lease.sema then
+          leases[other] = nil
+          other.r:stop()
+        end
+      end
       local ok, err = timer_at(0, abandoned, lease)
       if not ok then
         ngx_log(ERR, "redislock: cannot start a timer to release a lock (it runs out by its TTL): ", err)
@@ -203,7 +209,9 @@ end
 -- opts: max_hold_ms (> 0: the renewals end that long from now); sent_ms:
 -- when the acquire was sent (core.now() * 1000); scoped: the lock must not
 -- outlive the running request thread (with_lock): it gets a sentinel (see
--- above) when that thread is one nginx ends with the request. heard(owner,
+-- above) when that thread is one nginx ends with the request; watch: the
+-- lease.watch of another node lease of the same hold, whose sentinel this
+-- one shares instead (the lease's own is lease.watch). heard(owner,
 -- ...) is called (in the timer) with "lost", why when the machine finds the
 -- lock lost, "renew_failed", err when a renewal failed and will be tried
 -- again, and "abandoned" (see above). delay_ms: the lock delay, which each
@@ -217,11 +225,14 @@ function _M.start(t, key, token, ttl_ms, opts)
     node = t, transport = opts.via or t, key = key, token = token, extend = opts.op or "extend",
     r = new_renewal(ttl_ms, opts), owner = opts.owner, heard = opts.heard,
   }, lease_mt)
-  if opts.scoped and request_thread() then
+  if opts.watch then -- another node lease's sentinel, of the same hold (redislock/lease.lua's compose)
+    lease.sema = opts.watch
+  elseif opts.scoped and request_thread() then
     semaphore = semaphore or require "ngx.semaphore"
     lease.sema = semaphore.new(0)
     lease.sentinel = spawn(sentinel, lease.sema, co_running()) -- waits at once: spawn returns then
   end
+  lease.watch = lease.sema
   leases[lease] = true
   schedule()
   return lease

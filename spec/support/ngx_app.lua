@@ -339,8 +339,8 @@ function app.fences()
   return reply(200, table.concat(out, " "))
 end
 
---- GET /leave?key=k&ttl=s&how=exit|exec|redirect|kill|access[&wait=s]: fn ends its
--- request thread without unwinding: ngx.exit (after a line of output),
+--- GET /leave?key=k&ttl=s&how=exit|exec|redirect|kill|access[&wait=s][&hold=s]: fn
+-- (after hold seconds, 0) ends its request thread without unwinding: ngx.exit (after a line of output),
 -- ngx.exec or ngx.redirect to /ping, or (kill) fn runs in a light thread
 -- that the entry thread kills once the lock is held; access: ngx.exit(403)
 -- from an access handler (see /guarded). wait: with_lock's (0).
@@ -362,6 +362,7 @@ function app.leave()
     return reply(200, "killed")
   end
   c:with_lock(key, ttl, function()
+    ngx.sleep(arg_number("hold", 0))
     if how == "exec" then return ngx.exec("/ping") end
     if how == "redirect" then return ngx.redirect("/ping") end
     if how == "access" then return ngx.exit(403) end
