@@ -446,7 +446,7 @@ static const struct {
 static const char *const CLASS_NAMES[] = { NULL,      "busy",    "lost",     "transient", "stale",
                                            "demoted", "tryagain", "clusterdown", "redirect", "refused",
                                            "script",  "redis",   "connect",  "unsent",    "timeout",
-                                           "closed",  "connection" };
+                                           "closed",  "connection", "unnamed" };
 /* One name a class, in rl_error_class's order (core.error_class indexes them). */
 typedef char rl_class_names_check[sizeof CLASS_NAMES / sizeof CLASS_NAMES[0] == RL_EC_COUNT ? 1 : -1];
 
@@ -486,6 +486,7 @@ static rl_error_class reply_class(const char *rest, size_t len) {
   rl_error_class c = RL_EC_REDIS;
   size_t n = 0;
   if (ends(rest, len, "(nothing was sent)")) return RL_EC_DEMOTED; /* the cosocket transport's NOT_MASTER */
+  if (starts(rest, len, "no sentinel knows master")) return RL_EC_UNNAMED; /* sentinel.lua's */
   while (n < len && rest[n] >= 'A' && rest[n] <= 'Z') n++;
   for (size_t i = 0; i < sizeof CODES / sizeof CODES[0]; i++)
     if (CODES[i].len == n && memcmp(rest, CODES[i].code, n) == 0) c = CODES[i].class;

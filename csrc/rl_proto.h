@@ -359,6 +359,9 @@ typedef enum {
                         answer: it may have run */
   RL_EC_CONNECTION,  /* any other connection failure (out of memory, a reply
                         that is not RESP ...) */
+  RL_EC_UNNAMED,     /* "redis: no sentinel knows master ...": the sentinels
+                        name no master now (being reconfigured, or the name
+                        is wrong); nothing was sent */
   RL_EC_COUNT        /* (how many there are) */
 } rl_error_class;
 

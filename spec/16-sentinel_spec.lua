@@ -123,6 +123,19 @@ describe("Sentinel", function()
     c:close()
   end)
 
+  it("tries again while its wait lasts when no sentinel knows the master, then says so", function()
+    -- Sentinels being reconfigured (a failover undone, as make torture
+    -- does) name no master for a moment: a waiting acquire rides it out.
+    local c = client({ master = "nope" })
+    local t0 = core.now()
+    local lock, err = c:acquire("s:2", 5, { wait = 0.5 })
+    local took = core.now() - t0
+    assert.is_nil(lock)
+    assert.matches('^redis: no sentinel knows master "nope"', err)
+    assert.is_true(took >= 0.45, "answered after " .. took .. " s")
+    c:close()
+  end)
+
   it("says so when no sentinel can be reached", function()
     local c = redislock.new({ sentinels = { "127.0.0.1:" .. helpers.free_port(), "127.0.0.1:" .. helpers.free_port() },
                               master = "mymaster", connect_timeout = 0.5 })

@@ -36,6 +36,7 @@ local RETRY = {
   timeout = { wait = true, resolve = true },
   closed = { wait = true, resolve = true },
   connection = { wait = true, resolve = true },
+  unnamed = { wait = true, resolve = true }, -- the sentinels name no master now (a failover being undone)
 }
 
 -- The classes of a failed connection, and (true) those after which the
@@ -44,8 +45,8 @@ local FAILED = { connect = false, unsent = false, timeout = true, closed = true,
 
 --- class(err) -> the class of an error message ("transient", "stale",
 -- "demoted", "tryagain", "clusterdown", "redirect", "refused", "script",
--- "redis", "connect", "unsent", "timeout", "closed", "connection", "busy",
--- "lost"), or nil for another value.
+-- "redis", "connect", "unsent", "timeout", "closed", "connection",
+-- "unnamed", "busy", "lost"), or nil for another value.
 _M.class = class
 
 --- retry(err, loop) -> whether loop (see RETRY above: "again", "wait",

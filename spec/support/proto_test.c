@@ -217,6 +217,8 @@ static void test_errors(void) {
   /* A command within a script refused: it ran up to its line; a state refuses every write all the same. */
   CHECK(class_of("redis: NOPERM User may not run 'del'. script: 1f2e, on @user_script:12.") == RL_EC_SCRIPT);
   CHECK(class_of("redis: ERR Error running script, on @user_script:3.") == RL_EC_SCRIPT);
+  CHECK(class_of("redis: no sentinel knows master \"mymaster\" (127.0.0.1:26379 does not know it)") == RL_EC_UNNAMED);
+  CHECK(strcmp(rl_error_class_name(RL_EC_UNNAMED), "unnamed") == 0);
   CHECK(class_of("redis: READONLY You can't write. script: 1f2e, on @user_script:7.") == RL_EC_STALE);
   CHECK(class_of("redis: ERR unknown command 'EVALSHA'") == RL_EC_REDIS && class_of("redis: WRONGPASS invalid") == RL_EC_REDIS);
   CHECK(class_of("redis: AUTH refused by 127.0.0.1:6379: LOADING ...") == RL_EC_REDIS); /* our sentence's code */
