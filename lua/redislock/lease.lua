@@ -123,7 +123,7 @@ end
 --- The latest time (core.now()) the lock lasts to without another renewal
 -- (nil when unknown): the quorum-th latest of the nodes', less the drift.
 function Lease:expires()
-  if self.stopped then return self.stopped_at end
+  if self.stopped_at then return self.stopped_at end
   local at = {}
   for i, l in ipairs(self.nodes) do at[i] = l:expires() or 0 end
   table_sort(at, function(a, b) return a > b end)
@@ -147,7 +147,7 @@ end
 --- No more renewals: returns what expires() said, and false when a
 -- renewal was on its way and not answered (settle: waits for it to end).
 function Lease:stop(settle)
-  if self.stopped then return self.stopped_at, true end
+  if self.stopped_at then return self.stopped_at, true end
   local at, answered = self:expires(), true
   for _, l in ipairs(self.nodes) do
     local _, a = l:stop(settle)
@@ -155,7 +155,7 @@ function Lease:stop(settle)
   end
   -- A stopped node lease may know no expiry any more (the watchdog's):
   -- the hold's stays what it was.
-  self.stopped, self.stopped_at = true, at
+  self.stopped_at = at
   return at, answered
 end
 
