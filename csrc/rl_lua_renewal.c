@@ -139,8 +139,18 @@ static const luaL_Reg renewal_meta[] = {
   { NULL, NULL }
 };
 
+/* core.renewal_step(ttl_ms) -> ms between renewals of a lease of that TTL
+   (rl_renewal_step: the one place that says how often). */
+static int core_renewal_step(lua_State *L) {
+  lua_Integer ttl_ms = luaL_checkinteger(L, 1);
+  luaL_argcheck(L, ttl_ms > 0, 1, "a TTL of at least 1 ms");
+  lua_pushinteger(L, (lua_Integer)rl_renewal_step((long long)ttl_ms));
+  return 1;
+}
+
 static const luaL_Reg renewal_functions[] = {
   { "renewal", core_renewal },
+  { "renewal_step", core_renewal_step },
   { NULL, NULL }
 };
 

@@ -79,6 +79,14 @@ describe("redislock.core", function()
     assert.is_true(dt >= 0.02)
   end)
 
+  it("tells Lua the lease machine's renewal step, and refuses a TTL below 1 ms", function()
+    -- redislock run --min-hold paces its last extends by it (redislock/lease.lua)
+    assert.equal(1000, core.renewal_step(3000))
+    assert.equal(1, core.renewal_step(2))
+    assert.error_matches(function() core.renewal_step(0) end, "a TTL of at least 1 ms")
+    assert.error_matches(function() core.renewal_step("x") end, "number expected")
+  end)
+
   it("passes the protocol core's own C unit test, without Lua or a server", function()
     -- build/proto_test (make test builds it, under ASan and UBSan): the
     -- commands, replies, slots, redirects and checks of rl_proto.c,

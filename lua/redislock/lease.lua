@@ -36,7 +36,7 @@
 local core = require "redislock.core"
 
 local ipairs, setmetatable, string_format, table_sort = ipairs, setmetatable, string.format, table.sort
-local math_ceil, math_floor, math_huge, math_min = math.ceil, math.floor, math.huge, math.min
+local math_ceil, math_floor, math_huge, math_max, math_min = math.ceil, math.floor, math.huge, math.max, math.min
 local now = core.now
 
 local _M = { _VERSION = core._VERSION }
@@ -249,18 +249,20 @@ end
 -- one on its way is waited for, then one extend makes what is left its
 -- TTL. A renewal that was on its way and never answered may still reach
 -- the server (held up in the network, or unread) and set its TTL again
--- after that extend: then extends go on every third of the TTL until what
--- is left is within the renewals' TTL, so that a renewal landing any later
--- keeps it at least as long. Released at once when nothing is left.
+-- after that extend: then extends go on at the renewals' own step
+-- (core.renewal_step) until what is left is within the renewals' TTL, so
+-- that a renewal landing any later keeps it at least as long. Released at once when nothing is left.
 function _M.keep_until(hold, until_, sleep)
   local function left() return math_ceil((until_ - now()) * 1000) / 1000 end
   if left() < 0.001 then return hold:release() end
-  local ttl = (hold._renew_ms or 0) / 1000
+  local ttl_ms = hold._renew_ms or 0
+  local ttl = ttl_ms / 1000
   local _, answered = _M.stop(hold, true)
   local ok, err = hold:extend(left())
   if answered ~= false then return ok, err end
+  local step = core.renewal_step(math_max(math_floor(ttl_ms), 1)) / 1000
   while ok and now() < until_ - ttl do
-    sleep(math_min(ttl / 3, until_ - ttl - now()))
+    sleep(math_min(step, until_ - ttl - now()))
     ok, err = hold:extend(left())
   end
   return ok, err
