@@ -5,8 +5,10 @@
 # LuaJIT, the client on another core, then on the server's), ROUNDS times, so
 # that both sides meet the same machine; each prints its acquire+release
 # ratio to the raw floor of its own bytes, taken in the same slices, and the
-# server's CPU time per cycle (INFO cpu). At the end: the medians over the
-# rounds, this checkout's as a ratio of the other revision's.
+# server's CPU time per cycle (INFO cpu), and its with_lock rate (an empty
+# fn, its lock given to the renewal: make bench's renewal figure). At the
+# end: the medians over the rounds, this checkout's as a ratio of the other
+# revision's.
 #   sh bench/compare.sh REV [ROUNDS]      e.g. sh bench/compare.sh HEAD~3 2
 # With BENCH_COMPARE=contend, bench/contend.lua (Lua 5.4) takes cycle.lua's
 # place: contended acquisitions per second per waiting mode and number of
@@ -42,7 +44,8 @@ side() {
   LUA_PATH=$path LUA_PATH_5_4=$path LUA_CPATH=$cpath LUA_CPATH_5_4=$cpath BENCH_ROOT=$2 \
     taskset -c "$6" "$3" "$2/bench/cycle.lua" "$5" 2>/dev/null |
     sed -n -e "s/^bench name=cycle\/\([^ ]*\) value=\([0-9]*\) .* ratio=\([0-9.]*\) .*/$1 \1 \2 cycles\/s, ratio to its floor \3/p" \
-           -e "s/^bench name=server_cpu\/\([^ ]*\) value=\([0-9.]*\) .*/$1 \1 server CPU \2 us\/cycle/p" |
+           -e "s/^bench name=server_cpu\/\([^ ]*\) value=\([0-9.]*\) .*/$1 \1 server CPU \2 us\/cycle/p" \
+           -e "s/^bench name=with_lock\/\([^ ]*\) value=\([0-9]*\) .*/$1 with_lock:\1 \2 with_locks\/s (renewal on)/p" |
     tee -a "$results"
 }
 # contend NAME TREE: one contend.lua run; prints its acquisitions/s per mode
