@@ -247,16 +247,23 @@ function M.stop_servers(pids, dir)
   os.execute("rm -rf " .. M.sh_quote(dir))
 end
 
+--- A measure for M.slices: n calls of once() (which raises when a call
+-- fails), after one call to warm up (scripts loaded, connection made);
+-- returns calls per second.
+function M.rate(n, once)
+  once()
+  return function()
+    local t0 = core.now()
+    for _ = 1, n do once() end
+    return n / (core.now() - t0)
+  end
+end
+
 --- A measure for M.slices: n uncontended acquire+release cycles of a new
 -- client made with opts (warmed up once); returns cycles per second.
 function M.cycles_on(opts, n)
   local client = require("redislock").new(opts)
-  assert(assert(client:acquire("warm", 10)):release())
-  return function()
-    local t0 = core.now()
-    for _ = 1, n do assert(assert(client:acquire("bench", 10)):release()) end
-    return n / (core.now() - t0)
-  end
+  return M.rate(n, function() assert(assert(client:acquire("bench", 10)):release()) end)
 end
 
 --- A loopback port nobody listens on right now (the kernel's pick).

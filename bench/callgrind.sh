@@ -8,10 +8,6 @@
 #   sh bench/callgrind.sh [lua5.4] [luajit]   (both by default; make first; needs valgrind)
 # With BENCH_METRICS=1 the client counts its holds (redislock.metrics).
 cd "$(dirname "$0")/.." || exit 2
-if [ -z "${REDIS_PORT:-}" ]; then
-  exec sh tools/with-redis.sh sh bench/callgrind.sh "$@"
-fi
-set -u
 . bench/interp.sh
 command -v valgrind >/dev/null || { echo "bench: valgrind not found" >&2; exit 2; }
 metrics= on=
@@ -22,11 +18,7 @@ trap 'rm -f "$out"' EXIT
 # (lua5.4, luajit) that makes a client, then runs BODY (Lua, with the
 # client c) N times.
 count() {
-  in_checkout "$1" valgrind --tool=callgrind --callgrind-out-file="$out" "$1" - "$REDIS_PORT" "$2" <<EOF_LOOP >/dev/null 2>&1 ||
-local c = require("redislock").new({ port = tonumber(arg[1])$metrics })
-for _ = 1, tonumber(arg[2]) do $3 end
-c:close()
-EOF_LOOP
+  loop_under "$1" "$2" "$metrics" "$3" valgrind --tool=callgrind --callgrind-out-file="$out" ||
     { echo "bench: callgrind failed ($1)" >&2; exit 1; }
   awk '/^(summary|totals):/ { print $2; exit }' "$out"
 }

@@ -8,7 +8,6 @@
 -- over the plain SET's, and as the round trips (PINGs) it costs beyond it.
 -- usage (from bench/run.sh, pinned by taskset): guard.lua <placement name>
 local redislock = require "redislock"
-local core = require "redislock.core"
 local B = require "benchlib"
 
 local N, SLICES = B.knob("BENCH_CYCLES", 4000), B.knob("BENCH_SLICES", 15)
@@ -20,12 +19,7 @@ local fenced, owned = lock:fenced(), lock:owned()
 
 -- A slice of N calls of write(); returns calls per second.
 local function rate(write)
-  assert(write()) -- warm: scripts loaded, connection made
-  return function()
-    local t0 = core.now()
-    for _ = 1, N do assert(write()) end
-    return N / (core.now() - t0)
-  end
+  return B.rate(N, function() assert(write()) end)
 end
 
 local rates = B.slices({

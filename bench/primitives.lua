@@ -10,7 +10,6 @@
 -- against the default, with it: what that metadata costs.
 -- usage (from bench/run.sh, pinned by taskset): primitives.lua <placement name>
 local redislock = require "redislock"
-local core = require "redislock.core"
 local B = require "benchlib"
 
 local N, SLICES = B.knob("BENCH_CYCLES", 4000), B.knob("BENCH_SLICES", 15)
@@ -22,12 +21,7 @@ local sem, rw = client:semaphore("bench:pool", 5), client:rwlock("bench:doc")
 
 -- A slice of N cycles of take(); returns cycles per second.
 local function cycles(take)
-  assert(assert(take()):release()) -- warm: scripts loaded, connection made
-  return function()
-    local t0 = core.now()
-    for _ = 1, N do assert(assert(take()):release()) end
-    return N / (core.now() - t0)
-  end
+  return B.rate(N, function() assert(assert(take()):release()) end)
 end
 
 local rates = B.slices({

@@ -8,10 +8,6 @@
 # least once in 200 cycles).
 #   sh bench/syscalls.sh [lua5.4] [luajit]   (both by default; make first; needs strace)
 cd "$(dirname "$0")/.." || exit 2
-if [ -z "${REDIS_PORT:-}" ]; then
-  exec sh tools/with-redis.sh sh bench/syscalls.sh "$@"
-fi
-set -u
 . bench/interp.sh
 command -v strace >/dev/null || { echo "bench: strace not found" >&2; exit 2; }
 tmp=$(mktemp -d)
@@ -19,11 +15,7 @@ trap 'rm -rf "$tmp"' EXIT
 # count LUA N: strace's table for a process of interpreter LUA that makes a
 # client and runs N cycles, into $tmp/LUA.N.
 count() {
-  in_checkout "$1" strace -f -c -o "$tmp/$1.$2" "$1" - "$REDIS_PORT" "$2" <<'EOF_LOOP' >/dev/null 2>&1 ||
-local c = require("redislock").new({ port = tonumber(arg[1]) })
-for _ = 1, tonumber(arg[2]) do assert(assert(c:acquire("syscalls", 10)):release()) end
-c:close()
-EOF_LOOP
+  loop_under "$1" "$2" "" 'assert(assert(c:acquire("syscalls", 10)):release())' strace -f -c -o "$tmp/$1.$2" ||
     { echo "bench: strace failed ($1)" >&2; exit 1; }
 }
 [ $# -gt 0 ] || set -- lua5.4 luajit

@@ -10,7 +10,6 @@
 --    closes (handshake included), TLS as a ratio to plaintext (no target).
 -- usage (from bench/run.sh, pinned by taskset): tls.lua <placement name>
 local redislock = require "redislock"
-local core = require "redislock.core"
 local B = require "benchlib"
 
 local N, SLICES = B.knob("BENCH_CYCLES", 4000), B.knob("BENCH_SLICES", 15)
@@ -37,15 +36,11 @@ local plain_opts = { port = plain_port }
 local tls_opts = { host = "localhost", port = tls_port, tls = { ca = dir .. "/ca.crt" } }
 
 local function connects_on(opts)
-  return function()
-    local t0 = core.now()
-    for _ = 1, CONNECTS do
-      local client = redislock.new(opts)
-      assert(assert(client:acquire("bench", 10)):release())
-      client:close()
-    end
-    return CONNECTS / (core.now() - t0)
-  end
+  return B.rate(CONNECTS, function()
+    local client = redislock.new(opts)
+    assert(assert(client:acquire("bench", 10)):release())
+    client:close()
+  end)
 end
 
 local ok, err = pcall(function()

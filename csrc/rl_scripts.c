@@ -113,15 +113,21 @@
   "local heir, hms, since = first_live(queue, hand, now)\n" \
   "if heir and hand_to_heir(writer, signal, queue, hand, nil, rec, heir, hms, since, false, now) then\n" \
   "redis.pcall('ZREM', writers, heir)\nreturn true\nend\nwake_all(signal, waiters, now)\nreturn false\nend\n"
-#define RL_LIB_SEM_HANDED_FENCE \
-  "local function sem_handed_fence(permits, token)\nlocal own = permits .. ':signal:' .. token\n" \
-  "local e = list('LINDEX', own, -1)\nlist('DEL', own)\nreturn e and tonumber(string.match(e, '^(%d+) '))\nend\n"
 #define RL_LIB_SEM_RECLAIM \
   "local function sem_reclaim(permits, handed, now)\nredis.call('ZREMRANGEBYSCORE', permits, '-inf', now)\n" \
   "for _, h in ipairs(redis.call('ZRANGEBYSCORE', handed, '-inf', now - 500)) do\n" \
   "local sig = permits .. ':signal:' .. h\nlocal n = list('LLEN', sig)\n" \
   "if n and n > 0 and not select(2, list('DEL', sig)) then redis.call('ZREM', permits, h) end\n" \
   "redis.call('ZREM', handed, h)\nend\nend\n"
+#define RL_LIB_SEM_HANDED_FENCE \
+  "local function sem_handed_fence(permits, token)\nlocal own = permits .. ':signal:' .. token\n" \
+  "local e = list('LINDEX', own, -1)\nlist('DEL', own)\nreturn e and tonumber(string.match(e, '^(%d+) '))\nend\n"
+#define RL_LIB_SEM_TAKE \
+  "local function sem_take(permits, fence, era, token, ttl, limit, now)\n" \
+  "local resent = redis.call('ZSCORE', permits, token)\n" \
+  "if not resent and redis.call('ZCARD', permits) >= tonumber(limit) then return nil end\n" \
+  "redis.call('ZADD', permits, whole(now + tonumber(ttl)), token)\nzset_expire(permits, now)\n" \
+  "return resent and sem_handed_fence(permits, token) or fence_of(fence, era)\nend\n"
 #define RL_LIB_SEM_HAND_NEXT \
   "local function sem_hand_next(permits, signal, queue, hand, rec, handed, now)\n" \
   "local heir, hms, since = first_live(queue, hand, now)\nlocal given = false\nif heir then\n" \
@@ -317,13 +323,10 @@ static const char s_release_one[] =
 
 /* csrc/scripts/sem_acquire.lua */
 static const char s_sem_acquire[] =
-  RL_LIB_ADD_FENCE RL_LIB_WHOLE RL_LIB_FENCE_ID RL_LIB_NEXT_FENCE RL_LIB_FENCE_OF RL_LIB_LIST RL_LIB_SEM_HANDED_FENCE
-  RL_LIB_SEM_RECLAIM RL_LIB_SERVER_TIME RL_LIB_ZSET_EXPIRE "local now = server_time()\n"
-  "sem_reclaim(KEYS[1], KEYS[5], now)\nlocal resent = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
-  "if resent or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then\n"
-  "redis.call('ZADD', KEYS[1], whole(now + tonumber(ARGV[2])), ARGV[1])\nzset_expire(KEYS[1], now)\n"
-  "local handed_fence = resent and sem_handed_fence(KEYS[1], ARGV[1])\nif handed_fence then return handed_fence end\n"
-  "return fence_of(KEYS[2], KEYS[4])\nend\n"
+  RL_LIB_LIST RL_LIB_SEM_RECLAIM RL_LIB_ADD_FENCE RL_LIB_WHOLE RL_LIB_FENCE_ID RL_LIB_NEXT_FENCE RL_LIB_FENCE_OF
+  RL_LIB_SEM_HANDED_FENCE RL_LIB_ZSET_EXPIRE RL_LIB_SEM_TAKE RL_LIB_SERVER_TIME "local now = server_time()\n"
+  "sem_reclaim(KEYS[1], KEYS[5], now)\n"
+  "local fence = sem_take(KEYS[1], KEYS[2], KEYS[4], ARGV[1], ARGV[2], ARGV[3], now)\nif fence then return fence end\n"
   "local left = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]) - now\n"
   "local oldest = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')[2]\n"
   "if oldest then left = math.min(left, math.max(tonumber(oldest) + 500 - now, 1)) end\n"
@@ -331,14 +334,11 @@ static const char s_sem_acquire[] =
 
 /* csrc/scripts/sem_acquire_wait.lua */
 static const char s_sem_acquire_wait[] =
-  RL_LIB_ADD_FENCE RL_LIB_WHOLE RL_LIB_FENCE_ID RL_LIB_NEXT_FENCE RL_LIB_FENCE_OF RL_LIB_LIST RL_LIB_REGISTER_IN
-  RL_LIB_SEM_HANDED_FENCE RL_LIB_SEM_RECLAIM RL_LIB_SERVER_TIME RL_LIB_ZSET_EXPIRE "local now, t = server_time()\n"
-  "sem_reclaim(KEYS[1], KEYS[7], now)\nlocal resent = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
-  "if resent or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then\n"
-  "redis.call('ZADD', KEYS[1], whole(now + tonumber(ARGV[2])), ARGV[1])\nzset_expire(KEYS[1], now)\n"
-  "local handed_fence = resent and sem_handed_fence(KEYS[1], ARGV[1])\nredis.call('ZREM', KEYS[3], ARGV[1])\n"
-  "redis.call('HDEL', KEYS[4], ARGV[1])\nif handed_fence then return handed_fence end\n"
-  "return fence_of(KEYS[2], KEYS[6])\nend\n"
+  RL_LIB_LIST RL_LIB_WHOLE RL_LIB_REGISTER_IN RL_LIB_SEM_RECLAIM RL_LIB_ADD_FENCE RL_LIB_FENCE_ID RL_LIB_NEXT_FENCE
+  RL_LIB_FENCE_OF RL_LIB_SEM_HANDED_FENCE RL_LIB_ZSET_EXPIRE RL_LIB_SEM_TAKE RL_LIB_SERVER_TIME
+  "local now, t = server_time()\nsem_reclaim(KEYS[1], KEYS[7], now)\n"
+  "local fence = sem_take(KEYS[1], KEYS[2], KEYS[6], ARGV[1], ARGV[2], ARGV[3], now)\nif fence then\n"
+  "redis.call('ZREM', KEYS[3], ARGV[1])\nredis.call('HDEL', KEYS[4], ARGV[1])\nreturn fence\nend\n"
   "local left = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]) - now\n"
   "register_in(KEYS[1] .. ':signal', KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[4], now, t)\n"
   "redis.call('SET', KEYS[5], 1, 'PX', math.max(left, tonumber(ARGV[4])) + 1000)\nreturn -2 - left\n";

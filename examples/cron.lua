@@ -24,19 +24,14 @@
 
 local redislock = require "redislock"
 local core = require "redislock.core"
+-- The worker processes that stand for the machines (examples/workers.lua).
+local workers = dofile((arg[0]:match("^(.*/)") or "") .. "workers.lua")
+local redis = workers.redis
 
 local JOB = "nightly-reconciliation"
 local TTL = 5         -- seconds; production: comfortably longer than the job's worst run
 local JOB_TIME = 0.5  -- seconds the pretend job takes
 local DEFAULT_WORKERS = 5
-
--- Runs a plain Redis command on the client's connection and returns the reply
--- (a nil reply is false); raises on failure.
-local function redis(client, ...)
-  local reply, err = client:command(...)
-  if reply == nil then error(err, 2) end
-  return reply
-end
 
 -- Tonight's marker. The UTC date, so that machines in other time zones agree.
 local function done_key()
@@ -61,8 +56,9 @@ end
 
 -- Worker mode: one machine's cron run.
 local function worker(id, start_at)
+  id = assert(tonumber(id), "worker: id expected")
   local client = redislock.default_client()  -- REDIS_URL, else 127.0.0.1:6379
-  core.sleep(math.max(0, start_at - core.now()))
+  workers.wait_start(start_at)
 
   local lock, err = client:acquire(JOB, TTL, { wait = 0 })
   if not lock then
@@ -80,42 +76,20 @@ local function worker(id, start_at)
   if not released then error(release_err, 0) end
 end
 
-local function sh_quote(s)
-  return "'" .. s:gsub("'", "'\\''") .. "'"
-end
-
--- The interpreter running this file (lua5.4 or luajit), so that the workers run
--- under the same one: the lowest negative index of arg, as in `lua5.4 file.lua`.
-local function interpreter()
-  local i = -1
-  while arg and arg[i - 1] ~= nil do i = i - 1 end
-  return (arg and arg[i]) or os.getenv("REDISLOCK_LUA") or (jit and "luajit" or "lua5.4")
-end
-
-local function main()
-  local workers = tonumber(arg[1] or DEFAULT_WORKERS)
-  if not workers or workers < 1 or workers ~= math.floor(workers) then
-    io.stderr:write("usage: cron.lua [number of worker processes]\n")
-    return 2
-  end
+-- Plays one night: n machines start the job at the same moment.
+local function main(n)
   local client = redislock.default_client()
   -- Every run of this example plays the same night again: forget its marker.
   redis(client, "DEL", done_key())
   client:close()
 
-  -- A common start time on the monotonic clock (one clock for all processes),
-  -- as cron starts the job on every machine at the same minute.
-  local start_at = string.format("%.6f", core.now() + 0.3)
-  local pipes = {}
-  for id = 1, workers do
-    local cmd = table.concat({ sh_quote(interpreter()), sh_quote(arg[0]), "worker", id, start_at }, " ")
-    pipes[id] = assert(io.popen(cmd .. " 2>&1", "r"))
-  end
+  -- A common start, as cron starts the job on every machine at the same minute.
+  local start_at = workers.start_line()
+  local list = {}
+  for id = 1, n do list[id] = { id, start_at } end
 
   local ran, failed = 0, 0
-  for id, p in ipairs(pipes) do
-    local out = p:read("*a")
-    p:close()  -- LuaJIT does not report the exit status here: the output is the proof
+  for id, out in ipairs(workers.run(list)) do
     io.write(out)
     if out:match("^worker %d+: running") then
       ran = ran + 1
@@ -124,18 +98,9 @@ local function main()
       failed = failed + 1
     end
   end
-  print(string.format("%d of %d workers ran the nightly reconciliation%s", ran, workers,
+  print(string.format("%d of %d workers ran the nightly reconciliation%s", ran, n,
                       ran == 1 and failed == 0 and ": it ran once" or ""))
   return (ran == 1 and failed == 0) and 0 or 1
 end
 
-if arg[1] == "worker" then
-  worker(assert(tonumber(arg[2]), "worker: id expected"), assert(tonumber(arg[3]), "worker: start time expected"))
-else
-  local ok, status = pcall(main)
-  if not ok then
-    io.stderr:write("cron: ", tostring(status), "\n")
-    status = 1
-  end
-  os.exit(status)
-end
+workers.main(main, worker, DEFAULT_WORKERS)

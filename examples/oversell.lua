@@ -14,6 +14,9 @@
 
 local redislock = require "redislock"
 local core = require "redislock.core"
+-- The worker processes that sell side by side (examples/workers.lua).
+local workers = dofile((arg[0]:match("^(.*/)") or "") .. "workers.lua")
+local redis = workers.redis
 
 local STOCK_KEY, SOLD_KEY = "demo:stock", "demo:sold"
 local UNITS = 100
@@ -25,14 +28,6 @@ local LOCK_WAIT = 10  -- seconds a worker queues for the lock before giving up
 -- sold once per worker.
 local PAUSE = 0.001
 local DEFAULT_WORKERS = 8
-
--- Runs a plain Redis command on the client's connection and returns the reply
--- (a nil reply is false); raises on failure.
-local function redis(client, ...)
-  local reply, err = client:command(...)
-  if reply == nil then error(err, 2) end
-  return reply
-end
 
 -- One sale: if any stock is left, writes one less and counts the unit sold.
 -- Returns false once the stock is gone.
@@ -49,7 +44,7 @@ end
 local function worker(mode, start_at)
   local client = redislock.default_client()  -- REDIS_URL, else 127.0.0.1:6379
   redis(client, "PING")  -- connect before the start line, so that no worker starts late
-  core.sleep(math.max(0, start_at - core.now()))
+  workers.wait_start(start_at)
   local sold = 0
   local sell = sell_one
   if mode == "locked" then
@@ -61,33 +56,18 @@ local function worker(mode, start_at)
   print("sold " .. sold)
 end
 
-local function sh_quote(s)
-  return "'" .. s:gsub("'", "'\\''") .. "'"
-end
-
--- The interpreter running this file (lua5.4 or luajit), so that the workers run
--- under the same one: the lowest negative index of arg, as in `lua5.4 file.lua`.
-local function interpreter()
-  local i = -1
-  while arg and arg[i - 1] ~= nil do i = i - 1 end
-  return (arg and arg[i]) or os.getenv("REDISLOCK_LUA") or (jit and "luajit" or "lua5.4")
-end
-
--- Starts `workers` processes in the given mode, waits for all of them and
--- returns the number of units sold (from Redis), or nil when a worker failed.
-local function run(client, mode, workers)
+-- Starts n workers in the given mode, waits for all of them and returns the
+-- number of units sold (from Redis), or nil when a worker failed.
+local function run(client, mode, n)
   redis(client, "SET", STOCK_KEY, UNITS)
   redis(client, "SET", SOLD_KEY, 0)
-  -- A common start time on the monotonic clock (one clock for all processes):
-  -- the workers race from the same moment, not in the order they were spawned.
-  local start_at = string.format("%.6f", core.now() + 0.3)
-  local cmd = table.concat({ sh_quote(interpreter()), sh_quote(arg[0]), "worker", mode, start_at }, " ")
-  local pipes = {}
-  for i = 1, workers do pipes[i] = assert(io.popen(cmd .. " 2>&1", "r")) end
+  -- A common start: the workers race from the same moment, not in the order
+  -- they were spawned.
+  local start_at = workers.start_line()
+  local list = {}
+  for i = 1, n do list[i] = { mode, start_at } end
   local ok = true
-  for i, p in ipairs(pipes) do
-    local out = p:read("*a")
-    p:close()  -- LuaJIT does not report the exit status here: the "sold" line is the proof
+  for i, out in ipairs(workers.run(list)) do
     if not out:match("^sold %d+\n$") then
       io.stderr:write(string.format("%s worker %d failed:\n%s\n", mode, i, out))
       ok = false
@@ -97,17 +77,13 @@ local function run(client, mode, workers)
   return tonumber(redis(client, "GET", SOLD_KEY))
 end
 
-local function main()
-  local workers = tonumber(arg[1] or DEFAULT_WORKERS)
-  if not workers or workers < 1 or workers ~= math.floor(workers) then
-    io.stderr:write("usage: oversell.lua [number of worker processes]\n")
-    return 2
-  end
+-- Sells the stock with n workers, without the lock and then with it.
+local function main(n)
   local client = redislock.default_client()
 
-  local sold = run(client, "unlocked", workers)
+  local sold = run(client, "unlocked", n)
   if not sold then return 1 end
-  local who = workers == 1 and "1 worker" or workers .. " workers"
+  local who = n == 1 and "1 worker" or n .. " workers"
   local line = string.format("without a lock: %s sold %d units of %d", who, sold, UNITS)
   if sold > UNITS then
     line = line .. string.format(" (oversold by %d)", sold - UNITS)
@@ -116,7 +92,7 @@ local function main()
   end
   print(line)
 
-  sold = run(client, "locked", workers)
+  sold = run(client, "locked", n)
   if not sold then return 1 end
   print(string.format("with with_lock: %s sold %d units of %d", who, sold, UNITS))
 
@@ -125,13 +101,4 @@ local function main()
   return sold == UNITS and 0 or 1
 end
 
-if arg[1] == "worker" then
-  worker(arg[2], assert(tonumber(arg[3]), "worker: start time expected"))
-else
-  local ok, status = pcall(main)
-  if not ok then
-    io.stderr:write("oversell: ", tostring(status), "\n")
-    status = 1
-  end
-  os.exit(status)
-end
+workers.main(main, worker, DEFAULT_WORKERS)

@@ -18,12 +18,9 @@
 
 local redislock = require "redislock"
 local core = require "redislock.core"
-
-local function redis(client, ...)
-  local reply, err = client:command(...)
-  if reply == nil then error(err, 2) end
-  return reply
-end
+-- The worker processes (examples/workers.lua).
+local workers = dofile((arg[0]:match("^(.*/)") or "") .. "workers.lua")
+local redis = workers.redis
 
 -- Worker modes: each prints one line for the parent.
 local WORKERS = {
@@ -79,30 +76,14 @@ local WORKERS = {
   end,
 }
 
-if arg[1] == "--worker" then
-  local client = redislock.default_client()
-  WORKERS[arg[2]](client, arg[3], arg[4])
+if arg[1] == "worker" then -- started by workers.run below
+  WORKERS[arg[2]](redislock.default_client(), arg[3], arg[4])
   os.exit(0)
-end
-
-local function sh_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-local function interpreter()
-  local i = -1
-  while arg and arg[i - 1] ~= nil do i = i - 1 end
-  return (arg and arg[i]) or os.getenv("REDISLOCK_LUA") or (jit and "luajit" or "lua5.4")
 end
 
 -- Runs the workers (lists of mode and arguments) at once; their output lines.
 local function run(list)
-  local procs = {}
-  for i, w in ipairs(list) do
-    local words = { interpreter(), sh_quote(arg[0]), "--worker" }
-    for _, a in ipairs(w) do words[#words + 1] = sh_quote(a) end
-    procs[i] = assert(io.popen(table.concat(words, " ") .. " 2>&1"))
-  end
-  local out = {}
-  for i, p in ipairs(procs) do out[i] = p:read("*a"); p:close() end
-  return table.concat(out)
+  return table.concat(workers.run(list))
 end
 
 local client = redislock.default_client()

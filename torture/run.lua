@@ -204,40 +204,39 @@ function topology.single()
   return lock
 end
 
-function topology.sentinel()
+-- A topology of torture/<name>.lua's group (sentinel, cluster, redlock),
+-- started with (own, ...): own, every node on a loopback address of its own,
+-- needs the run's network namespace; without it they share 127.0.0.1 and
+-- the phase has no partitions. Returns the group, and the topology's fields
+-- but its faults.
+local function of_group(name, ...)
   local own = helpers.netns
-  if not own then print("torture: sentinel: no network namespace (run as root): no partitions in this phase") end
-  local g = require("torture.sentinel").start(own)
-  return {
-    where = g.where, faults = g:faults(), failover = true,
-    exists = function(key) return g:cli("EXISTS", key) ~= "0" end,
+  if not own then print("torture: " .. name .. ": no network namespace (run as root): no partitions in this phase") end
+  local g = require("torture." .. name).start(own, ...)
+  return g, {
+    where = g.where,
+    exists = function(key) return g:exists(key) end,
     settle = function() return g:settle() end,
     stop = function(keep) g:stop(keep) end,
   }
+end
+
+function topology.sentinel()
+  local g, t = of_group("sentinel")
+  t.faults, t.failover = g:faults(), true
+  return t
 end
 
 function topology.cluster()
-  local own = helpers.netns
-  if not own then print("torture: cluster: no network namespace (run as root): no partitions in this phase") end
-  local g = require("torture.cluster").start(own, nkeys)
-  return {
-    where = g.where, faults = g:faults(), failover = true,
-    exists = function(key) return g:exists(key) end,
-    settle = function() return g:settle() end,
-    stop = function(keep) g:stop(keep) end,
-  }
+  local g, t = of_group("cluster", nkeys)
+  t.faults, t.failover = g:faults(), true
+  return t
 end
 
 function topology.redlock()
-  local own = helpers.netns
-  if not own then print("torture: redlock: no network namespace (run as root): no partitions in this phase") end
-  local g = require("torture.redlock").start(own)
-  return {
-    where = g.where, faults = g:faults(ttl), windows = g.windows,
-    exists = function(key) return g:exists(key) end,
-    settle = function() return g:settle() end,
-    stop = function(keep) g:stop(keep) end,
-  }
+  local g, t = of_group("redlock")
+  t.faults, t.windows = g:faults(ttl), g.windows
+  return t
 end
 
 -- Runs one phase; returns the checker's result.

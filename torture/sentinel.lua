@@ -123,6 +123,11 @@ function Group:cli(...)
   return m:cli(...)
 end
 
+--- Whether key exists on the master now.
+function Group:exists(key)
+  return self:cli("EXISTS", key) ~= "0"
+end
+
 -- Cuts host off the given hosts until heal(); returns the cut.
 function Group:cut(host, others)
   local c = { host = host, others = others }

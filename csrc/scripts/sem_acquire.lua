@@ -7,17 +7,11 @@
 -- it whose wake-up it did not wait for) keeps it. Replies as acquire: the
 -- fence, or -2 - the ms until a permit may be free (the first one expires,
 -- or one handed over lately may be taken back), and sets the waiters mark.
---! include fence_of sem_handed_fence sem_reclaim server_time whole zset_expire
+--! include sem_reclaim sem_take server_time whole
 local now = server_time()
 sem_reclaim(KEYS[1], KEYS[5], now)
-local resent = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if resent or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then
-  redis.call('ZADD', KEYS[1], whole(now + tonumber(ARGV[2])), ARGV[1])
-  zset_expire(KEYS[1], now)
-  local handed_fence = resent and sem_handed_fence(KEYS[1], ARGV[1])
-  if handed_fence then return handed_fence end
-  return fence_of(KEYS[2], KEYS[4])
-end
+local fence = sem_take(KEYS[1], KEYS[2], KEYS[4], ARGV[1], ARGV[2], ARGV[3], now)
+if fence then return fence end
 local left = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]) - now
 local oldest = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')[2]
 if oldest then left = math.min(left, math.max(tonumber(oldest) + RL_CLAIM_MS - now, 1)) end
