@@ -34,6 +34,8 @@ local STATEFUL, bad_argument, upper_of, upper_name = client_args.STATEFUL, clien
 local acquire, with_hold, check_not_closed = hold.hold, hold.with_hold, hold.check_not_closed
 local check_keys = multilock.check_keys -- a multi-key lock's: the keys as given, and sorted
 local refused, check_primitive = client_args.refused, client_args.check_primitive
+local wait = require "redislock.wait"
+local new_lock, note_taken, cool, not_taken = lock_mod.new, scope.note_taken, wait.cool, wait.not_taken
 
 local _M = { _VERSION = core._VERSION }
 
@@ -41,6 +43,9 @@ args.own(debug.getinfo(1, "S").source)
 
 local client_mt = hold.client_mt
 local Client = client_mt.__index
+local fast_take = core.fast_take(client_mt)
+-- How Client:acquire's common case takes a lock: no options.
+local ONCE = lock_opts(3, "acquire", nil, false)
 _M.is_client, _M.closed, _M.check_open = hold.is_client, hold.closed, hold.check_open
 
 -- check_self for clients, refusing closed ones, for calls that do no I/O
@@ -171,6 +176,12 @@ function _M.new(opts, ...)
                  _holder = holder,
                  _label = opts.label and "/" .. opts.label or "" }
   self._transport, self._sleep = topology.transport(opts, c)
+  -- One server in plain Lua (the C client), no observer: Client:acquire's
+  -- common case is one call (core.fast_take), the tokens made in C.
+  if observer == nil and type(self._transport) == "userdata" then
+    self._fast = self._transport
+    self._fast:holder(holder, self._label)
+  end
   self._waiting = opts.coalesce ~= false and transport.waiting and transport.waiting() or nil
   -- (the transports' defaults)
   self._link.sleep, self._link.timeout = self._sleep, (c.timeout_ms or 1000) / 1000
@@ -246,6 +257,20 @@ end
 -- @return[2] nil
 -- @treturn[2] string "busy: ...", "connection: ..." or "redis: ..."
 function Client:acquire(key, ttl, opts, ...)
+  -- The common case (one server, no observer; a key and a TTL, nothing
+  -- more) in one call: fast_take checks it all, makes the token and sends
+  -- the take; it leaves nothing for any other call.
+  local fence, tok, a, b = fast_take(self, key, ttl, opts, ...)
+  if fence then -- taken: sent at a, its TTL ends at b
+    local lock = new_lock(self._fast, self._link, key, tok, fence, b, nil, a, self._fast)
+    self._held[key] = lock
+    if scope.watching > 0 then note_taken(lock) end
+    local hot = self._hot
+    if hot.n > 0 then cool(hot, key) end
+    return lock
+  elseif fence == false then -- not taken: status a, value b, as the general path takes them
+    return acquire(self, key, nil, ONCE, nil, tok, not_taken(self, key, a, b))
+  end
   check_client(self, "acquire")
   if type(key) == "table" then
     local keys, sorted = check_keys(1, "acquire", key)

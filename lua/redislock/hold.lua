@@ -73,10 +73,13 @@ local function adopt(self, key, tok, fence, sent, ms, how, kind, cohort, expires
   -- been taken then with this TTL (at once, for the latter).
   local inherited = cohort and cohort.expires or expires
   local lock = lock_mod.new(t, self._link, key, tok, fence,
-                            inherited or sent + (t.validity_ms and t:validity_ms(ms) or ms) / 1000, kind and kind.ops)
-  lock._since, lock._cohort = sent, cohort
+                            inherited or sent + (t.validity_ms and t:validity_ms(ms) or ms) / 1000, kind and kind.ops,
+                            sent)
   if delay then lock._delay_ms = delay end -- its extend and ttl reckon with it (lock.lua)
-  if cohort then cohort.gates:keep(cohort, lock) end
+  if cohort then
+    lock._cohort = cohort
+    cohort.gates:keep(cohort, lock)
+  end
   if how.renew then
     lock_mod.lease(lock, how, ms, inherited and inherited - ms / 1000 or sent)
     self._renewed[lock] = true
@@ -156,15 +159,16 @@ end
 -- acquire after its arguments were checked (how.scoped: with_lock's lock,
 -- which must not outlive the running thread, see redislock/ngx_lease.lua);
 -- kind: how to take it (wait.take's; nil for a lock; kind.tail, when
--- set, ends the token).
-local function acquire(self, key, ms, how, kind)
-  local tok, t = new_token(self), self._transport
+-- set, ends the token). tried: the token of a lock's one try made already
+-- (redislock/client.lua's common case), whose answer fence and sent are.
+local function acquire(self, key, ms, how, kind, tried, fence, sent)
+  local tok, t = tried or new_token(self), self._transport
   if kind and kind.tail then tok = tok .. kind.tail end -- an election's value (redislock/election.lua)
   local began, waiting = self._link.observer and now(), nil
   if began then waiting = observe_waiting(self, how, key, kind and kind.ops.kind or "lock") end
   -- One try (every uncontended acquire), without the waiting machinery;
   -- else wait.take's record.
-  local fence, sent = try(self, key, tok, ms, how, kind)
+  if not tried then fence, sent = try(self, key, tok, ms, how, kind) end
   local got
   if fence == false then
     got, sent = take(self, key, tok, ms, how, kind)

@@ -35,6 +35,7 @@ args.own(debug.getinfo(1, "S").source)
 --   (nil for a lock made by from_token)
 local Lock = {}
 local lock_mt = { __index = Lock }
+local fast_release = core.fast_release(lock_mt)
 
 -- Whether err (an error message) says the command did not run, for a
 -- state that passes (a restart loading its data, a busy script, a master
@@ -83,10 +84,13 @@ _M.LOCK = { release = "release", extend = "extend", pttl = "pttl", label = "%s",
 -- timeout = seconds }, closed set when the client is closed (cheaper to read
 -- on every call than asking the transport); fence
 -- and expires (core.now() seconds before which the lock cannot have expired)
--- may be nil when unknown; ops: its scripts (default _M.LOCK).
-function _M.new(t, link, key, token, fence, expires, ops)
+-- may be nil when unknown; ops: its scripts (default _M.LOCK); since:
+-- core.now() when the try that took it was sent (nil: unknown); fast: the
+-- C client of a lock taken by redislock/client.lua's common case, which
+-- Lock:release's releases in one call (core.fast_release).
+function _M.new(t, link, key, token, fence, expires, ops, since, fast)
   return setmetatable({ key = key, token = token, fence = fence, _t = t, _link = link, _state = "held",
-                        _expires = expires, _ops = ops or _M.LOCK, _since = false }, lock_mt) -- adopt sets _since
+                        _expires = expires, _ops = ops or _M.LOCK, _since = since or false, _fast = fast }, lock_mt)
 end
 
 -- The lock's name in messages: '"orders:42"', 'a permit of "api"' ...
@@ -165,9 +169,10 @@ end
 
 -- Runs the lock's script what ("release", "extend" or "pttl": the lock's
 -- own or its primitive's, see _M.LOCK) on the server for a lock that is still ours by our own account;
--- fname names the public method for errors.
+-- fname names the public method for errors; answered: a release sent
+-- already (Lock:release's common case), whose answer a and b are.
 -- Returns the script's value, or nil and an error message.
-local function lock_eval(self, fname, what, ms)
+local function lock_eval(self, fname, what, ms, answered, a, b)
   local op = self._ops[what]
   if self._t.io_problem then check_phase(self._t, fname) end
   -- Held, without renewal, its client open: usable (the common case, asked without a call).
@@ -210,10 +215,10 @@ local function lock_eval(self, fname, what, ms)
     -- the lock may still be ours: until it expires by its last known TTL
     -- (or, unknown, for the client's timeout).
     local link, t = self._link, self._t
-    if t.eval_until then
+    if t.eval_until and not answered then
       status, value = again(link.sleep, expires_of(self) or sent + link.timeout, t, op, self.key, self.token, ms)
     else -- again's first try in place: every release makes it
-      status, value = t:eval(op, self.key, self.token, ms)
+      if answered then status, value = a, b else status, value = t:eval(op, self.key, self.token, ms) end
       if status == nil then
         status, value = again_from(nil, value, link.sleep, expires_of(self) or sent + link.timeout, t, op, self.key,
                                    self.token, ms)
@@ -262,26 +267,33 @@ end
 -- @return[2] nil
 -- @treturn[2] string "lost: ...", "connection: ..." or "redis: ..."
 function Lock:release(...)
-  -- The checks' usual outcomes first, without a call: every lock is released.
-  if getmetatable(self) ~= lock_mt then check_self(self, lock_mt, "release", "redislock lock") end
-  if select("#", ...) > 0 then check_nargs("release", 0, ...) end
-  if self._state == "released" then return true end
-  -- Under OpenResty a lock that keeps its worker's gate is handed down to the
-  -- next request queued there when it is still ours by the clock, and its
-  -- renewal is neither on its way (it could land after the next holder's)
-  -- nor due (a Sentinel switch): no word to Redis (redislock/ngx_gate.lua).
-  -- Else it is released on Redis and the gate left, whatever the answer.
-  if self._t.io_problem then check_phase(self._t, "release") end -- whether or not it needs I/O
-  local cohort = self._cohort
-  self._cohort = nil
-  local expires, lease = cohort and expires_of(self), self._lease
-  if cohort and not unusable(self) and now() < (expires or 0) and not (lease and lease.due_now and lease:due_now())
-     and cohort.gates:hand(cohort, { token = self.token, fence = self.fence, expires = expires }) then
-    stop_lease(self)
-  else
-    local ok, err = lock_eval(self, "release", "release")
-    if cohort then cohort.gates:done(cohort) end
-    if not ok then return nil, err end
+  -- A lock of Client:acquire's common case, held, its client open: released
+  -- in one call (fast_release checks the call too); done is nil for any
+  -- other call, which nothing was sent for, and false for a release sent
+  -- that did not answer 1 (status and value are its answer).
+  local done, status, value = fast_release(self, ...)
+  if not done then
+    -- The checks' usual outcomes first, without a call: every lock is released.
+    if getmetatable(self) ~= lock_mt then check_self(self, lock_mt, "release", "redislock lock") end
+    if select("#", ...) > 0 then check_nargs("release", 0, ...) end
+    if self._state == "released" then return true end
+    -- Under OpenResty a lock that keeps its worker's gate is handed down to the
+    -- next request queued there when it is still ours by the clock, and its
+    -- renewal is neither on its way (it could land after the next holder's)
+    -- nor due (a Sentinel switch): no word to Redis (redislock/ngx_gate.lua).
+    -- Else it is released on Redis and the gate left, whatever the answer.
+    if self._t.io_problem then check_phase(self._t, "release") end -- whether or not it needs I/O
+    local cohort = self._cohort
+    self._cohort = nil
+    local expires, lease = cohort and expires_of(self), self._lease
+    if cohort and not unusable(self) and now() < (expires or 0) and not (lease and lease.due_now and lease:due_now())
+       and cohort.gates:hand(cohort, { token = self.token, fence = self.fence, expires = expires }) then
+      stop_lease(self)
+    else
+      local ok, err = lock_eval(self, "release", "release", nil, done == false, status, value)
+      if cohort then cohort.gates:done(cohort) end
+      if not ok then return nil, err end
+    end
   end
   self._state = "released"
   if self._link.observer then
