@@ -615,11 +615,11 @@ static int fast_take(lua_State *L) {
   lua_Number sent;
   rl_call call;
   if (top < 3 || top > 4 || (top == 4 && !lua_isnil(L, 4)) || !has_meta(L, 1, 1)) return 0;
+  lua_settop(L, 4);
+  if ((c = fast_client(L, 1, 2)) == NULL) return 0; /* at 5 */
   if (lua_type(L, 2) != LUA_TSTRING || lua_type(L, 3) != LUA_TNUMBER) return 0;
   key = lua_tolstring(L, 2, &klen);
   if (rl_check_key(key, klen) != NULL || rl_seconds_to_ms((double)lua_tonumber(L, 3), &ms) != NULL) return 0;
-  lua_settop(L, 4);
-  if ((c = fast_client(L, 1, 2)) == NULL) return 0;
   push_token(L, c); /* at 6 */
   token = lua_tolstring(L, 6, &tlen);
   sent = rl_lua_now();
