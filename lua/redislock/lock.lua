@@ -86,8 +86,8 @@ _M.LOCK = { release = "release", extend = "extend", pttl = "pttl", label = "%s",
 -- and expires (core.now() seconds before which the lock cannot have expired)
 -- may be nil when unknown; ops: its scripts (default _M.LOCK); since:
 -- core.now() when the try that took it was sent (nil: unknown); fast: the
--- C client of a lock taken by redislock/client.lua's common case, which
--- Lock:release's releases in one call (core.fast_release).
+-- C client, for a lock taken by redislock/client.lua's common case, which
+-- Lock:release then releases in one call (core.fast_release).
 function _M.new(t, link, key, token, fence, expires, ops, since, fast)
   return setmetatable({ key = key, token = token, fence = fence, _t = t, _link = link, _state = "held",
                         _expires = expires, _ops = ops or _M.LOCK, _since = since or false, _fast = fast }, lock_mt)
