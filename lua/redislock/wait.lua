@@ -181,7 +181,10 @@ local function try(client, key, tok, ms, how, kind)
   local sent = now()
   local status, value = (kind.eval or c.eval)(c, kind.take, key, tok, ms)
   if status == 1 then
-    cool(hot, key)
+    if hot.keys[key] then -- free at once: cooled down
+      hot.keys[key] = nil
+      hot.n = hot.n - 1
+    end
     return value, sent
   end
   if status == nil then return nil, value end
