@@ -595,31 +595,30 @@ static int has_meta(lua_State *L, int idx, int uv) {
 }
 
 /*
- * take(self, key, ttl[, opts]) (core.fast_take's): Client:acquire's common
- * case in one call. self a client (the metatable at upvalue 1) whose _fast
- * is an open client of this module (one server, no observer: see
- * redislock/client.lua), a key and a TTL in seconds that pass acquire's
- * checks, no options. Makes the token (client:holder's), sends the take
- * and leaves fence, token, sent (core.now() before the send) and expires
- * (sent plus the TTL); when it did not take the lock, false, the token,
- * and what client:eval answered (-1 and the holder's PTTL; nil and the
- * message). Leaves nothing, having done nothing, for any other call: the
- * general path then checks and runs it.
+ * core.fast_take(client, key, ttl[, opts]): Client:acquire's common case
+ * in one call, for client (redislock/client.lua's, one server in plain
+ * Lua without an observer), open, a key and a TTL in seconds that pass
+ * acquire's checks, no options. Makes the token (client:holder's), sends
+ * the take and leaves fence, token, sent (core.now() before the send) and
+ * expires (sent plus the TTL); when it did not take the lock, false, the
+ * token, and what client:eval answered (-1 and the holder's PTTL; nil and
+ * the message). Leaves nothing, having done nothing, for any other call:
+ * the general path then checks and runs it. Upvalue 1: the clients'
+ * metatable.
  */
 static int fast_take(lua_State *L) {
   int top = lua_gettop(L);
-  rl_client *c;
+  rl_client *c = (rl_client *)lua_touserdata(L, 1);
   const char *key, *token;
   size_t klen, tlen;
   long long ms = 0;
   lua_Number sent;
   rl_call call;
-  if (top < 3 || top > 4 || (top == 4 && !lua_isnil(L, 4)) || !has_meta(L, 1, 1)) return 0;
-  lua_settop(L, 4);
-  if ((c = fast_client(L, 1, 2)) == NULL) return 0; /* at 5 */
+  if (top < 3 || top > 4 || (top == 4 && !lua_isnil(L, 4)) || c == NULL || !has_meta(L, 1, 1) || c->closed) return 0;
   if (lua_type(L, 2) != LUA_TSTRING || lua_type(L, 3) != LUA_TNUMBER) return 0;
   key = lua_tolstring(L, 2, &klen);
   if (rl_check_key(key, klen) != NULL || rl_seconds_to_ms((double)lua_tonumber(L, 3), &ms) != NULL) return 0;
+  lua_settop(L, 5);
   push_token(L, c); /* at 6 */
   token = lua_tolstring(L, 6, &tlen);
   sent = rl_lua_now();
@@ -684,16 +683,6 @@ static int fast_release(lua_State *L) {
   return 3;
 }
 
-/* core.fast_take(client_mt) -> take: Client:acquire's common case for the
-   clients of that metatable (redislock/hold.lua's), see fast_take. */
-static int core_fast_take(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  lua_settop(L, 1);
-  luaL_getmetatable(L, RL_CLIENT_MT);
-  lua_pushcclosure(L, fast_take, 2);
-  return 1;
-}
-
 /* core.fast_release(lock_mt) -> release: Lock:release's common case for
    the locks of that metatable (redislock/lock.lua's), see fast_release. */
 static int core_fast_release(lua_State *L) {
@@ -731,7 +720,6 @@ static const luaL_Reg client_functions[] = {
   { "new", core_new },
   { "check_tls", core_check_tls },
   { "eval_many", core_eval_many },
-  { "fast_take", core_fast_take },
   { "fast_release", core_fast_release },
   { NULL, NULL }
 };
@@ -739,4 +727,7 @@ static const luaL_Reg client_functions[] = {
 void rl_lua_open_client(lua_State *L) {
   rl_lua_newtype(L, RL_CLIENT_MT, client_meta, client_methods);
   luaL_setfuncs(L, client_functions, 0);
+  luaL_getmetatable(L, RL_CLIENT_MT);
+  lua_pushcclosure(L, fast_take, 1);
+  lua_setfield(L, -2, "fast_take");
 }

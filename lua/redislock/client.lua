@@ -43,9 +43,12 @@ args.own(debug.getinfo(1, "S").source)
 
 local client_mt = hold.client_mt
 local Client = client_mt.__index
-local fast_take = core.fast_take(client_mt)
+local fast_take = core.fast_take
 -- How Client:acquire's common case takes a lock: no options.
 local ONCE = lock_opts(3, "acquire", nil, false)
+-- The clients whose Client:acquire's common case is one call: client ->
+-- its C client (new's; read safely whatever self is).
+local FAST = setmetatable({}, { __mode = "k" })
 _M.is_client, _M.closed, _M.check_open = hold.is_client, hold.closed, hold.check_open
 
 -- check_self for clients, refusing closed ones, for calls that do no I/O
@@ -179,8 +182,8 @@ function _M.new(opts, ...)
   -- One server in plain Lua (the C client), no observer: Client:acquire's
   -- common case is one call (core.fast_take), the tokens made in C.
   if observer == nil and type(self._transport) == "userdata" then
-    self._fast = self._transport
-    self._fast:holder(holder, self._label)
+    FAST[self] = self._transport
+    self._transport:holder(holder, self._label)
   end
   self._waiting = opts.coalesce ~= false and transport.waiting and transport.waiting() or nil
   -- (the transports' defaults)
@@ -260,16 +263,19 @@ function Client:acquire(key, ttl, opts, ...)
   -- The common case (one server, no observer; a key and a TTL, nothing
   -- more) in one call: fast_take checks it all, makes the token and sends
   -- the take; it leaves nothing for any other call.
-  local fence, tok, a, b = fast_take(self, key, ttl, opts, ...)
-  if fence then -- taken: sent at a, its TTL ends at b
-    local lock = new_lock(self._fast, self._link, key, tok, fence, b, nil, a, self._fast)
-    self._held[key] = lock
-    if scope.watching > 0 then note_taken(lock) end
-    local hot = self._hot
-    if hot.n > 0 then cool(hot, key) end
-    return lock
-  elseif fence == false then -- not taken: status a, value b, as the general path takes them
-    return acquire(self, key, nil, ONCE, nil, tok, not_taken(self, key, a, b))
+  local t = FAST[self]
+  if t then
+    local fence, tok, a, b = fast_take(t, key, ttl, opts, ...)
+    if fence then -- taken: sent at a, its TTL ends at b
+      local lock = new_lock(t, self._link, key, tok, fence, b, nil, a, t)
+      self._held[key] = lock
+      if scope.watching > 0 then note_taken(lock) end
+      local hot = self._hot
+      if hot.n > 0 then cool(hot, key) end
+      return lock
+    elseif fence == false then -- not taken: status a, value b, as the general path takes them
+      return acquire(self, key, nil, ONCE, nil, tok, not_taken(self, key, a, b))
+    end
   end
   check_client(self, "acquire")
   if type(key) == "table" then
