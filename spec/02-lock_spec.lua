@@ -323,6 +323,12 @@ describe("locks", function()
     local quick, general = assert(client:acquire("one", 5)), assert(client:acquire("two", 5, {}))
     assert.is_truthy(quick._fast)
     assert.is_nil(general._fast)
+    -- The general path's locks release by Lock:release alone; a common
+    -- case's lock by its own, which checks its call as Lock:release does.
+    assert.is_function(rawget(quick, "release"))
+    assert.is_nil(rawget(general, "release"))
+    assert.has_error(function() quick.release(nil) end,
+                     "bad self to 'release' (redislock lock expected, got nil; call it with ':', as x:release(...))")
     local shape = "^%x+(/[^/]+/%d+/)%d+$"
     assert.are.equal(general.token:match(shape), quick.token:match(shape), quick.token)
     assert.are.equal(32, #quick.token:match("^%x+"))
@@ -334,6 +340,10 @@ describe("locks", function()
       assert.is_true(lock:release())
       assert.are.equal("released", lock._state)
     end
+    local class = getmetatable(quick).__index
+    local third = assert(client:acquire("three", 5))
+    assert.is_true(class.release(third))
+    assert.are.equal(0, raw:command("EXISTS", "lock:{three}"))
     assert.are.equal(0, raw:command("EXISTS", "lock:{one}", "lock:{two}"))
     -- The tail of the token (the second it was made in) follows the clock.
     local first = assert(client:acquire("one", 5))

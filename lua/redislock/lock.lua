@@ -36,6 +36,7 @@ args.own(debug.getinfo(1, "S").source)
 local Lock = {}
 local lock_mt = { __index = Lock }
 local fast_release = core.fast_release(lock_mt)
+local release_once -- a common case's release (below)
 
 -- Whether err (an error message) says the command did not run, for a
 -- state that passes (a restart loading its data, a busy script, a master
@@ -87,10 +88,12 @@ _M.LOCK = { release = "release", extend = "extend", pttl = "pttl", label = "%s",
 -- may be nil when unknown; ops: its scripts (default _M.LOCK); since:
 -- core.now() when the try that took it was sent (nil: unknown); fast: the
 -- C client, for a lock taken by redislock/client.lua's common case, which
--- Lock:release then releases in one call (core.fast_release).
+-- its own release (release_once, in place of Lock:release) releases in
+-- one call; the locks of every other path pay nothing for it.
 function _M.new(t, link, key, token, fence, expires, ops, since, fast)
   return setmetatable({ key = key, token = token, fence = fence, _t = t, _link = link, _state = "held",
-                        _expires = expires, _ops = ops or _M.LOCK, _since = since or false, _fast = fast }, lock_mt)
+                        _expires = expires, _ops = ops or _M.LOCK, _since = since or false, _fast = fast,
+                        release = fast and release_once }, lock_mt)
 end
 
 -- The lock's name in messages: '"orders:42"', 'a permit of "api"' ...
@@ -261,39 +264,26 @@ local function lock_eval(self, fname, what, ms, answered, a, b)
   return value
 end
 
---- Releases the lock if it is still ours (compare-and-delete on the server).
--- Releasing again is harmless and returns true.
--- @treturn boolean true
--- @return[2] nil
--- @treturn[2] string "lost: ...", "connection: ..." or "redis: ..."
-function Lock:release(...)
-  -- A lock of Client:acquire's common case, held, its client open: released
-  -- in one call (fast_release checks the call too); done is nil for any
-  -- other call, which nothing was sent for, and false for a release sent
-  -- that did not answer 1 (status and value are its answer).
-  local done, status, value = fast_release(self, ...)
-  if not done then
-    -- The checks' usual outcomes first, without a call: every lock is released.
-    if getmetatable(self) ~= lock_mt then check_self(self, lock_mt, "release", "redislock lock") end
-    if select("#", ...) > 0 then check_nargs("release", 0, ...) end
-    if self._state == "released" then return true end
-    -- Under OpenResty a lock that keeps its worker's gate is handed down to the
-    -- next request queued there when it is still ours by the clock, and its
-    -- renewal is neither on its way (it could land after the next holder's)
-    -- nor due (a Sentinel switch): no word to Redis (redislock/ngx_gate.lua).
-    -- Else it is released on Redis and the gate left, whatever the answer.
-    if self._t.io_problem then check_phase(self._t, "release") end -- whether or not it needs I/O
-    local cohort = self._cohort
-    self._cohort = nil
-    local expires, lease = cohort and expires_of(self), self._lease
-    if cohort and not unusable(self) and now() < (expires or 0) and not (lease and lease.due_now and lease:due_now())
-       and cohort.gates:hand(cohort, { token = self.token, fence = self.fence, expires = expires }) then
-      stop_lease(self)
-    else
-      local ok, err = lock_eval(self, "release", "release", nil, done == false, status, value)
-      if cohort then cohort.gates:done(cohort) end
-      if not ok then return nil, err end
-    end
+-- Lock:release after its checks; answered: the release was sent already
+-- (release_once's), status and value are its answer.
+local function release(self, answered, status, value)
+  if self._state == "released" then return true end
+  -- Under OpenResty a lock that keeps its worker's gate is handed down to the
+  -- next request queued there when it is still ours by the clock, and its
+  -- renewal is neither on its way (it could land after the next holder's)
+  -- nor due (a Sentinel switch): no word to Redis (redislock/ngx_gate.lua).
+  -- Else it is released on Redis and the gate left, whatever the answer.
+  if self._t.io_problem then check_phase(self._t, "release") end -- whether or not it needs I/O
+  local cohort = self._cohort
+  self._cohort = nil
+  local expires, lease = cohort and expires_of(self), self._lease
+  if cohort and not unusable(self) and now() < (expires or 0) and not (lease and lease.due_now and lease:due_now())
+     and cohort.gates:hand(cohort, { token = self.token, fence = self.fence, expires = expires }) then
+    stop_lease(self)
+  else
+    local ok, err = lock_eval(self, "release", "release", nil, answered, status, value)
+    if cohort then cohort.gates:done(cohort) end
+    if not ok then return nil, err end
   end
   self._state = "released"
   if self._link.observer then
@@ -303,6 +293,35 @@ function Lock:release(...)
   local note = self._note
   if note then note.released = true end
   return true
+end
+
+--- Releases the lock if it is still ours (compare-and-delete on the server).
+-- Releasing again is harmless and returns true.
+-- @treturn boolean true
+-- @return[2] nil
+-- @treturn[2] string "lost: ...", "connection: ..." or "redis: ..."
+function Lock:release(...)
+  -- The checks' usual outcomes first, without a call: every lock is released.
+  if getmetatable(self) ~= lock_mt then check_self(self, lock_mt, "release", "redislock lock") end
+  if select("#", ...) > 0 then check_nargs("release", 0, ...) end
+  return release(self)
+end
+
+-- The release of a lock of Client:acquire's common case (its own field
+-- release, see new): one call, core.fast_release, which checks the call
+-- too, while the lock is held and its client open. done is nil for any
+-- other call, which nothing was sent for (Lock:release's then), and false
+-- for a release sent that did not answer 1 (status and value: its answer).
+release_once = function(self, ...)
+  local done, status, value = fast_release(self, ...)
+  if done then
+    self._state = "released"
+    local note = self._note
+    if note then note.released = true end
+    return true
+  end
+  if done == nil then return Lock.release(self, ...) end
+  return release(self, true, status, value)
 end
 
 --- Sets the lock's remaining time to ttl seconds, if it is still ours.
