@@ -573,11 +573,11 @@ static void push_token(lua_State *L, rl_client *c) {
   lua_pushlstring(L, c->token, RL_TOKEN_HEX + c->tail);
 }
 
-/* The module's client in field _fast of the table at idx, open, or NULL.
+/* The module's client in field _t of the lock at idx, open, or NULL.
    Upvalue uv is the clients' metatable. Pushes the field. */
-static rl_client *fast_client(lua_State *L, int idx, int uv) {
+static rl_client *lock_client(lua_State *L, int idx, int uv) {
   rl_client *c;
-  lua_getfield(L, idx, "_fast");
+  lua_getfield(L, idx, "_t");
   c = (rl_client *)lua_touserdata(L, -1);
   if (c == NULL || !lua_getmetatable(L, -1)) return NULL;
   if (!lua_rawequal(L, -1, lua_upvalueindex(uv))) c = NULL;
@@ -645,26 +645,31 @@ static int fast_take(lua_State *L) {
 }
 
 /*
- * release(lock) (core.fast_release's): Lock:release's common case in one
- * call. lock (the metatable at upvalue 1; no other argument) made by the
- * common acquire (its _fast an open client of this module), held by its
- * own account (_state "held", upvalue 3). Sends the release and leaves
- * true when it released; else false and what client:eval answered. Leaves
- * nothing, having done nothing, for any other call.
+ * release(lock) (core.fast_release's): the release of a lock of
+ * Client:acquire's common case in one call. lock (the metatable at
+ * upvalue 1; no other argument) has a release field of its own (only
+ * those locks do: redislock/lock.lua's new), its _t an open client of
+ * this module, and is held by its own account (_state "held", upvalue
+ * 3). Sends the release and leaves true when it released; else false and
+ * what client:eval answered. Leaves nothing, having done nothing, for any
+ * other call.
  */
 static int fast_release(lua_State *L) {
   rl_client *c;
   const char *key, *token;
   size_t klen, tlen;
   rl_call call;
-  if (lua_gettop(L) != 1 || !has_meta(L, 1, 1) || (c = fast_client(L, 1, 2)) == NULL) return 0;
+  if (lua_gettop(L) != 1 || !has_meta(L, 1, 1)) return 0;
+  lua_pushliteral(L, "release");
+  lua_rawget(L, 1);
+  if (lua_isnil(L, 2) || (c = lock_client(L, 1, 2)) == NULL) return 0; /* at 3 */
   lua_getfield(L, 1, "_state");
   lua_getfield(L, 1, "key");
   lua_getfield(L, 1, "token");
-  if (!lua_rawequal(L, 3, lua_upvalueindex(3)) || lua_type(L, 4) != LUA_TSTRING || lua_type(L, 5) != LUA_TSTRING)
+  if (!lua_rawequal(L, 4, lua_upvalueindex(3)) || lua_type(L, 5) != LUA_TSTRING || lua_type(L, 6) != LUA_TSTRING)
     return 0;
-  key = lua_tolstring(L, 4, &klen);
-  token = lua_tolstring(L, 5, &tlen);
+  key = lua_tolstring(L, 5, &klen);
+  token = lua_tolstring(L, 6, &tlen);
   if (rl_check_key(key, klen) != NULL || tlen == 0) return 0;
   call.replicas = call.replica_ms = 0;
   if (run(L, c, &call, RL_OP_RELEASE, key, klen, token, tlen, 0, 0) != 0) {

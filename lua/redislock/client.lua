@@ -267,7 +267,7 @@ function Client:acquire(key, ttl, opts, ...)
   if t then
     local fence, tok, a, b = fast_take(t, key, ttl, opts, ...)
     if fence then -- taken: sent at a, its TTL ends at b
-      local lock = new_lock(t, self._link, key, tok, fence, b, nil, a, t)
+      local lock = new_lock(t, self._link, key, tok, fence, b, nil, a, true)
       self._held[key] = lock
       if scope.watching > 0 then note_taken(lock) end
       local hot = self._hot

@@ -86,14 +86,14 @@ _M.LOCK = { release = "release", extend = "extend", pttl = "pttl", label = "%s",
 -- on every call than asking the transport); fence
 -- and expires (core.now() seconds before which the lock cannot have expired)
 -- may be nil when unknown; ops: its scripts (default _M.LOCK); since:
--- core.now() when the try that took it was sent (nil: unknown); fast: the
--- C client, for a lock taken by redislock/client.lua's common case, which
--- its own release (release_once, in place of Lock:release) releases in
--- one call; the locks of every other path pay nothing for it.
-function _M.new(t, link, key, token, fence, expires, ops, since, fast)
+-- core.now() when the try that took it was sent (nil: unknown); once:
+-- true for a lock taken by redislock/client.lua's common case (t the C
+-- client), which its own release (release_once, in place of
+-- Lock:release) releases in one call.
+function _M.new(t, link, key, token, fence, expires, ops, since, once)
   return setmetatable({ key = key, token = token, fence = fence, _t = t, _link = link, _state = "held",
-                        _expires = expires, _ops = ops or _M.LOCK, _since = since or false, _fast = fast,
-                        release = fast and release_once }, lock_mt)
+                        _expires = expires, _ops = ops or _M.LOCK, _since = since or false,
+                        release = once and release_once }, lock_mt)
 end
 
 -- The lock's name in messages: '"orders:42"', 'a permit of "api"' ...
@@ -173,7 +173,7 @@ end
 -- Runs the lock's script what ("release", "extend" or "pttl": the lock's
 -- own or its primitive's, see _M.LOCK) on the server for a lock that is still ours by our own account;
 -- fname names the public method for errors; answered: a release sent
--- already (Lock:release's common case), whose answer a and b are.
+-- already (release_once's, the common case), whose answer a and b are.
 -- Returns the script's value, or nil and an error message.
 local function lock_eval(self, fname, what, ms, answered, a, b)
   local op = self._ops[what]
@@ -264,9 +264,15 @@ local function lock_eval(self, fname, what, ms, answered, a, b)
   return value
 end
 
--- Lock:release after its checks; answered: the release was sent already
--- (release_once's), status and value are its answer.
-local function release(self, answered, status, value)
+--- Releases the lock if it is still ours (compare-and-delete on the server).
+-- Releasing again is harmless and returns true.
+-- @treturn boolean true
+-- @return[2] nil
+-- @treturn[2] string "lost: ...", "connection: ..." or "redis: ..."
+function Lock:release(...)
+  -- The checks' usual outcomes first, without a call: every lock is released.
+  if getmetatable(self) ~= lock_mt then check_self(self, lock_mt, "release", "redislock lock") end
+  if select("#", ...) > 0 then check_nargs("release", 0, ...) end
   if self._state == "released" then return true end
   -- Under OpenResty a lock that keeps its worker's gate is handed down to the
   -- next request queued there when it is still ours by the clock, and its
@@ -281,7 +287,7 @@ local function release(self, answered, status, value)
      and cohort.gates:hand(cohort, { token = self.token, fence = self.fence, expires = expires }) then
     stop_lease(self)
   else
-    local ok, err = lock_eval(self, "release", "release", nil, answered, status, value)
+    local ok, err = lock_eval(self, "release", "release")
     if cohort then cohort.gates:done(cohort) end
     if not ok then return nil, err end
   end
@@ -295,33 +301,24 @@ local function release(self, answered, status, value)
   return true
 end
 
---- Releases the lock if it is still ours (compare-and-delete on the server).
--- Releasing again is harmless and returns true.
--- @treturn boolean true
--- @return[2] nil
--- @treturn[2] string "lost: ...", "connection: ..." or "redis: ..."
-function Lock:release(...)
-  -- The checks' usual outcomes first, without a call: every lock is released.
-  if getmetatable(self) ~= lock_mt then check_self(self, lock_mt, "release", "redislock lock") end
-  if select("#", ...) > 0 then check_nargs("release", 0, ...) end
-  return release(self)
-end
-
 -- The release of a lock of Client:acquire's common case (its own field
 -- release, see new): one call, core.fast_release, which checks the call
 -- too, while the lock is held and its client open. done is nil for any
 -- other call, which nothing was sent for (Lock:release's then), and false
--- for a release sent that did not answer 1 (status and value: its answer).
+-- for a release sent that did not answer 1 (status and value: its answer,
+-- which lock_eval reads as it reads its own). Such a lock has no gate and
+-- its client no observer.
 release_once = function(self, ...)
   local done, status, value = fast_release(self, ...)
-  if done then
-    self._state = "released"
-    local note = self._note
-    if note then note.released = true end
-    return true
-  end
   if done == nil then return Lock.release(self, ...) end
-  return release(self, true, status, value)
+  if not done then
+    local ok, err = lock_eval(self, "release", "release", nil, true, status, value)
+    if not ok then return nil, err end
+  end
+  self._state = "released"
+  local note = self._note
+  if note then note.released = true end
+  return true
 end
 
 --- Sets the lock's remaining time to ttl seconds, if it is still ours.
