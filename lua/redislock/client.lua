@@ -24,18 +24,18 @@ local semaphore = require "redislock.semaphore"
 local topology = require "redislock.topology"
 local transport = require "redislock.transport"
 
-local error, getmetatable, pairs, select, setmetatable, tostring, type =
-      error, getmetatable, pairs, select, setmetatable, tostring, type
+local error, pairs, select, setmetatable, tostring, type =
+      error, pairs, select, setmetatable, tostring, type
 local argerror, quote, pack = args.argerror, args.quote, args.pack
-local check_key, check_seconds, check_self, check_nargs, check_phase, lock_opts =
-      args.check_key, args.check_seconds, args.check_self, args.check_nargs, args.check_phase, args.lock_opts
+local check_key, check_seconds, check_self, check_nargs, lock_opts =
+      args.check_key, args.check_seconds, args.check_self, args.check_nargs, args.lock_opts
 local STATEFUL, bad_argument, upper_of, upper_name = client_args.STATEFUL, client_args.bad_argument,
       client_args.upper_of, client_args.upper_name
-local acquire, with_hold, check_not_closed = hold.hold, hold.with_hold, hold.check_not_closed
+local acquire, with_hold = hold.hold, hold.with_hold
 local check_keys = multilock.check_keys -- a multi-key lock's: the keys as given, and sorted
 local refused, check_primitive = client_args.refused, client_args.check_primitive
-local wait = require "redislock.wait"
-local new_lock, note_taken, cool, not_taken = lock_mod.new, scope.note_taken, wait.cool, wait.not_taken
+local FAST, fast_take, taken = hold.FAST, core.fast_take, hold.taken
+local check_live, check_client = hold.check_live, hold.check_client
 
 local _M = { _VERSION = core._VERSION }
 
@@ -43,29 +43,7 @@ args.own(debug.getinfo(1, "S").source)
 
 local client_mt = hold.client_mt
 local Client = client_mt.__index
-local fast_take = core.fast_take
--- How Client:acquire's common case takes a lock: no options.
-local ONCE = lock_opts(3, "acquire", nil, false)
--- The clients whose Client:acquire's common case is one call: client ->
--- its C client (new's; read safely whatever self is).
-local FAST = setmetatable({}, { __mode = "k" })
 _M.is_client, _M.closed, _M.check_open = hold.is_client, hold.closed, hold.check_open
-
--- check_self for clients, refusing closed ones, for calls that do no I/O
--- (allowed in any nginx phase; what they make checks its own).
-local function check_live(self, fname)
-  check_self(self, client_mt, fname, "redislock client")
-  check_not_closed(self, fname)
-end
-
--- check_self for clients, refusing closed ones too, and I/O where nginx
--- forbids it (check_phase). The usual outcome is found first: a client's
--- calls may be in a hot loop.
-local function check_client(self, fname)
-  if getmetatable(self) == client_mt and not self._link.closed and not self._transport.io_problem then return end
-  check_live(self, fname)
-  check_phase(self._transport, fname)
-end
 
 --- The options of redislock.new. Times are seconds (fractions allowed).
 -- Behind Sentinel, `sentinels` and `master` replace `url`, `host`, `port`
@@ -261,21 +239,12 @@ end
 -- @treturn[2] string "busy: ...", "connection: ..." or "redis: ..."
 function Client:acquire(key, ttl, opts, ...)
   -- The common case (one server, no observer; a key and a TTL, nothing
-  -- more) in one call: fast_take checks it all, makes the token and sends
-  -- the take; it leaves nothing for any other call.
+  -- more) in one call: core.fast_take checks it all, makes the token and
+  -- sends the take (hold.taken reads its answer); nothing for any other.
   local t = FAST[self]
   if t then
     local fence, tok, a, b = fast_take(t, key, ttl, opts, ...)
-    if fence then -- taken: sent at a, its TTL ends at b
-      local lock = new_lock(t, self._link, key, tok, fence, b, nil, a, true)
-      self._held[key] = lock
-      if scope.watching > 0 then note_taken(lock) end
-      local hot = self._hot
-      if hot.n > 0 then cool(hot, key) end
-      return lock
-    elseif fence == false then -- not taken: status a, value b, as the general path takes them
-      return acquire(self, key, nil, ONCE, nil, tok, not_taken(self, key, a, b))
-    end
+    if fence ~= nil then return taken(self, t, key, fence, tok, a, b) end
   end
   check_client(self, "acquire")
   if type(key) == "table" then

@@ -23,6 +23,8 @@ local try, take, note_taken = wait.try, wait.take, scope.note_taken
 local raise_at_caller, quote, check_seconds, check_phase, lock_opts = args.raise_at_caller, args.quote,
       args.check_seconds, args.check_phase, args.lock_opts
 
+local cool, not_taken, check_self = wait.cool, wait.not_taken, args.check_self
+
 local _M = { _VERSION = core._VERSION }
 
 args.own(debug.getinfo(1, "S").source)
@@ -55,6 +57,29 @@ local function check_open(client, fname)
   check_phase(client._transport, fname)
 end
 _M.check_not_closed, _M.check_open = check_not_closed, check_open
+
+--- check_self for clients, refusing closed ones, for calls that do no I/O
+-- (allowed in any nginx phase; what they make checks its own).
+local function check_live(self, fname)
+  check_self(self, client_mt, fname, "redislock client")
+  check_not_closed(self, fname)
+end
+
+--- check_self for clients, refusing closed ones too, and I/O where nginx
+-- forbids it (check_phase). The usual outcome is found first: a client's
+-- calls may be in a hot loop.
+function _M.check_client(self, fname)
+  if getmetatable(self) == client_mt and not self._link.closed and not self._transport.io_problem then return end
+  check_live(self, fname)
+  check_phase(self._transport, fname)
+end
+_M.check_live = check_live
+
+--- The clients whose acquire has its common case in one call (taken):
+-- client -> its C client, which makes their tokens (redislock/client.lua's
+-- new notes them: one server in plain Lua, no observer). Weak keys; read
+-- safely whatever the key.
+_M.FAST = setmetatable({}, { __mode = "k" })
 
 
 -- Makes the lock object for a hold just taken (fence: its fence; sent:
@@ -203,6 +228,26 @@ local function acquire(self, key, ms, how, kind, tried, fence, sent)
                               how.replicas == 1 and "" or "s", how.replica_ms / 1000)
   end
   return adopt(self, key, tok, fence, sent, ms, how, kind, cohort, got.expires, got.delay)
+end
+
+-- How the common case takes a lock: no options.
+local ONCE = lock_opts(3, "acquire", nil, false)
+
+--- taken(client, t, key, fence, tok, a, b) -> lock | nil, err: what
+-- Client:acquire's common case answers (client one of FAST's, t its C
+-- client) after core.fast_take sent the take with token tok: taken
+-- (fence; sent at a, its TTL ends at b), or not (fence false; status a
+-- and value b, as the general path takes them).
+function _M.taken(self, t, key, fence, tok, a, b)
+  if fence then
+    local lock = lock_mod.new(t, self._link, key, tok, fence, b, nil, a, true)
+    self._held[key] = lock
+    if scope.watching > 0 then note_taken(lock) end
+    local hot = self._hot
+    if hot.n > 0 then cool(hot, key) end
+    return lock
+  end
+  return acquire(self, key, nil, ONCE, nil, tok, not_taken(self, key, a, b))
 end
 
 --- hold(client, key, ms, how, kind) -> hold | nil, err: takes

@@ -35,8 +35,7 @@ args.own(debug.getinfo(1, "S").source)
 --   (nil for a lock made by from_token)
 local Lock = {}
 local lock_mt = { __index = Lock }
-local fast_release = core.fast_release(lock_mt)
-local release_once -- a common case's release (below)
+local fast_release, release_once = core.fast_release(lock_mt), nil -- (release_once: below)
 
 -- Whether err (an error message) says the command did not run, for a
 -- state that passes (a restart loading its data, a busy script, a master
@@ -85,11 +84,9 @@ _M.LOCK = { release = "release", extend = "extend", pttl = "pttl", label = "%s",
 -- timeout = seconds }, closed set when the client is closed (cheaper to read
 -- on every call than asking the transport); fence
 -- and expires (core.now() seconds before which the lock cannot have expired)
--- may be nil when unknown; ops: its scripts (default _M.LOCK); since:
--- core.now() when the try that took it was sent (nil: unknown); once:
--- true for a lock taken by redislock/client.lua's common case (t the C
--- client), which its own release (release_once, in place of
--- Lock:release) releases in one call.
+-- may be nil when unknown; ops: its scripts (default _M.LOCK); since: when
+-- the try that took it was sent (core.now()); once: true for the common
+-- case's lock (hold.lua's taken; t the C client), with its release_once.
 function _M.new(t, link, key, token, fence, expires, ops, since, once)
   return setmetatable({ key = key, token = token, fence = fence, _t = t, _link = link, _state = "held",
                         _expires = expires, _ops = ops or _M.LOCK, _since = since or false,
@@ -301,13 +298,10 @@ function Lock:release(...)
   return true
 end
 
--- The release of a lock of Client:acquire's common case (its own field
--- release, see new): one call, core.fast_release, which checks the call
--- too, while the lock is held and its client open. done is nil for any
--- other call, which nothing was sent for (Lock:release's then), and false
--- for a release sent that did not answer 1 (status and value: its answer,
--- which lock_eval reads as it reads its own). Such a lock has no gate and
--- its client no observer.
+-- The common case's lock's release (no gate, no observer): one call,
+-- core.fast_release (it checks the call too), while held, its client open;
+-- done is nil for any other call, nothing sent (Lock:release then), false
+-- for a release sent not answered 1 (status, value: lock_eval reads them).
 release_once = function(self, ...)
   local done, status, value = fast_release(self, ...)
   if done == nil then return Lock.release(self, ...) end
@@ -316,8 +310,7 @@ release_once = function(self, ...)
     if not ok then return nil, err end
   end
   self._state = "released"
-  local note = self._note
-  if note then note.released = true end
+  if self._note then self._note.released = true end
   return true
 end
 

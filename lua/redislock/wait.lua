@@ -108,10 +108,7 @@ end
 
 -- Forgets that key was found busy: a take found it free at once.
 local function cool(hot, key)
-  if hot.keys[key] then
-    hot.keys[key] = nil
-    hot.n = hot.n - 1
-  end
+  if hot.keys[key] then hot.keys[key], hot.n = nil, hot.n - 1 end
 end
 
 --- How a primitive is taken: its scripts (take: the first try; acquire: the
@@ -181,10 +178,7 @@ local function try(client, key, tok, ms, how, kind)
   local sent = now()
   local status, value = (kind.eval or c.eval)(c, kind.take, key, tok, ms)
   if status == 1 then
-    if hot.keys[key] then -- free at once: cooled down
-      hot.keys[key] = nil
-      hot.n = hot.n - 1
-    end
+    if hot.keys[key] then hot.keys[key], hot.n = nil, hot.n - 1 end -- free at once: cooled down
     return value, sent
   end
   if status == nil then return nil, value end
@@ -383,11 +377,10 @@ _M.take = take
 -- acquire, for every uncontended one); false when it is more: take then.
 _M.try = try
 
---- not_taken(client, key, status, value) -> nil, err: the answer of an
--- acquire of a lock whose one try at once (as try's) was answered status
--- and value, not 1: busy, or nil and an error message (client.lua's
--- common case, made in one call). cool(hot, key): key (of the client's
--- _hot) was found free at once.
+--- not_taken(client, key, status, value) -> nil, err: what try answers
+-- when its try of a lock was answered status and value, not 1 (for the
+-- common case's, made in one call: redislock/hold.lua's taken). cool(hot,
+-- key): key (of the client's _hot) was found free at once.
 function _M.not_taken(client, key, status, value)
   if status == nil then return nil, value end
   return busy_answer(LOCK, key, value, 0, client._held)
