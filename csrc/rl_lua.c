@@ -499,11 +499,15 @@ static void push_error_codes(lua_State *L) {
   }
 }
 
-/* core.now() -> seconds on the monotonic clock (shared by all processes). */
-static int core_now(lua_State *L) {
+lua_Number rl_lua_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec / 1e9);
+  return (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec / 1e9;
+}
+
+/* core.now() -> seconds on the monotonic clock (shared by all processes). */
+static int core_now(lua_State *L) {
+  lua_pushnumber(L, rl_lua_now());
   return 1;
 }
 

@@ -24,6 +24,14 @@ typedef struct {
   size_t plen;
   int closed;
   int asking;     /* client:asking(): the next method call sends ASKING first */
+  /* The tokens of the common acquire (client:holder): 32 hex digits, then
+     <holder><pid>/<unix seconds><label>, that tail made again when the
+     second or the process changed; none without a holder. */
+  char *token;    /* the last token made: room for the hex digits and the tail */
+  char *holder, *label;
+  size_t tail;    /* the tail's length (0: none) */
+  unsigned gen;
+  long long second;
 } rl_client;
 
 
@@ -46,6 +54,8 @@ void rl_lua_open_watch(lua_State *L);
 
 /* The client at idx, refusing other values and closed clients. */
 rl_client *rl_lua_check_client(lua_State *L, int idx);
+/* Seconds on the monotonic clock, as core.now() gives them. */
+lua_Number rl_lua_now(void);
 /* client:lease (rl_lua_lease.c, a method of the client). */
 int rl_lua_client_lease(lua_State *L);
 

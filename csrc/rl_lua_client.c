@@ -1,8 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* The Client type of redislock.core (core.new): the blocking transport's
    connections, a lock script or command per call, waits; core.eval_many. */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "rl_lua.h"
 #include "rl_watchdog.h"
@@ -37,7 +41,8 @@ static void client_free(rl_client *c) {
   rl_conn_free(&c->conn);
   rl_conn_free(&c->waiter);
   free(c->prefix);
-  c->prefix = NULL;
+  free(c->token);
+  c->prefix = c->token = c->holder = c->label = NULL;
   c->closed = 1;
 }
 
@@ -198,6 +203,30 @@ static int core_new(lua_State *L) {
 }
 
 /*
+ * Runs the lock op on key with token (and ms, n: see rl_cmd_init) on the
+ * client's connection, with the WAIT call->replicas and call->replica_ms
+ * ask for: 0 with the result in call->out, or -1 with call->err. Raises
+ * only when out of memory, before anything is sent.
+ */
+static int run(lua_State *L, rl_client *c, rl_call *call, rl_op op, const char *key, size_t klen,
+               const char *token, size_t tlen, long long ms, long long n) {
+  rl_cmd cmd;
+  long long replicas = call->replicas, replica_ms = call->replica_ms;
+  int rc;
+  if (rl_cmd_init(&cmd, op, c->prefix, c->plen, key, klen, token, tlen, ms, n) != 0)
+    return luaL_error(L, "redislock: out of memory");
+  rl_call_init(call, &cmd);
+  call->asking = c->asking;
+  c->asking = 0;
+  call->replicas = replicas;
+  call->replica_ms = replica_ms;
+  rc = rl_conn_call(&c->conn, call);
+  rl_call_free(call);
+  rl_cmd_free(&cmd);
+  return rc;
+}
+
+/*
  * client:eval(op, key, token[, ms[, more]]) -> status, value[, acked | nil, err] | nil, err
  * Runs one script. op is "acquire", "release", "extend", "pttl",
  * "acquire_wait", "acquire_fair", "leave" or "release_one" (a release of the lock's key
@@ -221,10 +250,9 @@ static int client_eval(lua_State *L) {
   size_t klen, tlen;
   long long ms, n;
   rl_op op;
-  rl_cmd cmd;
   rl_call call;
   lua_Integer replicas = 0, replica_ms = 0;
-  int rc, isnum = 0, isnum2 = 0;
+  int isnum = 0, isnum2 = 0;
   static const char *const more[] = { "n", "replicas", "replica_ms", NULL };
   rl_lua_push_fields(L, 6, more); /* at 7, 8 and 9, where the checks below name them */
   op = rl_lua_check_script(L, 2, 7, &key, &klen, &token, &tlen, &ms, &n);
@@ -236,17 +264,9 @@ static int client_eval(lua_State *L) {
     luaL_argcheck(L, lua_type(L, 9) == LUA_TNUMBER && isnum2 && replica_ms >= 1 && replica_ms <= RL_MAX_MS, 6,
                   "replica_ms must be an integer number of milliseconds >= 1");
   }
-  if (rl_cmd_init(&cmd, op, c->prefix, c->plen, key, klen, token, tlen, ms, n) != 0)
-    return luaL_error(L, "redislock: out of memory");
-  rl_call_init(&call, &cmd);
-  call.asking = c->asking;
-  c->asking = 0;
   call.replicas = replicas;
   call.replica_ms = replica_ms;
-  rc = rl_conn_call(&c->conn, &call);
-  rl_call_free(&call);
-  rl_cmd_free(&cmd);
-  if (rc != 0) {
+  if (run(L, c, &call, op, key, klen, token, tlen, ms, n) != 0) {
     lua_pushnil(L);
     lua_pushstring(L, call.err);
     return 2;
@@ -500,6 +520,185 @@ static int core_eval_many(lua_State *L) {
   return 2;
 }
 
+/*
+ * client:holder(holder, label) -> true
+ * What the tokens of the common acquire (core.fast_take) end with, as
+ * redislock/hold.lua's new_token makes them: holder (a string, "/<host>/",
+ * or nil: 32 hex digits alone), the pid, "/", the unix second, then label
+ * (a string, "" for none).
+ */
+static int client_holder(lua_State *L) {
+  rl_client *c = rl_lua_check_client(L, 1);
+  size_t hlen = 0, llen = 0;
+  const char *holder = luaL_optlstring(L, 2, NULL, &hlen), *label = luaL_checklstring(L, 3, &llen);
+  /* the digits, then holder, 20 digits of pid, "/", 20 of seconds, label, and their NULs */
+  size_t room = RL_TOKEN_HEX + hlen + 1 + 20 + 1 + 20 + llen + 1 + hlen + 1 + llen + 1;
+  char *mem = holder != NULL ? (char *)malloc(room) : NULL;
+  if (holder != NULL && mem == NULL) return luaL_error(L, "redislock: out of memory");
+  free(c->token);
+  c->token = mem;
+  c->tail = 0;
+  c->holder = c->label = NULL;
+  if (mem != NULL) {
+    c->holder = mem + room - (hlen + 1 + llen + 1);
+    c->label = c->holder + hlen + 1;
+    memcpy(c->holder, holder, hlen + 1);
+    memcpy(c->label, label, llen + 1);
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* Pushes a new token for the client's hold (client:holder's); raises when
+   the OS randomness cannot be read, as core.token does. */
+static void push_token(lua_State *L, rl_client *c) {
+  char hex[RL_TOKEN_HEX + 1];
+  if (rl_token(hex) != 0) luaL_error(L, "redislock: cannot read the OS random source (%s)", strerror(errno));
+  if (c->token == NULL) {
+    lua_pushlstring(L, hex, RL_TOKEN_HEX);
+    return;
+  }
+  {
+    unsigned gen = rl_fork_gen();
+    long long now = (long long)time(NULL);
+    if (c->tail == 0 || gen != c->gen || now != c->second) {
+      size_t cap = strlen(c->holder) + 1 + 20 + 1 + 20 + strlen(c->label) + 1;
+      int n = snprintf(c->token + RL_TOKEN_HEX, cap, "%s%ld/%lld%s", c->holder, (long)getpid(), now, c->label);
+      c->tail = n > 0 ? (size_t)n : 0;
+      c->gen = gen;
+      c->second = now;
+    }
+  }
+  memcpy(c->token, hex, RL_TOKEN_HEX);
+  lua_pushlstring(L, c->token, RL_TOKEN_HEX + c->tail);
+}
+
+/* The module's client in field _t of the lock at idx, open, or NULL.
+   Upvalue uv is the clients' metatable. Pushes the field. */
+static rl_client *lock_client(lua_State *L, int idx, int uv) {
+  rl_client *c;
+  lua_getfield(L, idx, "_t");
+  c = (rl_client *)lua_touserdata(L, -1);
+  if (c == NULL || !lua_getmetatable(L, -1)) return NULL;
+  if (!lua_rawequal(L, -1, lua_upvalueindex(uv))) c = NULL;
+  lua_pop(L, 1);
+  return c != NULL && !c->closed ? c : NULL;
+}
+
+/* Whether the value at idx has the metatable at upvalue uv. */
+static int has_meta(lua_State *L, int idx, int uv) {
+  int same;
+  if (!lua_getmetatable(L, idx)) return 0;
+  same = lua_rawequal(L, -1, lua_upvalueindex(uv));
+  lua_pop(L, 1);
+  return same;
+}
+
+/*
+ * core.fast_take(client, key, ttl[, opts]): Client:acquire's common case
+ * in one call, for client (redislock/client.lua's, one server in plain
+ * Lua without an observer), open, a key and a TTL in seconds that pass
+ * acquire's checks, no options. Makes the token (client:holder's), sends
+ * the take and leaves fence, token, sent (core.now() before the send) and
+ * expires (sent plus the TTL); when it did not take the lock, false, the
+ * token, and what client:eval answered (-1 and the holder's PTTL; nil and
+ * the message). Leaves nothing, having done nothing, for any other call:
+ * the general path then checks and runs it. Upvalue 1: the clients'
+ * metatable.
+ */
+static int fast_take(lua_State *L) {
+  int top = lua_gettop(L);
+  rl_client *c = (rl_client *)lua_touserdata(L, 1);
+  const char *key, *token;
+  size_t klen, tlen;
+  long long ms = 0;
+  lua_Number sent;
+  rl_call call;
+  if (top < 3 || top > 4 || (top == 4 && !lua_isnil(L, 4)) || c == NULL || !has_meta(L, 1, 1) || c->closed) return 0;
+  if (lua_type(L, 2) != LUA_TSTRING || lua_type(L, 3) != LUA_TNUMBER) return 0;
+  key = lua_tolstring(L, 2, &klen);
+  if (rl_check_key(key, klen) != NULL || rl_seconds_to_ms((double)lua_tonumber(L, 3), &ms) != NULL) return 0;
+  lua_settop(L, 5);
+  push_token(L, c); /* at 6 */
+  token = lua_tolstring(L, 6, &tlen);
+  sent = rl_lua_now();
+  call.replicas = call.replica_ms = 0;
+  if (run(L, c, &call, RL_OP_TAKE, key, klen, token, tlen, ms, 0) != 0) {
+    lua_pushboolean(L, 0);
+    lua_pushvalue(L, 6);
+    lua_pushnil(L);
+    lua_pushstring(L, call.err);
+    return 4;
+  }
+  if (call.out.status != RL_HELD) {
+    lua_pushboolean(L, 0);
+    lua_pushvalue(L, 6);
+    lua_pushinteger(L, call.out.status);
+    lua_pushinteger(L, (lua_Integer)call.out.value);
+    return 4;
+  }
+  lua_pushinteger(L, (lua_Integer)call.out.value);
+  lua_pushvalue(L, 6);
+  lua_pushnumber(L, sent);
+  lua_pushnumber(L, sent + (lua_Number)ms / 1000);
+  return 4;
+}
+
+/*
+ * release(lock) (core.fast_release's): the release of a lock of
+ * Client:acquire's common case in one call. lock (the metatable at
+ * upvalue 1; no other argument) has a release field of its own (only
+ * those locks do: redislock/lock.lua's new), its _t an open client of
+ * this module, and is held by its own account (_state "held", upvalue
+ * 3). Sends the release and leaves true when it released; else false and
+ * what client:eval answered. Leaves nothing, having done nothing, for any
+ * other call.
+ */
+static int fast_release(lua_State *L) {
+  rl_client *c;
+  const char *key, *token;
+  size_t klen, tlen;
+  rl_call call;
+  if (lua_gettop(L) != 1 || !has_meta(L, 1, 1)) return 0;
+  lua_pushliteral(L, "release");
+  lua_rawget(L, 1);
+  if (lua_isnil(L, 2) || (c = lock_client(L, 1, 2)) == NULL) return 0; /* at 3 */
+  lua_getfield(L, 1, "_state");
+  lua_getfield(L, 1, "key");
+  lua_getfield(L, 1, "token");
+  if (!lua_rawequal(L, 4, lua_upvalueindex(3)) || lua_type(L, 5) != LUA_TSTRING || lua_type(L, 6) != LUA_TSTRING)
+    return 0;
+  key = lua_tolstring(L, 5, &klen);
+  token = lua_tolstring(L, 6, &tlen);
+  if (rl_check_key(key, klen) != NULL || tlen == 0) return 0;
+  call.replicas = call.replica_ms = 0;
+  if (run(L, c, &call, RL_OP_RELEASE, key, klen, token, tlen, 0, 0) != 0) {
+    lua_pushboolean(L, 0);
+    lua_pushnil(L);
+    lua_pushstring(L, call.err);
+    return 3;
+  }
+  if (call.out.status == RL_HELD) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  lua_pushboolean(L, 0);
+  lua_pushinteger(L, call.out.status);
+  lua_pushinteger(L, (lua_Integer)call.out.value);
+  return 3;
+}
+
+/* core.fast_release(lock_mt) -> release: Lock:release's common case for
+   the locks of that metatable (redislock/lock.lua's), see fast_release. */
+static int core_fast_release(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  luaL_getmetatable(L, RL_CLIENT_MT);
+  lua_pushliteral(L, "held");
+  lua_pushcclosure(L, fast_release, 3);
+  return 1;
+}
+
 static const luaL_Reg client_methods[] = {
   { "eval", client_eval },
   { "command", client_command },
@@ -511,6 +710,7 @@ static const luaL_Reg client_methods[] = {
   { "retarget", client_retarget },
   { "usable", client_usable },
   { "asking", client_asking },
+  { "holder", client_holder },
   { NULL, NULL }
 };
 
@@ -525,10 +725,14 @@ static const luaL_Reg client_functions[] = {
   { "new", core_new },
   { "check_tls", core_check_tls },
   { "eval_many", core_eval_many },
+  { "fast_release", core_fast_release },
   { NULL, NULL }
 };
 
 void rl_lua_open_client(lua_State *L) {
   rl_lua_newtype(L, RL_CLIENT_MT, client_meta, client_methods);
   luaL_setfuncs(L, client_functions, 0);
+  luaL_getmetatable(L, RL_CLIENT_MT);
+  lua_pushcclosure(L, fast_take, 1);
+  lua_setfield(L, -2, "fast_take");
 }

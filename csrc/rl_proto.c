@@ -55,46 +55,74 @@ static unsigned name_hash(const char *s, size_t n) {
   return h | 1u;
 }
 
+/* The longest tag of a fence record (rl_era_tag). */
+#define ERA_TAG_MAX 4
+
+/* Makes name i of cmd's row at cmd->fill: "<prefix>{<key>}" (as argv[3]
+   begins, once it is made) and its suffix; the fence record's hash tag is
+   its slot's tag, not the key. */
+static void make_name(rl_cmd *cmd, int i, const char *prefix, const char *key) {
+  int k = rl_ops[cmd->op].keys[i];
+  size_t plen = cmd->plen, tl = cmd->uklen, slen = rl_key_suffix_len[k];
+  char *p = cmd->fill;
+  if (k == K_ERA) {
+    const char *tag = rl_era_tag(rl_lock_slot(key, tl));
+    tl = strlen(tag);
+    memcpy(p, prefix, plen);
+    p[plen] = '{';
+    memcpy(p + plen + 1, tag, tl);
+    p[plen + 1 + tl] = '}';
+  } else if (i > 0) { /* copied from the first name */
+    memcpy(p, cmd->argv[3], plen + tl + 2);
+  } else {
+    memcpy(p, prefix, plen);
+    p[plen] = '{';
+    memcpy(p + plen + 1, key, tl);
+    p[plen + 1 + tl] = '}';
+  }
+  memcpy(p + plen + 2 + tl, rl_key_suffix[k], slen);
+  cmd->argv[3 + i] = cmd->key[k] = p;
+  cmd->len[3 + i] = cmd->klen[k] = plen + tl + 2 + slen;
+  cmd->fill = p + cmd->klen[k];
+  cmd->made |= 1u << i;
+}
+
+/* Makes the names of cmd's row not made yet (see rl_cmd's made). */
+static void make_rest(rl_cmd *cmd) {
+  const signed char *keys = rl_ops[cmd->op].keys;
+  for (int i = 0; keys[i] >= 0; i++)
+    if (!(cmd->made & (1u << i))) make_name(cmd, i, cmd->argv[3], cmd->argv[3] + cmd->plen + 1);
+}
+
 int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
                 const char *key, size_t klen, const char *token, size_t tlen,
                 long long ms, long long n) {
   const signed char *keys = rl_ops[op].keys;
-  size_t base = plen + klen + 2, total = 0, taglen = 0;
-  const char *tag = NULL, *base_at = NULL;
-  char *p;
-  int i, k;
+  size_t total = 0;
+  int i, k, first = rl_ops[op].first;
   cmd->op = op;
+  for (i = 0; (k = keys[i]) >= 0; i++) total += plen + (k == K_ERA ? ERA_TAG_MAX : klen) + 2 + rl_key_suffix_len[k];
+  cmd->keys = cmd->fill = total <= sizeof cmd->inline_keys ? cmd->inline_keys : (char *)malloc(total);
+  if (cmd->keys == NULL) return -1;
+  cmd->made = 0;
+  cmd->plen = plen;
+  cmd->uklen = klen;
+  /* "<prefix>{<key>}" then each name the op sends with its suffix, each an
+     argument (KEYS) in the op's order: the first ones of a release (when
+     the name's last release found nobody waiting: rl_cmd_bytes leaves the
+     others out), the lock and its fence record of a take (the names of
+     the acquire it falls back on are made then), else all. key[] and
+     klen[] are set for the names made only. */
   for (i = 0; (k = keys[i]) >= 0; i++) {
-    if (k == K_ERA) {
-      tag = rl_era_tag(rl_lock_slot(key, klen));
-      taglen = strlen(tag);
-      total += plen + taglen + 2 + rl_key_suffix_len[k];
-    } else {
-      total += base + rl_key_suffix_len[k];
+    if (i == 0) {
+      make_name(cmd, 0, prefix, key);
+      if (first > 0) {
+        unsigned h = name_hash(cmd->argv[3], cmd->len[3]);
+        if (__atomic_load_n(&warm[h % 256], __ATOMIC_RELAXED) == h) first = 0;
+      }
+    } else if (op == RL_OP_TAKE ? k == K_ERA : first == 0 || i < first) {
+      make_name(cmd, i, prefix, key);
     }
-  }
-  cmd->keys = p = total <= sizeof cmd->inline_keys ? cmd->inline_keys : (char *)malloc(total);
-  if (p == NULL) return -1;
-  /* "<prefix>{<key>}" then each name the op uses with its suffix, one after
-     another, each an argument (KEYS) in the op's order; the fence record's
-     hash tag is its slot's tag, not the key. key[] and klen[] are set for
-     the op's names only. */
-  for (i = 0; (k = keys[i]) >= 0; i++) {
-    const char *suffix = rl_key_suffix[k];
-    size_t tl = k == K_ERA ? taglen : klen, slen = rl_key_suffix_len[k];
-    if (k == K_ERA || base_at == NULL) { /* "<prefix>{<tag>}" made */
-      memcpy(p, prefix, plen);
-      p[plen] = '{';
-      memcpy(p + plen + 1, k == K_ERA ? tag : key, tl);
-      p[plen + 1 + tl] = '}';
-      if (k != K_ERA) base_at = p;
-    } else { /* or copied from the first name that has it */
-      memcpy(p, base_at, base);
-    }
-    memcpy(p + plen + 2 + tl, suffix, slen);
-    cmd->argv[3 + i] = cmd->key[k] = p;
-    cmd->len[3 + i] = cmd->klen[k] = plen + tl + 2 + slen;
-    p += cmd->klen[k];
   }
   cmd->argv[0] = "EVALSHA";
   cmd->len[0] = 7;
@@ -103,12 +131,7 @@ int rl_cmd_init(rl_cmd *cmd, rl_op op, const char *prefix, size_t plen,
   /* One digit: RL_MAX_KEYS <= 9 (rl_proto.h). The first keys only, when
      the row says so (rl_cmd_bytes leaves the others out) and the name's
      last release found nobody waiting. */
-  k = rl_ops[op].first;
-  if (k > 0) {
-    unsigned h = name_hash(cmd->argv[3], cmd->len[3]);
-    if (__atomic_load_n(&warm[h % 256], __ATOMIC_RELAXED) == h) k = 0;
-  }
-  cmd->numkeys[0] = (char)('0' + (k > 0 ? k : i));
+  cmd->numkeys[0] = (char)('0' + (first > 0 ? first : i));
   cmd->numkeys[1] = '\0';
   cmd->argv[2] = cmd->numkeys;
   cmd->len[2] = 1;
@@ -282,6 +305,7 @@ int rl_cmd_use_all_keys(rl_cmd *cmd) {
   if (cmd->op >= RL_OP_COUNT || rl_ops[cmd->op].first == 0 || cmd->numkeys[0] - '0' != rl_ops[cmd->op].first)
     return 0;
   cmd->numkeys[0] = (char)('0' + row_keys(cmd->op));
+  make_rest(cmd);
   return 1;
 }
 
@@ -290,7 +314,9 @@ int rl_cmd_replies(const rl_cmd *cmd) {
 }
 
 void rl_cmd_use_acquire(rl_cmd *cmd) {
-  if (cmd->op == RL_OP_TAKE) cmd->op = RL_OP_ACQUIRE; /* argv is acquire's already */
+  if (cmd->op != RL_OP_TAKE) return;
+  cmd->op = RL_OP_ACQUIRE; /* argv is acquire's already, its names made now */
+  make_rest(cmd);
 }
 
 void rl_cmd_use_eval(rl_cmd *cmd) {

@@ -145,6 +145,13 @@ typedef struct {
   char numkeys[2];
   char ms[24];
   char n[24];
+  /* The names are made when they are sent (a take sends two, a release
+     at first four): made has bit i for argv[3 + i]; the next one goes at
+     fill; plen and uklen are the prefix's and the key's lengths in argv[3],
+     which is made first. */
+  unsigned made;
+  char *fill;
+  size_t plen, uklen;
   char inline_keys[384]; /* keys, when they fit */
 } rl_cmd;
 

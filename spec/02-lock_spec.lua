@@ -316,4 +316,58 @@ describe("locks", function()
       c:close()
     end)
   end)
+
+  it("takes and releases the common case in one call each, as the general path does", function()
+    -- No options, one server, no observer: core.fast_take and
+    -- core.fast_release; an options table takes the general path.
+    local quick, general = assert(client:acquire("one", 5)), assert(client:acquire("two", 5, {}))
+    -- The general path's locks release by Lock:release alone; a common
+    -- case's lock by its own, which checks its call as Lock:release does.
+    assert.is_function(rawget(quick, "release"))
+    assert.is_nil(rawget(general, "release"))
+    assert.has_error(function() quick.release(nil) end,
+                     "bad self to 'release' (redislock lock expected, got nil; call it with ':', as x:release(...))")
+    local shape = "^%x+(/[^/]+/%d+/)%d+$"
+    assert.are.equal(general.token:match(shape), quick.token:match(shape), quick.token)
+    assert.are.equal(32, #quick.token:match("^%x+"))
+    assert.are.equal(quick.token, raw:command("GET", "lock:{one}"))
+    assert.is_true(math.abs(quick._expires - quick._since - 5) < 1e-6 and quick._since <= general._since)
+    assert.are.equal("held", quick._state)
+    for _, lock in ipairs({ quick, general }) do
+      assert.is_true(lock:release())
+      assert.is_true(lock:release())
+      assert.are.equal("released", lock._state)
+    end
+    local class = getmetatable(quick).__index
+    local third = assert(client:acquire("three", 5))
+    assert.is_true(class.release(third))
+    assert.are.equal(0, raw:command("EXISTS", "lock:{three}"))
+    assert.are.equal(0, raw:command("EXISTS", "lock:{one}", "lock:{two}"))
+    -- The tail of the token (the second it was made in) follows the clock.
+    local first = assert(client:acquire("one", 5))
+    local t = os.time()
+    assert.is_truthy(helpers.eventually(3, function() return os.time() > t end))
+    local second = assert(client:acquire("two", 5))
+    assert.is_true(tonumber(second.token:match("(%d+)$")) > tonumber(first.token:match("(%d+)$")), second.token)
+    assert.is_true(first:release() and second:release())
+    -- Lost, or its client closed: the general path's answers.
+    local messages = {}
+    for i, opts in ipairs({ false, {} }) do
+      local lock = assert(client:acquire("short", 0.05, opts or nil))
+      assert.are.equal(not opts, rawget(lock, "release") ~= nil)
+      core.sleep(0.1)
+      local none, err = lock:release()
+      messages[i] = none == nil and err
+    end
+    assert.are.equal('lost: "short" is no longer ours (it expired or was deleted; found at release)', messages[1])
+    assert.are.equal(messages[2], messages[1])
+    local other = srv:client()
+    local lock = assert(other:acquire("closed", 5))
+    other:close()
+    local none, err = lock:release()
+    assert.is_nil(none)
+    assert.are.equal('connection: the lock\'s client is closed; "closed" runs out by its TTL', err)
+    assert.has_error(function() lock:release(nil) end,
+                     "bad argument #1 to 'release' (no more than 0 arguments expected, got 1)")
+  end)
 end)

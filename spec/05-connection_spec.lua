@@ -372,6 +372,8 @@ describe("fork()", function()
       local ok, msg = pcall(function()
         local lock, err = client:acquire("fork:child", 5)
         if not lock then return "child acquire failed: " .. tostring(err) end
+        local named = tonumber(lock.token:match("/(%d+)/%d+$"))
+        if named ~= core.getpid() then return "the child's token names pid " .. tostring(named) end
         local id = client_id(client)
         if id == parent_id then return "the child reused the parent's connection (CLIENT ID " .. id .. ")" end
         local released, rerr = lock:release()

@@ -24,16 +24,18 @@ local semaphore = require "redislock.semaphore"
 local topology = require "redislock.topology"
 local transport = require "redislock.transport"
 
-local error, getmetatable, pairs, select, setmetatable, tostring, type =
-      error, getmetatable, pairs, select, setmetatable, tostring, type
+local error, pairs, select, setmetatable, tostring, type =
+      error, pairs, select, setmetatable, tostring, type
 local argerror, quote, pack = args.argerror, args.quote, args.pack
-local check_key, check_seconds, check_self, check_nargs, check_phase, lock_opts =
-      args.check_key, args.check_seconds, args.check_self, args.check_nargs, args.check_phase, args.lock_opts
+local check_key, check_seconds, check_self, check_nargs, lock_opts =
+      args.check_key, args.check_seconds, args.check_self, args.check_nargs, args.lock_opts
 local STATEFUL, bad_argument, upper_of, upper_name = client_args.STATEFUL, client_args.bad_argument,
       client_args.upper_of, client_args.upper_name
-local acquire, with_hold, check_not_closed = hold.hold, hold.with_hold, hold.check_not_closed
+local acquire, with_hold = hold.hold, hold.with_hold
 local check_keys = multilock.check_keys -- a multi-key lock's: the keys as given, and sorted
 local refused, check_primitive = client_args.refused, client_args.check_primitive
+local FAST, fast_take, taken = hold.FAST, core.fast_take, hold.taken
+local check_live, check_client = hold.check_live, hold.check_client
 
 local _M = { _VERSION = core._VERSION }
 
@@ -42,22 +44,6 @@ args.own(debug.getinfo(1, "S").source)
 local client_mt = hold.client_mt
 local Client = client_mt.__index
 _M.is_client, _M.closed, _M.check_open = hold.is_client, hold.closed, hold.check_open
-
--- check_self for clients, refusing closed ones, for calls that do no I/O
--- (allowed in any nginx phase; what they make checks its own).
-local function check_live(self, fname)
-  check_self(self, client_mt, fname, "redislock client")
-  check_not_closed(self, fname)
-end
-
--- check_self for clients, refusing closed ones too, and I/O where nginx
--- forbids it (check_phase). The usual outcome is found first: a client's
--- calls may be in a hot loop.
-local function check_client(self, fname)
-  if getmetatable(self) == client_mt and not self._link.closed and not self._transport.io_problem then return end
-  check_live(self, fname)
-  check_phase(self._transport, fname)
-end
 
 --- The options of redislock.new. Times are seconds (fractions allowed).
 -- Behind Sentinel, `sentinels` and `master` replace `url`, `host`, `port`
@@ -171,6 +157,12 @@ function _M.new(opts, ...)
                  _holder = holder,
                  _label = opts.label and "/" .. opts.label or "" }
   self._transport, self._sleep = topology.transport(opts, c)
+  -- One server in plain Lua (the C client), no observer: Client:acquire's
+  -- common case is one call (core.fast_take), the tokens made in C.
+  if observer == nil and type(self._transport) == "userdata" then
+    FAST[self] = self._transport
+    self._transport:holder(holder, self._label)
+  end
   self._waiting = opts.coalesce ~= false and transport.waiting and transport.waiting() or nil
   -- (the transports' defaults)
   self._link.sleep, self._link.timeout = self._sleep, (c.timeout_ms or 1000) / 1000
@@ -246,6 +238,14 @@ end
 -- @return[2] nil
 -- @treturn[2] string "busy: ...", "connection: ..." or "redis: ..."
 function Client:acquire(key, ttl, opts, ...)
+  -- The common case (one server, no observer; a key and a TTL, nothing
+  -- more) in one call: core.fast_take checks it all, makes the token and
+  -- sends the take (hold.taken reads its answer); nothing for any other.
+  local t = FAST[self]
+  if t then
+    local fence, tok, a, b = fast_take(t, key, ttl, opts, ...)
+    if fence ~= nil then return taken(self, t, key, fence, tok, a, b) end
+  end
   check_client(self, "acquire")
   if type(key) == "table" then
     local keys, sorted = check_keys(1, "acquire", key)

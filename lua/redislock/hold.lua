@@ -23,6 +23,8 @@ local try, take, note_taken = wait.try, wait.take, scope.note_taken
 local raise_at_caller, quote, check_seconds, check_phase, lock_opts = args.raise_at_caller, args.quote,
       args.check_seconds, args.check_phase, args.lock_opts
 
+local cool, not_taken, check_self = wait.cool, wait.not_taken, args.check_self
+
 local _M = { _VERSION = core._VERSION }
 
 args.own(debug.getinfo(1, "S").source)
@@ -56,6 +58,29 @@ local function check_open(client, fname)
 end
 _M.check_not_closed, _M.check_open = check_not_closed, check_open
 
+--- check_self for clients, refusing closed ones, for calls that do no I/O
+-- (allowed in any nginx phase; what they make checks its own).
+local function check_live(self, fname)
+  check_self(self, client_mt, fname, "redislock client")
+  check_not_closed(self, fname)
+end
+
+--- check_self for clients, refusing closed ones too, and I/O where nginx
+-- forbids it (check_phase). The usual outcome is found first: a client's
+-- calls may be in a hot loop.
+function _M.check_client(self, fname)
+  if getmetatable(self) == client_mt and not self._link.closed and not self._transport.io_problem then return end
+  check_live(self, fname)
+  check_phase(self._transport, fname)
+end
+_M.check_live = check_live
+
+--- The clients whose acquire has its common case in one call (taken):
+-- client -> its C client, which makes their tokens (redislock/client.lua's
+-- new notes them: one server in plain Lua, no observer). Weak keys; read
+-- safely whatever the key.
+_M.FAST = setmetatable({}, { __mode = "k" })
+
 
 -- Makes the lock object for a hold just taken (fence: its fence; sent:
 -- core.now() when the successful attempt was sent; cohort: a record of
@@ -73,10 +98,13 @@ local function adopt(self, key, tok, fence, sent, ms, how, kind, cohort, expires
   -- been taken then with this TTL (at once, for the latter).
   local inherited = cohort and cohort.expires or expires
   local lock = lock_mod.new(t, self._link, key, tok, fence,
-                            inherited or sent + (t.validity_ms and t:validity_ms(ms) or ms) / 1000, kind and kind.ops)
-  lock._since, lock._cohort = sent, cohort
+                            inherited or sent + (t.validity_ms and t:validity_ms(ms) or ms) / 1000, kind and kind.ops,
+                            sent)
   if delay then lock._delay_ms = delay end -- its extend and ttl reckon with it (lock.lua)
-  if cohort then cohort.gates:keep(cohort, lock) end
+  if cohort then
+    lock._cohort = cohort
+    cohort.gates:keep(cohort, lock)
+  end
   if how.renew then
     lock_mod.lease(lock, how, ms, inherited and inherited - ms / 1000 or sent)
     self._renewed[lock] = true
@@ -156,15 +184,16 @@ end
 -- acquire after its arguments were checked (how.scoped: with_lock's lock,
 -- which must not outlive the running thread, see redislock/ngx_lease.lua);
 -- kind: how to take it (wait.take's; nil for a lock; kind.tail, when
--- set, ends the token).
-local function acquire(self, key, ms, how, kind)
-  local tok, t = new_token(self), self._transport
+-- set, ends the token). tried: the token of a lock's one try made already
+-- (redislock/client.lua's common case), whose answer fence and sent are.
+local function acquire(self, key, ms, how, kind, tried, fence, sent)
+  local tok, t = tried or new_token(self), self._transport
   if kind and kind.tail then tok = tok .. kind.tail end -- an election's value (redislock/election.lua)
   local began, waiting = self._link.observer and now(), nil
   if began then waiting = observe_waiting(self, how, key, kind and kind.ops.kind or "lock") end
   -- One try (every uncontended acquire), without the waiting machinery;
   -- else wait.take's record.
-  local fence, sent = try(self, key, tok, ms, how, kind)
+  if not tried then fence, sent = try(self, key, tok, ms, how, kind) end
   local got
   if fence == false then
     got, sent = take(self, key, tok, ms, how, kind)
@@ -199,6 +228,26 @@ local function acquire(self, key, ms, how, kind)
                               how.replicas == 1 and "" or "s", how.replica_ms / 1000)
   end
   return adopt(self, key, tok, fence, sent, ms, how, kind, cohort, got.expires, got.delay)
+end
+
+-- How the common case takes a lock: no options.
+local ONCE = lock_opts(3, "acquire", nil, false)
+
+--- taken(client, t, key, fence, tok, a, b) -> lock | nil, err: what
+-- Client:acquire's common case answers (client one of FAST's, t its C
+-- client) after core.fast_take sent the take with token tok: taken
+-- (fence; sent at a, its TTL ends at b), or not (fence false; status a
+-- and value b, as the general path takes them).
+function _M.taken(self, t, key, fence, tok, a, b)
+  if fence then
+    local lock = lock_mod.new(t, self._link, key, tok, fence, b, nil, a, true)
+    self._held[key] = lock
+    if scope.watching > 0 then note_taken(lock) end
+    local hot = self._hot
+    if hot.n > 0 then cool(hot, key) end
+    return lock
+  end
+  return acquire(self, key, nil, ONCE, nil, tok, not_taken(self, key, a, b))
 end
 
 --- hold(client, key, ms, how, kind) -> hold | nil, err: takes

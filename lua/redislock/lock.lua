@@ -35,6 +35,7 @@ args.own(debug.getinfo(1, "S").source)
 --   (nil for a lock made by from_token)
 local Lock = {}
 local lock_mt = { __index = Lock }
+local fast_release, release_once = core.fast_release(lock_mt), nil -- (release_once: below)
 
 -- Whether err (an error message) says the command did not run, for a
 -- state that passes (a restart loading its data, a busy script, a master
@@ -83,10 +84,13 @@ _M.LOCK = { release = "release", extend = "extend", pttl = "pttl", label = "%s",
 -- timeout = seconds }, closed set when the client is closed (cheaper to read
 -- on every call than asking the transport); fence
 -- and expires (core.now() seconds before which the lock cannot have expired)
--- may be nil when unknown; ops: its scripts (default _M.LOCK).
-function _M.new(t, link, key, token, fence, expires, ops)
+-- may be nil when unknown; ops: its scripts (default _M.LOCK); since: when
+-- the try that took it was sent (core.now()); once: true for the common
+-- case's lock (hold.lua's taken; t the C client), with its release_once.
+function _M.new(t, link, key, token, fence, expires, ops, since, once)
   return setmetatable({ key = key, token = token, fence = fence, _t = t, _link = link, _state = "held",
-                        _expires = expires, _ops = ops or _M.LOCK, _since = false }, lock_mt) -- adopt sets _since
+                        _expires = expires, _ops = ops or _M.LOCK, _since = since or false,
+                        release = once and release_once }, lock_mt)
 end
 
 -- The lock's name in messages: '"orders:42"', 'a permit of "api"' ...
@@ -165,9 +169,10 @@ end
 
 -- Runs the lock's script what ("release", "extend" or "pttl": the lock's
 -- own or its primitive's, see _M.LOCK) on the server for a lock that is still ours by our own account;
--- fname names the public method for errors.
+-- fname names the public method for errors; answered: a release sent
+-- already (release_once's, the common case), whose answer a and b are.
 -- Returns the script's value, or nil and an error message.
-local function lock_eval(self, fname, what, ms)
+local function lock_eval(self, fname, what, ms, answered, a, b)
   local op = self._ops[what]
   if self._t.io_problem then check_phase(self._t, fname) end
   -- Held, without renewal, its client open: usable (the common case, asked without a call).
@@ -210,10 +215,10 @@ local function lock_eval(self, fname, what, ms)
     -- the lock may still be ours: until it expires by its last known TTL
     -- (or, unknown, for the client's timeout).
     local link, t = self._link, self._t
-    if t.eval_until then
+    if t.eval_until and not answered then
       status, value = again(link.sleep, expires_of(self) or sent + link.timeout, t, op, self.key, self.token, ms)
     else -- again's first try in place: every release makes it
-      status, value = t:eval(op, self.key, self.token, ms)
+      if answered then status, value = a, b else status, value = t:eval(op, self.key, self.token, ms) end
       if status == nil then
         status, value = again_from(nil, value, link.sleep, expires_of(self) or sent + link.timeout, t, op, self.key,
                                    self.token, ms)
@@ -290,6 +295,22 @@ function Lock:release(...)
   end
   local note = self._note
   if note then note.released = true end
+  return true
+end
+
+-- The common case's lock's release (no gate, no observer): one call,
+-- core.fast_release (it checks the call too), while held, its client open;
+-- done is nil for any other call, nothing sent (Lock:release then), false
+-- for a release sent not answered 1 (status, value: lock_eval reads them).
+release_once = function(self, ...)
+  local done, status, value = fast_release(self, ...)
+  if done == nil then return Lock.release(self, ...) end
+  if not done then
+    local ok, err = lock_eval(self, "release", "release", nil, true, status, value)
+    if not ok then return nil, err end
+  end
+  self._state = "released"
+  if self._note then self._note.released = true end
   return true
 end
 

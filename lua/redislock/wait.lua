@@ -106,6 +106,11 @@ local function note_hot(hot, key)
   hot.n = hot.n + 1
 end
 
+-- Forgets that key was found busy: a take found it free at once.
+local function cool(hot, key)
+  if hot.keys[key] then hot.keys[key], hot.n = nil, hot.n - 1 end
+end
+
 --- How a primitive is taken: its scripts (take: the first try; acquire: the
 -- tries after it; hand: the tries after it of a waiter that blocks, which
 -- register it for a handoff; fair and leave: a fair waiter's, and leave
@@ -173,10 +178,7 @@ local function try(client, key, tok, ms, how, kind)
   local sent = now()
   local status, value = (kind.eval or c.eval)(c, kind.take, key, tok, ms)
   if status == 1 then
-    if hot.keys[key] then -- free at once: cooled down
-      hot.keys[key] = nil
-      hot.n = hot.n - 1
-    end
+    if hot.keys[key] then hot.keys[key], hot.n = nil, hot.n - 1 end -- free at once: cooled down
     return value, sent
   end
   if status == nil then return nil, value end
@@ -291,10 +293,7 @@ local function take(client, key, tok, ms, how, kind)
       status, value, acked, werr = eval(c, op, key, tok, wire_ms, more)
     end
     if status == 1 then
-      if first and hot.keys[key] then -- free at once: cooled down
-        hot.keys[key] = nil
-        hot.n = hot.n - 1
-      end
+      if first then cool(hot, key) end
       return { fence = value, sent = sent, acked = acked, werr = werr, token = tok,
                cohort = w:took(how, ms, deadline), expires = expires, delay = delay }
     end
@@ -377,6 +376,16 @@ _M.take = take
 -- false: a take that is one try at once, without the record (hold.lua's
 -- acquire, for every uncontended one); false when it is more: take then.
 _M.try = try
+
+--- not_taken(client, key, status, value) -> nil, err: what try answers
+-- when its try of a lock was answered status and value, not 1 (for the
+-- common case's, made in one call: redislock/hold.lua's taken). cool(hot,
+-- key): key (of the client's _hot) was found free at once.
+function _M.not_taken(client, key, status, value)
+  if status == nil then return nil, value end
+  return busy_answer(LOCK, key, value, 0, client._held)
+end
+_M.cool = cool
 
 --- busy_message(key, value, waited, mine): the "busy: ..." message of a
 -- lock after an attempt that answered value; mine: the lock this client

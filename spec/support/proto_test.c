@@ -74,16 +74,27 @@ static void test_commands(void) {
      them, and the token; sent first with its first four keys only, then,
      asked for them (RL_ALL_KEYS), with all eight. */
   CHECK(rl_cmd_init(&cmd, RL_OP_RELEASE, "lock:", 5, "job", 3, "tok", 3, 0, 0) == 0);
-  CHECK(cmd.argc == 12 && arg_is(&cmd, 5, "lock:{job}:fence") && arg_is(&cmd, 10, era) && arg_is(&cmd, 11, "tok"));
-  CHECK(arg_is(&cmd, 2, "4"));
+  CHECK(cmd.argc == 12 && arg_is(&cmd, 5, "lock:{job}:fence") && arg_is(&cmd, 11, "tok"));
+  CHECK(arg_is(&cmd, 2, "4") && cmd.made == 0xf); /* the names it sends only */
   n = rl_cmd_bytes(&cmd, buf, sizeof buf, &out);
   CHECK(n > 0 && out == buf && memcmp(buf, "*8\r\n$7\r\nEVALSHA\r\n$40\r\n", 22) == 0);
   buf[n > 0 ? n : 0] = '\0';
   CHECK(n > 0 && strstr(buf, "$1\r\n4\r\n$10\r\nlock:{job}\r\n$18\r\nlock:{job}:waiters\r\n") != NULL);
   CHECK(memcmp(buf + n - 29, "lock:{job}:handoff\r\n$3\r\ntok\r\n", 29) == 0 && strstr(buf, ":signal") == NULL);
   CHECK(rl_cmd_use_all_keys(&cmd) && arg_is(&cmd, 2, "8") && !rl_cmd_use_all_keys(&cmd));
+  CHECK(cmd.made == 0xff && arg_is(&cmd, 6, "lock:{job}:handoff") && arg_is(&cmd, 7, "lock:{job}:signal"));
+  CHECK(arg_is(&cmd, 10, era) && arg_is(&cmd, 11, "tok"));
   n = rl_cmd_bytes(&cmd, buf, sizeof buf, &out);
   CHECK(n > 0 && out == buf && memcmp(buf, "*12\r\n$7\r\nEVALSHA\r\n", 18) == 0);
+  rl_cmd_free(&cmd);
+
+  /* A take makes the lock's name and its fence record's, what it sends;
+     the acquire it falls back on, all four. */
+  CHECK(rl_cmd_init(&cmd, RL_OP_TAKE, "lock:", 5, "job", 3, "tok", 3, 1500, 0) == 0);
+  CHECK(cmd.argc == 9 && cmd.made == 0x9 && arg_is(&cmd, 3, "lock:{job}") && arg_is(&cmd, 6, era));
+  rl_cmd_use_acquire(&cmd);
+  CHECK(cmd.op == RL_OP_ACQUIRE && cmd.made == 0xf && arg_is(&cmd, 4, "lock:{job}:fence"));
+  CHECK(arg_is(&cmd, 5, "lock:{job}:waiters") && arg_is(&cmd, 6, era) && arg_is(&cmd, 7, "tok"));
   rl_cmd_free(&cmd);
 
   /* Keys that do not fit the command's own buffer. */
