@@ -198,7 +198,7 @@ static int core_new(lua_State *L) {
 }
 
 /*
- * client:eval(op, key, token[, ms[, more]]) -> status, value[, acked | nil, err] | nil, err
+ * client:eval(op, key, token[, ms[, more]]) -> status, value[, acked | nil, err] | nil, err[, left]
  * Runs one script. op is "acquire", "release", "extend", "pttl",
  * "acquire_wait", "acquire_fair", "leave" or "release_one" (a release of the lock's key
  * alone, for a cluster slot half moved), or "take": the first try of an
@@ -210,7 +210,9 @@ static int core_new(lua_State *L) {
  * acquire_fair), replicas and replica_ms. Leaves two values: status 1
  * (ours), 0 (no such lock) or -1 (another owner's), and the fence (acquire
  * when ours) or milliseconds left; or nil and a "connection: ..." /
- * "redis: ..." message. With more.replicas, a script that answered 1 is
+ * "redis: ..." message, and a third value when a take's call says what
+ * is left of the lock it took: "nothing" (it gave it back) or "staying"
+ * (it could not). With more.replicas, a script that answered 1 is
  * followed by WAIT replicas replica_ms on the same connection, and a third
  * value: how many replicas acknowledged (or nil and why the WAIT failed,
  * the lock being ours all the same).
@@ -246,11 +248,7 @@ static int client_eval(lua_State *L) {
   rc = rl_conn_call(&c->conn, &call);
   rl_call_free(&call);
   rl_cmd_free(&cmd);
-  if (rc != 0) {
-    lua_pushnil(L);
-    lua_pushstring(L, call.err);
-    return 2;
-  }
+  if (rc != 0) return rl_lua_push_failed(L, &call);
   lua_pushinteger(L, call.out.status);
   lua_pushinteger(L, (lua_Integer)call.out.value);
   if (replicas == 0 || call.out.status != RL_HELD) return 2;

@@ -140,17 +140,16 @@ function _M.observe_waiting(self, how, key, kind)
 end
 local observe_waiting = _M.observe_waiting
 
--- Whether err (an acquire's error message) says that it left nothing to
--- give back: its call gave back what its take took (the C call's message
--- then ends "; nothing its first try took is left", rl_call.c), or its
--- script ran nothing: the script's command itself was refused (class
--- "refused": the user may not run EVALSHA, or touch its keys; no such
--- script; no memory for a script that declares writes), or a passing state
--- refused it (READONLY, LOADING ...: redislock/lock.lua's passing). An
--- error from a command within a script (class "script") ran up to there.
-local function ran_nothing(err)
-  if err:sub(-36) == "; nothing its first try took is left" then return true end
-  return lock_mod.passing(err) or error_class(err) == "refused"
+-- Whether an acquire that failed with err left nothing to give back: its
+-- call gave back what its take took (left, the call's word beside err:
+-- "nothing"; rl_call.c), or its script ran nothing: the script's command
+-- itself was refused (class "refused": the user may not run EVALSHA, or
+-- touch its keys; no such script; no memory for a script that declares
+-- writes), or a passing state refused it (READONLY, LOADING ...:
+-- redislock/lock.lua's passing). An error from a command within a script
+-- (class "script") ran up to there.
+local function ran_nothing(err, left)
+  return left == "nothing" or lock_mod.passing(err) or error_class(err) == "refused"
 end
 
 -- acquire after its arguments were checked (how.scoped: with_lock's lock,
@@ -164,10 +163,10 @@ local function acquire(self, key, ms, how, kind)
   if began then waiting = observe_waiting(self, how, key, kind and kind.ops.kind or "lock") end
   -- One try (every uncontended acquire), without the waiting machinery;
   -- else wait.take's record.
-  local fence, sent = try(self, key, tok, ms, how, kind)
+  local fence, sent, left = try(self, key, tok, ms, how, kind)
   local got
   if fence == false then
-    got, sent = take(self, key, tok, ms, how, kind)
+    got, sent, left = take(self, key, tok, ms, how, kind)
     if got then fence, sent = got.fence, got.sent end
   end
   if began then observe_take(self, began, key, kind and kind.ops.kind or "lock", fence, sent, waiting) end
@@ -177,9 +176,10 @@ local function acquire(self, key, ms, how, kind)
     -- its TTL. The token is this try's own; its release compares it on the
     -- server. A refusal of the script's command itself (NOPERM for EVALSHA,
     -- NOSCRIPT, OOM) or for a passing state (READONLY, LOADING ...) ran
-    -- nothing, and a call that gave its take's lock back says so: nothing
-    -- to give back, and no release to try (ran_nothing).
-    if sent:sub(1, 6) == "redis:" and not ran_nothing(sent)
+    -- nothing, and a call that gave its take's lock back says so beside
+    -- its message (left): nothing to give back, and no release to try
+    -- (ran_nothing).
+    if sent:sub(1, 6) == "redis:" and not ran_nothing(sent, left)
        and t:eval(kind and kind.ops.release or "release", key, tok) == nil then
       sent = sent .. string_format("; %s may stay taken by this failed try until its TTL runs out",
                                    kind and kind.ops.label:format(quote(key)) or quote(key))

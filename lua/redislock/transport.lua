@@ -10,7 +10,9 @@
 --        semaphore or a read-write lock; more: { n = sem_acquire's limit, or
 --        the TTL a handoff gives (ms) of acquire_wait and acquire_fair,
 --        replicas = WAIT for this many after a success, replica_ms = ... this
---        long }) -> status, value[, acked | nil, err] | nil, "connection: ..." / "redis: ..."
+--        long }) -> status, value[, acked | nil, err] | nil, "connection: ..." / "redis: ..."[, left]
+--        (left, a failed take's: "nothing" when its call gave back the lock it
+--        took, "staying" when it could not; a topology passes it on)
 --   t:wait(key, token, ms[, op]) block on a wake-up list (op: whose; the lock's
 --                                by default; token: a registered waiter's own)
 --                                -> what woke it (a handoff: "<fence> <age>
