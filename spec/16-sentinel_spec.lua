@@ -459,5 +459,34 @@ describe("Sentinel", function()
       local status, body = hold:finish()
       assert.are.equal(200, status, body .. nginx:error_log())
     end)
+
+    it("refuses a node that the sentinels name but that is not a master, naming the role its connections heard",
+       function()
+      -- The quiet server's master name, given to the group's replica: each
+      -- new connection's ROLE says slave (the ones it had are closed, so no
+      -- pooled one answers ROLE itself).
+      assert.is_true(g:caught_up(), "the replica never caught up")
+      local replica = g:master() == g.nodes[1] and g.nodes[2] or g.nodes[1]
+      assert.matches("^slave\n", replica:cli("ROLE"))
+      local s = g.sentinels[1]
+      assert.are.equal("OK", s:cli("SENTINEL", "MONITOR", "quiet", "127.0.0.1", replica.port, 2))
+      finally(function() s:cli("SENTINEL", "REMOVE", "quiet") end)
+      replica:cli("CLIENT", "KILL", "TYPE", "normal")
+      local said = 0
+      for i = 1, 6 do -- both workers, most likely
+        local status, body = http.request(nginx.port, "GET", "/acquire?key=o:stale" .. i .. "&ttl=5",
+                                          { headers = { Host = "quiet" } })
+        -- A worker whose client still points at the quiet master of a case
+        -- before (stopped) cannot connect once, then asks the sentinels.
+        if status ~= 503 then
+          assert.are.equal(502, status, body)
+          assert.matches('^redis: READONLY 127%.0%.0%.1:' .. replica.port .. ', named master "quiet" by the '
+                         .. 'sentinels, says ROLE slave, not master %(asked 5 times%)', body)
+          said = said + 1
+        end
+      end
+      assert.is_true(said >= 4, said .. " of 6 requests were refused by ROLE")
+      assert.are.equal("0", replica:cli("EXISTS", "lock:{o:stale1}"))
+    end)
   end)
 end)
