@@ -254,6 +254,7 @@ static int call_keep(lua_State *L) {
   return 1;
 }
 
+/* nil, call->err[, what its take left] (see rl_lua.h): leaves 2 or 3 values. */
 int rl_lua_push_failed(lua_State *L, const rl_call *call) {
   const char *left = rl_left_name(call->left);
   lua_pushnil(L);
