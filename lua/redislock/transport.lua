@@ -37,6 +37,9 @@
 --   t:io_problem()               nil, or the nginx phase that forbids I/O now
 --   t.spread                     true when keys live on several servers (a
 --                                cluster, Redlock): no script sees them all
+--   t.last_role                  under OpenResty, behind Sentinel (master_only):
+--                                the role a new connection's ROLE said, kept
+--                                beside a refusal of class "demoted"
 --   t:retarget(host, port)       point it, and the leases renewed on it, at another
 --                                TCP node (Sentinel's new master)
 --   t:usable()                   false when its next call opens a new connection
