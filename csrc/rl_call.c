@@ -43,6 +43,7 @@ static void init(rl_call *call, rl_cmd *cmd, int phase) {
   call->acked = 0;
   call->wait_err[0] = '\0';
   call->err[0] = '\0';
+  call->left = RL_LEFT_UNSAID;
   call->redirect.kind = RL_NO_REDIRECT;
   call->cmd = cmd;
   call->args = NULL;
@@ -249,17 +250,22 @@ static rl_step held(rl_call *call) {
   return next_bytes(call);
 }
 
-/* Ends the failed call's message with what became of its take's lock:
-   LEFT_NOTHING (which redislock/hold.lua reads: no release script needs
-   to follow), or LEFT_STAYING (it could not be given back: the connection
-   was lost, or the user may not WATCH or MULTI; hold.lua tries no release
-   after it either). */
-static const char LEFT_NOTHING[] = "; nothing its first try took is left";
-static const char LEFT_STAYING[] = "; the lock its first try took stays until its TTL runs out";
-
-static void say_left(rl_call *call, const char *what) {
+/* Says what became of the failed call's take's lock, in call->left (which
+   Lua gets beside the message: redislock/hold.lua sends no release after
+   RL_LEFT_NOTHING) and in words at the message's end: given back
+   (RL_LEFT_NOTHING), or not (RL_LEFT_STAYING: the connection was lost, or
+   the user may not WATCH or MULTI; hold.lua tries its release script
+   then, which a new connection or other rights may let through). */
+static void say_left(rl_call *call, rl_left left) {
   size_t used = strlen(call->err);
-  snprintf(call->err + used, sizeof call->err - used, "%s", what);
+  call->left = left;
+  snprintf(call->err + used, sizeof call->err - used, "%s",
+           left == RL_LEFT_NOTHING ? "; nothing its first try took is left"
+                                   : "; the lock its first try took stays until its TTL runs out");
+}
+
+const char *rl_left_name(rl_left left) {
+  return left == RL_LEFT_NOTHING ? "nothing" : left == RL_LEFT_STAYING ? "staying" : NULL;
 }
 
 static rl_step undo_take(rl_call *call, int in_step);
@@ -290,7 +296,7 @@ static rl_step after_take(rl_call *call, rl_decoded d, const char *msg) {
 static rl_step undo_take(rl_call *call, int in_step) {
   if (!call->taken) return RL_STEP_FAILED;
   if (!in_step) {
-    say_left(call, LEFT_STAYING);
+    say_left(call, RL_LEFT_STAYING);
     return RL_STEP_FAILED;
   }
   call->keep = 1;
@@ -347,8 +353,8 @@ static rl_step undo_watched(rl_call *call) {
   int ours = r[1]->type == REDIS_REPLY_STRING && r[1]->len == cmd->len[token] &&
              memcmp(r[1]->str, cmd->argv[token], r[1]->len) == 0;
   drop_replies(call);
-  if (watched && !ours) say_left(call, LEFT_NOTHING);
-  if (!watched && ours) say_left(call, LEFT_STAYING);
+  if (watched && !ours) say_left(call, RL_LEFT_NOTHING);
+  if (!watched && ours) say_left(call, RL_LEFT_STAYING);
   if (!watched || !ours) {
     call->keep = 0; /* still watching */
     return RL_STEP_FAILED;
@@ -381,9 +387,9 @@ static rl_step replies_in(rl_call *call) {
        (only an expiry in between could make it another's). */
     if (r[2]->type == REDIS_REPLY_ARRAY || r[2]->type == REDIS_REPLY_NIL ||
         (r[0]->type == REDIS_REPLY_ERROR && r[1]->type == REDIS_REPLY_INTEGER))
-      say_left(call, LEFT_NOTHING);
+      say_left(call, RL_LEFT_NOTHING);
     else
-      say_left(call, LEFT_STAYING);
+      say_left(call, RL_LEFT_STAYING);
     drop_replies(call);
     return RL_STEP_FAILED;
   case PH_WAIT:

@@ -47,6 +47,14 @@ typedef struct {
   char host[256];        /* "": the node just asked */
 } rl_redirect_to;
 
+/* What a failed call left of the lock its take took (rl_call's left),
+   said beside its message, whose end says it in words for the user. */
+typedef enum {
+  RL_LEFT_UNSAID,  /* its take took none, or the call cannot tell */
+  RL_LEFT_NOTHING, /* the call gave it back: nothing to release */
+  RL_LEFT_STAYING  /* the call could not give it back: it stays until its TTL ends */
+} rl_left;
+
 /* What the transport does next. */
 typedef enum {
   RL_STEP_SEND,      /* write rl_call_bytes() on the connection, then read: feed
@@ -73,6 +81,7 @@ typedef struct {
   long long acked;             /* WAIT's count, when asked and wait_err is "" */
   char wait_err[RL_ERRLEN]; /* why WAIT failed, the lock being ours all the same */
   char err[RL_ERRLEN];      /* RL_STEP_FAILED's message: "connection: ..." or "redis: ..." */
+  rl_left left;             /* RL_STEP_FAILED: what is left of the lock its take took */
   rl_redirect_to redirect;  /* RL_STEP_FAILED on a redirect: where to send the call again */
   redisReply *reply;            /* a plain command's (error replies too): the caller's to free */
 
@@ -155,6 +164,9 @@ rl_step rl_call_lost(rl_call *call, int timeout, const char *msg);
 /* After RL_STEP_DONE or RL_STEP_FAILED: whether the connection may serve
    another call (in step, and its name, if any, right); else close it. */
 int rl_call_keep(const rl_call *call);
+
+/* The name of left for Lua ("nothing", "staying"), NULL for RL_LEFT_UNSAID. */
+const char *rl_left_name(rl_left left);
 
 /* Frees what the call holds (replies read, its bytes). Idempotent. */
 void rl_call_free(rl_call *call);

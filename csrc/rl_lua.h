@@ -52,6 +52,10 @@ void rl_lua_open_reader(lua_State *L);
 void rl_lua_open_renewal(lua_State *L);
 void rl_lua_open_watch(lua_State *L);
 
+/* A failed call's answer (rl_lua_call.c): pushes nil, its message and,
+   when it says one (rl_left_name), what is left of its take's lock. */
+int rl_lua_push_failed(lua_State *L, const rl_call *call);
+
 /* The client at idx, refusing other values and closed clients. */
 rl_client *rl_lua_check_client(lua_State *L, int idx);
 /* Seconds on the monotonic clock, as core.now() gives them. */

@@ -254,22 +254,29 @@ static int call_keep(lua_State *L) {
   return 1;
 }
 
+/* nil, call->err[, what its take left] (see rl_lua.h): leaves 2 or 3 values. */
+int rl_lua_push_failed(lua_State *L, const rl_call *call) {
+  const char *left = rl_left_name(call->left);
+  lua_pushnil(L);
+  lua_pushstring(L, call->err);
+  if (left == NULL) return 2;
+  lua_pushstring(L, left);
+  return 3;
+}
+
 /*
  * call:result() -> what client:eval or client:command returns: for a
- * script, status, value[, acked | nil, err] or nil, err; for a command, its
- * reply (nil, "redis: ..." for an error reply) or nil, err. After "done"
- * or "failed"; a command's reply can be had once.
+ * script, status, value[, acked | nil, err] or nil, err[, left] (left: what
+ * a failed take left, see rl_lua_push_failed); for a command, its reply
+ * (nil, "redis: ..." for an error reply) or nil, err. After "done" or
+ * "failed"; a command's reply can be had once.
  */
 static int call_result(lua_State *L) {
   call_ud *c = check_call(L);
   rl_call *call = &c->call;
   redisReply *r = call->reply;
   lua_settop(L, 1);
-  if (call->err[0] != '\0') {
-    lua_pushnil(L);
-    lua_pushstring(L, call->err);
-    return 2;
-  }
+  if (call->err[0] != '\0') return rl_lua_push_failed(L, call);
   if (call->cmd == NULL) {
     if (r == NULL) return luaL_error(L, "redislock: call:result before the call is done");
     call->reply = NULL;

@@ -227,7 +227,7 @@ static int run(lua_State *L, rl_client *c, rl_call *call, rl_op op, const char *
 }
 
 /*
- * client:eval(op, key, token[, ms[, more]]) -> status, value[, acked | nil, err] | nil, err
+ * client:eval(op, key, token[, ms[, more]]) -> status, value[, acked | nil, err] | nil, err[, left]
  * Runs one script. op is "acquire", "release", "extend", "pttl",
  * "acquire_wait", "acquire_fair", "leave" or "release_one" (a release of the lock's key
  * alone, for a cluster slot half moved), or "take": the first try of an
@@ -239,7 +239,9 @@ static int run(lua_State *L, rl_client *c, rl_call *call, rl_op op, const char *
  * acquire_fair), replicas and replica_ms. Leaves two values: status 1
  * (ours), 0 (no such lock) or -1 (another owner's), and the fence (acquire
  * when ours) or milliseconds left; or nil and a "connection: ..." /
- * "redis: ..." message. With more.replicas, a script that answered 1 is
+ * "redis: ..." message, and a third value when a take's call says what
+ * is left of the lock it took: "nothing" (it gave it back) or "staying"
+ * (it could not). With more.replicas, a script that answered 1 is
  * followed by WAIT replicas replica_ms on the same connection, and a third
  * value: how many replicas acknowledged (or nil and why the WAIT failed,
  * the lock being ours all the same).
@@ -266,11 +268,7 @@ static int client_eval(lua_State *L) {
   }
   call.replicas = replicas;
   call.replica_ms = replica_ms;
-  if (run(L, c, &call, op, key, klen, token, tlen, ms, n) != 0) {
-    lua_pushnil(L);
-    lua_pushstring(L, call.err);
-    return 2;
-  }
+  if (run(L, c, &call, op, key, klen, token, tlen, ms, n) != 0) return rl_lua_push_failed(L, &call);
   lua_pushinteger(L, call.out.status);
   lua_pushinteger(L, (lua_Integer)call.out.value);
   if (replicas == 0 || call.out.status != RL_HELD) return 2;
@@ -601,8 +599,8 @@ static int has_meta(lua_State *L, int idx, int uv) {
  * acquire's checks, no options. Makes the token (client:holder's), sends
  * the take and leaves fence, token, sent (core.now() before the send) and
  * expires (sent plus the TTL); when it did not take the lock, false, the
- * token, and what client:eval answered (-1 and the holder's PTTL; nil and
- * the message). Leaves nothing, having done nothing, for any other call:
+ * token, and what client:eval answered (-1 and the holder's PTTL; nil,
+ * the message and what the take left). Leaves nothing, having done nothing, for any other call:
  * the general path then checks and runs it. Upvalue 1: the clients'
  * metatable.
  */
@@ -626,9 +624,7 @@ static int fast_take(lua_State *L) {
   if (run(L, c, &call, RL_OP_TAKE, key, klen, token, tlen, ms, 0) != 0) {
     lua_pushboolean(L, 0);
     lua_pushvalue(L, 6);
-    lua_pushnil(L);
-    lua_pushstring(L, call.err);
-    return 4;
+    return 2 + rl_lua_push_failed(L, &call);
   }
   if (call.out.status != RL_HELD) {
     lua_pushboolean(L, 0);

@@ -459,5 +459,34 @@ describe("Sentinel", function()
       local status, body = hold:finish()
       assert.are.equal(200, status, body .. nginx:error_log())
     end)
+
+    it("refuses a node that the sentinels name but that is not a master, naming the role its connections heard",
+       function()
+      -- A quiet master made a replica while the sentinel still names it
+      -- (servers of its own: the group's failovers do not touch them): each
+      -- new connection's ROLE says slave (the ones it had are closed, so no
+      -- pooled one answers ROLE itself).
+      local q = g:quiet_master()
+      finally(function() q:stop() end)
+      local replica = q.old
+      assert.are.equal("OK", replica:cli("REPLICAOF", "127.0.0.1", tostring(q.new.port)))
+      assert.matches("^slave\n", replica:cli("ROLE"))
+      replica:cli("CLIENT", "KILL", "TYPE", "normal")
+      local said = 0
+      for i = 1, 6 do -- both workers, most likely
+        local status, body = http.request(nginx.port, "GET", "/acquire?key=o:stale" .. i .. "&ttl=5",
+                                          { headers = { Host = "quiet" } })
+        -- A worker whose client still points at the quiet master of a case
+        -- before (stopped) cannot connect once, then asks the sentinels.
+        if status ~= 503 then
+          assert.are.equal(502, status, body)
+          assert.matches('^redis: READONLY 127%.0%.0%.1:' .. replica.port .. ', named master "quiet" by the '
+                         .. 'sentinels, says ROLE slave, not master %(asked 5 times%)', body)
+          said = said + 1
+        end
+      end
+      assert.is_true(said >= 4, said .. " of 6 requests were refused by ROLE")
+      assert.are.equal("0", replica:cli("EXISTS", "lock:{o:stale1}"))
+    end)
   end)
 end)

@@ -283,6 +283,34 @@ describe("an acquire refused after its first try", function()
     nothing_left(srv, admin, "nomulti:1")
     c:close()
   end)
+
+  -- An acquire by c of key after a take whose ID tells no fence, which
+  -- must fail: its error, and the EVALSHA calls it made.
+  local function refused_untold(c, key)
+    untold(srv, key)
+    local calls = evalsha_calls(srv)
+    local lock, err = c:acquire(key, TTL)
+    assert.is_nil(lock, key)
+    return err, evalsha_calls(srv) - calls
+  end
+
+  it("by a user without +pexpire nor +watch: the call cannot give the take's lock back; the release script does",
+     function()
+    -- A refusal within the script (not of EVALSHA itself), and WATCH
+    -- refused: the call says the lock stays, so the acquire sends its
+    -- release, which needs no PEXPIRE. (Without +pexpire alone the call
+    -- gives it back, and no release follows: the first case.)
+    assert.are.equal("OK", srv:cli(unpack(readme_user("nowatch", { ["+pexpire"] = true, ["+watch"] = true }))))
+    local c = srv:client({ username = "nowatch", password = PASSWORD, timeout = 2 })
+    for _, key in ipairs({ "nowatch:1", "nowatch:2" }) do -- the second on a new connection
+      local err, sent = refused_untold(c, key)
+      assert.matches("calls PEXPIRE there: the Redis user needs %+pexpire", err)
+      assert.is_nil(err:find("nothing its first try took is left", 1, true))
+      assert.are.equal(2, sent) -- the acquire script, then the release
+      nothing_left(srv, admin, key) -- at once, not after its TTL
+    end
+    c:close()
+  end)
 end)
 
 describe("a waiting acquire by a user without a right the wait needs (README's table)", function()
@@ -404,6 +432,24 @@ describe("OpenResty: an acquire by the README's user (no +info), and one refused
       assert(held:release())
       nothing_left(srv, admin, "ngx:noeval")
       assert(round)
+    end
+  end)
+
+  it("over cosockets too: a take given back by its call is not released again; one left staying is", function()
+    -- The second server's user, given +eval +evalsha back and without
+    -- +pexpire: the script after a take whose ID tells no fence is refused.
+    assert.are.equal("OK", srv:cli("ACL", "SETUSER", "noeval", "+eval", "+evalsha", "-pexpire"))
+    for _, case in ipairs({ { key = "ngx:given", sends = 1, given = true },
+                            { key = "ngx:staying", sends = 2, watch = "-watch" } }) do
+      if case.watch then assert.are.equal("OK", srv:cli("ACL", "SETUSER", "noeval", case.watch)) end
+      untold(srv, case.key)
+      local calls = evalsha_calls(srv)
+      local status, body = http.request(nginx.port2, "GET", "/acquire?key=" .. case.key .. "&ttl=30")
+      assert.are.equal(502, status, body)
+      assert.matches("calls PEXPIRE there: the Redis user needs %+pexpire", body)
+      assert.are.equal(case.given == true, body:find("; nothing its first try took is left", 1, true) ~= nil, body)
+      assert.are.equal(calls + case.sends, (evalsha_calls(srv))) -- the acquire script (and the release)
+      nothing_left(srv, admin, case.key)
     end
   end)
 end)

@@ -243,8 +243,8 @@ function Client:acquire(key, ttl, opts, ...)
   -- sends the take (hold.taken reads its answer); nothing for any other.
   local t = FAST[self]
   if t then
-    local fence, tok, a, b = fast_take(t, key, ttl, opts, ...)
-    if fence ~= nil then return taken(self, t, key, fence, tok, a, b) end
+    local fence, tok, a, b, left = fast_take(t, key, ttl, opts, ...)
+    if fence ~= nil then return taken(self, t, key, fence, tok, a, b, left) end
   end
   check_client(self, "acquire")
   if type(key) == "table" then

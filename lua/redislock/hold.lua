@@ -168,35 +168,35 @@ function _M.observe_waiting(self, how, key, kind)
 end
 local observe_waiting = _M.observe_waiting
 
--- Whether err (an acquire's error message) says that it left nothing to
--- give back: its call gave back what its take took (the C call's message
--- then ends "; nothing its first try took is left", rl_call.c), or its
--- script ran nothing: the script's command itself was refused (class
--- "refused": the user may not run EVALSHA, or touch its keys; no such
--- script; no memory for a script that declares writes), or a passing state
--- refused it (READONLY, LOADING ...: redislock/lock.lua's passing). An
--- error from a command within a script (class "script") ran up to there.
-local function ran_nothing(err)
-  if err:sub(-36) == "; nothing its first try took is left" then return true end
-  return lock_mod.passing(err) or error_class(err) == "refused"
+-- Whether an acquire that failed with err left nothing to give back: its
+-- call gave back what its take took (left, the call's word beside err:
+-- "nothing"; rl_call.c), or its script ran nothing: the script's command
+-- itself was refused (class "refused": the user may not run EVALSHA, or
+-- touch its keys; no such script; no memory for a script that declares
+-- writes), or a passing state refused it (READONLY, LOADING ...:
+-- redislock/lock.lua's passing). An error from a command within a script
+-- (class "script") ran up to there.
+local function ran_nothing(err, left)
+  return left == "nothing" or lock_mod.passing(err) or error_class(err) == "refused"
 end
 
 -- acquire after its arguments were checked (how.scoped: with_lock's lock,
 -- which must not outlive the running thread, see redislock/ngx_lease.lua);
 -- kind: how to take it (wait.take's; nil for a lock; kind.tail, when
 -- set, ends the token). tried: the token of a lock's one try made already
--- (redislock/client.lua's common case), whose answer fence and sent are.
-local function acquire(self, key, ms, how, kind, tried, fence, sent)
+-- (redislock/client.lua's common case), whose answer fence, sent and
+-- left are.
+local function acquire(self, key, ms, how, kind, tried, fence, sent, left)
   local tok, t = tried or new_token(self), self._transport
   if kind and kind.tail then tok = tok .. kind.tail end -- an election's value (redislock/election.lua)
   local began, waiting = self._link.observer and now(), nil
   if began then waiting = observe_waiting(self, how, key, kind and kind.ops.kind or "lock") end
   -- One try (every uncontended acquire), without the waiting machinery;
   -- else wait.take's record.
-  if not tried then fence, sent = try(self, key, tok, ms, how, kind) end
+  if not tried then fence, sent, left = try(self, key, tok, ms, how, kind) end
   local got
   if fence == false then
-    got, sent = take(self, key, tok, ms, how, kind)
+    got, sent, left = take(self, key, tok, ms, how, kind)
     if got then fence, sent = got.fence, got.sent end
   end
   if began then observe_take(self, began, key, kind and kind.ops.kind or "lock", fence, sent, waiting) end
@@ -206,9 +206,10 @@ local function acquire(self, key, ms, how, kind, tried, fence, sent)
     -- its TTL. The token is this try's own; its release compares it on the
     -- server. A refusal of the script's command itself (NOPERM for EVALSHA,
     -- NOSCRIPT, OOM) or for a passing state (READONLY, LOADING ...) ran
-    -- nothing, and a call that gave its take's lock back says so: nothing
-    -- to give back, and no release to try (ran_nothing).
-    if sent:sub(1, 6) == "redis:" and not ran_nothing(sent)
+    -- nothing, and a call that gave its take's lock back says so beside
+    -- its message (left): nothing to give back, and no release to try
+    -- (ran_nothing).
+    if sent:sub(1, 6) == "redis:" and not ran_nothing(sent, left)
        and t:eval(kind and kind.ops.release or "release", key, tok) == nil then
       sent = sent .. string_format("; %s may stay taken by this failed try until its TTL runs out",
                                    kind and kind.ops.label:format(quote(key)) or quote(key))
@@ -233,12 +234,13 @@ end
 -- How the common case takes a lock: no options.
 local ONCE = lock_opts(3, "acquire", nil, false)
 
---- taken(client, t, key, fence, tok, a, b) -> lock | nil, err: what
+--- taken(client, t, key, fence, tok, a, b, left) -> lock | nil, err: what
 -- Client:acquire's common case answers (client one of FAST's, t its C
 -- client) after core.fast_take sent the take with token tok: taken
 -- (fence; sent at a, its TTL ends at b), or not (fence false; status a
--- and value b, as the general path takes them).
-function _M.taken(self, t, key, fence, tok, a, b)
+-- and value b, and what a failed take left, as the general path takes
+-- them).
+function _M.taken(self, t, key, fence, tok, a, b, left)
   if fence then
     local lock = lock_mod.new(t, self._link, key, tok, fence, b, nil, a, true)
     self._held[key] = lock
@@ -247,7 +249,7 @@ function _M.taken(self, t, key, fence, tok, a, b)
     if hot.n > 0 then cool(hot, key) end
     return lock
   end
-  return acquire(self, key, nil, ONCE, nil, tok, not_taken(self, key, a, b))
+  return acquire(self, key, nil, ONCE, nil, tok, not_taken(self, key, a, b, left))
 end
 
 --- hold(client, key, ms, how, kind) -> hold | nil, err: takes

@@ -129,7 +129,7 @@ local function drive(self, call, pool_opts)
   end
 end
 
---- transport:eval(op, key, token[, ms[, more]]) -> status, value[, acked | nil, err] | nil, err
+--- transport:eval(op, key, token[, ms[, more]]) -> status, value[, acked | nil, err] | nil, err[, left]
 -- Runs one lock script, as the C client's eval does (the C core's call:
 -- a take and its fall-back, NOSCRIPT, the one resend, ASKING, WAIT
 -- more.replicas more.replica_ms on the same connection after a success).

@@ -247,11 +247,14 @@ end
 
 -- The error of a new connection to a node that is no longer the master
 -- (master_only): READONLY, as the node would answer a write, but nothing was
--- sent (redislock/sentinel.lua resolves the master and tries again at once).
+-- sent (class "demoted": redislock/sentinel.lua resolves the master and
+-- tries again at once). The role the node said is kept beside it, in the
+-- transport's last_role.
 local NOT_MASTER = "redis: READONLY %s says ROLE %s on a new connection, not master (nothing was sent)"
 
 -- A connection, pooled or new, in pool opts; a new one has been
--- authenticated and has its db selected (and, master_only, said ROLE master).
+-- authenticated and has its db selected (and, master_only, said ROLE master;
+-- self.last_role is the role it said, set before anything yields again).
 -- Returns the socket and how often it was reused, or nil and a
 -- "connection: ..." / "redis: ..." message.
 local function connect(self, opts)
@@ -290,9 +293,12 @@ local function connect(self, opts)
         end
         return nil, msg
       end
-      if what == "ROLE" and (type(v) ~= "table" or v[1] ~= "master") then
-        sock:close()
-        return nil, string_format(NOT_MASTER, self.where, type(v) == "table" and tostring(v[1]) or tostring(v))
+      if what == "ROLE" then
+        self.last_role = type(v) == "table" and tostring(v[1]) or tostring(v)
+        if self.last_role ~= "master" then
+          sock:close()
+          return nil, string_format(NOT_MASTER, self.where, self.last_role)
+        end
       end
     end
   end

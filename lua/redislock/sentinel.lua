@@ -35,7 +35,7 @@ local string_format, table_concat, table_insert, table_remove = string.format, t
       table.remove
 
 local where, now = url.where, core.now
-local retry = errors.retry
+local retry, error_class = errors.retry, errors.class
 
 local _M = { _VERSION = core._VERSION }
 
@@ -155,6 +155,15 @@ function Sentinel:switched(host, port)
   end
 end
 
+-- The role a node says it has, from what its ROLE answered (reply, or nil
+-- and err): a refusal of a new OpenResty connection to a node that is no
+-- master (class "demoted", redislock/ngx_conn.lua) keeps the role it
+-- heard in the node's last_role; nil when none was heard.
+local function role_of(node, reply, err)
+  if reply == nil then return error_class(err) == "demoted" and node.last_role or nil end
+  return type(reply) == "table" and reply[1] or tostring(reply)
+end
+
 -- Resolves the master (see above): the node transport, or nil and an error.
 local function resolve(self)
   local w, werr = watch(self)
@@ -167,7 +176,7 @@ local function resolve(self)
     local node = point(self, host, port)
     local reply, err = node:command("ROLE")
     if reply == nil and not retry(err, "resend") then return nil, err end
-    role = reply == nil and err:match(" says ROLE (%S+) ") or type(reply) == "table" and reply[1] or tostring(reply)
+    role = role_of(node, reply, err)
     if role == "master" then
       self._stale = false
       return node

@@ -10,7 +10,9 @@
 --        semaphore or a read-write lock; more: { n = sem_acquire's limit, or
 --        the TTL a handoff gives (ms) of acquire_wait and acquire_fair,
 --        replicas = WAIT for this many after a success, replica_ms = ... this
---        long }) -> status, value[, acked | nil, err] | nil, "connection: ..." / "redis: ..."
+--        long }) -> status, value[, acked | nil, err] | nil, "connection: ..." / "redis: ..."[, left]
+--        (left, a failed take's: "nothing" when its call gave back the lock it
+--        took, "staying" when it could not; a topology passes it on)
 --   t:wait(key, token, ms[, op]) block on a wake-up list (op: whose; the lock's
 --                                by default; token: a registered waiter's own)
 --                                -> what woke it (a handoff: "<fence> <age>
@@ -35,6 +37,9 @@
 --   t:io_problem()               nil, or the nginx phase that forbids I/O now
 --   t.spread                     true when keys live on several servers (a
 --                                cluster, Redlock): no script sees them all
+--   t.last_role                  under OpenResty, behind Sentinel (master_only):
+--                                the role a new connection's ROLE said, kept
+--                                beside a refusal of class "demoted"
 --   t:retarget(host, port)       point it, and the leases renewed on it, at another
 --                                TCP node (Sentinel's new master)
 --   t:usable()                   false when its next call opens a new connection

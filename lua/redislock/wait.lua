@@ -169,19 +169,22 @@ end
 -- A take (of kind, nil: a lock) that is one try, at once: nothing of
 -- take's loop but the try (no wait, no registration, nothing more to tell
 -- the script, no place to leave, no lock delay): every uncontended acquire.
--- Returns its fence and when it was sent (core.now()), or nil and an error
--- message; false (nothing sent) for a take that is more. No table is made.
+-- Returns its fence and when it was sent (core.now()), or nil, an error
+-- message and what its call left of the lock its take took (eval's third
+-- value on a failure: "nothing", "staying" or nil, see
+-- redislock/transport.lua); false (nothing sent) for a take that is more.
+-- No table is made.
 local function try(client, key, tok, ms, how, kind)
   kind = kind or LOCK
   if how.wait ~= 0 or how.fair or how.replicas or kind.n or kind.stays or how.delay_ms then return false end
   local c, hot = client._transport, client._hot
   local sent = now()
-  local status, value = (kind.eval or c.eval)(c, kind.take, key, tok, ms)
+  local status, value, left = (kind.eval or c.eval)(c, kind.take, key, tok, ms)
   if status == 1 then
     if hot.keys[key] then hot.keys[key], hot.n = nil, hot.n - 1 end -- free at once: cooled down
     return value, sent
   end
-  if status == nil then return nil, value end
+  if status == nil then return nil, value, left end
   return busy_answer(kind, key, value, 0, client._held)
 end
 
@@ -220,12 +223,13 @@ end
 -- why the WAIT failed), token (tok, or that of a lock handed down),
 -- cohort, expires (when a handoff gave it a first TTL shorter than ms,
 -- when that TTL ends: core.now()), delay (the lock delay it added:
--- how.delay_ms) }; or nil and an error message.
+-- how.delay_ms) }; or nil, an error message and, when its last try failed
+-- so, what that try left of the lock (as try's).
 local function take(client, key, tok, ms, how, kind)
   kind = kind or LOCK
-  local one, at = try(client, key, tok, ms, how, kind)
+  local one, at, remains = try(client, key, tok, ms, how, kind)
   if one then return { fence = one, sent = at, token = tok } end -- no replicas to WAIT for here
-  if one == nil then return nil, at end
+  if one == nil then return nil, at, remains end
   local own_tok = tok
   local c, sleep, held, hot = client._transport, client._sleep, client._held, client._hot
   local wait, fair = how.wait, how.fair
@@ -283,7 +287,7 @@ local function take(client, key, tok, ms, how, kind)
         return { fence = fence, sent = now(), token = tok, cohort = cohort, delay = delay }
       end
     end
-    local status, value, acked, werr, tried
+    local status, value, acked, werr, tried -- a failure's third value (acked's place) is its left
     if got then -- handed over by its holder's release: held already
       status, value, sent, got = 1, got, got_at, nil
       if client._link.observer then told_handoff(client, key, kind) end
@@ -317,7 +321,7 @@ local function take(client, key, tok, ms, how, kind)
     if (left <= 0 and not (queued and w:pending())) or (status == nil and not retryable(value)) then
       if stays then c:eval(kind.leave, key, tok, hand_ms) end -- best effort: else it drops out in 3 s
       w:give_up(tok)
-      if status == nil then return nil, value end
+      if status == nil then return nil, value, acked end
       return busy_answer(kind, key, value, wait, held)
     end
     -- How long the lock can stay as it is: until the holder's TTL runs out.
@@ -364,7 +368,8 @@ local function take(client, key, tok, ms, how, kind)
   end
 end
 
---- take(client, key, tok, ms, how[, kind]) -> { fence, sent, acked, werr, token, cohort, expires, delay } | nil, err
+--- take(client, key, tok, ms, how[, kind]) -> { fence, sent, acked, werr, token, cohort, expires, delay } |
+-- nil, err[, left]
 -- Tries to take key with tok through the client's transport until how.wait
 -- seconds passed (see above), sleeping with its sleep; it reads the
 -- client's _held (the locks it holds, for the "held by this client"
@@ -372,17 +377,18 @@ end
 -- kind: how the primitive is taken (_M.LOCK by default).
 _M.take = take
 
---- try(client, key, tok, ms, how[, kind]) -> fence, sent | nil, err |
+--- try(client, key, tok, ms, how[, kind]) -> fence, sent | nil, err[, left] |
 -- false: a take that is one try at once, without the record (hold.lua's
 -- acquire, for every uncontended one); false when it is more: take then.
 _M.try = try
 
---- not_taken(client, key, status, value) -> nil, err: what try answers
--- when its try of a lock was answered status and value, not 1 (for the
+--- not_taken(client, key, status, value, left) -> nil, err[, left]: what
+-- try answers when its try of a lock was answered status and value (and
+-- left, when it failed: rl_lua_push_failed's), not 1 (for the
 -- common case's, made in one call: redislock/hold.lua's taken). cool(hot,
 -- key): key (of the client's _hot) was found free at once.
-function _M.not_taken(client, key, status, value)
-  if status == nil then return nil, value end
+function _M.not_taken(client, key, status, value, left)
+  if status == nil then return nil, value, left end
   return busy_answer(LOCK, key, value, 0, client._held)
 end
 _M.cool = cool

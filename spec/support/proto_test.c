@@ -362,6 +362,25 @@ static void test_call(void) {
         && sends(&call, "$3\r\nDEL\r\n$10\r\nlock:{job}\r\n") && sends(&call, "EXEC"));
   CHECK(feed(&call, "+OK\r\n+QUEUED\r\n*1\r\n:1\r\n") == RL_STEP_FAILED && rl_call_keep(&call)); /* EXEC ended the WATCH */
   CHECK(strcmp(call.err, "redis: NOPERM no evalsha; nothing its first try took is left") == 0);
+  CHECK(call.left == RL_LEFT_NOTHING && strcmp(rl_left_name(call.left), "nothing") == 0);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+
+  /* ... and when WATCH is refused, it stays (said beside the message too,
+     for the caller's release script); a refused script after a take that
+     took nothing says nothing of it. */
+  CHECK(start(&call, &cmd, RL_OP_TAKE, 0, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, untold) == RL_STEP_SEND);
+  CHECK(feed(&call, "-ERR script refused PEXPIRE\r\n") == RL_STEP_SEND && sends(&call, "WATCH"));
+  CHECK(feed(&call, "-NOPERM no watch\r\n$3\r\ntok\r\n") == RL_STEP_FAILED && !rl_call_keep(&call));
+  CHECK(strstr(call.err, "; the lock its first try took stays until its TTL runs out") != NULL);
+  CHECK(call.left == RL_LEFT_STAYING && strcmp(rl_left_name(call.left), "staying") == 0);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
+  CHECK(start(&call, &cmd, RL_OP_TAKE, 0, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, busy) == RL_STEP_SEND && sends(&call, "EVALSHA"));
+  CHECK(feed(&call, "-NOPERM no evalsha\r\n") == RL_STEP_FAILED && strcmp(call.err, "redis: NOPERM no evalsha") == 0);
+  CHECK(call.left == RL_LEFT_UNSAID && rl_left_name(call.left) == NULL);
   rl_call_free(&call);
   rl_cmd_free(&cmd);
 
