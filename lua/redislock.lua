@@ -35,7 +35,7 @@ end
 local args = require "redislock.args"
 local client_mod = require "redislock.client"
 local core = require "redislock.core"
-local wait = require "redislock.wait"
+local errors = require "redislock.errors"
 
 local pcall, tostring = pcall, tostring
 local os_getenv = os.getenv
@@ -60,7 +60,7 @@ _M.new = client_mod.new
 -- wait time left (code word -> true): LOADING, BUSY, MASTERDOWN, TRYAGAIN,
 -- CLUSTERDOWN.
 -- @table TRANSIENT
-_M.TRANSIENT = wait.TRANSIENT
+_M.TRANSIENT = errors.codes("wait")
 
 local default_client
 

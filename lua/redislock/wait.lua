@@ -84,9 +84,8 @@ end
 -- unblocked by one (UNBLOCKED), a cluster slot moving or a cluster without
 -- quorum (TRYAGAIN, CLUSTERDOWN); behind Sentinel, on the master it names
 -- then. Every lock script checks the token, so a resend is always
--- reconciled. The one table of them is redislock/errors.lua's ("wait");
--- TRANSIENT lists its server codes.
-local TRANSIENT = errors.codes("wait")
+-- reconciled. The one table of them is redislock/errors.lua's ("wait";
+-- its server codes are redislock.TRANSIENT).
 
 -- Whether an error message (from eval) is worth retrying within the wait.
 local function retryable(err)
@@ -397,9 +396,5 @@ _M.cool = cool
 -- lock after an attempt that answered value; mine: the lock this client
 -- holds there, or nil (see above).
 _M.busy_message = busy_message
-
---- The server replies worth waiting out (code word -> true), as
--- redislock/errors.lua's table says.
-_M.TRANSIENT = TRANSIENT
 
 return _M
