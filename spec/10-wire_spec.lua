@@ -11,9 +11,8 @@ local socket = require "socket"
 describe("wire functions", function()
   local srv, raw, conn
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end, before_each)
   before_each(function()
-    assert.are.equal("OK", raw:command("FLUSHALL"))
     conn = assert(socket.connect("127.0.0.1", srv.port))
     conn:settimeout(5)
   end)

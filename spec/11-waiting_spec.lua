@@ -11,16 +11,10 @@ local helpers = require "spec.helpers"
 describe("waiting", function()
   local srv, raw, holder
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
-  before_each(function()
-    assert.are.equal("OK", raw:command("FLUSHALL"))
-    holder = srv:client()
-    -- Load the scripts, so that no NOSCRIPT round trip adds to the counts.
-    assert(assert(holder:acquire("warm-up", 1)):release())
-    assert.are.equal("OK", raw:command("FLUSHALL"))
-    assert.are.equal("OK", raw:command("CONFIG", "RESETSTAT"))
+  helpers.client_each(lazy_setup, lazy_teardown, before_each, after_each, function(s, r, c)
+    srv, raw, holder = s, r, c
+    helpers.warm(holder, raw)
   end)
-  after_each(function() holder:close() end)
 
   -- Clients blocked in the server right now (waiters in BLPOP).
   local function blocked() return helpers.blocked(raw) end

@@ -88,14 +88,10 @@ describe("Sentinel", function()
     assert(assert(c:acquire("s:auth", 5)):release())
     c:close()
     c = redislock.new({ sentinels = addr, master = "mymaster" })
-    local lock, err = c:acquire("s:auth", 5)
-    assert.is_nil(lock)
-    assert.matches('^redis: no sentinel would say where master "mymaster" is %(redis: NOAUTH', err)
+    helpers.acquire_fails(c, "s:auth", '^redis: no sentinel would say where master "mymaster" is %(redis: NOAUTH')
     c:close()
     c = redislock.new({ sentinels = addr, master = "mymaster", sentinel_password = "wrong" })
-    lock, err = c:acquire("s:auth", 5)
-    assert.is_nil(lock)
-    assert.matches("redis: AUTH refused by 127.0.0.1:" .. s.port, err, 1, true)
+    helpers.acquire_fails(c, "s:auth", "redis: AUTH refused by 127.0.0.1:" .. s.port, true)
     c:close()
   end)
 
@@ -109,17 +105,13 @@ describe("Sentinel", function()
     assert(assert(c:acquire("s:tls", 5)):release())
     c:close()
     c = redislock.new({ sentinels = { "127.0.0.1:" .. port }, master = "mymaster" }) -- plaintext to a TLS port
-    local lock, err = c:acquire("s:tls", 5)
-    assert.is_nil(lock)
-    assert.matches("^connection: no sentinel reachable", err)
+    helpers.acquire_fails(c, "s:tls", "^connection: no sentinel reachable")
     c:close()
   end)
 
   it("names the master no sentinel knows", function()
     local c = client({ master = "nope" })
-    local lock, err = c:acquire("s:2", 5)
-    assert.is_nil(lock)
-    assert.matches('^redis: no sentinel knows master "nope"', err)
+    helpers.acquire_fails(c, "s:2", '^redis: no sentinel knows master "nope"')
     c:close()
   end)
 
@@ -139,9 +131,7 @@ describe("Sentinel", function()
   it("says so when no sentinel can be reached", function()
     local c = redislock.new({ sentinels = { "127.0.0.1:" .. helpers.free_port(), "127.0.0.1:" .. helpers.free_port() },
                               master = "mymaster", connect_timeout = 0.5 })
-    local lock, err = c:acquire("s:3", 5)
-    assert.is_nil(lock)
-    assert.matches('^connection: no sentinel reachable for master "mymaster" %(', err)
+    helpers.acquire_fails(c, "s:3", '^connection: no sentinel reachable for master "mymaster" %(')
     c:close()
   end)
 
@@ -153,15 +143,13 @@ describe("Sentinel", function()
     assert.are.equal("OK", s:cli("SENTINEL", "MONITOR", "stale", "127.0.0.1", replica.port, 2))
     finally(function() s:cli("SENTINEL", "REMOVE", "stale") end)
     local c = redislock.new({ sentinels = { g.addrs[1] }, master = "stale" })
-    local lock, err = c:acquire("s:4", 5)
-    assert.is_nil(lock)
-    assert.matches('^redis: READONLY 127%.0%.0%.1:%d+, named master "stale" by the sentinels, says ROLE slave, '
-                   .. 'not master %(asked 5 times%)', err)
+    helpers.acquire_fails(c, "s:4", '^redis: READONLY 127%.0%.0%.1:%d+, named master "stale" by the sentinels, '
+                          .. 'says ROLE slave, not master %(asked 5 times%)')
     -- A failover may leave the sentinels naming a replica for a while: with
     -- wait time left, the acquire asks them again until it runs out (make
     -- torture saw it give up with 1.4 s of 2.4 left).
     local began = core.now()
-    lock, err = c:acquire("s:4", 5, { wait = 2 })
+    local lock, err = c:acquire("s:4", 5, { wait = 2 })
     assert.is_nil(lock)
     assert.is_true(core.now() - began >= 1.9, "gave up after " .. (core.now() - began) .. " s")
     assert.matches("^redis: READONLY ", err)
@@ -169,11 +157,7 @@ describe("Sentinel", function()
   end)
 
   it("checks its options", function()
-    local function refused(opts, msg)
-      local ok, err = pcall(redislock.new, opts)
-      assert.is_false(ok)
-      assert.is_truthy(tostring(err):find(msg, 1, true), err)
-    end
+    local refused = helpers.new_fails
     refused({ sentinels = { "127.0.0.1:1" } }, "options 'sentinels' and 'master' go together")
     refused({ master = "m" }, "options 'sentinels' and 'master' go together")
     refused({ sentinels = {}, master = "m" }, "option 'sentinels' must be a non-empty list")
@@ -280,41 +264,37 @@ describe("Sentinel", function()
       local location = helpers.location
       nginx = helpers.start_nginx({
         workers = 2,
-        http = table.concat({
-          "lua_socket_log_errors off;",
-          "lua_ssl_trusted_certificate " .. certs .. "/ca.crt;",
-          "lua_ssl_verify_depth 2;",
-          "server {",
-          "  listen 127.0.0.1:{{port}};",
-          '  set $redis_sentinels "' .. table.concat(g.addrs, ",") .. '";',
-          '  set $redis_master "mymaster";',
-          location("/acquire", "acquire"),
-          location("/with_lock", "with_lock"),
-          location("/election", "election"),
-          location("/master", "master"),
-          location("/section", "section"),
-          "}",
-          "server {", -- the same, for a master of its own (Group:quiet_master)
-          "  listen 127.0.0.1:{{port}};",
-          "  server_name quiet;",
-          '  set $redis_sentinels "' .. g.addrs[1] .. '";',
-          '  set $redis_master "quiet";',
-          location("/acquire", "acquire"),
-          location("/master", "master"),
-          "}",
-          "server {", -- through the TLS sentinel, with its password
-          "  listen 127.0.0.1:{{port}};",
-          "  server_name tls;",
-          '  set $redis_sentinels "127.0.0.1:' .. tls_port .. '";',
-          '  set $redis_master "mymaster";',
-          '  set $redis_sentinel_tls "mtls";',
-          '  set $redis_sentinel_password "s3cret";',
-          '  set $redis_tls_dir "' .. certs .. '";',
-          location("/acquire", "acquire"),
-          location("/nodes/new", "new", 'set $redis_tls "mtls";'),
-          location("/noname/new", "new", 'set $redis_sentinel_tls "nonamemtls";'),
-          "}",
-        }, "\n"),
+        http = { "lua_socket_log_errors off;", "lua_ssl_trusted_certificate " .. certs .. "/ca.crt;",
+                 "lua_ssl_verify_depth 2;" },
+        servers = {
+          {
+            'set $redis_sentinels "' .. table.concat(g.addrs, ",") .. '";',
+            'set $redis_master "mymaster";',
+            location("/acquire", "acquire"),
+            location("/with_lock", "with_lock"),
+            location("/election", "election"),
+            location("/master", "master"),
+            location("/section", "section"),
+          },
+          { -- the same, for a master of its own (Group:quiet_master)
+            name = "quiet",
+            'set $redis_sentinels "' .. g.addrs[1] .. '";',
+            'set $redis_master "quiet";',
+            location("/acquire", "acquire"),
+            location("/master", "master"),
+          },
+          { -- through the TLS sentinel, with its password
+            name = "tls",
+            'set $redis_sentinels "127.0.0.1:' .. tls_port .. '";',
+            'set $redis_master "mymaster";',
+            'set $redis_sentinel_tls "mtls";',
+            'set $redis_sentinel_password "s3cret";',
+            'set $redis_tls_dir "' .. certs .. '";',
+            location("/acquire", "acquire"),
+            location("/nodes/new", "new", 'set $redis_tls "mtls";'),
+            location("/noname/new", "new", 'set $redis_sentinel_tls "nonamemtls";'),
+          },
+        },
       })
     end)
     lazy_teardown(function()

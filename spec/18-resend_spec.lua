@@ -16,8 +16,7 @@ local redislock = require "redislock"
 describe("a command whose reply is lost", function()
   local srv, raw
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
-  before_each(function() assert.are.equal("OK", raw:command("FLUSHALL")) end)
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end, before_each)
 
   -- Starts a proxy to the server that drops the reply to the first write
   -- containing marker, for the running test; returns its port and a
@@ -117,14 +116,8 @@ describe("a command whose reply is lost", function()
       local port, stop = proxy("lost:n")
       local nginx = helpers.start_nginx({
         workers = 1,
-        http = table.concat({
-          "lua_socket_log_errors off;",
-          "server {",
-          "  listen 127.0.0.1:{{port}};",
-          '  set $redis_url "redis://127.0.0.1:' .. port .. '";',
-          "  location = /acquire { content_by_lua_block { require('spec.support.ngx_app').acquire() } }",
-          "}",
-        }, "\n"),
+        http = "lua_socket_log_errors off;",
+        server = { 'set $redis_url "redis://127.0.0.1:' .. port .. '";', helpers.location("/acquire", "acquire") },
       })
       finally(function() nginx:stop() end)
       -- A first request leaves a connection in the pool: the next one reuses it.

@@ -147,10 +147,8 @@ describe("Redis Cluster", function()
     assert(assert(c:acquire("seed", 5)):release())
     c:close()
     c = redislock.new({ cluster = { dead } })
-    local lock, err = c:acquire("seed", 5)
-    assert.is_nil(lock)
-    assert.matches("^connection: no cluster node reachable %(connection: cannot connect to " .. dead:gsub("%.", "%%."),
-                   err)
+    helpers.acquire_fails(c, "seed", "^connection: no cluster node reachable %(connection: cannot connect to "
+                          .. dead:gsub("%.", "%%."))
     c:close()
   end)
 
@@ -183,10 +181,8 @@ describe("Redis Cluster", function()
   it("releases and extends through ASK while the slot moves, and loads the script on the target first", function()
     local c = client()
     local key = "asking"
-    local slot = core.lock_slot(key)
     local lock = assert(c:acquire(key, 5))
-    local from = cl:owner(slot)
-    local to = cl:other_master(from)
+    local slot, from, to = cl:where(key)
     assert.are.equal("OK", to:cli("SCRIPT", "FLUSH")) -- EVALSHA there answers NOSCRIPT
     cl:begin_move(slot, from, to)
     finally(function() cl:end_move(slot, from, to) end)
@@ -220,11 +216,9 @@ describe("Redis Cluster", function()
   it("rides out TRYAGAIN while a slot moves when it may wait", function()
     local c = client()
     local key = "tryagain"
-    local slot = core.lock_slot(key)
     local old = assert(c:acquire(key, 5))
     assert.is_true(old:release()) -- the slot's fence record stays (and moves with the slot)
-    local from = cl:owner(slot)
-    local to = cl:other_master(from)
+    local slot, from, to = cl:where(key)
     cl:begin_move(slot, from, to)
     cl:move_keys(slot, from, to)
     -- Half moved: a new lock's names are missing on both nodes, so the
@@ -251,10 +245,8 @@ describe("Redis Cluster", function()
   it("answers busy for a lock held on the source while its slot moves (not TRYAGAIN)", function()
     local c, other = client(), client()
     local key = "moving:held"
-    local slot = core.lock_slot(key)
     local lock = assert(c:acquire(key, 5))
-    local from = cl:owner(slot)
-    local to = cl:other_master(from)
+    local slot, from, to = cl:where(key)
     cl:begin_move(slot, from, to)
     -- The take finds the lock held; the acquire script's waiters mark (and
     -- the holder's fence key: a take keeps none) are missing on the source:
@@ -280,9 +272,7 @@ describe("Redis Cluster", function()
                    permit = "lock:{moving:p}:permits" }
     for what, take in pairs(holds) do
       local hold = assert(take())
-      local slot = core.lock_slot(hold.key)
-      local from = cl:owner(slot)
-      local to = cl:other_master(from)
+      local slot, from, to = cl:where(hold.key)
       cl:begin_move(slot, from, to)
       -- The release script's keys are in part on the source, in part
       -- nowhere: Redis says TRYAGAIN to it, and the hold's key alone goes.
@@ -319,19 +309,29 @@ describe("Redis Cluster", function()
     return count
   end
 
-  -- Loops (as loops(); elect: campaigns) while their slot moves to another
-  -- master in steps; checks that more than 10 sections ran there.
-  local function loops_across_move(key, elect)
+  -- Loops (as loops(), or run: the same under OpenResty; elect:
+  -- campaigns) while their slot moves to another master in steps; checks
+  -- that more than 10 sections ran there.
+  local function loops_across_move(key, elect, run)
     local to
-    local sections = loops(key, function(slot, from)
+    local sections = (run or loops)(key, function(slot, from)
       to = cl:other_master(from)
-      cl:begin_move(slot, from, to)
-      core.sleep(0.3) -- half moved: the keys still on the source
-      cl:move_keys(slot, from, to)
-      core.sleep(0.3) -- the keys on the target, the slot still the source's
-      cl:end_move(slot, from, to)
+      cl:move_in_steps(slot, from, to)
     end, true, 6, elect)
     assert.is_true(on(sections, to) > 10, "sections on the new owner: " .. on(sections, to))
+  end
+
+  -- Loops (as loops(), or run) across a CLUSTER FAILOVER of their master;
+  -- checks that more than 10 sections ran on the new master.
+  local function loops_across_failover(key, run)
+    local new
+    local sections = (run or loops)(key, function(slot, old)
+      new = cl:replica_of(old)
+      assert.are.equal("OK", new:cli("CLUSTER", "FAILOVER"))
+      assert.is_truthy(helpers.eventually(10, function() return cl:owner(slot, new) == new end))
+    end, true)
+    assert.is_true(cl:settled(20), "the cluster did not settle after the failover")
+    assert.is_true(on(sections, new) > 10, "sections on the new master: " .. on(sections, new))
   end
 
   it("keeps with_lock loops going while their slot moves: no overlaps, fences growing", function()
@@ -386,14 +386,7 @@ describe("Redis Cluster", function()
 
   it("keeps with_lock loops going across a CLUSTER FAILOVER of their master", function()
     if helpers.slow > 1 then return pending("timing-bound: not under REDISLOCK_SLOW") end
-    local new
-    local sections = loops("takeover", function(slot, old)
-      new = cl:replica_of(old)
-      assert.are.equal("OK", new:cli("CLUSTER", "FAILOVER"))
-      assert.is_truthy(helpers.eventually(10, function() return cl:owner(slot, new) == new end))
-    end, true)
-    assert.is_true(cl:settled(20), "the cluster did not settle after the failover")
-    assert.is_true(on(sections, new) > 10, "sections on the new master: " .. on(sections, new))
+    loops_across_failover("takeover")
   end)
 
   it("keeps with_lock loops going while their master stops answering until its replica takes over", function()
@@ -413,9 +406,7 @@ describe("Redis Cluster", function()
   it("gives up after a few redirects, naming the slot (a move half set up: ASK one way, MOVED back)", function()
     local c = client()
     local key = "pingpong"
-    local slot = core.lock_slot(key)
-    local from = cl:owner(slot)
-    local to = cl:other_master(from)
+    local slot, from, to = cl:where(key)
     -- MIGRATING on the owner without IMPORTING on the target: the owner
     -- answers ASK (the keys are not there), the target MOVED (not importing).
     assert.are.equal("OK", from:cli("CLUSTER", "SETSLOT", slot, "MIGRATING", cl:id(to)))
@@ -453,11 +444,7 @@ describe("Redis Cluster", function()
   end)
 
   it("checks its options", function()
-    local function refused(opts, msg)
-      local ok, err = pcall(redislock.new, opts)
-      assert.is_false(ok)
-      assert.is_truthy(tostring(err):find(msg, 1, true), err)
-    end
+    local refused = helpers.new_fails
     refused({ cluster = {} }, "option 'cluster' must be a non-empty list of \"host:port\"")
     refused({ cluster = "h:1" }, "option 'cluster' must be a non-empty list")
     refused({ cluster = { "a:b:c" } }, "option 'cluster' item 1 must be \"host:port\"")
@@ -483,19 +470,16 @@ describe("Redis Cluster", function()
       local location = helpers.location
       nginx = helpers.start_nginx({
         workers = 2,
-        http = table.concat({
-          "lua_socket_log_errors off;",
-          "server {",
-          "  listen 127.0.0.1:{{port}};",
-          '  set $redis_cluster "' .. table.concat(cl.seeds, ",") .. '";',
+        http = "lua_socket_log_errors off;",
+        server = {
+          'set $redis_cluster "' .. table.concat(cl.seeds, ",") .. '";',
           location("/counter", "counter"),
           location("/acquire", "acquire"),
           location("/with_lock", "with_lock"),
           location("/election", "election"),
           location("/section", "section"),
           location("/tls/new", "new", 'set $redis_tls "mtls"; set $redis_tls_dir "' .. helpers.tls_certs() .. '";'),
-          "}",
-        }, "\n"),
+        },
       })
     end)
     lazy_teardown(function()
@@ -505,6 +489,18 @@ describe("Redis Cluster", function()
 
     local function get(path)
       return http.request(nginx.port, "GET", path)
+    end
+
+    -- Four requests looping /section on key (spec/workers/http_loop.lua)
+    -- for 6 s across event(slot, owner), 2 s in; returns the sections
+    -- (helpers.loops_across, fences checked): loops() under OpenResty.
+    local function http_loops(key, event)
+      local slot = core.lock_slot(key)
+      local owner = cl:owner(slot)
+      return helpers.loops_across(function(start_at)
+        return helpers.spawn(helpers.spec_dir .. "workers/http_loop.lua", nginx.port, "/section?key=" .. key, 6,
+                             start_at)
+      end, function() event(slot, owner) end, true)
     end
 
     it("runs an election over cosockets: campaign, leader, proclaim, observe, resign, terms growing", function()
@@ -528,61 +524,18 @@ describe("Redis Cluster", function()
 
     for _, mode in ipairs({ "notify", "fair" }) do
       it("keeps 200 concurrent read-modify-writes exact under with_lock (" .. mode .. ")", function()
-        for _, k in ipairs({ "counter", "inside", "overlaps" }) do assert(c:command("DEL", k)) end
-        local reqs = {}
-        for i = 1, 200 do reqs[i] = "/counter?lock=" .. mode end
-        local workers = {}
-        for i, res in ipairs(http.parallel(nginx.port, reqs, { timeout = 120 * helpers.slow })) do
-          assert.are.equal(200, res.status, "request " .. i .. ": " .. res.body .. nginx:error_log())
-          workers[res.headers["x-worker"]] = true
-        end
-        assert.are.equal("200", c:command("GET", "counter"))
-        assert.is_false(c:command("GET", "overlaps"))
-        local n = 0
-        for _ in pairs(workers) do n = n + 1 end
-        assert.are.equal(2, n)
+        assert.are.equal(2, nginx:counter(200, mode, c)) -- both workers answered
       end)
     end
 
     it("keeps with_lock loops going while their slot moves: no overlaps, fences growing", function()
       if helpers.slow > 1 then return pending("timing-bound: not under REDISLOCK_SLOW") end
-      local key = "o:migrating"
-      local slot = core.lock_slot(key)
-      local to
-      local sections = helpers.loops_across(function(start_at)
-        return helpers.spawn(helpers.spec_dir .. "workers/http_loop.lua", nginx.port, "/section?key=" .. key, 6,
-                             start_at)
-      end, function()
-        local from = cl:owner(slot)
-        to = cl:other_master(from)
-        cl:begin_move(slot, from, to)
-        core.sleep(0.3)
-        cl:move_keys(slot, from, to)
-        core.sleep(0.3)
-        cl:end_move(slot, from, to)
-      end, true)
-      local on_new = 0
-      for _, s in ipairs(sections) do if s.port == to.port then on_new = on_new + 1 end end
-      assert.is_true(on_new > 10, "sections on the new owner: " .. on_new)
+      loops_across_move("o:migrating", false, http_loops)
     end)
 
     it("keeps with_lock loops going across a CLUSTER FAILOVER of their master", function()
       if helpers.slow > 1 then return pending("timing-bound: not under REDISLOCK_SLOW") end
-      local key = "o:takeover"
-      local slot = core.lock_slot(key)
-      local new
-      local sections = helpers.loops_across(function(start_at)
-        return helpers.spawn(helpers.spec_dir .. "workers/http_loop.lua", nginx.port, "/section?key=" .. key, 6,
-                             start_at)
-      end, function()
-        new = cl:replica_of(cl:owner(slot))
-        assert.are.equal("OK", new:cli("CLUSTER", "FAILOVER"))
-        assert.is_truthy(helpers.eventually(10, function() return cl:owner(slot, new) == new end))
-      end, true)
-      assert.is_true(cl:settled(20), "the cluster did not settle after the failover")
-      local on_new = 0
-      for _, s in ipairs(sections) do if s.port == new.port then on_new = on_new + 1 end end
-      assert.is_true(on_new > 10, "sections on the new master: " .. on_new)
+      loops_across_failover("o:takeover", http_loops)
     end)
 
     it("refuses TLS without a server_name at new(): nginx checks DNS names, the cluster names addresses", function()
@@ -649,14 +602,10 @@ describe("Redis Cluster over TLS, with a password", function()
 
   it("says so when the password is wrong or TLS is missing", function()
     local c = client({ password = "wrong" })
-    local lock, err = c:acquire("tls:x", 5)
-    assert.is_nil(lock)
-    assert.matches("^redis: no cluster node would tell its slots %(redis: AUTH refused", err)
+    helpers.acquire_fails(c, "tls:x", "^redis: no cluster node would tell its slots %(redis: AUTH refused")
     c:close()
     c = redislock.new({ cluster = { "127.0.0.1:" .. cl.nodes[1].port }, password = "s3cret" })
-    lock, err = c:acquire("tls:x", 5)
-    assert.is_nil(lock)
-    assert.matches("^connection: no cluster node reachable", err)
+    helpers.acquire_fails(c, "tls:x", "^connection: no cluster node reachable")
     c:close()
   end)
 end)

@@ -9,8 +9,7 @@ local redislock = require "redislock"
 describe("inspect, force_release, observer", function()
   local srv, raw
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
-  before_each(function() assert.are.equal("OK", raw:command("FLUSHALL")) end)
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end, before_each)
 
   it("inspect tells whether a lock is held, its time left, its fence and who holds it", function()
     local c = redislock.new({ port = srv.port, label = "reconcile" })

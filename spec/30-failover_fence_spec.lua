@@ -62,6 +62,14 @@ local function lost_rounds(client, master, replica, keys, seen)
   return take_all(client, 8, keys)
 end
 
+-- Stops a topology (a Sentinel group, a cluster) once its nodes that a
+-- test SIGSTOPped run again.
+local function stop_resumed(topology)
+  if not topology then return end
+  for _, n in ipairs(topology.nodes) do if n.pid then signal(n, "CONT") end end
+  topology:stop()
+end
+
 -- One round, tried again for up to 15 s while a failover settles.
 local function first_round(client, keys)
   local first
@@ -78,7 +86,7 @@ describe("a promoted replica behind the client's one address (REPLICAOF NO ONE)"
 
   lazy_setup(function()
     master = helpers.start_redis()
-    replica = helpers.start_redis({ "--replicaof", "127.0.0.1", tostring(master.port) })
+    replica = helpers.start_replica(master)
     dir = os.tmpname()
     os.remove(dir)
     assert(os.execute("mkdir " .. dir))
@@ -136,12 +144,7 @@ describe("a failover behind Sentinel", function()
   local g
 
   lazy_setup(function() g = helpers.start_sentinels() end)
-  lazy_teardown(function()
-    if g then
-      for _, n in ipairs(g.nodes) do if n.pid then signal(n, "CONT") end end
-      g:stop()
-    end
-  end)
+  lazy_teardown(function() stop_resumed(g) end)
 
   it("hands out fences above those of the master it replaced, and above its later ones after them", function()
     local old_master = g:master()
@@ -187,12 +190,7 @@ describe("a failover in a Redis Cluster", function()
   lazy_setup(function()
     cl = helpers.start_cluster({ own_addresses = helpers.netns, node_timeout = helpers.netns and 30000 or nil })
   end)
-  lazy_teardown(function()
-    if cl then
-      for _, n in ipairs(cl.nodes) do if n.pid then signal(n, "CONT") end end
-      cl:stop()
-    end
-  end)
+  lazy_teardown(function() stop_resumed(cl) end)
 
   it("hands out fences above those of the master its replica replaced", function()
     local client = redislock.new({ cluster = cl.seeds, timeout = 1 })
@@ -254,7 +252,7 @@ describe("OpenResty across a failover", function()
 
   lazy_setup(function()
     master = helpers.start_redis()
-    replica = helpers.start_redis({ "--replicaof", "127.0.0.1", tostring(master.port) })
+    replica = helpers.start_replica(master)
     dir = os.tmpname()
     os.remove(dir)
     assert(os.execute("mkdir " .. dir .. " && ln -s " .. master.sock .. " " .. dir .. "/redis.sock"))
@@ -264,37 +262,33 @@ describe("OpenResty across a failover", function()
     cl = helpers.start_cluster({ own_addresses = helpers.netns, node_timeout = helpers.netns and 30000 or nil })
     local owner = cl:owner(core.lock_slot("{orders}:42"))
     local function server(name, vars)
-      local lines = { "server {", "  listen 127.0.0.1:{{port}};", "  server_name " .. name .. ";" }
-      for k, v in pairs(vars) do lines[#lines + 1] = string.format('  set $%s "%s";', k, v) end
-      lines[#lines + 1] = "  location = /fences { content_by_lua_block { require('spec.support.ngx_app').fences() } }"
-      lines[#lines + 1] = "  location = /master { content_by_lua_block { require('spec.support.ngx_app').master() } }"
-      lines[#lines + 1] = "}"
-      return table.concat(lines, "\n")
+      local lines = { name = name }
+      for k, v in pairs(vars) do lines[#lines + 1] = string.format('set $%s "%s";', k, v) end
+      lines[#lines + 1] = helpers.location("/fences", "fences")
+      lines[#lines + 1] = helpers.location("/master", "master")
+      return lines
     end
     local seeds = table.concat(cl.seeds, ",")
     nginx = helpers.start_nginx({
       workers = 2,
-      http = table.concat({
-        "lua_socket_log_errors off;",
+      http = "lua_socket_log_errors off;",
+      servers = {
         server("one", { redis_url = "unix://" .. dir .. "/redis.sock", redis_timeout = "1" }),
         server("direct", { redis_url = "redis://127.0.0.1:" .. master.port, redis_timeout = "1" }),
         server("sentinel", { redis_sentinels = table.concat(g.addrs, ","), redis_master = g.name }),
         server("sentinel-old", { redis_url = "redis://127.0.0.1:" .. g:master().port, redis_timeout = "1" }),
         server("cluster", { redis_cluster = seeds }),
         server("cluster-old", { redis_url = "redis://" .. owner.host .. ":" .. owner.port, redis_timeout = "1" }),
-      }, "\n"),
+      },
     })
   end)
   lazy_teardown(function()
     if nginx then nginx:stop() end
-    for _, s in ipairs({ master, replica, g and g.nodes[1], g and g.nodes[2] }) do
-      if s and s.pid then signal(s, "CONT") end
+    for _, s in ipairs({ master, replica }) do
+      if s.pid then signal(s, "CONT") end
     end
-    if cl then
-      for _, n in ipairs(cl.nodes) do if n.pid then signal(n, "CONT") end end
-      cl:stop()
-    end
-    if g then g:stop() end
+    stop_resumed(cl)
+    stop_resumed(g)
     if master then master:stop() end
     if replica then replica:stop() end
     if dir then os.execute("rm -rf " .. dir) end
@@ -334,6 +328,16 @@ describe("OpenResty across a failover", function()
     return assert(fences(host, key, fresh, 8))
   end
 
+  -- Four requests' fences from host (names from key and fresh), each above
+  -- every fence of late (the old master's late grants): a millisecond after
+  -- them at least, as two masters' grants within one may tie.
+  local function next_above(host, key, fresh, late, what)
+    core.sleep(0.002)
+    for _ = 1, 4 do
+      above(assert(fences(host, key, fresh)), late, what)
+    end
+  end
+
   it("behind the one address: the promoted replica's fences are above the old master's, then its late ones", function()
     local old = lost_ngx_rounds("one", "orders:42", "fresh", "seen", master, replica)
     signal(replica, "CONT")
@@ -348,10 +352,7 @@ describe("OpenResty across a failover", function()
     -- them (its first ones were granted before them: not compared).
     local late = assert(fences("direct", "orders:42", "fresh", 3))
     above(late, old, "the old master's later locks")
-    core.sleep(0.002) -- a millisecond apart at least: two masters' grants within one may tie
-    for _ = 1, 4 do
-      above(assert(fences("one", "orders:42", "fresh")), late, "the promoted replica's next locks")
-    end
+    next_above("one", "orders:42", "fresh", late, "the promoted replica's next locks")
   end)
 
   it("behind Sentinel: the new master's fences are above those of the master it replaced", function()
@@ -380,10 +381,7 @@ describe("OpenResty across a failover", function()
     -- are above them (its first ones, before them, are not compared).
     signal(old_master, "CONT")
     local late = assert(fences("sentinel-old", "orders:42", "fresh"))
-    core.sleep(0.002) -- a millisecond apart at least: two masters' grants within one may tie
-    for _ = 1, 4 do
-      above(assert(fences("sentinel", "orders:42", "fresh")), late, "the new master's next locks")
-    end
+    next_above("sentinel", "orders:42", "fresh", late, "the new master's next locks")
   end)
 
   it("in a Redis Cluster: the promoted replica's fences are above its master's, then its late ones", function()
@@ -410,10 +408,7 @@ describe("OpenResty across a failover", function()
     assert.matches("^master", old_master:cli("ROLE"))
     local late = eventually_fences("cluster-old", "{orders}:42", "{orders}:fresh")
     above(late, old, "the old master's later locks")
-    core.sleep(0.002) -- a millisecond apart at least: two masters' grants within one may tie
-    for _ = 1, 4 do
-      above(assert(fences("cluster", "{orders}:42", "{orders}:fresh")), late, "the new master's next locks")
-    end
+    next_above("cluster", "{orders}:42", "{orders}:fresh", late, "the new master's next locks")
   end)
 
   if not helpers.netns then

@@ -31,15 +31,11 @@ end
 describe("a release refused by a passing server state", function()
   local srv, raw, client
 
-  lazy_setup(function()
-    srv = helpers.start_redis()
-    raw = srv:raw()
-    client = srv:client({ timeout = 5 })
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r)
+    srv, raw, client = s, r, s:client({ timeout = 5 })
   end)
   lazy_teardown(function()
     if client then client:close() end
-    if raw then raw:close() end
-    if srv then srv:stop() end
   end)
 
   it("is sent again while a script keeps the server busy, and lands when it ends", function()
@@ -110,33 +106,24 @@ describe("OpenResty: with_lock's release refused by a busy script", function()
 
   local srv, raw, nginx, servers
 
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
   lazy_setup(function()
-    srv = helpers.start_redis()
-    raw = srv:raw()
     local urls
     servers, urls = helpers.start_redlock(3)
     nginx = helpers.start_nginx({
       workers = 1,
-      http = table.concat({
-        "server {",
-        "  listen 127.0.0.1:{{port}};",
-        '  set $redis_url "redis://127.0.0.1:' .. srv.port .. '";',
-        '  set $redis_timeout "5";',
-        "  location = /with_lock { content_by_lua_block { require('spec.support.ngx_app').with_lock() } }",
-        "  location = /leave { content_by_lua_block { require('spec.support.ngx_app').leave() } }",
-        "  location = /redlock {",
-        '    set $redis_redlock "' .. urls .. '";',
-        "    content_by_lua_block { require('spec.support.ngx_app').with_lock() }",
-        "  }",
-        "}",
-      }, "\n"),
+      server = {
+        'set $redis_url "redis://127.0.0.1:' .. srv.port .. '";',
+        'set $redis_timeout "5";',
+        helpers.location("/with_lock", "with_lock"),
+        helpers.location("/leave", "leave"),
+        helpers.location("/redlock", "with_lock", 'set $redis_redlock "' .. urls .. '";'),
+      },
     })
   end)
   lazy_teardown(function()
     if nginx then nginx:stop() end
     for _, s in ipairs(servers or {}) do s:stop() end
-    if raw then raw:close() end
-    if srv then srv:stop() end
   end)
 
   it("is sent again over cosockets, and lands when the script ends", function()

@@ -316,18 +316,13 @@ describe("guarded writes under OpenResty", function()
     cl = helpers.start_cluster({ masters = 3, replicas = 0 })
     client, data = srv:client(), other:client()
     cluster = redislock.new({ cluster = cl.seeds })
-    local handler = "content_by_lua_block { require('spec.support.ngx_app').guarded() }"
     nginx = helpers.start_nginx({
       workers = 1,
-      http = table.concat({
-        "server {",
-        "  listen 127.0.0.1:{{port}};",
-        '  set $redis_url "redis://127.0.0.1:' .. srv.port .. '";',
-        "  location = /guarded { " .. handler .. " }",
-        '  location = /cluster/guarded { set $redis_cluster "' .. table.concat(cl.seeds, ",") .. '"; ' .. handler
-          .. " }",
-        "}",
-      }, "\n"),
+      server = {
+        'set $redis_url "redis://127.0.0.1:' .. srv.port .. '";',
+        helpers.location("/guarded", "guarded"),
+        helpers.location("/cluster/guarded", "guarded", 'set $redis_cluster "' .. table.concat(cl.seeds, ",") .. '";'),
+      },
     })
   end)
   lazy_teardown(function()

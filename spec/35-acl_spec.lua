@@ -63,7 +63,7 @@ describe("the README's ACL user", function()
 
   lazy_setup(function()
     srv = helpers.start_redis()
-    replica = helpers.start_redis({ "--replicaof", "127.0.0.1", tostring(srv.port) })
+    replica = helpers.start_replica(srv)
     setuser(srv, README[BASE])
     setuser(srv, README[GUARDED])
     client = srv:client({ username = "locker", password = PASSWORD, timeout = 2 })
@@ -227,16 +227,13 @@ describe("the README's ACL user under OpenResty", function()
     setuser(srv, README[GUARDED])
     nginx = helpers.start_nginx({
       workers = 1,
-      http = table.concat({
-        "server {",
-        "  listen 127.0.0.1:{{port}};",
-        '  set $redis_url "redis://locker:' .. PASSWORD .. "@127.0.0.1:" .. srv.port .. '";',
-        "  location = /with_lock { content_by_lua_block { require('spec.support.ngx_app').with_lock() } }",
-        "  location = /acquire { content_by_lua_block { require('spec.support.ngx_app').acquire() } }",
-        "  location = /holds { content_by_lua_block { require('spec.support.ngx_app').holds() } }",
-        "  location = /guarded { content_by_lua_block { require('spec.support.ngx_app').guarded() } }",
-        "}",
-      }, "\n"),
+      server = {
+        'set $redis_url "redis://locker:' .. PASSWORD .. "@127.0.0.1:" .. srv.port .. '";',
+        helpers.location("/with_lock", "with_lock"),
+        helpers.location("/acquire", "acquire"),
+        helpers.location("/holds", "holds"),
+        helpers.location("/guarded", "guarded"),
+      },
     })
   end)
   lazy_teardown(function()

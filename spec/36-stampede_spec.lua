@@ -22,20 +22,18 @@ describe("a stampede under OpenResty", function()
   local function start(workers, more)
     return helpers.start_nginx({
       workers = workers,
-      http = table.concat({
-        "lua_socket_log_errors off;",
-        "server {",
-        "  listen 127.0.0.1:{{port}} reuseport;",
-        '  set $redis_url "redis://127.0.0.1:' .. srv.port .. '";',
-        "  set $redis_pool_size " .. POOL .. ";",
-        "  set $redis_wait_connections " .. WAITS .. ";",
+      http = "lua_socket_log_errors off;",
+      reuseport = true,
+      server = {
+        'set $redis_url "redis://127.0.0.1:' .. srv.port .. '";',
+        "set $redis_pool_size " .. POOL .. ";",
+        "set $redis_wait_connections " .. WAITS .. ";",
         more or "",
         helpers.location("/crowd", "crowd"),
         helpers.location("/abandon", "abandon"),
         helpers.location("/leave", "leave"),
         helpers.location("/primitive", "primitive"),
-        "}",
-      }, "\n"),
+      },
     })
   end
 

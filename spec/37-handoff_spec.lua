@@ -19,20 +19,44 @@ local GONE_BOUND = 2
 describe("the handoff", function()
   local srv, raw, holder
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
-  before_each(function()
-    assert.are.equal("OK", raw:command("FLUSHALL"))
-    holder = srv:client()
-    -- Load the scripts, so that no NOSCRIPT round trip adds to the counts.
-    assert(assert(holder:acquire("warm-up", 1)):release())
-    assert(holder._transport:eval("acquire_wait", "warm-up", core.token(), 1000, { n = 1000 }))
-    assert.are.equal("OK", raw:command("FLUSHALL"))
-    assert.are.equal("OK", raw:command("CONFIG", "RESETSTAT"))
+  helpers.client_each(lazy_setup, lazy_teardown, before_each, after_each, function(s, r, c)
+    srv, raw, holder = s, r, c
+    assert(holder._transport:eval("acquire_wait", "warm-up:wait", core.token(), 1000, { n = 1000 }))
+    helpers.warm(holder, raw)
   end)
-  after_each(function() holder:close() end)
 
   local function blocked() return helpers.blocked(raw) end
   local function scripts_run() return helpers.scripts_run(raw) end
+
+  -- Waits (5 s at most) until n clients are blocked in the server; who
+  -- ("the waiter" if not given) never blocked otherwise.
+  local function blocked_by(n, who)
+    assert.is_truthy(helpers.eventually(5, function() return blocked() == n end), (who or "the waiter")
+                     .. " never blocked")
+  end
+
+  -- Releases hold while a waiter is blocked; checks that the key name
+  -- holds another token as the release returns, with the TTL the waiter
+  -- asked (30 s): what (the lock) was handed over. Returns that token, and
+  -- the count of scripts run before the release.
+  local function handed_over(hold, name, what)
+    local before = scripts_run()
+    assert.is_true(hold:release())
+    local value = raw:command("GET", name)
+    assert.is_truthy(value and value ~= hold.token, what .. " is not handed over")
+    assert.is_true(raw:command("PTTL", name) > 29000)
+    return value, before
+  end
+
+  -- Registers token (a new one if not given) as a waiter by the script op
+  -- on key (acquire_wait, sem_acquire_wait ...; n: its n, 30000 if not
+  -- given), as a process that never takes its wake-up would; checks that
+  -- the script answered -1 (wait). Returns the token.
+  local function registered(op, key, n, token)
+    token = token or core.token()
+    assert.are.equal(-1, (holder._transport:eval(op, key, token, 30000, { n = n or 30000 })))
+    return token
+  end
 
   -- waiter(key, wait, mode, kind, hold, tag[, ttl[, may-lose]]): a process
   -- (spec/workers/waiter.lua).
@@ -64,13 +88,9 @@ describe("the handoff", function()
       local name = "lock:{" .. k .. "}"
       local lock = assert(holder:acquire(k, 30))
       local p = waiter(k, 10, "notify", kind, 1, "w")
-      assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end), "the waiter never blocked")
-      local before = scripts_run()
-      assert.is_true(lock:release())
+      blocked_by(1)
       -- The lock is the waiter's as the release returns: its token, its TTL.
-      local value = raw:command("GET", name)
-      assert.is_truthy(value and value ~= lock.token, "the lock is not handed over")
-      assert.is_true(raw:command("PTTL", name) > 29000)
+      local value, before = handed_over(lock, name, "the lock")
       local fence = got(p, "w")
       assert.is_true(fence > lock.fence)
       -- The holder's release and the waiter's own: nothing in between.
@@ -85,7 +105,7 @@ describe("the handoff", function()
   it("leaves a waiter with handoff = false to take the lock itself once woken", function()
     local lock = assert(holder:acquire("k-nohand", 30)) -- a name of its own, as above
     local p = waiter("k-nohand", 10, "notify", "nohand", 0, "w")
-    assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end), "the waiter never blocked")
+    blocked_by(1)
     local before = scripts_run()
     assert.is_true(lock:release())
     local out, ok = p.wait()
@@ -102,7 +122,7 @@ describe("the handoff", function()
     local procs = {}
     for i = 1, 4 do
       procs[i] = waiter("k", 20, "notify", "plain", 0.2, "w" .. i)
-      assert.is_truthy(helpers.eventually(5, function() return blocked() == i end), "waiter " .. i .. " never blocked")
+      blocked_by(i, "waiter " .. i)
     end
     assert.is_true(lock:release())
     local fences = {}
@@ -122,10 +142,8 @@ describe("the handoff", function()
   it("takes back a lock handed to a waiter that never took it up, within RL_CLAIM_MS", function()
     -- A waiter registered by hand, as a process that died before it blocked:
     -- nothing will take its wake-up.
-    local t, gone = holder._transport, core.token()
     local lock = assert(holder:acquire("k", 30))
-    local status = t:eval("acquire_wait", "k", gone, 30000, { n = 30000 })
-    assert.are.equal(-1, status)
+    local gone = registered("acquire_wait", "k")
     local released = core.now()
     assert.is_true(lock:release())
     assert.are.equal(gone, raw:command("GET", "lock:{k}"))
@@ -141,10 +159,9 @@ describe("the handoff", function()
   end)
 
   it("never lets a wake-up outlive the lock it handed over (force_release, a lock key gone)", function()
-    local t = holder._transport
     local function handed_to(tok)
       local lock = assert(holder:acquire("k", 30))
-      assert.are.equal(-1, (t:eval("acquire_wait", "k", tok, 30000, { n = 30000 })))
+      registered("acquire_wait", "k", nil, tok)
       assert.is_true(lock:release())
       assert.are.equal(tok, raw:command("GET", "lock:{k}"))
       assert.are.equal(1, raw:command("LLEN", "lock:{k}:signal:" .. tok))
@@ -160,7 +177,7 @@ describe("the handoff", function()
     handed_to(b)
     assert.are.equal(1, raw:command("DEL", "lock:{k}"))
     local other = assert(srv:client():acquire("k", 30))
-    assert.are.equal(-1, (t:eval("acquire_wait", "k", b, 30000, { n = 30000 })))
+    registered("acquire_wait", "k", nil, b)
     assert.are.equal(0, raw:command("EXISTS", "lock:{k}:signal:" .. b))
     assert.is_true(other:release()) -- handed to b, registered again: a wake-up of its own
     assert.are.equal(b, raw:command("GET", "lock:{k}"))
@@ -168,15 +185,14 @@ describe("the handoff", function()
   end)
 
   it("passes on a lock handed to a waiter that gives up at that moment", function()
-    local t, quitter = holder._transport, core.token()
     local lock = assert(holder:acquire("k", 30))
-    assert.are.equal(-1, (t:eval("acquire_wait", "k", quitter, 30000, { n = 30000 })))
+    local quitter = registered("acquire_wait", "k")
     local p = waiter("k", 10, "notify", "plain", 0, "next")
-    assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end))
+    blocked_by(1)
     assert.is_true(lock:release())
     assert.are.equal(quitter, raw:command("GET", "lock:{k}")) -- first registered: handed the lock
     local left = core.now()
-    t:eval("leave", "k", quitter, 30000)
+    holder._transport:eval("leave", "k", quitter, 30000)
     local _, when = got(p, "next")
     assert.is_true(when - left < 0.4 * helpers.slow, "passed on after " .. (when - left) .. " s")
     assert.are.equal(0, raw:command("EXISTS", "lock:{k}:signal:" .. quitter))
@@ -196,9 +212,9 @@ describe("the handoff", function()
   local function killed_waiter(kind)
     local key, lock, lock_key, next_kind = held(kind)
     local dead = waiter(key, 20, "notify", kind, 0, "dead")
-    assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end))
+    blocked_by(1)
     local alive = waiter(key, 20, "notify", next_kind, 0, "alive")
-    assert.is_truthy(helpers.eventually(5, function() return blocked() == 2 end))
+    blocked_by(2, "the second waiter")
     assert.is_true(helpers.sh_ok("kill -KILL " .. pid_of(1)))
     dead.wait()
     local released = core.now()
@@ -219,7 +235,7 @@ describe("the handoff", function()
   it("hands a waiter that renews a first TTL of 3 s, which its renewal extends at once", function()
     local lock = assert(holder:acquire("k", 30))
     local p = waiter("k", 10, "notify", "renew", 1, "w", 30)
-    assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end), "the waiter never blocked")
+    blocked_by(1)
     -- Paused, it cannot renew before the TTL it was handed is read (under
     -- valgrind this spec reads slower than the waiter renews).
     local pid = pid_of(1)
@@ -240,9 +256,9 @@ describe("the handoff", function()
   local function paused_waiter(kind, ttl, low, high)
     local key, lock, _, next_kind = held(kind)
     local paused = waiter(key, 20, "notify", kind, 0, "paused", ttl, "may-lose")
-    assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end))
+    blocked_by(1)
     local next_one = waiter(key, 20, "notify", next_kind, 0, "next")
-    assert.is_truthy(helpers.eventually(5, function() return blocked() == 2 end))
+    blocked_by(2, "the second waiter")
     local pid = pid_of(1)
     assert.is_true(helpers.sh_ok("kill -STOP " .. pid))
     -- Resumed whatever fails below: a worker left stopped would hang the
@@ -279,7 +295,7 @@ describe("the handoff", function()
     it("gives the permit to a blocked waiter in the release: no try of its own after it", function()
       local permit = assert(holder:semaphore("pool", 1):acquire(30))
       local p = waiter("pool", 10, "notify", "sem", 0.5, "w")
-      assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end), "the waiter never blocked")
+      blocked_by(1)
       local before = scripts_run()
       assert.is_true(permit:release())
       local members = raw:command("ZRANGE", "lock:{pool}:permits", 0, -1)
@@ -291,10 +307,9 @@ describe("the handoff", function()
     end)
 
     it("takes back a permit handed to a waiter gone, within RL_CLAIM_MS", function()
-      local t, sem = holder._transport, holder:semaphore("pool", 1)
-      local gone = core.token()
+      local sem = holder:semaphore("pool", 1)
       local permit = assert(sem:acquire(30))
-      assert.are.equal(-1, (t:eval("sem_acquire_wait", "pool", gone, 30000, { n = 1 })))
+      local gone = registered("sem_acquire_wait", "pool", 1)
       local released = core.now()
       assert.is_true(permit:release())
       assert.is_truthy(raw:command("ZSCORE", "lock:{pool}:permits", gone))
@@ -312,8 +327,7 @@ describe("the handoff", function()
       local t = holder._transport
       local sem = holder:semaphore("pool", 2)
       local a, b = assert(sem:acquire(30)), assert(sem:acquire(30))
-      local w = core.token()
-      assert.are.equal(-1, (t:eval("sem_acquire_wait", "pool", w, 30000, { n = 2 })))
+      local w = registered("sem_acquire_wait", "pool", 2)
       assert.is_true(a:release()) -- handed to w, whose wake-up nobody takes yet
       local handed = tonumber(raw:command("LINDEX", "lock:{pool}:permits:signal:" .. w, -1):match("^(%d+) "))
       assert.is_true(b:release())
@@ -332,16 +346,15 @@ describe("the handoff", function()
     end)
 
     it("passes on a permit handed to a waiter that gives up at that moment", function()
-      local t, sem = holder._transport, holder:semaphore("pool", 1)
-      local quitter = core.token()
+      local sem = holder:semaphore("pool", 1)
       local permit = assert(sem:acquire(30))
-      assert.are.equal(-1, (t:eval("sem_acquire_wait", "pool", quitter, 30000, { n = 1 })))
+      local quitter = registered("sem_acquire_wait", "pool", 1)
       local p = waiter("pool", 10, "notify", "sem", 0, "next")
-      assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end))
+      blocked_by(1)
       assert.is_true(permit:release())
       assert.is_truthy(raw:command("ZSCORE", "lock:{pool}:permits", quitter)) -- registered first
       local left = core.now()
-      t:eval("sem_leave", "pool", quitter)
+      holder._transport:eval("sem_leave", "pool", quitter)
       local _, when = got(p, "next")
       assert.is_true(when - left < 0.4 * helpers.slow, "passed on after " .. (when - left) .. " s")
       assert.are.equal(0, raw:command("EXISTS", "lock:{pool}:permits:signal:" .. quitter))
@@ -354,12 +367,8 @@ describe("the handoff", function()
     it("gives the write lock to a blocked writer in the write release: no try of its own after it", function()
       local w = assert(holder:rwlock("doc"):write(30))
       local p = waiter("doc", 10, "notify", "write", 0.5, "w")
-      assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end), "the writer never blocked")
-      local before = scripts_run()
-      assert.is_true(w:release())
-      local value = raw:command("GET", WRITER)
-      assert.is_truthy(value and value ~= w.token, "the write lock is not handed over")
-      assert.is_true(raw:command("PTTL", WRITER) > 29000)
+      blocked_by(1, "the writer")
+      local _, before = handed_over(w, WRITER, "the write lock")
       assert.are.equal(0, raw:command("ZCARD", "lock:{doc}:rw:writers"))
       local fence = got(p, "w")
       assert.is_true(fence > w.fence)
@@ -370,7 +379,7 @@ describe("the handoff", function()
       local doc = holder:rwlock("doc")
       local r1, r2 = assert(doc:read(30)), assert(srv:client():rwlock("doc"):read(30))
       local p = waiter("doc", 10, "notify", "write", 0.5, "w")
-      assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end), "the writer never blocked")
+      blocked_by(1, "the writer")
       local before = scripts_run()
       assert.is_true(r1:release())
       assert.are.equal(false, raw:command("GET", WRITER)) -- a reader is still in
@@ -383,12 +392,10 @@ describe("the handoff", function()
     end)
 
     it("takes back a write lock handed to a writer gone, within RL_CLAIM_MS, for readers and writers", function()
-      local t = holder._transport
       for _, next_kind in ipairs({ "read", "write" }) do
         assert.are.equal("OK", raw:command("FLUSHALL"))
-        local gone = core.token()
         local w = assert(holder:rwlock("doc"):write(30))
-        assert.are.equal(-1, (t:eval("write_acquire_wait", "doc", gone, 30000, { n = 30000 })))
+        local gone = registered("write_acquire_wait", "doc")
         local released = core.now()
         assert.is_true(w:release())
         assert.are.equal(gone, raw:command("GET", WRITER))
@@ -404,11 +411,10 @@ describe("the handoff", function()
     end)
 
     it("lets a reader blocked before a write lock went to a writer gone in within the bound", function()
-      local t, gone = holder._transport, core.token()
       local w = assert(holder:rwlock("doc"):write(20))
-      assert.are.equal(-1, (t:eval("write_acquire_wait", "doc", gone, 30000, { n = 30000 })))
+      local gone = registered("write_acquire_wait", "doc")
       local p = waiter("doc", 30, "notify", "read", 0, "r")
-      assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end), "the reader never blocked")
+      blocked_by(1, "the reader")
       local released = core.now()
       assert.is_true(w:release())
       assert.are.equal(gone, raw:command("GET", WRITER)) -- handed over; the reader is not woken
@@ -423,15 +429,14 @@ describe("the handoff", function()
     end)
 
     it("passes on a write lock handed to a writer that gives up at that moment", function()
-      local t, quitter = holder._transport, core.token()
       local w = assert(holder:rwlock("doc"):write(30))
-      assert.are.equal(-1, (t:eval("write_acquire_wait", "doc", quitter, 30000, { n = 30000 })))
+      local quitter = registered("write_acquire_wait", "doc")
       local p = waiter("doc", 10, "notify", "write", 0, "next")
-      assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end))
+      blocked_by(1)
       assert.is_true(w:release())
       assert.are.equal(quitter, raw:command("GET", WRITER)) -- first registered: handed the lock
       local left = core.now()
-      t:eval("write_leave", "doc", quitter)
+      holder._transport:eval("write_leave", "doc", quitter)
       -- Woken by the leave: Redis served its BLPOP as the script ended, so
       -- nobody blocks any more (not so had it waited for its block's end).
       assert.are.equal(0, blocked())
@@ -454,7 +459,7 @@ describe("the handoff", function()
     it("hands the lock to a request that waits, over cosockets", function()
       local lock = assert(holder:acquire("busy", 30))
       local waiting = http.start(ngx.port, "GET", "/acquire?key=busy&wait=10&ttl=20")
-      assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end))
+      blocked_by(1)
       local before = scripts_run()
       assert.is_true(lock:release())
       local status, body = waiting:finish()
@@ -474,7 +479,7 @@ describe("the handoff", function()
         assert.are.equal("OK", raw:command("MSET", "readers", 0, "writers", 0)) -- the section's counters
         local w = assert(holder:rwlock("doc"):write(30))
         local waiting = http.start(prim.port, "GET", "/primitive?kind=write&hold=0.01")
-        assert.is_truthy(helpers.eventually(5, function() return blocked() == 1 end), "the request never blocked")
+        blocked_by(1, "the request")
         local before = scripts_run()
         assert.is_true(w:release())
         local status, body = waiting:finish()

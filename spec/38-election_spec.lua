@@ -16,12 +16,9 @@ local WAIT_BOUND = 1.5
 describe("an election", function()
   local srv, raw, c
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
-  before_each(function()
-    assert.are.equal("OK", raw:command("FLUSHALL"))
-    c = srv:client()
+  helpers.client_each(lazy_setup, lazy_teardown, before_each, after_each, function(s, r, client)
+    srv, raw, c = s, r, client
   end)
-  after_each(function() c:close() end)
 
   local function worker(...)
     return helpers.spawn(helpers.spec_dir .. "workers/campaign.lua", srv.port, ...)

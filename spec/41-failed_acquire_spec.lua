@@ -83,17 +83,26 @@ local function nothing_left(srv, admin, key)
   assert(lock:release())
 end
 
-describe("an acquire refused after its first try", function()
+-- A redis-server (started with the more arguments extra) and an
+-- administrator's client on it (2 s timeout) for the enclosing describe
+-- block, stopped after it; ready(srv, admin) keeps them in its locals.
+local function server_and_admin(extra, ready)
   local srv, admin
-
   lazy_setup(function()
-    srv = helpers.start_redis()
+    srv = helpers.start_redis(extra)
     admin = srv:client({ timeout = 2 })
+    ready(srv, admin)
   end)
   lazy_teardown(function()
     if admin then admin:close() end
     if srv then srv:stop() end
   end)
+end
+
+describe("an acquire refused after its first try", function()
+  local srv, admin
+
+  server_and_admin(nil, function(s, a) srv, admin = s, a end)
 
   it("by a user without +pexpire, after a take whose ID tells no fence: names PEXPIRE, gives the lock back itself",
      function()
@@ -316,14 +325,7 @@ end)
 describe("a waiting acquire by a user without a right the wait needs (README's table)", function()
   local srv, admin
 
-  lazy_setup(function()
-    srv = helpers.start_redis()
-    admin = srv:client({ timeout = 2 })
-  end)
-  lazy_teardown(function()
-    if admin then admin:close() end
-    if srv then srv:stop() end
-  end)
+  server_and_admin(nil, function(s, a) srv, admin = s, a end)
 
   it("without +blpop: redis: NOPERM at once, never a wait that polls; poll mode needs none", function()
     assert.are.equal("OK", srv:cli(unpack(readme_user("noblpop", { ["+blpop"] = true }))))
@@ -358,14 +360,7 @@ end)
 describe("an acquire on a server with INFO renamed away", function()
   local srv, admin
 
-  lazy_setup(function()
-    srv = helpers.start_redis({ "--rename-command", "INFO", "" })
-    admin = srv:client({ timeout = 2 })
-  end)
-  lazy_teardown(function()
-    if admin then admin:close() end
-    if srv then srv:stop() end
-  end)
+  server_and_admin({ "--rename-command", "INFO", "" }, function(s, a) srv, admin = s, a end)
 
   it("takes and gives back a lock, a waiting one and a read-write lock (no INFO is read)", function()
     local c = srv:client({ timeout = 2 })
@@ -388,9 +383,8 @@ describe("OpenResty: an acquire by the README's user (no +info), and one refused
 
   local srv, admin, nginx
 
+  server_and_admin(nil, function(s, a) srv, admin = s, a end)
   lazy_setup(function()
-    srv = helpers.start_redis()
-    admin = srv:client({ timeout = 2 })
     assert.are.equal("OK", srv:cli(unpack(readme_user("noinfo", {}))))
     assert.are.equal("OK", srv:cli(unpack(readme_user("noeval", { ["+eval"] = true, ["+evalsha"] = true }))))
     local function server(user)
@@ -408,8 +402,6 @@ describe("OpenResty: an acquire by the README's user (no +info), and one refused
   end)
   lazy_teardown(function()
     if nginx then nginx:stop() end
-    if admin then admin:close() end
-    if srv then srv:stop() end
   end)
 
   it("over cosockets too: the README's user works; without +eval +evalsha a busy lock is refused whole", function()

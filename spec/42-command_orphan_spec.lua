@@ -68,6 +68,15 @@ describe("a job whose redislock is killed", function()
     return t
   end
 
+  -- Starts `redislock <words> -- <job "a">` (job("a", "job-a", honour));
+  -- returns its pipe, and redislock's and the job's PIDs once both wrote them.
+  local function start_a(words, honour)
+    local a = start("rl-a", words .. " -- " .. job("a", "job-a", honour))
+    local rpid, jpid = number_in("rl-a"), number_in("job-a")
+    assert.is_truthy(rpid and jpid, "redislock or its job never started")
+    return a, rpid, jpid
+  end
+
   -- Kills redislock (pid) with SIGKILL; returns how long its job (pid)
   -- ran on (seconds), and whether the lock key still existed when it was
   -- seen gone.
@@ -79,9 +88,7 @@ describe("a job whose redislock is killed", function()
   end
 
   it("run: a job that ignores TERM is killed after half the TTL, before the next holder's job starts", function()
-    local a = start("rl-a", "run --ttl 4 --grace 30 job -- " .. job("a", "job-a"))
-    local rpid, jpid = number_in("rl-a"), number_in("job-a")
-    assert.is_truthy(rpid and jpid, "redislock or its job never started")
+    local a, rpid, jpid = start_a("run --ttl 4 --grace 30 job")
     local b = start("rl-b", "run -w 30 --ttl 4 job -- " .. job("b", "job-b", true))
     core.sleep(0.5)
     local ran_on, still_held = kill_and_watch(rpid, jpid, "lock:{job}")
@@ -103,9 +110,7 @@ describe("a job whose redislock is killed", function()
   end)
 
   it("run: a job that honours TERM gets it at once", function()
-    local a = start("rl-a", "run --ttl 6 job -- " .. job("a", "job-a", true))
-    local rpid, jpid = number_in("rl-a"), number_in("job-a")
-    assert.is_truthy(rpid and jpid)
+    local a, rpid, jpid = start_a("run --ttl 6 job", true)
     core.sleep(0.3)
     local ran_on = kill_and_watch(rpid, jpid, "lock:{job}")
     assert.is_true(ran_on < 2, "TERM came " .. ran_on .. " s late")
@@ -114,9 +119,7 @@ describe("a job whose redislock is killed", function()
   end)
 
   it("elect: the killed leader's job is gone before the next leader's starts", function()
-    local a = start("rl-a", "elect --ttl 3 --grace 30 sched -- " .. job("a", "job-a"))
-    local rpid, jpid = number_in("rl-a"), number_in("job-a")
-    assert.is_truthy(rpid and jpid, "the first leader never ran its job")
+    local a, rpid, jpid = start_a("elect --ttl 3 --grace 30 sched") -- the first leader
     local b = start("rl-b", "elect --ttl 3 sched -- " .. job("b", "job-b", true))
     core.sleep(0.5)
     local ran_on = kill_and_watch(rpid, jpid, "lock:{sched}")
@@ -132,17 +135,15 @@ describe("a job whose redislock is killed", function()
   end)
 
   it("signals sent to redislock itself reach the job, and its keeper killed takes the job along (Linux)", function()
-    local a = start("rl-a", "run --ttl 10 job -- " .. job("a", "job-a", true))
-    local rpid, jpid = number_in("rl-a"), number_in("job-a")
-    assert.is_truthy(rpid and jpid)
+    local a, rpid = start_a("run --ttl 10 job", true)
     assert.is_true(helpers.sh_ok("kill -TERM " .. rpid))
     assert.matches("__EXIT:3", a:read("a"))
     a:close()
     assert.are.equal(0, raw:command("EXISTS", "lock:{job}"))
     if not helpers.run("uname -s"):find("Linux") then return end
     os.remove(file("job-a"))
-    a = start("rl-a", "run --ttl 10 job -- " .. job("a", "job-a"))
-    rpid, jpid = number_in("rl-a"), number_in("job-a")
+    local jpid
+    a, rpid, jpid = start_a("run --ttl 10 job")
     local keeper = tonumber((helpers.run("ps -o ppid= -p " .. jpid)))
     assert.is_truthy(keeper)
     assert.are_not.equal(rpid, keeper)

@@ -17,25 +17,19 @@ describe("OpenResty: a release whose light thread is killed midway", function()
 
   local srv, raw, nginx
 
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
   lazy_setup(function()
-    srv = helpers.start_redis()
-    raw = srv:raw()
     nginx = helpers.start_nginx({
       workers = 1,
-      http = table.concat({
-        "server {",
-        "  listen 127.0.0.1:{{port}};",
-        '  set $redis_url "redis://127.0.0.1:' .. srv.port .. '";',
-        '  set $redis_timeout "5";',
-        "  " .. helpers.location("/cut_release", "cut_release"),
-        "}",
-      }, "\n"),
+      server = {
+        'set $redis_url "redis://127.0.0.1:' .. srv.port .. '";',
+        'set $redis_timeout "5";',
+        helpers.location("/cut_release", "cut_release"),
+      },
     })
   end)
   lazy_teardown(function()
     if nginx then nginx:stop() end
-    if raw then raw:close() end
-    if srv then srv:stop() end
   end)
 
   -- Runs /cut_release on key while how(srv) holds the server up once the

@@ -81,6 +81,13 @@ local function granted_by(srv, top, key, what)
   assert.are.equal(top.lock, last_fence(srv, key), what .. ": granted elsewhere")
 end
 
+-- Checks both: srv granted new's lock fence (granted_by, of the lock on
+-- "orders:42"), and new is above every fence of old (above_all).
+local function granted_above(srv, new, old, what)
+  granted_by(srv, new, "orders:42", what)
+  above_all(new, old, what)
+end
+
 -- Notes fence under name in top if it is above what is there.
 local function note(top, name, fence)
   assert.is_number(fence, name)
@@ -188,8 +195,7 @@ describe("the server behind the one address killed and started again without its
       srv:restart(true)
       assert(helpers.eventually(5, function() return srv:cli("DBSIZE") == "0" end), "not back empty")
       local first = first_round(client, "orders:42")
-      granted_by(srv, first, "orders:42", "restart " .. i)
-      above_all(first, before, "restart " .. i .. ": the first locks")
+      granted_above(srv, first, before, "restart " .. i .. ": the first locks")
       before = take_all(client, 3, "orders:42")
       above(before, first, "restart " .. i .. ": the next locks")
     end
@@ -201,7 +207,7 @@ describe("a failover behind the one address, undone", function()
 
   lazy_setup(function()
     master = helpers.start_redis(QUICK_SYNC)
-    replica = helpers.start_redis({ "--replicaof", "127.0.0.1", tostring(master.port) })
+    replica = helpers.start_replica(master)
     dir = one_address(master)
   end)
   lazy_teardown(function()
@@ -223,8 +229,7 @@ describe("a failover behind the one address, undone", function()
     master:cli("CLIENT", "KILL", "TYPE", "normal")
     point(addr, replica)
     local promoted = first_round(client, "orders:42")
-    granted_by(replica, promoted, "orders:42", "the promoted replica's first locks")
-    above_all(promoted, old, "the promoted replica's first locks")
+    granted_above(replica, promoted, old, "the promoted replica's first locks")
     for name, f in pairs(take_for(client, 1.5, "orders:42")) do note(promoted, name, f) end
 
     -- Undone: the address names the old master again, never demoted, its
@@ -233,8 +238,7 @@ describe("a failover behind the one address, undone", function()
     point(addr, master)
     assert.matches("^master", master:cli("ROLE"))
     local back = first_round(client, "orders:42")
-    granted_by(master, back, "orders:42", "the old master's first locks")
-    above_all(back, promoted, "the old master's first locks after the promoted replica's")
+    granted_above(master, back, promoted, "the old master's first locks after the promoted replica's")
     above(take_all(client, 2, "orders:42"), back, "the old master's next locks")
   end)
 end)
@@ -259,8 +263,7 @@ describe("a replica promoted before its first sync behind the one address", func
     master:cli("CLIENT", "KILL", "TYPE", "normal")
     point(addr, fresh)
     local first = first_round(client, "orders:42")
-    granted_by(fresh, first, "orders:42", "the promoted replica's first locks")
-    above_all(first, old, "the promoted replica's first locks")
+    granted_above(fresh, first, old, "the promoted replica's first locks")
     above(take_all(client, 2, "orders:42"), first, "its next locks")
   end)
 end)
@@ -481,29 +484,26 @@ describe("under OpenResty", function()
     lost = helpers.start_redis()
     dirs.lost = one_address(lost)
     master = helpers.start_redis(QUICK_SYNC)
-    replica = helpers.start_redis({ "--replicaof", "127.0.0.1", tostring(master.port) })
+    replica = helpers.start_replica(master)
     dirs.one = one_address(master)
     early = helpers.start_redis()
     dirs.early = one_address(early)
     direct = helpers.start_redis()
     raw = direct:raw()
     local function server(name, url)
-      return table.concat({
-        "server {", "  listen 127.0.0.1:{{port}};", "  server_name " .. name .. ";",
-        string.format('  set $redis_url "%s";', url), '  set $redis_timeout "1";',
-        "  " .. helpers.location("/fences", "fences"), "  " .. helpers.location("/election", "election"),
-        "  " .. helpers.location("/acquire", "acquire"), "  " .. helpers.location("/release", "release"),
-        "}" }, "\n")
+      return { name = name, string.format('set $redis_url "%s";', url), 'set $redis_timeout "1";',
+               helpers.location("/fences", "fences"), helpers.location("/election", "election"),
+               helpers.location("/acquire", "acquire"), helpers.location("/release", "release") }
     end
     nginx = helpers.start_nginx({
       workers = 2,
-      http = table.concat({
-        "lua_socket_log_errors off;",
+      http = "lua_socket_log_errors off;",
+      servers = {
         server("restart", "unix://" .. dirs.lost .. "/redis.sock"),
         server("one", "unix://" .. dirs.one .. "/redis.sock"),
         server("early", "unix://" .. dirs.early .. "/redis.sock"),
         server("direct", "redis://127.0.0.1:" .. direct.port),
-      }, "\n"),
+      },
     })
   end)
   lazy_teardown(function()
@@ -561,8 +561,7 @@ describe("under OpenResty", function()
       lost:restart(true)
       assert(helpers.eventually(5, function() return lost:cli("DBSIZE") == "0" end), "not back empty")
       local first = first_fences("restart", "orders:42")
-      granted_by(lost, first, "orders:42", "restart " .. i)
-      above_all(first, before, "restart " .. i .. ": the first locks")
+      granted_above(lost, first, before, "restart " .. i .. ": the first locks")
       before = assert(fences("restart", "orders:42", 3))
       above(before, first, "restart " .. i .. ": the next locks")
     end
@@ -578,20 +577,16 @@ describe("under OpenResty", function()
     master:cli("CLIENT", "KILL", "TYPE", "normal")
     point(dirs.one .. "/redis.sock", replica)
     local promoted = first_fences("one", "orders:42")
-    granted_by(replica, promoted, "orders:42", "the promoted replica's first locks")
-    above_all(promoted, old, "the promoted replica's first locks")
+    granted_above(replica, promoted, old, "the promoted replica's first locks")
     for name, f in pairs(fences_for("one", "orders:42", 1.5)) do note(promoted, name, f) end
     replica:cli("CLIENT", "KILL", "TYPE", "normal")
     point(dirs.one .. "/redis.sock", master)
     assert.matches("^master", master:cli("ROLE"))
     local back = first_fences("one", "orders:42")
-    granted_by(master, back, "orders:42", "the old master's first locks")
-    above_all(back, promoted, "the old master's first locks after the promoted replica's")
+    granted_above(master, back, promoted, "the old master's first locks after the promoted replica's")
     -- A request on each worker (2 workers: four requests reach both, most likely).
     for _ = 1, 4 do
-      local later = assert(fences("one", "orders:42"))
-      granted_by(master, later, "orders:42", "the old master's next locks")
-      above_all(later, promoted, "the old master's next locks")
+      granted_above(master, assert(fences("one", "orders:42")), promoted, "the old master's next locks")
     end
   end)
 
@@ -601,12 +596,9 @@ describe("under OpenResty", function()
     early:cli("CLIENT", "KILL", "TYPE", "normal")
     point(dirs.early .. "/redis.sock", fresh)
     local first = first_fences("early", "orders:42")
-    granted_by(fresh, first, "orders:42", "the promoted replica's first locks")
-    above_all(first, old, "the promoted replica's first locks")
+    granted_above(fresh, first, old, "the promoted replica's first locks")
     for _ = 1, 4 do
-      local later = assert(fences("early", "orders:42"))
-      granted_by(fresh, later, "orders:42", "its next locks")
-      above_all(later, old, "its next locks")
+      granted_above(fresh, assert(fences("early", "orders:42")), old, "its next locks")
     end
   end)
 

@@ -159,6 +159,16 @@ local function promtool(text)
   assert(ok and out == "", "promtool check metrics: " .. out .. "\n" .. text)
 end
 
+-- parse's value as n(name, group, more): the sample of name for locks of
+-- group, with the more labels.
+local function lock_sample(value)
+  return function(name, group, more)
+    local labels = { kind = "lock", group = group }
+    for k, x in pairs(more or {}) do labels[k] = x end
+    return value(name, labels)
+  end
+end
+
 describe("the parser of the spec", function()
   it("refuses what is not the exposition format", function()
     local ok = "# HELP a_total x\n# TYPE a_total counter\na_total{k=\"v\"} 1\n"
@@ -222,11 +232,7 @@ describe("redislock.metrics", function()
     local text = m:render()
     promtool(text)
     local families, value = parse(text)
-    local function n(name, group, more)
-      local labels = { kind = "lock", group = group }
-      for k, x in pairs(more or {}) do labels[k] = x end
-      return value(name, labels)
-    end
+    local n = lock_sample(value)
     assert.are.equal("counter", families.redislock_acquisitions_total.type)
     assert.are.equal("histogram", families.redislock_wait_seconds.type)
     assert.are.equal("gauge", families.redislock_holds.type)
@@ -363,21 +369,19 @@ describe("redislock.metrics under OpenResty", function()
   helpers.redis_for(lazy_setup, lazy_teardown, function(s) srv = s end)
   local nginx
   lazy_setup(function()
+    local server = {
+      'set $redis_url "redis://127.0.0.1:' .. srv.port .. '";',
+      'set $dead_url "redis://127.0.0.1:' .. helpers.free_port() .. '";',
+    }
+    for _, name in ipairs({ "hold", "lose", "dead", "metrics" }) do
+      server[#server + 1] = string.format(
+        'location = /%s { content_by_lua_block { require("spec.support.ngx_metrics").%s() } }', name, name)
+    end
     nginx = helpers.start_nginx({
       workers = 2,
-      http = table.concat({
-        "lua_shared_dict redislock_metrics 1m;",
-        "lua_socket_log_errors off;",
-        "server {",
-        "  listen 127.0.0.1:{{port}} reuseport;",
-        '  set $redis_url "redis://127.0.0.1:' .. srv.port .. '";',
-        '  set $dead_url "redis://127.0.0.1:' .. helpers.free_port() .. '";',
-        '  location = /hold { content_by_lua_block { require("spec.support.ngx_metrics").hold() } }',
-        '  location = /lose { content_by_lua_block { require("spec.support.ngx_metrics").lose() } }',
-        '  location = /dead { content_by_lua_block { require("spec.support.ngx_metrics").dead() } }',
-        '  location = /metrics { content_by_lua_block { require("spec.support.ngx_metrics").metrics() } }',
-        "}",
-      }, "\n"),
+      http = { "lua_shared_dict redislock_metrics 1m;", "lua_socket_log_errors off;" },
+      reuseport = true,
+      server = server,
     })
   end)
   lazy_teardown(function()
@@ -427,11 +431,7 @@ describe("redislock.metrics under OpenResty", function()
     assert.are.equal("text/plain; version=0.0.4; charset=utf-8", headers["content-type"])
     promtool(body)
     local _, value = parse(body)
-    local function n(name, group, more)
-      local labels = { kind = "lock", group = group }
-      for k, x in pairs(more or {}) do labels[k] = x end
-      return value(name, labels)
-    end
+    local n = lock_sample(value)
     assert.are.equal(12, n("redislock_acquisitions_total", "orders"))
     assert.are.equal(12, n("redislock_releases_total", "orders"))
     assert.are.equal(12, n("redislock_wait_seconds_count", "orders"))

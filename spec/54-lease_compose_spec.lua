@@ -12,14 +12,9 @@ local redislock = require "redislock"
 local slow = helpers.slow
 
 describe("a hold's lease", function()
-  local srv, raw, client
+  local client
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
-  before_each(function()
-    assert.are.equal("OK", raw:command("FLUSHALL"))
-    client = srv:client()
-  end)
-  after_each(function() client:close() end)
+  helpers.client_each(lazy_setup, lazy_teardown, before_each, after_each, function(_, _, c) client = c end)
 
   it("takes the owner's extend after max_hold ended the renewals as its expiry", function()
     -- The renewal due a third of the TTL in comes after max_hold: it ends
@@ -114,14 +109,8 @@ describe("a Redlock hold's lease under OpenResty", function()
     servers, urls = helpers.start_redlock(3)
     nginx = helpers.start_nginx({
       workers = 1,
-      http = table.concat({
-        "lua_socket_log_errors off;",
-        "server {",
-        "  listen 127.0.0.1:{{port}};",
-        '  set $redis_redlock "' .. urls .. '";',
-        "  " .. helpers.location("/leave", "leave"),
-        "}",
-      }, "\n"),
+      http = "lua_socket_log_errors off;",
+      server = { 'set $redis_redlock "' .. urls .. '";', helpers.location("/leave", "leave") },
     })
   end)
   lazy_teardown(function()

@@ -208,7 +208,8 @@ end
 -- describe block: started in its lazy_setup, stopped in its lazy_teardown
 -- (busted's hooks are passed in: a required module does not see them).
 -- ready(srv, raw) is called once both are up, to keep them in the spec's locals.
-function helpers.redis_for(lazy_setup, lazy_teardown, ready)
+-- With before_each (busted's), the server is flushed before each test.
+function helpers.redis_for(lazy_setup, lazy_teardown, ready, before_each)
   local srv, raw
   lazy_setup(function()
     srv = helpers.start_redis()
@@ -219,19 +220,21 @@ function helpers.redis_for(lazy_setup, lazy_teardown, ready)
     if raw then raw:close() end
     if srv then srv:stop() end
   end)
+  if before_each then
+    before_each(function() assert(raw:command("FLUSHALL") == "OK", "FLUSHALL failed") end)
+  end
 end
 
 --- helpers.redis_for's server and raw client, and a redislock client on
 -- the server (closed in lazy_teardown); the server is flushed before each
 -- test. ready(srv, raw, client) keeps them in the spec's locals.
 function helpers.client_for(lazy_setup, lazy_teardown, before_each, ready)
-  local raw, client
+  local client
   helpers.redis_for(lazy_setup, lazy_teardown, function(s, r)
-    raw, client = r, require("redislock").new({ port = s.port })
+    client = require("redislock").new({ port = s.port })
     ready(s, r, client)
-  end)
+  end, before_each)
   lazy_teardown(function() if client then client:close() end end)
-  before_each(function() assert(raw:command("FLUSHALL") == "OK", "FLUSHALL failed") end)
 end
 
 --- helpers.redis_for's server and raw client, flushed before each test,
@@ -239,13 +242,22 @@ end
 -- ready(srv, raw, client) keeps them in the spec's locals.
 function helpers.client_each(lazy_setup, lazy_teardown, before_each, after_each, ready)
   local srv, raw, client
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end, before_each)
   before_each(function()
-    assert(raw:command("FLUSHALL") == "OK", "FLUSHALL failed")
     client = srv:client()
     ready(srv, raw, client)
   end)
   after_each(function() client:close() end)
+end
+
+--- Loads the lock scripts through client (a lock taken and released), then
+-- flushes the server raw is on and resets its statistics (CONFIG RESETSTAT),
+-- so that counts of scripts run start at 0 and no NOSCRIPT round trip adds
+-- to them.
+function helpers.warm(client, raw)
+  assert(assert(client:acquire("warm-up", 1)):release())
+  assert(raw:command("FLUSHALL") == "OK", "FLUSHALL failed")
+  assert(raw:command("CONFIG", "RESETSTAT") == "OK", "CONFIG RESETSTAT failed")
 end
 
 --- helpers.redis_for's server and raw client, and a temporary folder of the
@@ -265,6 +277,14 @@ function helpers.redis_and_dir_for(lazy_setup, lazy_teardown, before_each, ready
     assert(raw:command("FLUSHALL") == "OK", "FLUSHALL failed")
     os.execute("rm -rf " .. sh_quote(dir) .. "/*")
   end)
+end
+
+--- A replica of the server master (a redis-server as helpers.start_redis
+-- starts it, with the more arguments extra).
+function helpers.start_replica(master, extra)
+  local args = { "--replicaof", "127.0.0.1", tostring(master.port) }
+  for _, a in ipairs(extra or {}) do args[#args + 1] = a end
+  return helpers.start_redis(args)
 end
 
 --- Stops the server (SIGTERM by PID, then waits for it to go) and removes its folder.
@@ -464,6 +484,22 @@ function helpers.eventually(seconds, fn)
     v = fn()
   end
   return v
+end
+
+--- Asserts that c:acquire(key, 5) fails with an error that matches
+-- pattern (found as plain text with plain); returns the error.
+function helpers.acquire_fails(c, key, pattern, plain)
+  local lock, err = c:acquire(key, 5)
+  assert(lock == nil, "took " .. key)
+  assert(tostring(err):find(pattern, 1, plain), "the error " .. tostring(err) .. " does not match " .. pattern)
+  return err
+end
+
+--- Asserts that redislock.new(opts) raises an error that holds msg (plain text).
+function helpers.new_fails(opts, msg)
+  local ok, err = pcall(require("redislock").new, opts)
+  assert(not ok, "new took the options")
+  assert(tostring(err):find(msg, 1, true), "the error " .. tostring(err) .. " does not hold " .. msg)
 end
 
 --- How many clients the server raw (a core client) has blocked right now

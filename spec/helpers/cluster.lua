@@ -2,6 +2,7 @@
 -- spec/helpers.lua's Redis Clusters on loopback (helpers.start_cluster):
 -- slots, owners, moves, failovers, and nodes cut apart in the suite's
 -- network namespace.
+local core = require "redislock.core"
 
 return function(helpers)
   local run = helpers.run
@@ -168,6 +169,25 @@ return function(helpers)
     self:move_keys(slot, from, to)
     self:end_move(slot, from, to)
     return from, to
+  end
+
+  --- Moves slot from one master to another (Servers) in steps 0.3 s
+  -- apart: half moved (the keys still on the source), the keys on the target
+  -- (the slot still the source's), moved.
+  function Cluster:move_in_steps(slot, from, to)
+    self:begin_move(slot, from, to)
+    core.sleep(0.3)
+    self:move_keys(slot, from, to)
+    core.sleep(0.3)
+    self:end_move(slot, from, to)
+  end
+
+  --- The slot of key's lock, the master that owns it, and another master
+  -- (where a move would take it).
+  function Cluster:where(key)
+    local slot = core.lock_slot(key)
+    local from = self:owner(slot)
+    return slot, from, self:other_master(from)
   end
 
   --- A master other than n (a Server).

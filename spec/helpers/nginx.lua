@@ -29,6 +29,17 @@ return function(helpers)
     return '"' .. s:gsub('[\\"]', "\\%0") .. '"'
   end
 
+  -- A server block on {{port}} (listening with reuseport if asked): its
+  -- server_name lines.name, if any, then the lines (directives,
+  -- helpers.location(...)).
+  local function server_block(lines, reuseport)
+    local out = { "server {", "  listen 127.0.0.1:{{port}}" .. (reuseport and " reuseport" or "") .. ";" }
+    if lines.name then out[#out + 1] = "  server_name " .. lines.name .. ";" end
+    for _, line in ipairs(lines) do out[#out + 1] = "  " .. line end
+    out[#out + 1] = "}"
+    return table.concat(out, "\n")
+  end
+
   -- The nginx.conf for one instance: Debian's lua module, everything nginx writes
   -- under the prefix, our Lua code and the LuaJIT build of the C core on the paths.
   local function nginx_conf(prefix, vars, opts)
@@ -56,7 +67,11 @@ return function(helpers)
     end
     lines[#lines + 1] = "  lua_package_path " .. ngx_quote(root .. "/lua/?.lua;" .. root .. "/?.lua;;") .. ";"
     lines[#lines + 1] = "  lua_package_cpath " .. ngx_quote(cdir .. "/?.so;;") .. ";"
-    lines[#lines + 1] = fill(opts.http or "", vars)
+    local http = opts.http or ""
+    lines[#lines + 1] = fill(type(http) == "table" and table.concat(http, "\n") or http, vars)
+    for _, server in ipairs(opts.servers or { opts.server }) do
+      lines[#lines + 1] = fill(server_block(server, opts.reuseport), vars)
+    end
     lines[#lines + 1] = "}"
     return table.concat(lines, "\n") .. "\n"
   end
@@ -66,8 +81,11 @@ return function(helpers)
 
   --- Starts a private nginx with the lua module (daemon, by PID) on a free
   -- loopback port. opts.http: config placed inside http { } after our defaults
-  -- (the server blocks); opts.main: more main-context lines (e.g. `env REDIS_URL;`);
-  -- in both, {{port}}, {{port2}} (a second free port), {{root}} (the checkout) and
+  -- (a string, or a list of lines); opts.server: a server block's lines, on
+  -- {{port}} (listen ... reuseport with opts.reuseport; server_name from the
+  -- list's field name), or opts.servers, a list of them, after opts.http;
+  -- opts.main: more main-context lines (e.g. `env REDIS_URL;`);
+  -- in all of them, {{port}}, {{port2}} (a second free port), {{root}} (the checkout) and
   -- {{prefix}} are replaced. opts.workers (2), opts.worker_connections (1024),
   -- opts.log_level ("info"). Returns an object with port, port2, prefix, pid and
   -- :stop(), :error_log(), :url(path), :workers(); raises when nginx cannot start.
@@ -152,14 +170,9 @@ return function(helpers)
   function helpers.start_primitive_nginx(srv)
     return helpers.start_nginx({
       workers = 2,
-      http = table.concat({
-        "lua_socket_log_errors off;",
-        "server {",
-        "  listen 127.0.0.1:{{port}};",
-        '  set $redis_url "redis://127.0.0.1:' .. srv.port .. '";',
-        '  location = /primitive { content_by_lua_block { require("spec.support.ngx_app").primitive() } }',
-        "}",
-      }, "\n"),
+      http = "lua_socket_log_errors off;",
+      server = { 'set $redis_url "redis://127.0.0.1:' .. srv.port .. '";',
+                 helpers.location("/primitive", "primitive") },
     })
   end
 
@@ -178,6 +191,28 @@ return function(helpers)
       assert(tonumber(term) > last, body)
       last = tonumber(term)
     end
+  end
+
+  --- Sends n requests at once to /counter?lock=mode (ngx_app's counter: a
+  -- read-modify-write of the key "counter" under with_lock), the keys it
+  -- counts on deleted first through data (a client, or a core client, of
+  -- its server); raises unless every answer is 200, the counter reads n
+  -- and no two requests overlapped. Returns how many workers answered.
+  function Nginx:counter(n, mode, data)
+    for _, k in ipairs({ "counter", "inside", "overlaps" }) do assert(data:command("DEL", k)) end
+    local reqs = {}
+    for i = 1, n do reqs[i] = "/counter?lock=" .. mode end
+    local workers, count = {}, 0
+    for i, res in ipairs(require("spec.support.http").parallel(self.port, reqs, { timeout = 120 * helpers.slow })) do
+      assert(res.status == 200, "request " .. i .. " answered " .. tostring(res.status) .. ": " .. res.body
+                                .. self:error_log())
+      local worker = res.headers["x-worker"]
+      if worker and not workers[worker] then workers[worker], count = true, count + 1 end
+    end
+    local counter = data:command("GET", "counter")
+    assert(counter == tostring(n), "the counter reads " .. tostring(counter))
+    assert(data:command("GET", "overlaps") == false, "requests overlapped")
+    return count
   end
 
   --- Sends every path to nginx at once; raises unless every answer is 200.
