@@ -480,7 +480,10 @@ rl_step rl_call_lost(rl_call *call, int timeout, const char *msg) {
     return RL_STEP_RECONNECT;
   case PH_UNDO:
   case PH_UNDO_DEL:
-    return RL_STEP_FAILED; /* the script's failure; the lock, if not deleted, runs out by its TTL */
+    /* The script's failure; the take's lock may stay (its release script
+       may give it back on another connection). */
+    if (call->taken) say_left(call, RL_LEFT_STAYING);
+    return RL_STEP_FAILED;
   case PH_COMMAND:
   case PH_ARGS:
     if (!again || !call->resend) break;

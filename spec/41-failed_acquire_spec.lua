@@ -277,7 +277,8 @@ describe("an acquire refused after its first try", function()
     assert.are.equal(NOEVAL, err:sub(1, #NOEVAL))
     assert.is_nil(err:find("nothing its first try took is left", 1, true)) -- WATCH was refused
     assert.is_truthy(err:find("; the lock its first try took stays until its TTL runs out", 1, true), err)
-    assert.are.equal(before + 1, evalsha_rejected())
+    assert.is_nil(err:find("may stay taken", 1, true), err) -- said once
+    assert.are.equal(before + 2, evalsha_rejected()) -- the acquire's, and its release's (the call said it stays)
     runs_out("bare:1")
     c:close()
   end)
@@ -318,6 +319,23 @@ describe("an acquire refused after its first try", function()
       assert.are.equal(2, sent) -- the acquire script, then the release
       nothing_left(srv, admin, key) -- at once, not after its TTL
     end
+    c:close()
+  end)
+
+  it("by a user without +multi nor +watch: the take's SET runs alone, the call cannot give it back; the release does",
+     function()
+    -- MULTI refused (class "refused"), the SET taken alone, WATCH refused:
+    -- the call says the lock stays, and that, not the class, decides that
+    -- the acquire sends its release.
+    assert.are.equal("OK", srv:cli(unpack(readme_user("nomultiwatch", { ["+multi"] = true, ["+watch"] = true }))))
+    local c = srv:client({ username = "nomultiwatch", password = PASSWORD, timeout = 2 })
+    local calls = evalsha_calls(srv)
+    local lock, err = c:acquire("nomultiwatch:1", TTL)
+    assert.is_nil(lock)
+    assert.matches("^redis: NOPERM[^\n]*'multi' command", err)
+    assert.is_truthy(err:find("; the lock its first try took stays until its TTL runs out", 1, true), err)
+    assert.are.equal(1, evalsha_calls(srv) - calls) -- the release
+    nothing_left(srv, admin, "nomultiwatch:1") -- at once, not after its TTL
     c:close()
   end)
 end)

@@ -169,15 +169,17 @@ end
 local observe_waiting = _M.observe_waiting
 
 -- Whether an acquire that failed with err left nothing to give back: its
--- call gave back what its take took (left, the call's word beside err:
--- "nothing"; rl_call.c), or its script ran nothing: the script's command
+-- call says so (left, the call's word beside err, rl_call.c: "nothing",
+-- given back; "staying", not, its release script goes), or, the call
+-- silent, its script ran nothing: the script's command
 -- itself was refused (class "refused": the user may not run EVALSHA, or
 -- touch its keys; no such script; no memory for a script that declares
 -- writes), or a passing state refused it (READONLY, LOADING ...:
 -- redislock/lock.lua's passing). An error from a command within a script
 -- (class "script") ran up to there.
 local function ran_nothing(err, left)
-  return left == "nothing" or lock_mod.passing(err) or error_class(err) == "refused"
+  if left then return left == "nothing" end
+  return lock_mod.passing(err) or error_class(err) == "refused"
 end
 
 -- acquire after its arguments were checked (how.scoped: with_lock's lock,
@@ -208,9 +210,9 @@ local function acquire(self, key, ms, how, kind, tried, fence, sent, left)
     -- NOSCRIPT, OOM) or for a passing state (READONLY, LOADING ...) ran
     -- nothing, and a call that gave its take's lock back says so beside
     -- its message (left): nothing to give back, and no release to try
-    -- (ran_nothing).
+    -- (ran_nothing). One that could not says so too, in words already.
     if sent:sub(1, 6) == "redis:" and not ran_nothing(sent, left)
-       and t:eval(kind and kind.ops.release or "release", key, tok) == nil then
+       and t:eval(kind and kind.ops.release or "release", key, tok) == nil and left ~= "staying" then
       sent = sent .. string_format("; %s may stay taken by this failed try until its TTL runs out",
                                    kind and kind.ops.label:format(quote(key)) or quote(key))
     end

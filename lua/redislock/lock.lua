@@ -90,7 +90,7 @@ _M.LOCK = { release = "release", extend = "extend", pttl = "pttl", label = "%s",
 function _M.new(t, link, key, token, fence, expires, ops, since, once)
   return setmetatable({ key = key, token = token, fence = fence, _t = t, _link = link, _state = "held",
                         _expires = expires, _ops = ops or _M.LOCK, _since = since or false,
-                        release = once and release_once }, lock_mt)
+                        release = once and release_once or nil }, lock_mt)
 end
 
 -- The lock's name in messages: '"orders:42"', 'a permit of "api"' ...

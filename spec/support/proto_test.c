@@ -377,6 +377,14 @@ static void test_call(void) {
   CHECK(call.left == RL_LEFT_STAYING && strcmp(rl_left_name(call.left), "staying") == 0);
   rl_call_free(&call);
   rl_cmd_free(&cmd);
+  /* ... and when the connection is lost while it gives the lock back. */
+  CHECK(start(&call, &cmd, RL_OP_TAKE, 0, rd) == RL_STEP_SEND);
+  CHECK(feed(&call, untold) == RL_STEP_SEND);
+  CHECK(feed(&call, "-NOPERM no evalsha\r\n") == RL_STEP_SEND && sends(&call, "WATCH"));
+  CHECK(rl_call_lost(&call, 0, "connection: lost") == RL_STEP_FAILED && call.left == RL_LEFT_STAYING);
+  CHECK(strcmp(call.err, "redis: NOPERM no evalsha; the lock its first try took stays until its TTL runs out") == 0);
+  rl_call_free(&call);
+  rl_cmd_free(&cmd);
   CHECK(start(&call, &cmd, RL_OP_TAKE, 0, rd) == RL_STEP_SEND);
   CHECK(feed(&call, busy) == RL_STEP_SEND && sends(&call, "EVALSHA"));
   CHECK(feed(&call, "-NOPERM no evalsha\r\n") == RL_STEP_FAILED && strcmp(call.err, "redis: NOPERM no evalsha") == 0);
