@@ -65,19 +65,17 @@ static void make_name(rl_cmd *cmd, int i, const char *prefix, const char *key) {
   int k = rl_ops[cmd->op].keys[i];
   size_t plen = cmd->plen, tl = cmd->uklen, slen = rl_key_suffix_len[k];
   char *p = cmd->fill;
-  if (k == K_ERA) {
-    const char *tag = rl_era_tag(rl_lock_slot(key, tl));
-    tl = strlen(tag);
+  if (k != K_ERA && i > 0) { /* copied from the first name */
+    memcpy(p, cmd->argv[3], plen + tl + 2);
+  } else {
+    const char *tag = key;
+    if (k == K_ERA) {
+      tag = rl_era_tag(rl_lock_slot(key, tl));
+      tl = strlen(tag);
+    }
     memcpy(p, prefix, plen);
     p[plen] = '{';
     memcpy(p + plen + 1, tag, tl);
-    p[plen + 1 + tl] = '}';
-  } else if (i > 0) { /* copied from the first name */
-    memcpy(p, cmd->argv[3], plen + tl + 2);
-  } else {
-    memcpy(p, prefix, plen);
-    p[plen] = '{';
-    memcpy(p + plen + 1, key, tl);
     p[plen + 1 + tl] = '}';
   }
   memcpy(p + plen + 2 + tl, rl_key_suffix[k], slen);
