@@ -252,16 +252,16 @@ static rl_step held(rl_call *call) {
 
 /* Says what became of the failed call's take's lock, in call->left (which
    Lua gets beside the message: redislock/hold.lua sends no release after
-   RL_LEFT_NOTHING) and in words at the message's end: given back
-   (RL_LEFT_NOTHING), or not (RL_LEFT_STAYING: the connection was lost, or
-   the user may not WATCH or MULTI; hold.lua tries its release script
-   then, which a new connection or other rights may let through). */
+   RL_LEFT_NOTHING): given back (RL_LEFT_NOTHING, said in words at the
+   message's end too), or not (RL_LEFT_STAYING: the connection was lost,
+   or the user may not WATCH or MULTI). hold.lua tries its release script
+   then, which a new connection or other rights may let through, and says
+   in words what that left. */
 static void say_left(rl_call *call, rl_left left) {
   size_t used = strlen(call->err);
   call->left = left;
-  snprintf(call->err + used, sizeof call->err - used, "%s",
-           left == RL_LEFT_NOTHING ? "; nothing its first try took is left"
-                                   : "; the lock its first try took stays until its TTL runs out");
+  if (left == RL_LEFT_NOTHING)
+    snprintf(call->err + used, sizeof call->err - used, "%s", "; nothing its first try took is left");
 }
 
 const char *rl_left_name(rl_left left) {

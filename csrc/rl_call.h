@@ -48,7 +48,8 @@ typedef struct {
 } rl_redirect_to;
 
 /* What a failed call left of the lock its take took (rl_call's left),
-   said beside its message, whose end says it in words for the user. */
+   said beside its message (whose end says RL_LEFT_NOTHING in words; what
+   RL_LEFT_STAYING leaves, the caller's release decides and says). */
 typedef enum {
   RL_LEFT_UNSAID,  /* its take took none, or the call cannot tell */
   RL_LEFT_NOTHING, /* the call gave it back: nothing to release */

@@ -210,9 +210,14 @@ local function acquire(self, key, ms, how, kind, tried, fence, sent, left)
     -- NOSCRIPT, OOM) or for a passing state (READONLY, LOADING ...) ran
     -- nothing, and a call that gave its take's lock back says so beside
     -- its message (left): nothing to give back, and no release to try
-    -- (ran_nothing). One that could not says so too, in words already.
-    if sent:sub(1, 6) == "redis:" and not ran_nothing(sent, left)
-       and t:eval(kind and kind.ops.release or "release", key, tok) == nil and left ~= "staying" then
+    -- (ran_nothing). One that could not ("staying") is given back here
+    -- when Redis refused it; the message ends with what is left.
+    local stays
+    if sent:sub(1, 6) == "redis:" and not ran_nothing(sent, left) then
+      stays = t:eval(kind and kind.ops.release or "release", key, tok) == nil
+      if not stays and left == "staying" then sent = sent .. "; nothing its first try took is left" end
+    end
+    if stays or (left == "staying" and stays == nil) then
       sent = sent .. string_format("; %s may stay taken by this failed try until its TTL runs out",
                                    kind and kind.ops.label:format(quote(key)) or quote(key))
     end
