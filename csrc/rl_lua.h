@@ -16,6 +16,31 @@
 
 #define RL_CLIENT_MT "redislock.Client"
 
+/*
+ * A maker of one holder's lock tokens (rl_lua.c), the one place their
+ * format is written: 32 hex digits from the OS random source, then
+ * <holder><pid>/<unix second><label>, that tail made again only when the
+ * second or the process (a fork) changed. Without a holder (buf NULL),
+ * the 32 digits alone. core.tokens makes one for a Lua client, and a C
+ * client has its own (client:holder).
+ */
+typedef struct {
+  char *buf;      /* the last token made: room for the digits and the tail (rl_tokens_room) */
+  const char *holder, *label; /* kept in buf's room, after the token */
+  size_t hlen, llen;
+  size_t tail;    /* the tail's length (0: to be made) */
+  unsigned gen;
+  long long second;
+} rl_tokens;
+
+/* The bytes a maker's buf needs for a holder and a label of these lengths. */
+size_t rl_tokens_room(size_t hlen, size_t llen);
+/* Makes m a maker into mem (rl_tokens_room bytes; NULL: no holder, the
+   digits alone), copying holder and label there. */
+void rl_tokens_init(rl_tokens *m, char *mem, const char *holder, size_t hlen, const char *label, size_t llen);
+/* Pushes a new token of m's; raises when the OS randomness cannot be read. */
+void rl_lua_push_token(lua_State *L, rl_tokens *m);
+
 /* A client (core.new): rl_lua_client.c. */
 typedef struct {
   rl_conn conn;
@@ -24,14 +49,7 @@ typedef struct {
   size_t plen;
   int closed;
   int asking;     /* client:asking(): the next method call sends ASKING first */
-  /* The tokens of the common acquire (client:holder): 32 hex digits, then
-     <holder><pid>/<unix seconds><label>, that tail made again when the
-     second or the process changed; none without a holder. */
-  char *token;    /* the last token made: room for the hex digits and the tail */
-  char *holder, *label;
-  size_t tail;    /* the tail's length (0: none) */
-  unsigned gen;
-  long long second;
+  rl_tokens tokens; /* the tokens of the common acquire (client:holder); buf malloc'd */
 } rl_client;
 
 

@@ -1,12 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The Client type of redislock.core (core.new): the blocking transport's
    connections, a lock script or command per call, waits; core.eval_many. */
-#include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "rl_lua.h"
 #include "rl_watchdog.h"
@@ -41,8 +37,9 @@ static void client_free(rl_client *c) {
   rl_conn_free(&c->conn);
   rl_conn_free(&c->waiter);
   free(c->prefix);
-  free(c->token);
-  c->prefix = c->token = c->holder = c->label = NULL;
+  free(c->tokens.buf);
+  c->prefix = NULL;
+  rl_tokens_init(&c->tokens, NULL, NULL, 0, NULL, 0);
   c->closed = 1;
 }
 
@@ -521,54 +518,20 @@ static int core_eval_many(lua_State *L) {
 /*
  * client:holder(holder, label) -> true
  * What the tokens of the common acquire (core.fast_take) end with, as
- * redislock/hold.lua's new_token makes them: holder (a string, "/<host>/",
- * or nil: 32 hex digits alone), the pid, "/", the unix second, then label
- * (a string, "" for none).
+ * core.tokens makes them (rl_tokens): holder (a string, "/<host>/", or
+ * nil: 32 hex digits alone), the pid, "/", the unix second, then label (a
+ * string, "" for none).
  */
 static int client_holder(lua_State *L) {
   rl_client *c = rl_lua_check_client(L, 1);
   size_t hlen = 0, llen = 0;
   const char *holder = luaL_optlstring(L, 2, NULL, &hlen), *label = luaL_checklstring(L, 3, &llen);
-  /* the digits, then holder, 20 digits of pid, "/", 20 of seconds, label, and their NULs */
-  size_t room = RL_TOKEN_HEX + hlen + 1 + 20 + 1 + 20 + llen + 1 + hlen + 1 + llen + 1;
-  char *mem = holder != NULL ? (char *)malloc(room) : NULL;
+  char *mem = holder != NULL ? (char *)malloc(rl_tokens_room(hlen, llen)) : NULL;
   if (holder != NULL && mem == NULL) return luaL_error(L, "redislock: out of memory");
-  free(c->token);
-  c->token = mem;
-  c->tail = 0;
-  c->holder = c->label = NULL;
-  if (mem != NULL) {
-    c->holder = mem + room - (hlen + 1 + llen + 1);
-    c->label = c->holder + hlen + 1;
-    memcpy(c->holder, holder, hlen + 1);
-    memcpy(c->label, label, llen + 1);
-  }
+  free(c->tokens.buf);
+  rl_tokens_init(&c->tokens, mem, holder, hlen, label, llen);
   lua_pushboolean(L, 1);
   return 1;
-}
-
-/* Pushes a new token for the client's hold (client:holder's); raises when
-   the OS randomness cannot be read, as core.token does. */
-static void push_token(lua_State *L, rl_client *c) {
-  char hex[RL_TOKEN_HEX + 1];
-  if (rl_token(hex) != 0) luaL_error(L, "redislock: cannot read the OS random source (%s)", strerror(errno));
-  if (c->token == NULL) {
-    lua_pushlstring(L, hex, RL_TOKEN_HEX);
-    return;
-  }
-  {
-    unsigned gen = rl_fork_gen();
-    long long now = (long long)time(NULL);
-    if (c->tail == 0 || gen != c->gen || now != c->second) {
-      size_t cap = strlen(c->holder) + 1 + 20 + 1 + 20 + strlen(c->label) + 1;
-      int n = snprintf(c->token + RL_TOKEN_HEX, cap, "%s%ld/%lld%s", c->holder, (long)getpid(), now, c->label);
-      c->tail = n > 0 ? (size_t)n : 0;
-      c->gen = gen;
-      c->second = now;
-    }
-  }
-  memcpy(c->token, hex, RL_TOKEN_HEX);
-  lua_pushlstring(L, c->token, RL_TOKEN_HEX + c->tail);
 }
 
 /* The module's client in field _t of the lock at idx, open, or NULL.
@@ -617,7 +580,7 @@ static int fast_take(lua_State *L) {
   key = lua_tolstring(L, 2, &klen);
   if (rl_check_key(key, klen) != NULL || rl_seconds_to_ms((double)lua_tonumber(L, 3), &ms) != NULL) return 0;
   lua_settop(L, 5);
-  push_token(L, c); /* at 6 */
+  rl_lua_push_token(L, &c->tokens); /* at 6 */
   token = lua_tolstring(L, 6, &tlen);
   sent = rl_lua_now();
   call.replicas = call.replica_ms = 0;

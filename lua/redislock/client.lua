@@ -150,18 +150,18 @@ function _M.new(opts, ...)
   -- under OpenResty the gates where waiters of one nginx worker queue
   -- (redislock/ngx_gate.lua); nil in plain Lua, or with coalesce = false.
   -- _link: shared with its locks, which read whether it was closed.
-  -- _holder: "/<host>/" for the tokens (nil: holder = false), _label: "/<label>" or "".
+  -- _token: makes its holds' tokens (core.tokens; the C client's own: client:holder).
+  local label = opts.label and "/" .. opts.label or ""
   local self = { prefix = c.prefix, _renewed = setmetatable({}, { __mode = "k" }),
                  _held = setmetatable({}, { __mode = "v" }), _hot = { keys = {}, n = 0 },
                  _link = { closed = false, observer = observer, prefix = c.prefix },
-                 _holder = holder,
-                 _label = opts.label and "/" .. opts.label or "" }
+                 _token = core.tokens(holder, label) }
   self._transport, self._sleep = topology.transport(opts, c)
   -- One server in plain Lua (the C client), no observer: Client:acquire's
   -- common case is one call (core.fast_take), the tokens made in C.
   if observer == nil and type(self._transport) == "userdata" then
     FAST[self] = self._transport
-    self._transport:holder(holder, self._label)
+    self._transport:holder(holder, label)
   end
   self._waiting = opts.coalesce ~= false and transport.waiting and transport.waiting() or nil
   -- (the transports' defaults)

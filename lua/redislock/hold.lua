@@ -16,8 +16,7 @@ local wait = require "redislock.wait"
 
 local getmetatable, error = getmetatable, error
 local string_format = string.format
-local token, now, getpid, fork_gen, error_class = core.token, core.now, core.getpid, core.fork_gen, core.error_class
-local os_time = os.time
+local now, error_class = core.now, core.error_class
 local observe = lock_mod.observe
 local try, take, note_taken = wait.try, wait.take, scope.note_taken
 local raise_at_caller, quote, check_seconds, check_phase, lock_opts = args.raise_at_caller, args.quote,
@@ -122,17 +121,10 @@ _M.adopt = adopt
 
 --- A new token for a hold by client self: 32 random hex digits, then who
 -- holds it (unless holder = false): /<host>/<pid>/<since, unix seconds>[/<label>].
--- The part after the digits is made again only when the second or the
--- process (a fork) changed: it costs the cycle next to nothing.
+-- Made by the client's core.tokens maker, in C, as its C client's common
+-- acquire makes them (client:holder): the format is written there once.
 local function new_token(self)
-  local holder = self._holder
-  if not holder then return token() end
-  local gen, t = fork_gen(), os_time()
-  if gen ~= self._gen or t ~= self._second then
-    self._gen, self._second = gen, t
-    self._suffix = holder .. getpid() .. "/" .. t .. self._label
-  end
-  return token(self._suffix)
+  return self._token()
 end
 _M.new_token = new_token
 
