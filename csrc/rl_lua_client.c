@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The Client type of redislock.core (core.new): the blocking transport's
    connections, a lock script or command per call, waits; core.eval_many. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -556,62 +557,113 @@ static int has_meta(lua_State *L, int idx, int uv) {
 }
 
 /*
- * core.fast_take(client, key, ttl[, opts]): Client:acquire's common case
- * in one call, for client (redislock/client.lua's, one server in plain
- * Lua without an observer), open, a key and a TTL in seconds that pass
- * acquire's checks, no options. Makes the token (client:holder's), sends
- * the take and leaves fence, token, sent (core.now() before the send) and
+ * The take of the common case (fast_take, fast_with): for client c at 1,
+ * key at 2 and a TTL at 3 in seconds that pass acquire's checks (*ms: in
+ * milliseconds), sends the take with a new token (client:holder's) and
+ * leaves its answer: fence, token, sent (core.now() before the send) and
  * expires (sent plus the TTL); when it did not take the lock, false, the
  * token, and what client:eval answered (-1 and the holder's PTTL; nil,
- * the message and what the take left). Leaves nothing, having done nothing, for any other call:
- * the general path then checks and runs it. Upvalue 1: the clients'
- * metatable.
+ * the message and what the take left). Leaves nothing, having done
+ * nothing, for any other key or TTL. Returns how many values it left;
+ * *sent_ms: sent in whole ms, when it took the lock.
  */
-static int fast_take(lua_State *L) {
-  int top = lua_gettop(L);
-  rl_client *c = (rl_client *)lua_touserdata(L, 1);
+static int take(lua_State *L, rl_client *c, long long *ms, long long *sent_ms) {
   const char *key, *token;
   size_t klen, tlen;
-  long long ms = 0;
   lua_Number sent;
   rl_call call;
-  if (top < 3 || top > 4 || (top == 4 && !lua_isnil(L, 4)) || c == NULL || !has_meta(L, 1, 1) || c->closed) return 0;
+  int tidx;
   if (lua_type(L, 2) != LUA_TSTRING || lua_type(L, 3) != LUA_TNUMBER) return 0;
   key = lua_tolstring(L, 2, &klen);
-  if (rl_check_key(key, klen) != NULL || rl_seconds_to_ms((double)lua_tonumber(L, 3), &ms) != NULL) return 0;
-  lua_settop(L, 5);
-  rl_lua_push_token(L, &c->tokens); /* at 6 */
-  token = lua_tolstring(L, 6, &tlen);
+  if (rl_check_key(key, klen) != NULL || rl_seconds_to_ms((double)lua_tonumber(L, 3), ms) != NULL) return 0;
+  rl_lua_push_token(L, &c->tokens);
+  tidx = lua_gettop(L);
+  token = lua_tolstring(L, tidx, &tlen);
   sent = rl_lua_now();
   call.replicas = call.replica_ms = 0;
-  if (run(L, c, &call, RL_OP_TAKE, key, klen, token, tlen, ms, 0) != 0) {
+  if (run(L, c, &call, RL_OP_TAKE, key, klen, token, tlen, *ms, 0) != 0) {
     lua_pushboolean(L, 0);
-    lua_pushvalue(L, 6);
+    lua_pushvalue(L, tidx);
     return 2 + rl_lua_push_failed(L, &call);
   }
   if (call.out.status != RL_HELD) {
     lua_pushboolean(L, 0);
-    lua_pushvalue(L, 6);
+    lua_pushvalue(L, tidx);
     lua_pushinteger(L, call.out.status);
     lua_pushinteger(L, (lua_Integer)call.out.value);
     return 4;
   }
   lua_pushinteger(L, (lua_Integer)call.out.value);
-  lua_pushvalue(L, 6);
+  lua_pushvalue(L, tidx);
   lua_pushnumber(L, sent);
-  lua_pushnumber(L, sent + (lua_Number)ms / 1000);
+  lua_pushnumber(L, sent + (lua_Number)*ms / 1000);
+  *sent_ms = (long long)floor(sent * 1000);
   return 4;
+}
+
+/* The client at 1 when it is an open client of this module (upvalue 1:
+   the clients' metatable), else NULL. */
+static rl_client *open_client(lua_State *L) {
+  rl_client *c = (rl_client *)lua_touserdata(L, 1);
+  return c != NULL && has_meta(L, 1, 1) && !c->closed ? c : NULL;
+}
+
+/*
+ * core.fast_take(client, key, ttl[, opts]): Client:acquire's common case
+ * in one call, for client (redislock/client.lua's, one server in plain
+ * Lua without an observer), open, a key and a TTL in seconds that pass
+ * acquire's checks, no options: what take leaves. Leaves nothing, having
+ * done nothing, for any other call: the general path then checks and runs
+ * it. Upvalue 1: the clients' metatable.
+ */
+static int fast_take(lua_State *L) {
+  int top = lua_gettop(L);
+  long long ms = 0, sent_ms;
+  rl_client *c;
+  if (top < 3 || top > 4 || (top == 4 && !lua_isnil(L, 4)) || (c = open_client(L)) == NULL) return 0;
+  return take(L, c, &ms, &sent_ms);
+}
+
+/*
+ * core.fast_with(client, key, ttl, fn[, opts]): Client:with_lock's common
+ * case, as fast_take's, fn a function: what take leaves and, when it took
+ * the lock, its renewal (the lock given to the watchdog as with_lock's
+ * are: client:lease(key, token, ttl_ms, { sent_ms = sent })) and the TTL
+ * in ms, or nil and why the renewal could not start. Leaves nothing,
+ * having done nothing, for any other call. Upvalue 1: the clients'
+ * metatable.
+ */
+static int fast_with(lua_State *L) {
+  int top = lua_gettop(L), n;
+  long long ms = 0, sent_ms = 0;
+  rl_client *c;
+  if (top < 4 || top > 5 || (top == 5 && !lua_isnil(L, 5)) || lua_type(L, 4) != LUA_TFUNCTION ||
+      (c = open_client(L)) == NULL)
+    return 0;
+  lua_settop(L, 5);
+  n = take(L, c, &ms, &sent_ms);
+  if (n != 4 || !lua_toboolean(L, -4)) return n;
+  {
+    size_t klen, tlen;
+    const char *key = lua_tolstring(L, 2, &klen), *token = lua_tolstring(L, -3, &tlen);
+    if (rl_lua_push_lease(L, c, RL_OP_EXTEND, key, klen, token, tlen, ms, 0, 0, sent_ms) == 2) return 6;
+  }
+  lua_pushinteger(L, (lua_Integer)ms);
+  return 6;
 }
 
 /*
  * release(lock) (core.fast_release's): the release of a lock of
- * Client:acquire's common case in one call. lock (the metatable at
- * upvalue 1; no other argument) has a release field of its own (only
- * those locks do: redislock/lock.lua's new), its _t an open client of
- * this module, and is held by its own account (_state "held", upvalue
- * 3). Sends the release and leaves true when it released; else false and
- * what client:eval answered. Leaves nothing, having done nothing, for any
- * other call.
+ * Client:acquire's or Client:with_lock's common case in one call. lock (the
+ * metatable at upvalue 1; no other argument) has a release field of its
+ * own (only those locks do: redislock/lock.lua's new), its _t an open
+ * client of this module, and is held by its own account (_state "held",
+ * upvalue 3). With upvalue 4 true (with_lock's), its renewal, if any
+ * (_lease), is stopped first, while it still holds the lock (its expiry
+ * kept in _expires, as lease.lua's stop keeps it). Sends the release and
+ * leaves true when it released; else false and what client:eval
+ * answered. Leaves nothing, having done nothing, for any other call, or
+ * a renewal that found the lock lost or ended.
  */
 static int fast_release(lua_State *L) {
   rl_client *c;
@@ -630,6 +682,15 @@ static int fast_release(lua_State *L) {
   key = lua_tolstring(L, 5, &klen);
   token = lua_tolstring(L, 6, &tlen);
   if (rl_check_key(key, klen) != NULL || tlen == 0) return 0;
+  if (lua_toboolean(L, lua_upvalueindex(4))) {
+    lua_Number at;
+    lua_getfield(L, 1, "_lease"); /* at 7 */
+    if (!lua_isnil(L, 7)) {
+      if (!rl_lua_stop_held_lease(L, 7, &at)) return 0;
+      lua_pushnumber(L, at);
+      lua_setfield(L, 1, "_expires");
+    }
+  }
   call.replicas = call.replica_ms = 0;
   if (run(L, c, &call, RL_OP_RELEASE, key, klen, token, tlen, 0, 0) != 0) {
     lua_pushboolean(L, 0);
@@ -647,15 +708,23 @@ static int fast_release(lua_State *L) {
   return 3;
 }
 
-/* core.fast_release(lock_mt) -> release: Lock:release's common case for
-   the locks of that metatable (redislock/lock.lua's), see fast_release. */
+/* core.fast_release(lock_mt) -> release, leased: Lock:release's common
+   case for the locks of that metatable (redislock/lock.lua's), see
+   fast_release: acquire's, and with_lock's (its renewal stopped first). */
 static int core_fast_release(lua_State *L) {
+  int leased;
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 1);
   luaL_getmetatable(L, RL_CLIENT_MT);
   lua_pushliteral(L, "held");
-  lua_pushcclosure(L, fast_release, 3);
-  return 1;
+  for (leased = 0; leased <= 1; leased++) {
+    lua_pushvalue(L, 1);
+    lua_pushvalue(L, 2);
+    lua_pushvalue(L, 3);
+    lua_pushboolean(L, leased);
+    lua_pushcclosure(L, fast_release, 4);
+  }
+  return 2;
 }
 
 static const luaL_Reg client_methods[] = {
@@ -694,4 +763,7 @@ void rl_lua_open_client(lua_State *L) {
   luaL_getmetatable(L, RL_CLIENT_MT);
   lua_pushcclosure(L, fast_take, 1);
   lua_setfield(L, -2, "fast_take");
+  luaL_getmetatable(L, RL_CLIENT_MT);
+  lua_pushcclosure(L, fast_with, 1);
+  lua_setfield(L, -2, "fast_with");
 }

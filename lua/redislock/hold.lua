@@ -23,6 +23,7 @@ local raise_at_caller, quote, check_seconds, check_phase, lock_opts = args.raise
       args.check_seconds, args.check_phase, args.lock_opts
 
 local cool, not_taken, check_self = wait.cool, wait.not_taken, args.check_self
+local ONCE_RELEASE, LEASED = lock_mod.ONCE, lock_mod.LEASED
 
 local _M = { _VERSION = core._VERSION }
 
@@ -228,15 +229,15 @@ end
 -- How the common case takes a lock: no options.
 local ONCE = lock_opts(3, "acquire", nil, false)
 
---- taken(client, t, key, fence, tok, a, b, left) -> lock | nil, err: what
--- Client:acquire's common case answers (client one of FAST's, t its C
--- client) after core.fast_take sent the take with token tok: taken
--- (fence; sent at a, its TTL ends at b), or not (fence false; status a
--- and value b, and what a failed take left, as the general path takes
--- them).
-function _M.taken(self, t, key, fence, tok, a, b, left)
+--- taken(client, t, key, fence, tok, a, b, left[, release]) -> lock | nil,
+-- err: what Client:acquire's common case answers (client one of FAST's, t
+-- its C client) after core.fast_take sent the take with token tok: taken
+-- (fence; sent at a, its TTL ends at b; release: the lock's own, default
+-- lock.lua's ONCE), or not (fence false; status a and value b, and what a
+-- failed take left, as the general path takes them).
+local function taken(self, t, key, fence, tok, a, b, left, release)
   if fence then
-    local lock = lock_mod.new(t, self._link, key, tok, fence, b, nil, a, true)
+    local lock = lock_mod.new(t, self._link, key, tok, fence, b, nil, a, release or ONCE_RELEASE)
     self._held[key] = lock
     if scope.watching > 0 then note_taken(lock) end
     local hot = self._hot
@@ -244,6 +245,25 @@ function _M.taken(self, t, key, fence, tok, a, b, left)
     return lock
   end
   return acquire(self, key, nil, ONCE, nil, tok, not_taken(self, key, a, b, left))
+end
+_M.taken = taken
+
+--- with_taken(client, t, key, fn, fence, tok, a, b, lease, ms): what
+-- Client:with_lock's common case does once core.fast_with answered (as
+-- fast_take, and lease: the lock's renewal, ms its TTL; or nil and why
+-- it could not start): fn(lock) under scope.hold, the lock renewed and
+-- released as with_hold's (lock.lua's LEASED); or raises why not, as
+-- with_hold does.
+function _M.with_taken(self, t, key, fn, fence, tok, a, b, lease, ms)
+  local lock, err = taken(self, t, key, fence, tok, a, b, lease, LEASED)
+  if not lock then error(err, 0) end
+  if not lease then
+    lock:release()
+    error("redislock: " .. ms, 0)
+  end
+  lock._lease, lock._renew_ms = lease, ms
+  self._renewed[lock] = true
+  return scope.hold(lock, fn)
 end
 
 --- hold(client, key, ms, how, kind) -> hold | nil, err: takes
