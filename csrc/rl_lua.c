@@ -647,8 +647,8 @@ RL_EXPORT int luaopen_redislock_core(lua_State *L) {
   keep_loaded();
   luaL_newlib(L, core_functions);
   rl_lua_open_call(L);
+  rl_lua_open_lease(L); /* before the client's: its common case keeps the leases' metatable */
   rl_lua_open_client(L);
-  rl_lua_open_lease(L);
   rl_lua_open_reader(L);
   rl_lua_open_renewal(L);
   rl_lua_open_watch(L);

@@ -15,6 +15,7 @@
 #pragma GCC visibility push(hidden)
 
 #define RL_CLIENT_MT "redislock.Client"
+#define RL_LEASE_MT "redislock.Lease" /* rl_lua_lease.c's, made before the client's */
 
 /*
  * A maker of one holder's lock tokens (rl_lua.c), the one place their
@@ -81,14 +82,17 @@ lua_Number rl_lua_now(void);
 /* client:lease (rl_lua_lease.c, a method of the client). */
 int rl_lua_client_lease(lua_State *L);
 /* What client:lease leaves for these arguments, checked already (ttl,
-   delay, max_hold and sent in ms): a lease, or nil and why not; returns
-   how many values it pushed. */
-int rl_lua_push_lease(lua_State *L, rl_client *c, rl_op op, const char *key, size_t klen, const char *token,
-                      size_t tlen, long long ttl, long long delay, long long max_hold, long long sent);
-/* Stops the lease at idx (client:lease's) when it still holds its lock: 1,
-   with what lease:stop() would say of its expiry in *at; 0, leaving it as
-   it was, for any other value, or a lease stopped, ended or lost. */
-int rl_lua_stop_held_lease(lua_State *L, int idx, lua_Number *at);
+   delay, max_hold and sent in ms; mt: the index of the leases' metatable,
+   RL_LEASE_MT's): a lease, or nil and why not; returns how many values
+   it pushed. */
+int rl_lua_push_lease(lua_State *L, rl_client *c, int mt, rl_op op, const char *key, size_t klen,
+                      const char *token, size_t tlen, long long ttl, long long delay, long long max_hold,
+                      long long sent);
+/* Stops the lease at idx (client:lease's: its metatable the one at mt)
+   when it still holds its lock: 1, with what lease:stop() would say of
+   its expiry in *at; 0, leaving it as it was, for any other value, or a
+   lease stopped, ended or lost. */
+int rl_lua_stop_held_lease(lua_State *L, int idx, int mt, lua_Number *at);
 
 /* Argument checks shared by the client and the cosocket side (rl_lua.c). */
 rl_op rl_lua_check_script(lua_State *L, int idx, int nidx, const char **key, size_t *klen,

@@ -630,8 +630,8 @@ static int fast_take(lua_State *L) {
  * the lock, its renewal (the lock given to the watchdog as with_lock's
  * are: client:lease(key, token, ttl_ms, { sent_ms = sent })) and the TTL
  * in ms, or nil and why the renewal could not start. Leaves nothing,
- * having done nothing, for any other call. Upvalue 1: the clients'
- * metatable.
+ * having done nothing, for any other call. Upvalues: the clients' and the
+ * leases' metatables.
  */
 static int fast_with(lua_State *L) {
   int top = lua_gettop(L), n;
@@ -646,7 +646,8 @@ static int fast_with(lua_State *L) {
   {
     size_t klen, tlen;
     const char *key = lua_tolstring(L, 2, &klen), *token = lua_tolstring(L, -3, &tlen);
-    if (rl_lua_push_lease(L, c, RL_OP_EXTEND, key, klen, token, tlen, ms, 0, 0, sent_ms) == 2) return 6;
+    if (rl_lua_push_lease(L, c, lua_upvalueindex(2), RL_OP_EXTEND, key, klen, token, tlen, ms, 0, 0, sent_ms) == 2)
+      return 6;
   }
   lua_pushinteger(L, (lua_Integer)ms);
   return 6;
@@ -659,7 +660,7 @@ static int fast_with(lua_State *L) {
  * own (only those locks do: redislock/lock.lua's new), its _t an open
  * client of this module, and is held by its own account (_state "held",
  * upvalue 3). With upvalue 4 true (with_lock's), its renewal, if any
- * (_lease), is stopped first, while it still holds the lock (its expiry
+ * (_lease, a lease of the metatable at upvalue 5), is stopped first, while it still holds the lock (its expiry
  * kept in _expires, as lease.lua's stop keeps it). Sends the release and
  * leaves true when it released; else false and what client:eval
  * answered. Leaves nothing, having done nothing, for any other call, or
@@ -686,7 +687,7 @@ static int fast_release(lua_State *L) {
     lua_Number at;
     lua_getfield(L, 1, "_lease"); /* at 7 */
     if (!lua_isnil(L, 7)) {
-      if (!rl_lua_stop_held_lease(L, 7, &at)) return 0;
+      if (!rl_lua_stop_held_lease(L, 7, lua_upvalueindex(5), &at)) return 0;
       lua_pushnumber(L, at);
       lua_setfield(L, 1, "_expires");
     }
@@ -717,12 +718,14 @@ static int core_fast_release(lua_State *L) {
   lua_settop(L, 1);
   luaL_getmetatable(L, RL_CLIENT_MT);
   lua_pushliteral(L, "held");
+  luaL_getmetatable(L, RL_LEASE_MT);
   for (leased = 0; leased <= 1; leased++) {
     lua_pushvalue(L, 1);
     lua_pushvalue(L, 2);
     lua_pushvalue(L, 3);
     lua_pushboolean(L, leased);
-    lua_pushcclosure(L, fast_release, 4);
+    lua_pushvalue(L, 4);
+    lua_pushcclosure(L, fast_release, 5);
   }
   return 2;
 }
@@ -764,6 +767,7 @@ void rl_lua_open_client(lua_State *L) {
   lua_pushcclosure(L, fast_take, 1);
   lua_setfield(L, -2, "fast_take");
   luaL_getmetatable(L, RL_CLIENT_MT);
-  lua_pushcclosure(L, fast_with, 1);
+  luaL_getmetatable(L, RL_LEASE_MT);
+  lua_pushcclosure(L, fast_with, 2);
   lua_setfield(L, -2, "fast_with");
 }
