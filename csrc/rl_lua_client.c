@@ -535,11 +535,25 @@ static int client_holder(lua_State *L) {
   return 1;
 }
 
-/* The module's client in field _t of the lock at idx, open, or NULL.
-   Upvalue uv is the clients' metatable. Pushes the field. */
+/* The upvalues of core.fast_release's functions (fast_release): the
+   locks' and the clients' metatables, "held", whether with_lock's, the
+   leases' metatable, then the names of the lock's fields it reads. */
+enum { UV_LOCK_MT = 1, UV_CLIENT_MT, UV_HELD, UV_LEASED, UV_LEASE_MT, UV_RELEASE, UV_T, UV_STATE, UV_KEY, UV_TOKEN,
+       UV_LEASE, UV_EXPIRES, UV_COUNT = UV_EXPIRES };
+
+/* Pushes field name of the table at idx, raw, the name the string at
+   upvalue uv (kept, not made from a C string on every call). */
+static void raw_field(lua_State *L, int idx, int uv) {
+  lua_pushvalue(L, lua_upvalueindex(uv));
+  lua_rawget(L, idx);
+}
+
+/* The module's client in field _t (the name at upvalue UV_T) of the lock
+   at idx, open, or NULL. Upvalue uv is the clients' metatable. Pushes the
+   field. */
 static rl_client *lock_client(lua_State *L, int idx, int uv) {
   rl_client *c;
-  lua_getfield(L, idx, "_t");
+  raw_field(L, idx, UV_T);
   c = (rl_client *)lua_touserdata(L, -1);
   if (c == NULL || !lua_getmetatable(L, -1)) return NULL;
   if (!lua_rawequal(L, -1, lua_upvalueindex(uv))) c = NULL;
@@ -656,40 +670,42 @@ static int fast_with(lua_State *L) {
 /*
  * release(lock) (core.fast_release's): the release of a lock of
  * Client:acquire's or Client:with_lock's common case in one call. lock (the
- * metatable at upvalue 1; no other argument) has a release field of its
+ * metatable at UV_LOCK_MT; no other argument) has a release field of its
  * own (only those locks do: redislock/lock.lua's new), its _t an open
- * client of this module, and is held by its own account (_state "held",
- * upvalue 3). With upvalue 4 true (with_lock's), its renewal, if any
- * (_lease, a lease of the metatable at upvalue 5), is stopped first, while it still holds the lock (its expiry
- * kept in _expires, as lease.lua's stop keeps it). Sends the release and
- * leaves true when it released; else false and what client:eval
- * answered. Leaves nothing, having done nothing, for any other call, or
- * a renewal that found the lock lost or ended.
+ * client of this module, and is held by its own account (_state "held").
+ * With UV_LEASED true (with_lock's), its renewal, if any (_lease, a lease
+ * of the metatable at UV_LEASE_MT), is stopped first, while it still
+ * holds the lock (its expiry kept in _expires, as lease.lua's stop keeps
+ * it). Sends the release and leaves true when it released; else false
+ * and what client:eval answered. Leaves nothing, having done nothing, for
+ * any other call, or a renewal that found the lock lost or ended. The
+ * fields are read raw, by names kept as upvalues.
  */
 static int fast_release(lua_State *L) {
   rl_client *c;
   const char *key, *token;
   size_t klen, tlen;
   rl_call call;
-  if (lua_gettop(L) != 1 || !has_meta(L, 1, 1)) return 0;
-  lua_pushliteral(L, "release");
-  lua_rawget(L, 1);
-  if (lua_isnil(L, 2) || (c = lock_client(L, 1, 2)) == NULL) return 0; /* at 3 */
-  lua_getfield(L, 1, "_state");
-  lua_getfield(L, 1, "key");
-  lua_getfield(L, 1, "token");
-  if (!lua_rawequal(L, 4, lua_upvalueindex(3)) || lua_type(L, 5) != LUA_TSTRING || lua_type(L, 6) != LUA_TSTRING)
+  if (lua_gettop(L) != 1 || !has_meta(L, 1, UV_LOCK_MT)) return 0;
+  raw_field(L, 1, UV_RELEASE);
+  if (lua_isnil(L, 2) || (c = lock_client(L, 1, UV_CLIENT_MT)) == NULL) return 0; /* at 3 */
+  raw_field(L, 1, UV_STATE);
+  raw_field(L, 1, UV_KEY);
+  raw_field(L, 1, UV_TOKEN);
+  if (!lua_rawequal(L, 4, lua_upvalueindex(UV_HELD)) || lua_type(L, 5) != LUA_TSTRING ||
+      lua_type(L, 6) != LUA_TSTRING)
     return 0;
   key = lua_tolstring(L, 5, &klen);
   token = lua_tolstring(L, 6, &tlen);
   if (rl_check_key(key, klen) != NULL || tlen == 0) return 0;
-  if (lua_toboolean(L, lua_upvalueindex(4))) {
+  if (lua_toboolean(L, lua_upvalueindex(UV_LEASED))) {
     lua_Number at;
-    lua_getfield(L, 1, "_lease"); /* at 7 */
+    raw_field(L, 1, UV_LEASE); /* at 7 */
     if (!lua_isnil(L, 7)) {
-      if (!rl_lua_stop_held_lease(L, 7, lua_upvalueindex(5), &at)) return 0;
+      if (!rl_lua_stop_held_lease(L, 7, lua_upvalueindex(UV_LEASE_MT), &at)) return 0;
+      lua_pushvalue(L, lua_upvalueindex(UV_EXPIRES));
       lua_pushnumber(L, at);
-      lua_setfield(L, 1, "_expires");
+      lua_rawset(L, 1);
     }
   }
   call.replicas = call.replica_ms = 0;
@@ -713,19 +729,20 @@ static int fast_release(lua_State *L) {
    case for the locks of that metatable (redislock/lock.lua's), see
    fast_release: acquire's, and with_lock's (its renewal stopped first). */
 static int core_fast_release(lua_State *L) {
-  int leased;
+  static const char *const names[] = { "release", "_t", "_state", "key", "token", "_lease", "_expires" };
+  int leased, i;
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 1);
   luaL_getmetatable(L, RL_CLIENT_MT);
   lua_pushliteral(L, "held");
-  luaL_getmetatable(L, RL_LEASE_MT);
   for (leased = 0; leased <= 1; leased++) {
     lua_pushvalue(L, 1);
     lua_pushvalue(L, 2);
     lua_pushvalue(L, 3);
     lua_pushboolean(L, leased);
-    lua_pushvalue(L, 4);
-    lua_pushcclosure(L, fast_release, 5);
+    luaL_getmetatable(L, RL_LEASE_MT);
+    for (i = 0; i < UV_COUNT - UV_LEASE_MT; i++) lua_pushstring(L, names[i]);
+    lua_pushcclosure(L, fast_release, UV_COUNT);
   }
   return 2;
 }
