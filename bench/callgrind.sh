@@ -1,7 +1,9 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # Benchmark (not a test): the client's instructions per acquire+release,
-# and per client:command("GET", ...), under Lua 5.4 and LuaJIT, counted by
+# per with_lock with an empty fn (its lock renewed while fn runs, as
+# with_lock's are) and per client:command("GET", ...), under Lua 5.4 and
+# LuaJIT, counted by
 # valgrind's callgrind over 1,000 and then 3,000 of them against a private
 # redis-server; the difference over 2,000 leaves out what runs once
 # (loading, the first connection, tables made once, LuaJIT's compiling).
@@ -35,6 +37,8 @@ for lua in "$@"; do
   name=$name$on
   emit "$lua" "cycle$suffix" instructions/cycle "client instructions per acquire+release ($name)" \
     'assert(assert(c:acquire("callgrind", 10)):release())'
+  emit "$lua" "with_lock$suffix" instructions/cycle "client instructions per with_lock, empty fn ($name)" \
+    'c:with_lock("callgrind", 10, function() end)'
   emit "$lua" "command$suffix" instructions/call "client instructions per client:command of a GET ($name)" \
     'assert(c:command("GET", "callgrind") ~= nil)'
 done

@@ -100,7 +100,7 @@ export BENCH_SERVER_CPU BENCH_CLIENT_CPU
 step handoff "handoff latency" taskset -c "$last" lua5.4 bench/handoff.lua
 step contend "contended throughput" lua5.4 bench/contend.lua
 step stampede "OpenResty stampede: waiters coalesced, connections bounded" lua5.4 bench/stampede.lua
-step callgrind "client instructions per cycle and per command (callgrind), Lua 5.4 and LuaJIT" sh bench/callgrind.sh
+step callgrind "client instructions per cycle, per with_lock and per command (callgrind), Lua 5.4 and LuaJIT" sh bench/callgrind.sh
 step syscalls "client system calls per cycle (strace), Lua 5.4 and LuaJIT" sh bench/syscalls.sh
 step ngx_counts "an nginx worker's system calls and instructions per cycle, beside lua-resty-redis" lua5.4 bench/ngx_counts.lua
 step memory "memory, Lua 5.4" taskset -c 0 lua5.4 bench/memory.lua same-core

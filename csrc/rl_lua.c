@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "rl_lua.h"
 #include "rl_proc.h"
@@ -331,6 +332,73 @@ static int core_token(lua_State *L) {
   return 1;
 }
 
+size_t rl_tokens_room(size_t hlen, size_t llen) {
+  /* the digits, the holder, 20 digits of pid, "/", 20 of seconds, the
+     label, snprintf's NUL; then the holder and the label kept */
+  return RL_TOKEN_HEX + hlen + 20 + 1 + 20 + llen + 1 + hlen + llen;
+}
+
+void rl_tokens_init(rl_tokens *m, char *mem, const char *holder, size_t hlen, const char *label, size_t llen) {
+  memset(m, 0, sizeof *m);
+  if (mem == NULL) return;
+  m->buf = mem;
+  m->holder = mem + rl_tokens_room(hlen, llen) - hlen - llen;
+  m->label = m->holder + hlen;
+  memcpy((char *)m->holder, holder, hlen);
+  memcpy((char *)m->label, label, llen);
+  m->hlen = hlen;
+  m->llen = llen;
+}
+
+void rl_lua_push_token(lua_State *L, rl_tokens *m) {
+  char hex[RL_TOKEN_HEX + 1];
+  unsigned gen;
+  long long now;
+  if (rl_token(hex) != 0) luaL_error(L, "redislock: cannot read the OS random source (%s)", strerror(errno));
+  if (m->buf == NULL) {
+    lua_pushlstring(L, hex, RL_TOKEN_HEX);
+    return;
+  }
+  gen = rl_fork_gen();
+  now = (long long)time(NULL);
+  if (m->tail == 0 || gen != m->gen || now != m->second) {
+    char *p = m->buf + RL_TOKEN_HEX;
+    memcpy(p, m->holder, m->hlen);
+    p += m->hlen;
+    p += snprintf(p, 20 + 1 + 20 + 1, "%ld/%lld", (long)getpid(), now);
+    memcpy(p, m->label, m->llen);
+    m->tail = (size_t)(p + m->llen - (m->buf + RL_TOKEN_HEX));
+    m->gen = gen;
+    m->second = now;
+  }
+  memcpy(m->buf, hex, RL_TOKEN_HEX);
+  lua_pushlstring(L, m->buf, RL_TOKEN_HEX + m->tail);
+}
+
+/* make() (core.tokens'): a new token of the maker at upvalue 1. */
+static int make_token(lua_State *L) {
+  rl_lua_push_token(L, (rl_tokens *)lua_touserdata(L, lua_upvalueindex(1)));
+  return 1;
+}
+
+/*
+ * core.tokens(holder, label) -> make: make() -> a new lock token (see
+ * rl_tokens): 32 hex digits, then holder ("/<host>/"; nil or false: the
+ * digits alone), the pid, "/", the unix second and label ("/<label>" or
+ * ""). The tokens of every hold of a client (redislock/hold.lua's
+ * new_token), as its C client's common acquire makes them.
+ */
+static int core_tokens(lua_State *L) {
+  size_t hlen = 0, llen = 0;
+  const char *holder = lua_toboolean(L, 1) ? luaL_checklstring(L, 1, &hlen) : NULL;
+  const char *label = luaL_checklstring(L, 2, &llen);
+  size_t room = holder != NULL ? rl_tokens_room(hlen, llen) : 0;
+  rl_tokens *m = (rl_tokens *)lua_newuserdatauv(L, sizeof *m + room, 0);
+  rl_tokens_init(m, holder != NULL ? (char *)(m + 1) : NULL, holder, hlen, label, llen);
+  lua_pushcclosure(L, make_token, 1);
+  return 1;
+}
+
 /* core.fork_gen() -> a number that changes in a child after every fork()
    (cheaper than asking the pid on every call). */
 static int core_fork_gen(lua_State *L) {
@@ -544,6 +612,7 @@ static void push_scripts(lua_State *L) {
 
 static const luaL_Reg core_functions[] = {
   { "token", core_token },
+  { "tokens", core_tokens },
   { "fork_gen", core_fork_gen },
   { "ms", core_ms },
   { "key_problem", core_key_problem },
@@ -578,8 +647,8 @@ RL_EXPORT int luaopen_redislock_core(lua_State *L) {
   keep_loaded();
   luaL_newlib(L, core_functions);
   rl_lua_open_call(L);
+  rl_lua_open_lease(L); /* before the client's: its common case keeps the leases' metatable */
   rl_lua_open_client(L);
-  rl_lua_open_lease(L);
   rl_lua_open_reader(L);
   rl_lua_open_renewal(L);
   rl_lua_open_watch(L);

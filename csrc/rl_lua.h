@@ -15,6 +15,32 @@
 #pragma GCC visibility push(hidden)
 
 #define RL_CLIENT_MT "redislock.Client"
+#define RL_LEASE_MT "redislock.Lease" /* rl_lua_lease.c's, made before the client's */
+
+/*
+ * A maker of one holder's lock tokens (rl_lua.c), the one place their
+ * format is written: 32 hex digits from the OS random source, then
+ * <holder><pid>/<unix second><label>, that tail made again only when the
+ * second or the process (a fork) changed. Without a holder (buf NULL),
+ * the 32 digits alone. core.tokens makes one for a Lua client, and a C
+ * client has its own (client:holder).
+ */
+typedef struct {
+  char *buf;      /* the last token made: room for the digits and the tail (rl_tokens_room) */
+  const char *holder, *label; /* kept in buf's room, after the token */
+  size_t hlen, llen;
+  size_t tail;    /* the tail's length (0: to be made) */
+  unsigned gen;
+  long long second;
+} rl_tokens;
+
+/* The bytes a maker's buf needs for a holder and a label of these lengths. */
+size_t rl_tokens_room(size_t hlen, size_t llen);
+/* Makes m a maker into mem (rl_tokens_room bytes; NULL: no holder, the
+   digits alone), copying holder and label there. */
+void rl_tokens_init(rl_tokens *m, char *mem, const char *holder, size_t hlen, const char *label, size_t llen);
+/* Pushes a new token of m's; raises when the OS randomness cannot be read. */
+void rl_lua_push_token(lua_State *L, rl_tokens *m);
 
 /* A client (core.new): rl_lua_client.c. */
 typedef struct {
@@ -24,14 +50,7 @@ typedef struct {
   size_t plen;
   int closed;
   int asking;     /* client:asking(): the next method call sends ASKING first */
-  /* The tokens of the common acquire (client:holder): 32 hex digits, then
-     <holder><pid>/<unix seconds><label>, that tail made again when the
-     second or the process changed; none without a holder. */
-  char *token;    /* the last token made: room for the hex digits and the tail */
-  char *holder, *label;
-  size_t tail;    /* the tail's length (0: none) */
-  unsigned gen;
-  long long second;
+  rl_tokens tokens; /* the tokens of the common acquire (client:holder); buf malloc'd */
 } rl_client;
 
 
@@ -62,6 +81,18 @@ rl_client *rl_lua_check_client(lua_State *L, int idx);
 lua_Number rl_lua_now(void);
 /* client:lease (rl_lua_lease.c, a method of the client). */
 int rl_lua_client_lease(lua_State *L);
+/* What client:lease leaves for these arguments, checked already (ttl,
+   delay, max_hold and sent in ms; mt: the index of the leases' metatable,
+   RL_LEASE_MT's): a lease, or nil and why not; returns how many values
+   it pushed. */
+int rl_lua_push_lease(lua_State *L, rl_client *c, int mt, rl_op op, const char *key, size_t klen,
+                      const char *token, size_t tlen, long long ttl, long long delay, long long max_hold,
+                      long long sent);
+/* Stops the lease at idx (client:lease's: its metatable the one at mt)
+   when it still holds its lock: 1, with what lease:stop() would say of
+   its expiry in *at; 0, leaving it as it was, for any other value, or a
+   lease stopped, ended or lost. */
+int rl_lua_stop_held_lease(lua_State *L, int idx, int mt, lua_Number *at);
 
 /* Argument checks shared by the client and the cosocket side (rl_lua.c). */
 rl_op rl_lua_check_script(lua_State *L, int idx, int nidx, const char **key, size_t *klen,

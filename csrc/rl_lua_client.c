@@ -1,12 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* The Client type of redislock.core (core.new): the blocking transport's
    connections, a lock script or command per call, waits; core.eval_many. */
-#include <errno.h>
-#include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "rl_lua.h"
 #include "rl_watchdog.h"
@@ -41,8 +38,9 @@ static void client_free(rl_client *c) {
   rl_conn_free(&c->conn);
   rl_conn_free(&c->waiter);
   free(c->prefix);
-  free(c->token);
-  c->prefix = c->token = c->holder = c->label = NULL;
+  free(c->tokens.buf);
+  c->prefix = NULL;
+  rl_tokens_init(&c->tokens, NULL, NULL, 0, NULL, 0);
   c->closed = 1;
 }
 
@@ -521,61 +519,41 @@ static int core_eval_many(lua_State *L) {
 /*
  * client:holder(holder, label) -> true
  * What the tokens of the common acquire (core.fast_take) end with, as
- * redislock/hold.lua's new_token makes them: holder (a string, "/<host>/",
- * or nil: 32 hex digits alone), the pid, "/", the unix second, then label
- * (a string, "" for none).
+ * core.tokens makes them (rl_tokens): holder (a string, "/<host>/", or
+ * nil: 32 hex digits alone), the pid, "/", the unix second, then label (a
+ * string, "" for none).
  */
 static int client_holder(lua_State *L) {
   rl_client *c = rl_lua_check_client(L, 1);
   size_t hlen = 0, llen = 0;
   const char *holder = luaL_optlstring(L, 2, NULL, &hlen), *label = luaL_checklstring(L, 3, &llen);
-  /* the digits, then holder, 20 digits of pid, "/", 20 of seconds, label, and their NULs */
-  size_t room = RL_TOKEN_HEX + hlen + 1 + 20 + 1 + 20 + llen + 1 + hlen + 1 + llen + 1;
-  char *mem = holder != NULL ? (char *)malloc(room) : NULL;
+  char *mem = holder != NULL ? (char *)malloc(rl_tokens_room(hlen, llen)) : NULL;
   if (holder != NULL && mem == NULL) return luaL_error(L, "redislock: out of memory");
-  free(c->token);
-  c->token = mem;
-  c->tail = 0;
-  c->holder = c->label = NULL;
-  if (mem != NULL) {
-    c->holder = mem + room - (hlen + 1 + llen + 1);
-    c->label = c->holder + hlen + 1;
-    memcpy(c->holder, holder, hlen + 1);
-    memcpy(c->label, label, llen + 1);
-  }
+  free(c->tokens.buf);
+  rl_tokens_init(&c->tokens, mem, holder, hlen, label, llen);
   lua_pushboolean(L, 1);
   return 1;
 }
 
-/* Pushes a new token for the client's hold (client:holder's); raises when
-   the OS randomness cannot be read, as core.token does. */
-static void push_token(lua_State *L, rl_client *c) {
-  char hex[RL_TOKEN_HEX + 1];
-  if (rl_token(hex) != 0) luaL_error(L, "redislock: cannot read the OS random source (%s)", strerror(errno));
-  if (c->token == NULL) {
-    lua_pushlstring(L, hex, RL_TOKEN_HEX);
-    return;
-  }
-  {
-    unsigned gen = rl_fork_gen();
-    long long now = (long long)time(NULL);
-    if (c->tail == 0 || gen != c->gen || now != c->second) {
-      size_t cap = strlen(c->holder) + 1 + 20 + 1 + 20 + strlen(c->label) + 1;
-      int n = snprintf(c->token + RL_TOKEN_HEX, cap, "%s%ld/%lld%s", c->holder, (long)getpid(), now, c->label);
-      c->tail = n > 0 ? (size_t)n : 0;
-      c->gen = gen;
-      c->second = now;
-    }
-  }
-  memcpy(c->token, hex, RL_TOKEN_HEX);
-  lua_pushlstring(L, c->token, RL_TOKEN_HEX + c->tail);
+/* The upvalues of core.fast_release's functions (fast_release): the
+   locks' and the clients' metatables, "held", whether with_lock's, the
+   leases' metatable, then the names of the lock's fields it reads. */
+enum { UV_LOCK_MT = 1, UV_CLIENT_MT, UV_HELD, UV_LEASED, UV_LEASE_MT, UV_RELEASE, UV_T, UV_STATE, UV_KEY, UV_TOKEN,
+       UV_LEASE, UV_EXPIRES, UV_COUNT = UV_EXPIRES };
+
+/* Pushes field name of the table at idx, raw, the name the string at
+   upvalue uv (kept, not made from a C string on every call). */
+static void raw_field(lua_State *L, int idx, int uv) {
+  lua_pushvalue(L, lua_upvalueindex(uv));
+  lua_rawget(L, idx);
 }
 
-/* The module's client in field _t of the lock at idx, open, or NULL.
-   Upvalue uv is the clients' metatable. Pushes the field. */
+/* The module's client in field _t (the name at upvalue UV_T) of the lock
+   at idx, open, or NULL. Upvalue uv is the clients' metatable. Pushes the
+   field. */
 static rl_client *lock_client(lua_State *L, int idx, int uv) {
   rl_client *c;
-  lua_getfield(L, idx, "_t");
+  raw_field(L, idx, UV_T);
   c = (rl_client *)lua_touserdata(L, -1);
   if (c == NULL || !lua_getmetatable(L, -1)) return NULL;
   if (!lua_rawequal(L, -1, lua_upvalueindex(uv))) c = NULL;
@@ -593,80 +571,143 @@ static int has_meta(lua_State *L, int idx, int uv) {
 }
 
 /*
- * core.fast_take(client, key, ttl[, opts]): Client:acquire's common case
- * in one call, for client (redislock/client.lua's, one server in plain
- * Lua without an observer), open, a key and a TTL in seconds that pass
- * acquire's checks, no options. Makes the token (client:holder's), sends
- * the take and leaves fence, token, sent (core.now() before the send) and
+ * The take of the common case (fast_take, fast_with): for client c at 1,
+ * key at 2 and a TTL at 3 in seconds that pass acquire's checks (*ms: in
+ * milliseconds), sends the take with a new token (client:holder's) and
+ * leaves its answer: fence, token, sent (core.now() before the send) and
  * expires (sent plus the TTL); when it did not take the lock, false, the
  * token, and what client:eval answered (-1 and the holder's PTTL; nil,
- * the message and what the take left). Leaves nothing, having done nothing, for any other call:
- * the general path then checks and runs it. Upvalue 1: the clients'
- * metatable.
+ * the message and what the take left). Leaves nothing, having done
+ * nothing, for any other key or TTL. Returns how many values it left;
+ * *sent_ms: sent in whole ms, when it took the lock.
  */
-static int fast_take(lua_State *L) {
-  int top = lua_gettop(L);
-  rl_client *c = (rl_client *)lua_touserdata(L, 1);
+static int take(lua_State *L, rl_client *c, long long *ms, long long *sent_ms) {
   const char *key, *token;
   size_t klen, tlen;
-  long long ms = 0;
   lua_Number sent;
   rl_call call;
-  if (top < 3 || top > 4 || (top == 4 && !lua_isnil(L, 4)) || c == NULL || !has_meta(L, 1, 1) || c->closed) return 0;
+  int tidx;
   if (lua_type(L, 2) != LUA_TSTRING || lua_type(L, 3) != LUA_TNUMBER) return 0;
   key = lua_tolstring(L, 2, &klen);
-  if (rl_check_key(key, klen) != NULL || rl_seconds_to_ms((double)lua_tonumber(L, 3), &ms) != NULL) return 0;
-  lua_settop(L, 5);
-  push_token(L, c); /* at 6 */
-  token = lua_tolstring(L, 6, &tlen);
+  if (rl_check_key(key, klen) != NULL || rl_seconds_to_ms((double)lua_tonumber(L, 3), ms) != NULL) return 0;
+  rl_lua_push_token(L, &c->tokens);
+  tidx = lua_gettop(L);
+  token = lua_tolstring(L, tidx, &tlen);
   sent = rl_lua_now();
   call.replicas = call.replica_ms = 0;
-  if (run(L, c, &call, RL_OP_TAKE, key, klen, token, tlen, ms, 0) != 0) {
+  if (run(L, c, &call, RL_OP_TAKE, key, klen, token, tlen, *ms, 0) != 0) {
     lua_pushboolean(L, 0);
-    lua_pushvalue(L, 6);
+    lua_pushvalue(L, tidx);
     return 2 + rl_lua_push_failed(L, &call);
   }
   if (call.out.status != RL_HELD) {
     lua_pushboolean(L, 0);
-    lua_pushvalue(L, 6);
+    lua_pushvalue(L, tidx);
     lua_pushinteger(L, call.out.status);
     lua_pushinteger(L, (lua_Integer)call.out.value);
     return 4;
   }
   lua_pushinteger(L, (lua_Integer)call.out.value);
-  lua_pushvalue(L, 6);
+  lua_pushvalue(L, tidx);
   lua_pushnumber(L, sent);
-  lua_pushnumber(L, sent + (lua_Number)ms / 1000);
+  lua_pushnumber(L, sent + (lua_Number)*ms / 1000);
+  *sent_ms = (long long)floor(sent * 1000);
   return 4;
+}
+
+/* The client at 1 when it is an open client of this module (upvalue 1:
+   the clients' metatable), else NULL. */
+static rl_client *open_client(lua_State *L) {
+  rl_client *c = (rl_client *)lua_touserdata(L, 1);
+  return c != NULL && has_meta(L, 1, 1) && !c->closed ? c : NULL;
+}
+
+/*
+ * core.fast_take(client, key, ttl[, opts]): Client:acquire's common case
+ * in one call, for client (redislock/client.lua's, one server in plain
+ * Lua without an observer), open, a key and a TTL in seconds that pass
+ * acquire's checks, no options: what take leaves. Leaves nothing, having
+ * done nothing, for any other call: the general path then checks and runs
+ * it. Upvalue 1: the clients' metatable.
+ */
+static int fast_take(lua_State *L) {
+  int top = lua_gettop(L);
+  long long ms = 0, sent_ms;
+  rl_client *c;
+  if (top < 3 || top > 4 || (top == 4 && !lua_isnil(L, 4)) || (c = open_client(L)) == NULL) return 0;
+  return take(L, c, &ms, &sent_ms);
+}
+
+/*
+ * core.fast_with(client, key, ttl, fn[, opts]): Client:with_lock's common
+ * case, as fast_take's, fn a function: what take leaves and, when it took
+ * the lock, its renewal (the lock given to the watchdog as with_lock's
+ * are: client:lease(key, token, ttl_ms, { sent_ms = sent })) and the TTL
+ * in ms, or nil and why the renewal could not start. Leaves nothing,
+ * having done nothing, for any other call. Upvalues: the clients' and the
+ * leases' metatables.
+ */
+static int fast_with(lua_State *L) {
+  int top = lua_gettop(L), n;
+  long long ms = 0, sent_ms = 0;
+  rl_client *c;
+  if (top < 4 || top > 5 || (top == 5 && !lua_isnil(L, 5)) || lua_type(L, 4) != LUA_TFUNCTION ||
+      (c = open_client(L)) == NULL)
+    return 0;
+  lua_settop(L, 5);
+  n = take(L, c, &ms, &sent_ms);
+  if (n != 4 || !lua_toboolean(L, -4)) return n;
+  {
+    size_t klen, tlen;
+    const char *key = lua_tolstring(L, 2, &klen), *token = lua_tolstring(L, -3, &tlen);
+    if (rl_lua_push_lease(L, c, lua_upvalueindex(2), RL_OP_EXTEND, key, klen, token, tlen, ms, 0, 0, sent_ms) == 2)
+      return 6;
+  }
+  lua_pushinteger(L, (lua_Integer)ms);
+  return 6;
 }
 
 /*
  * release(lock) (core.fast_release's): the release of a lock of
- * Client:acquire's common case in one call. lock (the metatable at
- * upvalue 1; no other argument) has a release field of its own (only
- * those locks do: redislock/lock.lua's new), its _t an open client of
- * this module, and is held by its own account (_state "held", upvalue
- * 3). Sends the release and leaves true when it released; else false and
- * what client:eval answered. Leaves nothing, having done nothing, for any
- * other call.
+ * Client:acquire's or Client:with_lock's common case in one call. lock (the
+ * metatable at UV_LOCK_MT; no other argument) has a release field of its
+ * own (only those locks do: redislock/lock.lua's new), its _t an open
+ * client of this module, and is held by its own account (_state "held").
+ * With UV_LEASED true (with_lock's), its renewal, if any (_lease, a lease
+ * of the metatable at UV_LEASE_MT), is stopped first, while it still
+ * holds the lock (its expiry kept in _expires, as lease.lua's stop keeps
+ * it). Sends the release and leaves true when it released; else false
+ * and what client:eval answered. Leaves nothing, having done nothing, for
+ * any other call, or a renewal that found the lock lost or ended. The
+ * fields are read raw, by names kept as upvalues.
  */
 static int fast_release(lua_State *L) {
   rl_client *c;
   const char *key, *token;
   size_t klen, tlen;
   rl_call call;
-  if (lua_gettop(L) != 1 || !has_meta(L, 1, 1)) return 0;
-  lua_pushliteral(L, "release");
-  lua_rawget(L, 1);
-  if (lua_isnil(L, 2) || (c = lock_client(L, 1, 2)) == NULL) return 0; /* at 3 */
-  lua_getfield(L, 1, "_state");
-  lua_getfield(L, 1, "key");
-  lua_getfield(L, 1, "token");
-  if (!lua_rawequal(L, 4, lua_upvalueindex(3)) || lua_type(L, 5) != LUA_TSTRING || lua_type(L, 6) != LUA_TSTRING)
+  if (lua_gettop(L) != 1 || !has_meta(L, 1, UV_LOCK_MT)) return 0;
+  raw_field(L, 1, UV_RELEASE);
+  if (lua_isnil(L, 2) || (c = lock_client(L, 1, UV_CLIENT_MT)) == NULL) return 0; /* at 3 */
+  raw_field(L, 1, UV_STATE);
+  raw_field(L, 1, UV_KEY);
+  raw_field(L, 1, UV_TOKEN);
+  if (!lua_rawequal(L, 4, lua_upvalueindex(UV_HELD)) || lua_type(L, 5) != LUA_TSTRING ||
+      lua_type(L, 6) != LUA_TSTRING)
     return 0;
   key = lua_tolstring(L, 5, &klen);
   token = lua_tolstring(L, 6, &tlen);
   if (rl_check_key(key, klen) != NULL || tlen == 0) return 0;
+  if (lua_toboolean(L, lua_upvalueindex(UV_LEASED))) {
+    lua_Number at;
+    raw_field(L, 1, UV_LEASE); /* at 7 */
+    if (!lua_isnil(L, 7)) {
+      if (!rl_lua_stop_held_lease(L, 7, lua_upvalueindex(UV_LEASE_MT), &at)) return 0;
+      lua_pushvalue(L, lua_upvalueindex(UV_EXPIRES));
+      lua_pushnumber(L, at);
+      lua_rawset(L, 1);
+    }
+  }
   call.replicas = call.replica_ms = 0;
   if (run(L, c, &call, RL_OP_RELEASE, key, klen, token, tlen, 0, 0) != 0) {
     lua_pushboolean(L, 0);
@@ -684,15 +725,26 @@ static int fast_release(lua_State *L) {
   return 3;
 }
 
-/* core.fast_release(lock_mt) -> release: Lock:release's common case for
-   the locks of that metatable (redislock/lock.lua's), see fast_release. */
+/* core.fast_release(lock_mt) -> release, leased: Lock:release's common
+   case for the locks of that metatable (redislock/lock.lua's), see
+   fast_release: acquire's, and with_lock's (its renewal stopped first). */
 static int core_fast_release(lua_State *L) {
+  static const char *const names[] = { "release", "_t", "_state", "key", "token", "_lease", "_expires" };
+  int leased, i;
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 1);
   luaL_getmetatable(L, RL_CLIENT_MT);
   lua_pushliteral(L, "held");
-  lua_pushcclosure(L, fast_release, 3);
-  return 1;
+  for (leased = 0; leased <= 1; leased++) {
+    lua_pushvalue(L, 1);
+    lua_pushvalue(L, 2);
+    lua_pushvalue(L, 3);
+    lua_pushboolean(L, leased);
+    luaL_getmetatable(L, RL_LEASE_MT);
+    for (i = 0; i < UV_COUNT - UV_LEASE_MT; i++) lua_pushstring(L, names[i]);
+    lua_pushcclosure(L, fast_release, UV_COUNT);
+  }
+  return 2;
 }
 
 static const luaL_Reg client_methods[] = {
@@ -731,4 +783,8 @@ void rl_lua_open_client(lua_State *L) {
   luaL_getmetatable(L, RL_CLIENT_MT);
   lua_pushcclosure(L, fast_take, 1);
   lua_setfield(L, -2, "fast_take");
+  luaL_getmetatable(L, RL_CLIENT_MT);
+  luaL_getmetatable(L, RL_LEASE_MT);
+  lua_pushcclosure(L, fast_with, 2);
+  lua_setfield(L, -2, "fast_with");
 }

@@ -5,7 +5,7 @@
 #include "rl_lua.h"
 #include "rl_watchdog.h"
 
-#define LEASE_MT "redislock.Lease"
+#define LEASE_MT RL_LEASE_MT
 #define WATCHDOG_MT "redislock.Watchdog"
 
 typedef struct {
@@ -36,22 +36,29 @@ int rl_lua_client_lease(lua_State *L) {
                                           NULL };
   long long max_hold, sent, delay;
   rl_op op;
-  char err[RL_ERRLEN];
   static const char *const fields[] = { "max_hold_ms", "sent_ms", "op", "delay_ms", NULL };
   rl_lua_push_fields(L, 5, fields); /* at 6 to 9, where the checks below name them */
   max_hold = rl_lua_opt_ms(L, 6, "max_hold", 0);
   sent = rl_lua_opt_ms(L, 7, "sent", rl_now_ms());
   op = rl_lua_opt_op(L, 8, extends);
   delay = rl_lua_opt_ms(L, 9, "delay", 0);
-  rl_lease_ud *ud;
   if (why != NULL) luaL_argerror(L, 2, why);
   luaL_argcheck(L, tlen > 0, 3, "token must not be empty");
   ttl = rl_lua_check_ttl_ms(L, 4);
   luaL_argcheck(L, delay <= RL_MAX_MS - ttl, 5, "ttl and delay_ms must add up to at most 2^53 ms");
+  luaL_getmetatable(L, LEASE_MT);
+  return rl_lua_push_lease(L, c, lua_gettop(L), op, key, klen, token, tlen, ttl, delay, max_hold, sent);
+}
+
+int rl_lua_push_lease(lua_State *L, rl_client *c, int mt, rl_op op, const char *key, size_t klen,
+                      const char *token, size_t tlen, long long ttl, long long delay, long long max_hold,
+                      long long sent) {
+  char err[RL_ERRLEN];
   /* Made empty first: an error below cannot leak the lease. */
-  ud = (rl_lease_ud *)lua_newuserdatauv(L, sizeof *ud, 0);
+  rl_lease_ud *ud = (rl_lease_ud *)lua_newuserdatauv(L, sizeof *ud, 0);
   ud->lease = NULL;
-  luaL_setmetatable(L, LEASE_MT);
+  lua_pushvalue(L, mt);
+  lua_setmetatable(L, -2);
   ud->lease = rl_lease_start(&c->conn.o, op, c->prefix, c->plen, key, klen, token, tlen, ttl,
                              delay, max_hold, sent, err);
   if (ud->lease == NULL) {
@@ -59,6 +66,19 @@ int rl_lua_client_lease(lua_State *L) {
     lua_pushstring(L, err);
     return 2;
   }
+  return 1;
+}
+
+int rl_lua_stop_held_lease(lua_State *L, int idx, int mt, lua_Number *at) {
+  rl_lease_ud *ud = (rl_lease_ud *)lua_touserdata(L, idx);
+  int same;
+  if (ud == NULL || !lua_getmetatable(L, idx)) return 0;
+  same = lua_rawequal(L, -1, mt);
+  lua_pop(L, 1);
+  if (!same || ud->lease == NULL || rl_lease_state_of(ud->lease, NULL, 0) != RL_LEASE_HELD) return 0;
+  *at = (lua_Number)rl_lease_expires(ud->lease) / 1000.0;
+  rl_lease_stop(ud->lease, 0);
+  ud->lease = NULL;
   return 1;
 }
 

@@ -370,4 +370,79 @@ describe("locks", function()
     assert.has_error(function() lock:release(nil) end,
                      "bad argument #1 to 'release' (no more than 0 arguments expected, got 1)")
   end)
+
+  it("runs with_lock's common case in one call each way, as the general path does", function()
+    -- A key, a TTL and a function: core.fast_with takes the lock and gives
+    -- it to the watchdog, and its own release stops that first; an options
+    -- table takes the general path. Each case runs both ways (opts false:
+    -- the common case) and must come out the same.
+    local function both(key, ttl, fn, new)
+      local out = {}
+      for i, opts in ipairs({ false, {} }) do
+        local c = new and new() or client
+        out[i] = table.pack(pcall(c.with_lock, c, key .. i, ttl, fn, opts or nil))
+      end
+      return out[1], out[2]
+    end
+    local seen = {}
+    local quick, general = both("w", 5, function(lock)
+      seen[#seen + 1] = lock
+      assert.are.equal(lock.token, raw:command("GET", "lock:{" .. lock.key .. "}"))
+      return "a", nil, lock._lease:state()
+    end)
+    assert.are.same({ true, "a", nil, "held", n = 4 }, quick)
+    assert.are.same(quick, general)
+    assert.is_function(rawget(seen[1], "release"))
+    assert.is_nil(rawget(seen[2], "release"))
+    local shape = "^%x+(/[^/]+/%d+/)%d+$"
+    assert.are.equal(seen[2].token:match(shape), seen[1].token:match(shape), seen[1].token)
+    for _, lock in ipairs(seen) do
+      assert.are.equal("released", lock._state)
+      assert.are.equal("ended", lock._lease:state()) -- stopped before the release
+      assert.is_true(lock._expires > lock._since)
+    end
+    assert.are.equal(0, raw:command("EXISTS", "lock:{w1}", "lock:{w2}"))
+    -- Renewed while fn runs past the TTL.
+    quick, general = both("renewed", 0.3, function(lock)
+      core.sleep(0.5)
+      return raw:command("GET", "lock:{" .. lock.key .. "}") == lock.token
+    end)
+    assert.are.same({ true, true, n = 2 }, quick)
+    assert.are.same(quick, general)
+    -- fn raises: its own value, the lock released.
+    local oops = {}
+    quick, general = both("raises", 5, function() error(oops) end)
+    assert.are.same({ false, oops, n = 2 }, quick)
+    assert.are.equal(oops, quick[2])
+    assert.are.equal(oops, general[2])
+    assert.are.equal(0, raw:command("EXISTS", "lock:{raises1}", "lock:{raises2}"))
+    -- Lost while fn ran, as its renewal found it: that is what comes out.
+    quick, general = both("lost", 0.3, function(lock)
+      raw:command("DEL", "lock:{" .. lock.key .. "}")
+      assert(helpers.eventually(5, function() return lock._lease:state() == "lost" end))
+    end)
+    assert.is_false(quick[1])
+    assert.is_truthy(quick[2]:match('^lost: "lost1" is no longer ours %('), quick[2])
+    assert.are.equal(general[2], (quick[2]:gsub('"lost1"', '"lost2"')))
+    -- Busy: the same message (but the time left).
+    local other = srv:client()
+    local held = { assert(other:acquire("busy1", 5)), assert(other:acquire("busy2", 5)) }
+    quick, general = both("busy", 5, function() return "ran" end)
+    assert.are.equal('busy: "busy1" is held by another owner (5 s left)', (quick[2]:gsub("%(%d[%d.]* s", "(5 s")))
+    assert.are.equal(quick[2]:gsub("busy1", "busy2"):gsub("[%d.]+ s left", ""), general[2]:gsub("[%d.]+ s left", ""))
+    for _, lock in ipairs(held) do assert.is_true(lock:release()) end
+    -- Its client closed while fn ran: the general path's answer.
+    other:close()
+    quick, general = both("closed", 5, function() other:close() end, function()
+      other = srv:client()
+      return other
+    end)
+    assert.are.same({ false, 'connection: the lock\'s client is closed; "closed1" runs out by its TTL', n = 2 }, quick)
+    assert.are.equal(quick[2]:gsub("closed1", "closed2"), general[2])
+    -- Not the common case: a callable table, or more arguments.
+    local callable = setmetatable({}, { __call = function() return "called" end })
+    assert.are.equal("called", client:with_lock("callable", 5, callable))
+    assert.has_error(function() client:with_lock("extra", 5, function() end, nil, 1) end,
+                     "bad argument #5 to 'with_lock' (no more than 4 arguments expected, got 5)")
+  end)
 end)

@@ -363,6 +363,7 @@ describe("fork()", function()
   it("gives the child its own connection and leaves the parent's alone", function()
     local client = srv:client()
     local held = assert(client:acquire("fork:parent", 5))
+    assert.is_true(assert(client:acquire("fork:general", 5, {})):release()) -- its token's tail made before the fork
     local parent_id = client_id(client)
     local report = os.tmpname()
 
@@ -374,6 +375,10 @@ describe("fork()", function()
         if not lock then return "child acquire failed: " .. tostring(err) end
         local named = tonumber(lock.token:match("/(%d+)/%d+$"))
         if named ~= core.getpid() then return "the child's token names pid " .. tostring(named) end
+        local general = client:acquire("fork:child:general", 5, {}) -- a token of the general path's maker
+        named = general and tonumber(general.token:match("/(%d+)/%d+$"))
+        if named ~= core.getpid() then return "the child's general token names pid " .. tostring(named) end
+        general:release()
         local id = client_id(client)
         if id == parent_id then return "the child reused the parent's connection (CLIENT ID " .. id .. ")" end
         local released, rerr = lock:release()

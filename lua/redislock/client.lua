@@ -1,13 +1,10 @@
 -- SPDX-License-Identifier: MIT
 
---- redislock.client: the client, and every method a user calls on it.
--- `new` checks the connection options and
--- connects (lazily) through redislock.transport. A client takes locks
--- (acquire, with_lock), makes lock objects from tokens, and runs plain
--- commands: every public method of a client is here, each a checked entry
--- to the module that does the work (redislock/hold.lua's machinery, the
--- other primitives, redislock/admin.lua's operator calls): one place for a
--- user to read what a client offers.
+--- redislock.client: the client, and every method a user calls on it. `new` checks the connection
+-- options and connects (lazily) through redislock.transport. A client takes locks (acquire, with_lock),
+-- makes lock objects from tokens, and runs plain commands: every public method of a client is here, each
+-- a checked entry to the module that does the work (redislock/hold.lua's machinery, the other
+-- primitives, redislock/admin.lua's operator calls): one place for a user to read what a client offers.
 
 local admin = require "redislock.admin"
 local args = require "redislock.args"
@@ -34,7 +31,8 @@ local STATEFUL, bad_argument, upper_of, upper_name = client_args.STATEFUL, clien
 local acquire, with_hold = hold.hold, hold.with_hold
 local check_keys = multilock.check_keys -- a multi-key lock's: the keys as given, and sorted
 local refused, check_primitive = client_args.refused, client_args.check_primitive
-local FAST, fast_take, taken = hold.FAST, core.fast_take, hold.taken
+local FAST, fast_take, taken, fast_with, with_taken = hold.FAST, core.fast_take, hold.taken, core.fast_with,
+      hold.with_taken
 local check_live, check_client = hold.check_live, hold.check_client
 
 local _M = { _VERSION = core._VERSION }
@@ -146,26 +144,23 @@ function _M.new(opts, ...)
   -- _renewed: its locks with a lease, weakly (close stops their renewal).
   -- _held: key -> its lock taken by this client, weakly (for messages).
   -- _hot: keys this client found busy lately (redislock/wait.lua).
-  -- _waiting: the runtime's waiting strategy (redislock/wait.lua's take):
-  -- under OpenResty the gates where waiters of one nginx worker queue
-  -- (redislock/ngx_gate.lua); nil in plain Lua, or with coalesce = false.
+  -- _waiting: the runtime's waiting strategy (redislock/wait.lua's take): under OpenResty the gates
+  -- where waiters of one nginx worker queue (redislock/ngx_gate.lua); nil in plain Lua, or with coalesce = false.
   -- _link: shared with its locks, which read whether it was closed.
-  -- _holder: "/<host>/" for the tokens (nil: holder = false), _label: "/<label>" or "".
+  -- _token: makes its holds' tokens (core.tokens; the C client's own: client:holder).
+  local label = opts.label and "/" .. opts.label or ""
   local self = { prefix = c.prefix, _renewed = setmetatable({}, { __mode = "k" }),
                  _held = setmetatable({}, { __mode = "v" }), _hot = { keys = {}, n = 0 },
                  _link = { closed = false, observer = observer, prefix = c.prefix },
-                 _holder = holder,
-                 _label = opts.label and "/" .. opts.label or "" }
+                 _token = core.tokens(holder, label) }
   self._transport, self._sleep = topology.transport(opts, c)
-  -- One server in plain Lua (the C client), no observer: Client:acquire's
-  -- common case is one call (core.fast_take), the tokens made in C.
+  -- One server in plain Lua (the C client), no observer: acquire's and with_lock's common case in one call.
   if observer == nil and type(self._transport) == "userdata" then
     FAST[self] = self._transport
-    self._transport:holder(holder, self._label)
+    self._transport:holder(holder, label)
   end
   self._waiting = opts.coalesce ~= false and transport.waiting and transport.waiting() or nil
-  -- (the transports' defaults)
-  self._link.sleep, self._link.timeout = self._sleep, (c.timeout_ms or 1000) / 1000
+  self._link.sleep, self._link.timeout = self._sleep, (c.timeout_ms or 1000) / 1000 -- the transports' defaults
   self._link.connect_timeout = (c.connect_timeout_ms or 1000) / 1000
   return setmetatable(self, client_mt)
 end
@@ -238,9 +233,9 @@ end
 -- @return[2] nil
 -- @treturn[2] string "busy: ...", "connection: ..." or "redis: ..."
 function Client:acquire(key, ttl, opts, ...)
-  -- The common case (one server, no observer; a key and a TTL, nothing
-  -- more) in one call: core.fast_take checks it all, makes the token and
-  -- sends the take (hold.taken reads its answer); nothing for any other.
+  -- The common case (one server, no observer; a key and a TTL, nothing more) in one call: core.fast_take
+  -- checks it all, makes the token and sends the take (hold.taken reads its answer); nothing for any other.
+  -- (with_lock's: core.fast_with, fn a function, its lock renewed, then hold.with_taken.)
   local t = FAST[self]
   if t then
     local fence, tok, a, b, left = fast_take(t, key, ttl, opts, ...)
@@ -316,6 +311,11 @@ end
 -- @tparam[opt] lock_options opts as acquire's (`wait`: seconds to keep trying)
 -- @return what fn returned, all of it
 function Client:with_lock(key, ttl, fn, opts, ...)
+  local t = FAST[self]
+  if t then
+    local fence, tok, a, b, lease, ms = fast_with(t, key, ttl, fn, opts, ...)
+    if fence ~= nil then return with_taken(self, t, key, fn, fence, tok, a, b, lease, ms) end
+  end
   check_client(self, "with_lock")
   local ms, how, keys, sorted = _M.with_lock_args(key, ttl, fn, opts, ...)
   refused(self, 4, "with_lock", how)

@@ -16,14 +16,14 @@ local wait = require "redislock.wait"
 
 local getmetatable, error = getmetatable, error
 local string_format = string.format
-local token, now, getpid, fork_gen, error_class = core.token, core.now, core.getpid, core.fork_gen, core.error_class
-local os_time = os.time
+local now, error_class = core.now, core.error_class
 local observe = lock_mod.observe
 local try, take, note_taken = wait.try, wait.take, scope.note_taken
 local raise_at_caller, quote, check_seconds, check_phase, lock_opts = args.raise_at_caller, args.quote,
       args.check_seconds, args.check_phase, args.lock_opts
 
 local cool, not_taken, check_self = wait.cool, wait.not_taken, args.check_self
+local ONCE_RELEASE, LEASED = lock_mod.ONCE, lock_mod.LEASED
 
 local _M = { _VERSION = core._VERSION }
 
@@ -122,17 +122,10 @@ _M.adopt = adopt
 
 --- A new token for a hold by client self: 32 random hex digits, then who
 -- holds it (unless holder = false): /<host>/<pid>/<since, unix seconds>[/<label>].
--- The part after the digits is made again only when the second or the
--- process (a fork) changed: it costs the cycle next to nothing.
+-- Made by the client's core.tokens maker, in C, as its C client's common
+-- acquire makes them (client:holder): the format is written there once.
 local function new_token(self)
-  local holder = self._holder
-  if not holder then return token() end
-  local gen, t = fork_gen(), os_time()
-  if gen ~= self._gen or t ~= self._second then
-    self._gen, self._second = gen, t
-    self._suffix = holder .. getpid() .. "/" .. t .. self._label
-  end
-  return token(self._suffix)
+  return self._token()
 end
 _M.new_token = new_token
 
@@ -241,15 +234,15 @@ end
 -- How the common case takes a lock: no options.
 local ONCE = lock_opts(3, "acquire", nil, false)
 
---- taken(client, t, key, fence, tok, a, b, left) -> lock | nil, err: what
--- Client:acquire's common case answers (client one of FAST's, t its C
--- client) after core.fast_take sent the take with token tok: taken
--- (fence; sent at a, its TTL ends at b), or not (fence false; status a
--- and value b, and what a failed take left, as the general path takes
--- them).
-function _M.taken(self, t, key, fence, tok, a, b, left)
+--- taken(client, t, key, fence, tok, a, b, left[, release]) -> lock | nil,
+-- err: what Client:acquire's common case answers (client one of FAST's, t
+-- its C client) after core.fast_take sent the take with token tok: taken
+-- (fence; sent at a, its TTL ends at b; release: the lock's own, default
+-- lock.lua's ONCE), or not (fence false; status a and value b, and what a
+-- failed take left, as the general path takes them).
+local function taken(self, t, key, fence, tok, a, b, left, release)
   if fence then
-    local lock = lock_mod.new(t, self._link, key, tok, fence, b, nil, a, true)
+    local lock = lock_mod.new(t, self._link, key, tok, fence, b, nil, a, release or ONCE_RELEASE)
     self._held[key] = lock
     if scope.watching > 0 then note_taken(lock) end
     local hot = self._hot
@@ -257,6 +250,25 @@ function _M.taken(self, t, key, fence, tok, a, b, left)
     return lock
   end
   return acquire(self, key, nil, ONCE, nil, tok, not_taken(self, key, a, b, left))
+end
+_M.taken = taken
+
+--- with_taken(client, t, key, fn, fence, tok, a, b, lease, ms): what
+-- Client:with_lock's common case does once core.fast_with answered (as
+-- fast_take, and lease: the lock's renewal, ms its TTL; or nil and why
+-- it could not start): fn(lock) under scope.hold, the lock renewed and
+-- released as with_hold's (lock.lua's LEASED); or raises why not, as
+-- with_hold does.
+function _M.with_taken(self, t, key, fn, fence, tok, a, b, lease, ms)
+  local lock, err = taken(self, t, key, fence, tok, a, b, lease, LEASED)
+  if not lock then error(err, 0) end
+  if not lease then
+    lock:release()
+    error("redislock: " .. ms, 0)
+  end
+  lock._lease, lock._renew_ms = lease, ms
+  self._renewed[lock] = true
+  return scope.hold(lock, fn)
 end
 
 --- hold(client, key, ms, how, kind) -> hold | nil, err: takes

@@ -35,7 +35,7 @@ args.own(debug.getinfo(1, "S").source)
 --   (nil for a lock made by from_token)
 local Lock = {}
 local lock_mt = { __index = Lock }
-local fast_release, release_once = core.fast_release(lock_mt), nil -- (release_once: below)
+local fast_release, fast_leased = core.fast_release(lock_mt)
 
 -- Whether err (an error message) says the command did not run, for a
 -- state that passes (a restart loading its data, a busy script, a master
@@ -79,18 +79,16 @@ local again = _M.again
 -- The kind names it in tostring.
 _M.LOCK = { release = "release", extend = "extend", pttl = "pttl", label = "%s", kind = "lock" }
 
--- A lock object, held as far as we know. t: the transport it was taken on;
--- link: the client's { closed = boolean, sleep = the transport's sleep,
--- timeout = seconds }, closed set when the client is closed (cheaper to read
--- on every call than asking the transport); fence
--- and expires (core.now() seconds before which the lock cannot have expired)
--- may be nil when unknown; ops: its scripts (default _M.LOCK); since: when
--- the try that took it was sent (core.now()); once: true for the common
--- case's lock (hold.lua's taken; t the C client), with its release_once.
-function _M.new(t, link, key, token, fence, expires, ops, since, once)
+-- A lock object, held as far as we know. t: the transport it was taken on; link: the client's { closed =
+-- boolean, sleep = the transport's sleep, timeout = seconds }, closed set when the client is closed (cheaper
+-- to read on every call than asking the transport); fence and expires (core.now() seconds before which the
+-- lock cannot have expired) may be nil when unknown; ops: its scripts (default _M.LOCK); since: when the try
+-- that took it was sent (core.now()); release: the common case's lock's own (_M.ONCE or _M.LEASED, below:
+-- hold.lua's; t the C client).
+function _M.new(t, link, key, token, fence, expires, ops, since, release)
   return setmetatable({ key = key, token = token, fence = fence, _t = t, _link = link, _state = "held",
                         _expires = expires, _ops = ops or _M.LOCK, _since = since or false,
-                        release = once and release_once or nil }, lock_mt)
+                        release = release }, lock_mt)
 end
 
 -- The lock's name in messages: '"orders:42"', 'a permit of "api"' ...
@@ -170,7 +168,7 @@ end
 -- Runs the lock's script what ("release", "extend" or "pttl": the lock's
 -- own or its primitive's, see _M.LOCK) on the server for a lock that is still ours by our own account;
 -- fname names the public method for errors; answered: a release sent
--- already (release_once's, the common case), whose answer a and b are.
+-- already (the common case's, release_by), whose answer a and b are.
 -- Returns the script's value, or nil and an error message.
 local function lock_eval(self, fname, what, ms, answered, a, b)
   local op = self._ops[what]
@@ -298,21 +296,23 @@ function Lock:release(...)
   return true
 end
 
--- The common case's lock's release (no gate, no observer): one call,
--- core.fast_release (it checks the call too), while held, its client open;
--- done is nil for any other call, nothing sent (Lock:release then), false
--- for a release sent not answered 1 (status, value: lock_eval reads them).
-release_once = function(self, ...)
-  local done, status, value = fast_release(self, ...)
-  if done == nil then return Lock.release(self, ...) end
-  if not done then
-    local ok, err = lock_eval(self, "release", "release", nil, true, status, value)
-    if not ok then return nil, err end
+-- The common case's locks' release (no gate, no observer): one call, fast (core.fast_release's: it checks
+-- the call too; with_lock's stops the lock's renewal first), while held, its client open; done is nil for any
+-- other call, nothing sent (Lock:release then), false for one sent not answered 1 (lock_eval reads it).
+local function release_by(fast)
+  return function(self, ...)
+    local done, status, value = fast(self, ...)
+    if done == nil then return Lock.release(self, ...) end
+    if not done then
+      local ok, err = lock_eval(self, "release", "release", nil, true, status, value)
+      if not ok then return nil, err end
+    end
+    self._state = "released"
+    if self._note then self._note.released = true end
+    return true
   end
-  self._state = "released"
-  if self._note then self._note.released = true end
-  return true
 end
+_M.ONCE, _M.LEASED = release_by(fast_release), release_by(fast_leased)
 
 --- Sets the lock's remaining time to ttl seconds, if it is still ours.
 -- @number ttl seconds from now (fractions allowed)

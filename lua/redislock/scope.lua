@@ -173,7 +173,8 @@ local function finish(guard, lock, scope, ok, ...)
 end
 
 function _M.hold(lock, fn)
-  return call_locked(lock, fn, finish, watch_lost(lock))
+  -- Without an on_lost there is nothing to watch (asked without a call).
+  return call_locked(lock, fn, finish, lock._on_lost ~= nil and watch_lost(lock) or nil)
 end
 
 return _M
