@@ -6,6 +6,7 @@
 -- cluster.lua, redlock.lua, postgres.lua and nginx.lua.
 local core = require "redislock.core"
 local socket = require "socket"
+local read_file = require "tools.read_file"
 local unpack = table.unpack or unpack -- luacheck: ignore (LuaJIT's global)
 
 local helpers = {}
@@ -70,13 +71,6 @@ function helpers.free_port()
   return tonumber(port)
 end
 
-local function read_file(path)
-  local f = io.open(path, "r")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
 helpers.read_file = read_file
 
 -- os.execute says true (5.4) or 0 (LuaJIT) for success.
