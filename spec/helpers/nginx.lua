@@ -4,11 +4,8 @@
 -- its workers, error log and stop.
 
 return function(helpers)
-  local tmpdir = helpers.tmpdir
-  local alive = helpers.alive
-  local run = helpers.run
-  local sh_quote = helpers.sh_quote
-  local read_file = helpers.read_file
+  local tmpdir, alive, run, sh_quote, read_file = helpers.tmpdir, helpers.alive, helpers.run, helpers.sh_quote,
+        helpers.read_file
 
   -- Replaces every literal "{{name}}" in s by vars[name]; other text, Lua's
   -- `{{x}}` included, is left alone.
