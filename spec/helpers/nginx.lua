@@ -168,8 +168,7 @@ return function(helpers)
     return helpers.start_nginx({
       workers = 2,
       http = "lua_socket_log_errors off;",
-      server = { 'set $redis_url "redis://127.0.0.1:' .. srv.port .. '";',
-                 helpers.location("/primitive", "primitive") },
+      server = { helpers.redis_vars(srv), helpers.location("/primitive", "primitive") },
     })
   end
 
@@ -286,6 +285,14 @@ return function(helpers)
 
   --- An nginx.conf location running spec/support/ngx_app.lua's handler
   -- name at path, after the directives more.
+  --- A server block's line that points spec/support/ngx_app.lua's handlers
+  -- at srv (a redis-server of these helpers), with their timeout (seconds)
+  -- when one is given.
+  function helpers.redis_vars(srv, timeout)
+    return 'set $redis_url "redis://127.0.0.1:' .. srv.port .. '";'
+           .. (timeout and ' set $redis_timeout "' .. timeout .. '";' or "")
+  end
+
   function helpers.location(path, name, more)
     return string.format('location = %s { %s content_by_lua_block { require("spec.support.ngx_app").%s() } }',
                          path, more or "", name)
