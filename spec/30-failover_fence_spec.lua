@@ -20,15 +20,14 @@ local http = require "spec.support.http"
 
 local failover = require "spec.support.failover"
 
-local signal, synced, cut_off, above, take_all, first_round =
-      failover.signal, failover.synced, failover.cut_off, failover.above, failover.take_all, failover.first_round
+local signal, above, take_all = failover.signal, failover.above, failover.take_all
 
 -- Two rounds the replica gets (seen: the fresh key's stand-in), then the
 -- replica cut off and eight rounds it never gets: their highest fences.
 local function lost_rounds(client, master, replica, keys, seen)
   take_all(client, 2, { lock = keys.lock, fresh = seen })
-  synced(master, replica)
-  cut_off(master, replica)
+  failover.synced(master, replica)
+  failover.cut_off(master, replica)
   return take_all(client, 8, keys)
 end
 
@@ -63,8 +62,8 @@ describe("a promoted replica behind the client's one address (REPLICAOF NO ONE)"
     local direct = redislock.new({ port = master.port }) -- talks to the old master throughout
     local keys = { lock = "orders:42", fresh = "fresh" }
     take_all(client, 2, { lock = keys.lock, fresh = "seen" })
-    synced(master, replica)
-    cut_off(master, replica)
+    failover.synced(master, replica)
+    failover.cut_off(master, replica)
     local old = take_all(client, 8, keys)
 
     -- The failover: the replica comes back and is promoted, the old master's
@@ -119,7 +118,7 @@ describe("a failover behind Sentinel", function()
     assert(helpers.eventually(10, function()
       return client._transport._watch:count() ~= client._transport._seen
     end), "the client never heard of the switch")
-    local first = first_round(client, keys)
+    local first = failover.first_round(client, keys)
     above(first, old, "the new master's first locks")
 
     -- The old master comes back and still grants until the sentinels demote
@@ -167,7 +166,7 @@ describe("a failover in a Redis Cluster", function()
       return replica:cli("CLUSTER", "FAILOVER", "TAKEOVER") == "OK"
     end), "CLUSTER FAILOVER TAKEOVER refused")
     assert(helpers.eventually(15, function() return replica:cli("ROLE"):match("^master") end), "no takeover")
-    local first = first_round(client, keys)
+    local first = failover.first_round(client, keys)
     above(first, old, "the new master's first locks")
     signal(old_master, "CONT")
     if helpers.netns then
@@ -277,8 +276,8 @@ describe("OpenResty across a failover", function()
   -- eight it never gets (on the server named host): their highest fences.
   local function lost_ngx_rounds(host, key, fresh, seen, from, to)
     assert(fences(host, key, seen, 2))
-    synced(from, to)
-    cut_off(from, to)
+    failover.synced(from, to)
+    failover.cut_off(from, to)
     return assert(fences(host, key, fresh, 8))
   end
 

@@ -24,10 +24,7 @@ local http = require "spec.support.http"
 
 local failover = require "spec.support.failover"
 
-local signal, synced, cut_off, above, note, take_all, first_round =
-      failover.signal, failover.synced, failover.cut_off, failover.above, failover.note, failover.take_all,
-      failover.first_round
-local unpack = table.unpack or unpack
+local signal, above, note, take_all = failover.signal, failover.above, failover.note, failover.take_all
 
 -- What an earlier version left (its fences: a per-name counter plus its
 -- era's offset, a master's clock in ms): a record of a slot, and the
@@ -154,7 +151,7 @@ describe("the server behind the one address killed and started again without its
     for i = 1, 2 do
       srv:restart(true)
       assert(helpers.eventually(5, function() return srv:cli("DBSIZE") == "0" end), "not back empty")
-      local first = first_round(client, ORDERS)
+      local first = failover.first_round(client, ORDERS)
       granted_above(srv, first, before, "restart " .. i .. ": the first locks")
       before = take_all(client, 3, ORDERS)
       above(before, first, "restart " .. i .. ": the next locks")
@@ -178,8 +175,8 @@ describe("a failover behind the one address, undone", function()
     local addr = dir .. "/redis.sock"
     client = redislock.new({ path = addr, timeout = 2 })
     local old = take_all(client, 2, ORDERS)
-    synced(master, replica)
-    cut_off(master, replica)
+    failover.synced(master, replica)
+    failover.cut_off(master, replica)
     for name, f in pairs(take_all(client, 5, ORDERS)) do note(old, name, f) end -- the replica never sees these
 
     -- The replica is promoted, the address names it, and it grants a while.
@@ -187,7 +184,7 @@ describe("a failover behind the one address, undone", function()
     assert.are.equal("OK", replica:cli("REPLICAOF", "NO", "ONE"))
     master:cli("CLIENT", "KILL", "TYPE", "normal")
     point(addr, replica)
-    local promoted = first_round(client, ORDERS)
+    local promoted = failover.first_round(client, ORDERS)
     granted_above(replica, promoted, old, "the promoted replica's first locks")
     for name, f in pairs(take_for(client, 1.5, ORDERS)) do note(promoted, name, f) end
 
@@ -196,7 +193,7 @@ describe("a failover behind the one address, undone", function()
     replica:cli("CLIENT", "KILL", "TYPE", "normal")
     point(addr, master)
     assert.matches("^master", master:cli("ROLE"))
-    local back = first_round(client, ORDERS)
+    local back = failover.first_round(client, ORDERS)
     granted_above(master, back, promoted, "the old master's first locks after the promoted replica's")
     above(take_all(client, 2, ORDERS), back, "the old master's next locks")
   end)
@@ -221,7 +218,7 @@ describe("a replica promoted before its first sync behind the one address", func
     fresh = never_synced()
     master:cli("CLIENT", "KILL", "TYPE", "normal")
     point(addr, fresh)
-    local first = first_round(client, ORDERS)
+    local first = failover.first_round(client, ORDERS)
     granted_above(fresh, first, old, "the promoted replica's first locks")
     above(take_all(client, 2, ORDERS), first, "its next locks")
   end)
@@ -527,8 +524,8 @@ describe("under OpenResty", function()
 
   it("after a failover behind the one address is undone: the old master's fences above the replica's", function()
     local old = assert(fences("one", "orders:42", 2))
-    synced(master, replica)
-    cut_off(master, replica)
+    failover.synced(master, replica)
+    failover.cut_off(master, replica)
     for name, f in pairs(assert(fences("one", "orders:42", 5))) do note(old, name, f) end
     signal(replica, "CONT")
     assert.are.equal("OK", replica:cli("REPLICAOF", "NO", "ONE"))
