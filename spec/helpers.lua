@@ -479,6 +479,15 @@ function helpers.eventually(seconds, fn)
   return v
 end
 
+--- The PID the i-th worker announced (spec/workers/*.lua push theirs on
+-- the list "pids" of their server; raw is a core client of it), once it
+-- did (5 s at most).
+function helpers.pid_of(raw, i)
+  assert(helpers.eventually(5, function() return raw:command("LLEN", "pids") >= i end),
+         "worker " .. i .. " never announced its PID")
+  return raw:command("LINDEX", "pids", i - 1)
+end
+
 --- Asserts that c:acquire(key, 5) fails with an error that matches
 -- pattern (found as plain text with plain); returns the error.
 function helpers.acquire_fails(c, key, pattern, plain)
