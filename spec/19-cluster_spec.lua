@@ -105,8 +105,7 @@ describe("Redis Cluster", function()
     local start_at = core.now() + 0.5 * helpers.slow
     local procs = {}
     for i = 1, 4 do
-      procs[i] = helpers.spawn(helpers.spec_dir .. "workers/primitive.lua", where, "multi", start_at,
-                               i % 2 == 0 and list or reversed, 10)
+      procs[i] = helpers.spawn_primitive(where, "multi", start_at, i % 2 == 0 and list or reversed, 10)
     end
     assert.are.equal(0, helpers.overlaps(procs))
   end)

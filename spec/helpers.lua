@@ -479,6 +479,25 @@ function helpers.eventually(seconds, fn)
   return v
 end
 
+--- spec/workers/primitive.lua (a semaphore's, a read-write lock's or a
+-- multi-key lock's holds, counted) against server (a port, or a
+-- "cluster:..." list), with its other arguments, as helpers.spawn runs it.
+function helpers.spawn_primitive(server, ...)
+  return helpers.spawn(helpers.spec_dir .. "workers/primitive.lua", server, ...)
+end
+
+--- A holder SIGKILLed: spawn_primitive's "permit" worker (a permit of
+-- semaphore "pool" and a read hold of read-write lock "doc", each with a
+-- 1 s TTL) on srv, killed once it holds (its PID on the list "holders",
+-- read through raw); returns once it is gone. what names it in the error.
+function helpers.killed_holder(srv, raw, what)
+  local proc = helpers.spawn_primitive(srv.port, "permit", core.now(), 1)
+  local pid = helpers.eventually(5, function() return raw:command("LINDEX", "holders", 0) end)
+  assert(pid, what .. " never took its hold")
+  assert(helpers.sh_ok("kill -KILL " .. pid), "cannot kill " .. what)
+  proc.wait()
+end
+
 --- The PID the i-th worker announced (spec/workers/*.lua push theirs on
 -- the list "pids" of their server; raw is a core client of it), once it
 -- did (5 s at most).
