@@ -273,11 +273,19 @@ function helpers.redis_and_dir_for(lazy_setup, lazy_teardown, before_each, ready
   end)
 end
 
+--- A replica of the server master (a redis-server as helpers.start_redis
+-- starts it, with the more arguments extra).
+function helpers.start_replica(master, extra)
+  local args = { "--replicaof", "127.0.0.1", tostring(master.port) }
+  for _, a in ipairs(extra or {}) do args[#args + 1] = a end
+  return helpers.start_redis(args)
+end
+
 --- A server (extra: its arguments, as helpers.start_redis takes them) and
 -- a replica of it; returns both.
 function helpers.start_with_replica(extra)
   local master = helpers.start_redis(extra)
-  return master, helpers.start_redis({ "--replicaof", "127.0.0.1", tostring(master.port) })
+  return master, helpers.start_replica(master)
 end
 
 --- Stops the server (SIGTERM by PID, then waits for it to go) and removes its folder.
