@@ -4,16 +4,10 @@
 -- stopped by its PID.
 local socket = require "socket"
 local B = require "benchlib"
+local read_file = require "tools.read_file" -- bench/run.sh runs from the checkout's root
 
 local M = {}
 
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
 M.read_file = read_file
 
 local function alive(pid)

@@ -251,13 +251,9 @@ static const char s_inspect[] =
 
 /* csrc/scripts/key_extend.lua */
 static const char s_key_extend[] =
-  "local v = redis.call('GET', KEYS[1])\nif v == ARGV[1] then\nredis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+  "local v = redis.call('GET', KEYS[1])\nif v == ARGV[1] then\n"
+  "if not ARGV[2] then return {1, redis.call('PTTL', KEYS[1])} end\nredis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
   "return {1, tonumber(ARGV[2])}\nend\nif v then return {-1, redis.call('PTTL', KEYS[1])} end\nreturn {0, 0}\n";
-
-/* csrc/scripts/key_pttl.lua */
-static const char s_key_pttl[] =
-  "local v = redis.call('GET', KEYS[1])\nif v == ARGV[1] then\nreturn {1, redis.call('PTTL', KEYS[1])}\nend\n"
-  "if v then return {-1, redis.call('PTTL', KEYS[1])} end\nreturn {0, 0}\n";
 
 /* csrc/scripts/leave.lua */
 static const char s_leave[] =
@@ -431,7 +427,7 @@ const rl_op_row rl_ops[RL_OP_COUNT] = {
   [RL_OP_ACQUIRE] = { "acquire", s_acquire, { K_LOCK, K_FENCE, K_WAITERS, K_ERA, -1 }, RL_F_MS },
   [RL_OP_RELEASE] = { "release", s_release, { K_LOCK, K_WAITERS, K_FENCE, K_HANDOFF, K_SIGNAL, K_QUEUE, K_HAND, K_ERA, -1 }, RL_F_ONCE, 4 },
   [RL_OP_EXTEND] = { "extend", s_key_extend, { K_LOCK, -1 }, RL_F_MS },
-  [RL_OP_PTTL] = { "pttl", s_key_pttl, { K_LOCK, -1 }, 0 },
+  [RL_OP_PTTL] = { "pttl", s_key_extend, { K_LOCK, -1 }, 0 },
   [RL_OP_ACQUIRE_FAIR] = { "acquire_fair", s_acquire_fair, { K_LOCK, K_FENCE, K_QUEUE, K_HAND, K_WAITERS, K_ERA, -1 }, RL_F_MS | RL_F_N | RL_F_STAY },
   [RL_OP_LEAVE] = { "leave", s_leave, { K_LOCK, K_SIGNAL, K_QUEUE, K_HAND, K_FENCE, K_ERA, K_HANDOFF, -1 }, RL_F_MS },
   [RL_OP_TAKE] = { "take", NULL, { K_LOCK, K_FENCE, K_WAITERS, K_ERA, -1 }, RL_F_MS },
@@ -449,7 +445,7 @@ const rl_op_row rl_ops[RL_OP_COUNT] = {
   [RL_OP_WRITE_ACQUIRE] = { "write_acquire", s_write_acquire, { K_READERS, K_WRITER, K_RWFENCE, K_WRITERS, K_RWWAITERS, K_ERA, K_RWSIGNAL, -1 }, RL_F_MS | RL_F_STAY },
   [RL_OP_WRITE_RELEASE] = { "write_release", s_write_release, { K_WRITER, K_RWSIGNAL, K_RWWAITERS, K_RWQUEUE, K_RWHAND, K_RWFENCE, K_ERA, K_WRITERS, -1 }, RL_F_ONCE },
   [RL_OP_WRITE_EXTEND] = { "write_extend", s_key_extend, { K_WRITER, -1 }, RL_F_MS },
-  [RL_OP_WRITE_PTTL] = { "write_pttl", s_key_pttl, { K_WRITER, -1 }, 0 },
+  [RL_OP_WRITE_PTTL] = { "write_pttl", s_key_extend, { K_WRITER, -1 }, 0 },
   [RL_OP_WRITE_LEAVE] = { "write_leave", s_write_leave, { K_WRITERS, K_WRITER, K_RWSIGNAL, K_RWWAITERS, K_RWQUEUE, K_RWHAND, -1 }, 0 },
   [RL_OP_ACQUIRE_WAIT] = { "acquire_wait", s_acquire_wait, { K_LOCK, K_FENCE, K_HANDOFF, K_ERA, -1 }, RL_F_MS | RL_F_N | RL_F_STAY },
   [RL_OP_SEM_ACQUIRE_WAIT] = { "sem_acquire_wait", s_sem_acquire_wait, { K_PERMITS, K_PFENCE, K_PQUEUE, K_PHAND, K_PWAITERS, K_ERA, K_PHANDED, -1 }, RL_F_MS | RL_F_N | RL_F_STAY },

@@ -11,17 +11,32 @@ describe("locks", function()
     srv, raw, client = s, r, c
   end)
 
+  -- Asserts that name's PTTL on the server is above low ms, and at most
+  -- high (if given).
+  local function pttl_in(name, low, high)
+    local pttl = raw:command("PTTL", name)
+    assert.is_true(pttl > low and pttl <= (high or math.huge), name .. ": " .. tostring(pttl))
+  end
+
+  -- The acquire script run alone (no take before it, as a resend, a waiter
+  -- or a handoff runs it) over the raw client c, on "k" with token tok for
+  -- ms; asserts that it took the lock and returns the fence it granted.
+  local function script_takes(c, tok, ms)
+    local status, fence = c:eval("acquire", "k", tok, ms)
+    assert.are.equal(1, status)
+    return fence
+  end
+
   it("takes the key with its token and a TTL in one step", function()
     local lock = assert(client:acquire("orders:42", 5))
     assert.are.equal("orders:42", lock.key)
     -- 32 random hex digits, then who holds it: /host/pid/since (unix s)
     local hex, pid, since = lock.token:match("^(%x+)/[^/]+/(%d+)/(%d+)$")
     assert.are.equal(32, #hex, lock.token)
-    assert.are.equal(require("redislock.core").getpid(), tonumber(pid))
+    assert.are.equal(core.getpid(), tonumber(pid))
     assert.is_true(math.abs(tonumber(since) - os.time()) <= 2)
     assert.are.equal(lock.token, raw:command("GET", "lock:{orders:42}"))
-    local pttl = raw:command("PTTL", "lock:{orders:42}")
-    assert.is_true(pttl > 4000 and pttl <= 5000, tostring(pttl))
+    pttl_in("lock:{orders:42}", 4000, 5000)
   end)
 
   it("says busy while another owner holds it, and leaves that owner alone", function()
@@ -80,8 +95,7 @@ describe("locks", function()
   it("extends: the remaining time becomes the new ttl", function()
     local lock = assert(client:acquire("k", 1))
     assert.is_true(lock:extend(30))
-    local pttl = raw:command("PTTL", "lock:{k}")
-    assert.is_true(pttl > 29000 and pttl <= 30000, tostring(pttl))
+    pttl_in("lock:{k}", 29000, 30000)
     local left = assert(lock:ttl())
     assert.is_true(left > 29 and left <= 30, tostring(left))
   end)
@@ -100,8 +114,7 @@ describe("locks", function()
     end
     -- The token is compared on the server: the other owner's lock survived.
     assert.are.equal(theirs.token, raw:command("GET", "lock:{k}"))
-    local pttl = raw:command("PTTL", "lock:{k}")
-    assert.is_true(pttl > 4000, tostring(pttl))
+    pttl_in("lock:{k}", 4000)
     other:close()
   end)
 
@@ -154,13 +167,11 @@ describe("locks", function()
     -- both).
     local c = srv:raw()
     local tok = core.token()
-    local status, fence = c:eval("acquire", "k", tok, 5000)
-    assert.are.equal(1, status)
+    local fence = script_takes(c, tok, 5000)
     assert.are.equal(tostring(fence), raw:command("GET", "lock:{k}:fence"))
-    local pttl = raw:command("PTTL", "lock:{k}:fence")
-    assert.is_true(pttl > 4000 and pttl <= 5000, tostring(pttl))
+    pttl_in("lock:{k}:fence", 4000, 5000)
     assert.are.equal(1, (c:eval("extend", "k", tok, 20000)))
-    assert.is_true(raw:command("PTTL", "lock:{k}") > 19000)
+    pttl_in("lock:{k}", 19000)
     assert.are.equal(1, (c:eval("release", "k", tok)))
     assert.are.equal(0, raw:command("EXISTS", "lock:{k}:fence"))
     c:close()
@@ -218,17 +229,14 @@ describe("locks", function()
     -- What a retry after a timed-out send does: the first send landed.
     local c = srv:raw()
     local tok = core.token()
-    local s1, fence1 = c:eval("acquire", "k", tok, 1000)
-    assert.are.equal(1, s1)
+    local fence1 = script_takes(c, tok, 1000)
     core.sleep(0.05)
-    local s2, fence2 = c:eval("acquire", "k", tok, 1000)
-    assert.are.equal(1, s2)
+    local fence2 = script_takes(c, tok, 1000)
     -- The first answer was lost (nobody saw fence1): the resend's is a new
     -- one, above it, and it is the holder's fence from then on.
     assert.is_true(fence2 > fence1, fence2 .. " > " .. fence1)
     assert.are.equal(tostring(fence2), raw:command("GET", "lock:{k}:fence"))
-    local pttl = raw:command("PTTL", "lock:{k}")
-    assert.is_true(pttl > 960, "TTL refreshed: " .. pttl)
+    pttl_in("lock:{k}", 960) -- the TTL refreshed
     local s3, left = c:eval("acquire", "k", core.token(), 1000)
     assert.are.equal(-1, s3)
     assert.is_true(left > 0)
@@ -238,8 +246,7 @@ describe("locks", function()
     core.sleep(0.002)
     local record = helpers.fence_record(raw, "k")
     assert.are.equal(2, raw:command("DEL", "lock:{k}:fence", record))
-    local s4, fence4 = c:eval("acquire", "k", tok, 1000)
-    assert.are.equal(1, s4)
+    local fence4 = script_takes(c, tok, 1000)
     assert.is_true(fence4 > fence2, fence4 .. " > " .. fence2)
     c:close()
   end)

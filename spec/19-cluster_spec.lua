@@ -43,7 +43,7 @@ describe("cluster slots (C core)", function()
 end)
 
 describe("Redis Cluster", function()
-  local cl
+  local cl, c
 
   lazy_setup(function() cl = helpers.start_cluster() end)
   lazy_teardown(function() if cl then cl:stop() end end)
@@ -54,6 +54,10 @@ describe("Redis Cluster", function()
     return redislock.new(o)
   end
 
+  -- Each test's client (a test that needs more makes them).
+  before_each(function() c = client() end)
+  after_each(function() c:close() end)
+
   it("agrees with the cluster on every slot (CLUSTER KEYSLOT)", function()
     local n = cl.nodes[1]
     for _, name in ipairs({ "123456789", "lock:{orders:42}", "foo{}{bar}", "foo{{bar}}zap", "a{b}c{d}", "{}", "x" }) do
@@ -62,7 +66,6 @@ describe("Redis Cluster", function()
   end)
 
   it("runs semaphores, read-write locks and multi-key locks (keys on several masters, taken one by one)", function()
-    local c = client()
     local sem = c:semaphore("c:pool", 2)
     local p1, p2 = assert(sem:acquire(5)), assert(sem:acquire(5))
     assert.is_nil(sem:acquire(5))
@@ -84,16 +87,16 @@ describe("Redis Cluster", function()
     assert.are.equal(3, #keys)
     local lock = assert(c:acquire(keys, 5))
     for _, key in ipairs(keys) do
-      assert.are.equal(lock.token, cl:owner(core.lock_slot(key)):cli("GET", "lock:{" .. key .. "}"))
+      assert.are.equal(lock.token, (cl:lock_at_owner(key)))
     end
     local single, err = c:acquire(keys[2], 5)
     assert.is_nil(single)
     assert.matches("^busy:", err)
     assert.is_nil(c:acquire({ keys[3], "c:multi:free" }, 5))
-    assert.are.equal("", cl:owner(core.lock_slot("c:multi:free")):cli("GET", "lock:{c:multi:free}"))
+    assert.are.equal("", (cl:lock_at_owner("c:multi:free")))
     assert(lock:release())
     for _, key in ipairs(keys) do
-      assert.are.equal("", cl:owner(core.lock_slot(key)):cli("GET", "lock:{" .. key .. "}"))
+      assert.are.equal("", (cl:lock_at_owner(key)))
     end
     -- Processes naming the keys in opposite orders: no deadlock, no overlap.
     local where = "cluster:" .. table.concat(cl.seeds, ",")
@@ -102,26 +105,15 @@ describe("Redis Cluster", function()
     local start_at = core.now() + 0.5 * helpers.slow
     local procs = {}
     for i = 1, 4 do
-      procs[i] = helpers.spawn(helpers.spec_dir .. "workers/primitive.lua", where, "multi", start_at,
-                               i % 2 == 0 and list or reversed, 10)
+      procs[i] = helpers.spawn_primitive(where, "multi", start_at, i % 2 == 0 and list or reversed, 10)
     end
     assert.are.equal(0, helpers.overlaps(procs))
-    c:close()
   end)
 
   it("takes locks on every master, each at its slot's owner without a redirect once the table is loaded", function()
-    local c = client()
     assert(assert(c:acquire("warm", 5)):release())
     local moved = cl:redirects()
-    local on = {}
-    for i = 1, 60 do
-      local key = "spread:" .. i
-      local lock = assert(c:acquire(key, 5))
-      local owner = cl:owner(core.lock_slot(key))
-      assert.are.equal(lock.token, owner:cli("GET", "lock:{" .. key .. "}"))
-      on[owner.port] = true
-      assert.is_true(lock:release())
-    end
+    assert.are.equal(3, cl:spread(c, "spread:", 60))
     -- Names with braces of their own: the tag runs from redislock's '{' to
     -- the name's first '}', so names that agree up to it share a slot.
     local a = assert(c:acquire("{user:7}:a", 5))
@@ -133,27 +125,22 @@ describe("Redis Cluster", function()
     assert.are.equal(a.token, owner:cli("GET", "lock:{{user:7}:a}"))
     assert.are.equal(b.token, owner:cli("GET", "lock:{{user:7}:b}"))
     assert(a:release() and b:release())
-    local n = 0
-    for _ in pairs(on) do n = n + 1 end
-    assert.are.equal(3, n)
     assert.are.equal(moved, (cl:redirects()))
     assert.matches("cluster of 2 seeds", tostring(c))
-    c:close()
   end)
 
   it("starts from any seed that answers", function()
     local dead = "127.0.0.1:" .. helpers.free_port()
-    local c = redislock.new({ cluster = { dead, cl.seeds[3] } })
-    assert(assert(c:acquire("seed", 5)):release())
-    c:close()
-    c = redislock.new({ cluster = { dead } })
-    helpers.acquire_fails(c, "seed", "^connection: no cluster node reachable %(connection: cannot connect to "
+    local seeded = redislock.new({ cluster = { dead, cl.seeds[3] } })
+    assert(assert(seeded:acquire("seed", 5)):release())
+    seeded:close()
+    seeded = redislock.new({ cluster = { dead } })
+    helpers.acquire_fails(seeded, "seed", "^connection: no cluster node reachable %(connection: cannot connect to "
                           .. dead:gsub("%.", "%%."))
-    c:close()
+    seeded:close()
   end)
 
   it("follows MOVED after a slot moved, keeping its fence growing", function()
-    local c = client()
     local key = "moved"
     local slot = core.lock_slot(key)
     local first = assert(c:acquire(key, 5))
@@ -175,11 +162,9 @@ describe("Redis Cluster", function()
     assert.are.equal(lock.fence, select(2, helpers.fence_record(t, key)))
     t:close()
     assert.is_true(lock:release())
-    c:close()
   end)
 
   it("releases and extends through ASK while the slot moves, and loads the script on the target first", function()
-    local c = client()
     local key = "asking"
     local lock = assert(c:acquire(key, 5))
     local slot, from, to = cl:where(key)
@@ -210,11 +195,9 @@ describe("Redis Cluster", function()
     assert.is_true(asked_after >= asked + 2)
     cl:end_move(slot, from, to)
     assert.are.equal("0", to:cli("EXISTS", "lock:{asking}"))
-    c:close()
   end)
 
   it("rides out TRYAGAIN while a slot moves when it may wait", function()
-    local c = client()
     local key = "tryagain"
     local old = assert(c:acquire(key, 5))
     assert.is_true(old:release()) -- the slot's fence record stays (and moves with the slot)
@@ -239,11 +222,10 @@ describe("Redis Cluster", function()
     assert.is_true(lock.fence > old.fence)
     assert.are.equal(lock.token, to:cli("GET", "lock:{tryagain}"))
     assert.is_true(lock:release())
-    c:close()
   end)
 
   it("answers busy for a lock held on the source while its slot moves (not TRYAGAIN)", function()
-    local c, other = client(), client()
+    local other = client()
     local key = "moving:held"
     local lock = assert(c:acquire(key, 5))
     local slot, from, to = cl:where(key)
@@ -257,12 +239,10 @@ describe("Redis Cluster", function()
     cl:move_keys(slot, from, to)
     cl:end_move(slot, from, to)
     assert.is_true(lock:release())
-    c:close()
     other:close()
   end)
 
   it("releases a read hold, a write hold and a permit while their slot is half moved (each its key alone)", function()
-    local c = client()
     local holds = {
       read = function() return c:rwlock("moving:r"):read(30) end,
       write = function() return c:rwlock("moving:w"):write(30) end,
@@ -286,7 +266,6 @@ describe("Redis Cluster", function()
       cl:move_keys(slot, from, to)
       cl:end_move(slot, from, to)
     end
-    c:close()
   end)
 
   -- Four processes looping with_lock on one key through the cluster for
@@ -334,18 +313,22 @@ describe("Redis Cluster", function()
     assert.is_true(on(sections, new) > 10, "sections on the new master: " .. on(sections, new))
   end
 
-  it("keeps with_lock loops going while their slot moves: no overlaps, fences growing", function()
-    if helpers.slow > 1 then return pending("timing-bound: not under REDISLOCK_SLOW") end
-    loops_across_move("migrating")
-  end)
+  -- it(name, run), pending where the suite runs slowed down
+  -- (REDISLOCK_SLOW): run's loops are timed for the machine's own speed.
+  local function timing_bound(name, run)
+    it(name, function()
+      if helpers.slow > 1 then return pending("timing-bound: not under REDISLOCK_SLOW") end
+      run()
+    end)
+  end
 
-  it("keeps one leader at a time among five processes while the election's slot moves, terms growing", function()
-    if helpers.slow > 1 then return pending("timing-bound: not under REDISLOCK_SLOW") end
-    loops_across_move("elected", true)
-  end)
+  timing_bound("keeps with_lock loops going while their slot moves: no overlaps, fences growing",
+               function() loops_across_move("migrating") end)
+
+  timing_bound("keeps one leader at a time among five processes while the election's slot moves, terms growing",
+               function() loops_across_move("elected", true) end)
 
   it("renews a held lock across its slot's move (the watchdog follows MOVED)", function()
-    local c = client()
     local key = "renewed"
     local slot = core.lock_slot(key)
     local moved_to
@@ -359,11 +342,9 @@ describe("Redis Cluster", function()
     end)
     assert.is_true(ok, tostring(err))
     assert.are.equal("0", moved_to:cli("EXISTS", "lock:{renewed}"))
-    c:close()
   end)
 
   it("wakes a waiter blocked on the old owner: it waits on the new one and is woken there", function()
-    local c = client()
     local key = "woken"
     local slot = core.lock_slot(key)
     local lock = assert(c:acquire(key, 20))
@@ -381,16 +362,12 @@ describe("Redis Cluster", function()
     assert.is_true(core.now() - released < 1, "woken " .. (core.now() - released) .. " s after the release")
     assert.are.equal("0", to:cli("EXISTS", "lock:{woken}"))
     assert(c:command("DEL", "pids") and c:command("DEL", "order"))
-    c:close()
   end)
 
-  it("keeps with_lock loops going across a CLUSTER FAILOVER of their master", function()
-    if helpers.slow > 1 then return pending("timing-bound: not under REDISLOCK_SLOW") end
-    loops_across_failover("takeover")
-  end)
+  timing_bound("keeps with_lock loops going across a CLUSTER FAILOVER of their master",
+               function() loops_across_failover("takeover") end)
 
-  it("keeps with_lock loops going while their master stops answering until its replica takes over", function()
-    if helpers.slow > 1 then return pending("timing-bound: not under REDISLOCK_SLOW") end
+  timing_bound("keeps with_lock loops going while their master stops answering until its replica takes over", function()
     local old, new
     local sections = loops("stopped", function(slot, owner)
       old, new = owner, cl:replica_of(owner)
@@ -404,7 +381,6 @@ describe("Redis Cluster", function()
   end)
 
   it("gives up after a few redirects, naming the slot (a move half set up: ASK one way, MOVED back)", function()
-    local c = client()
     local key = "pingpong"
     local slot, from, to = cl:where(key)
     -- MIGRATING on the owner without IMPORTING on the target: the owner
@@ -419,11 +395,9 @@ describe("Redis Cluster", function()
     assert.are.equal("OK", from:cli("CLUSTER", "SETSLOT", slot, "STABLE"))
     lock = assert(c:acquire(key, 5))
     assert.is_true(lock:release())
-    c:close()
   end)
 
   it("waits fairly, and takes over a lock by its token, in cluster mode too", function()
-    local c = client()
     local key = "fair"
     local holder = assert(c:acquire(key, 10))
     local w = helpers.spawn(helpers.spec_dir .. "workers/waiter.lua", "cluster:" .. table.concat(cl.seeds, ","), key,
@@ -440,7 +414,6 @@ describe("Redis Cluster", function()
     assert.matches("^got f %d+", out)
     assert(c:command("DEL", "pids") and c:command("DEL", "order"))
     other:close()
-    c:close()
   end)
 
   it("checks its options", function()
@@ -463,10 +436,10 @@ describe("Redis Cluster", function()
   describe("under OpenResty", function()
     if helpers.no_nginx(pending) then return end
 
-    local nginx, c
+    local nginx, data
 
     lazy_setup(function()
-      c = redislock.new({ cluster = cl.seeds })
+      data = redislock.new({ cluster = cl.seeds })
       local location = helpers.location
       nginx = helpers.start_nginx({
         workers = 2,
@@ -483,7 +456,7 @@ describe("Redis Cluster", function()
       })
     end)
     lazy_teardown(function()
-      if c then c:close() end
+      if data then data:close() end
       if nginx then nginx:stop() end
     end)
 
@@ -524,19 +497,15 @@ describe("Redis Cluster", function()
 
     for _, mode in ipairs({ "notify", "fair" }) do
       it("keeps 200 concurrent read-modify-writes exact under with_lock (" .. mode .. ")", function()
-        assert.are.equal(2, nginx:counter(200, mode, c)) -- both workers answered
+        assert.are.equal(2, nginx:counter(200, mode, data)) -- both workers answered
       end)
     end
 
-    it("keeps with_lock loops going while their slot moves: no overlaps, fences growing", function()
-      if helpers.slow > 1 then return pending("timing-bound: not under REDISLOCK_SLOW") end
-      loops_across_move("o:migrating", false, http_loops)
-    end)
+    timing_bound("keeps with_lock loops going while their slot moves: no overlaps, fences growing",
+                 function() loops_across_move("o:migrating", false, http_loops) end)
 
-    it("keeps with_lock loops going across a CLUSTER FAILOVER of their master", function()
-      if helpers.slow > 1 then return pending("timing-bound: not under REDISLOCK_SLOW") end
-      loops_across_failover("o:takeover", http_loops)
-    end)
+    timing_bound("keeps with_lock loops going across a CLUSTER FAILOVER of their master",
+                 function() loops_across_failover("o:takeover", http_loops) end)
 
     it("refuses TLS without a server_name at new(): nginx checks DNS names, the cluster names addresses", function()
       local status, body = get("/tls/new")
@@ -577,18 +546,7 @@ describe("Redis Cluster over TLS, with a password", function()
 
   it("takes locks on every master over verified TLS, and follows a slot that moved", function()
     local c = client()
-    local nodes = {}
-    for i = 1, 30 do
-      local key = "tls:" .. i
-      local lock = assert(c:acquire(key, 5))
-      local owner = cl:owner(core.lock_slot(key))
-      assert.are.equal(lock.token, owner:cli("GET", "lock:{" .. key .. "}"))
-      nodes[owner] = true
-      assert.is_true(lock:release())
-    end
-    local n = 0
-    for _ in pairs(nodes) do n = n + 1 end
-    assert.are.equal(3, n)
+    assert.are.equal(3, cl:spread(c, "tls:", 30))
     -- Move a slot between masters: the client follows MOVED, over TLS.
     local key = "tls:moved"
     local slot = core.lock_slot(key)
@@ -601,11 +559,13 @@ describe("Redis Cluster over TLS, with a password", function()
   end)
 
   it("says so when the password is wrong or TLS is missing", function()
-    local c = client({ password = "wrong" })
-    helpers.acquire_fails(c, "tls:x", "^redis: no cluster node would tell its slots %(redis: AUTH refused")
-    c:close()
-    c = redislock.new({ cluster = { "127.0.0.1:" .. cl.nodes[1].port }, password = "s3cret" })
-    helpers.acquire_fails(c, "tls:x", "^connection: no cluster node reachable")
-    c:close()
+    for _, case in ipairs({
+      { client({ password = "wrong" }), "^redis: no cluster node would tell its slots %(redis: AUTH refused" },
+      { redislock.new({ cluster = { "127.0.0.1:" .. cl.nodes[1].port }, password = "s3cret" }),
+        "^connection: no cluster node reachable" },
+    }) do
+      helpers.acquire_fails(case[1], "tls:x", case[2])
+      case[1]:close()
+    end
   end)
 end)

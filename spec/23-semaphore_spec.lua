@@ -6,9 +6,6 @@
 -- bad arguments. Under OpenResty: spec/50.
 local core = require "redislock.core"
 local helpers = require "spec.helpers"
-local redislock = require "redislock"
-
-local WORKER = helpers.spec_dir .. "workers/primitive.lua"
 
 describe("semaphore", function()
   local srv, raw, client
@@ -21,7 +18,7 @@ describe("semaphore", function()
     local start_at = core.now() + 0.5 * helpers.slow
     local procs = {}
     for i, a in ipairs(list) do
-      procs[i] = helpers.spawn(WORKER, srv.port, a[1], start_at, table.unpack(a, 2))
+      procs[i] = helpers.spawn_primitive(srv.port, a[1], start_at, table.unpack(a, 2))
     end
     return helpers.overlaps(procs)
   end
@@ -46,11 +43,7 @@ describe("semaphore", function()
   end)
 
   it("gets a SIGKILLed holder's permit back after its TTL, by the server's clock", function()
-    local proc = helpers.spawn(WORKER, srv.port, "permit", core.now(), 1)
-    local pid = helpers.eventually(5, function() return raw:command("LINDEX", "holders", 0) end)
-    assert.is_truthy(pid, "the holder never took its permit")
-    assert.is_true(helpers.sh_ok("kill -KILL " .. pid))
-    proc.wait()
+    helpers.killed_holder(srv, raw, "the holder")
     local sem = client:semaphore("pool", 1)
     assert.are.equal(1, sem:count())
     local _, err = sem:acquire(5)
@@ -88,8 +81,8 @@ describe("semaphore", function()
       return n
     end
     local start_at = core.now()
-    local w1 = helpers.spawn(WORKER, srv.port, "sem", start_at, 1, 1, 1)
-    local w2 = helpers.spawn(WORKER, srv.port, "sem", start_at, 1, 1, 1)
+    local w1 = helpers.spawn_primitive(srv.port, "sem", start_at, 1, 1, 1)
+    local w2 = helpers.spawn_primitive(srv.port, "sem", start_at, 1, 1, 1)
     assert.is_truthy(helpers.eventually(5, function() return blocked() == 2 end), "two waiters never blocked")
     local function scripts()
       return tonumber(raw:command("INFO", "commandstats"):match("cmdstat_evalsha:calls=(%d+)") or 0)
@@ -179,7 +172,7 @@ describe("semaphore", function()
     assert.has_error(function() sem.acquire(5) end)
     assert.has_error(function() sem:with_permit(5, "nope") end)
     assert.has_error(function() sem:count(1) end)
-    local closed = redislock.new({ port = srv.port })
+    local closed = srv:client()
     closed:close()
     assert.has_error(function() closed:semaphore("pool", 1) end, "bad self to 'semaphore' (client is closed)")
   end)

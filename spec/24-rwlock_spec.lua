@@ -8,8 +8,6 @@
 local core = require "redislock.core"
 local helpers = require "spec.helpers"
 
-local WORKER = helpers.spec_dir .. "workers/primitive.lua"
-
 describe("read-write lock", function()
   local srv, raw, client
 
@@ -19,7 +17,7 @@ describe("read-write lock", function()
   local function spawn_all(list, start_at)
     local procs = {}
     for i, a in ipairs(list) do
-      procs[i] = helpers.spawn(WORKER, srv.port, a[1], start_at or core.now() + 0.5 * helpers.slow,
+      procs[i] = helpers.spawn_primitive(srv.port, a[1], start_at or core.now() + 0.5 * helpers.slow,
                                table.unpack(a, 2))
     end
     return procs
@@ -63,7 +61,7 @@ describe("read-write lock", function()
   it("keeps new readers out once a writer waits, and lets them in when it gives up", function()
     local rw = client:rwlock("doc")
     local r1 = assert(rw:read(10))
-    local writer = helpers.spawn(WORKER, srv.port, "write", core.now(), 1, 0.01)
+    local writer = helpers.spawn_primitive(srv.port, "write", core.now(), 1, 0.01)
     assert.is_truthy(helpers.eventually(5, function()
       return raw:command("ZCARD", "lock:{doc}:rw:writers") == 1
     end), "the writer never queued")
@@ -83,11 +81,7 @@ describe("read-write lock", function()
   end)
 
   it("runs a SIGKILLed reader's hold out by its TTL", function()
-    local proc = helpers.spawn(WORKER, srv.port, "permit", core.now(), 1)
-    local pid = helpers.eventually(5, function() return raw:command("LINDEX", "holders", 0) end)
-    assert.is_truthy(pid, "the reader never took its hold")
-    assert.is_true(helpers.sh_ok("kill -KILL " .. pid))
-    proc.wait()
+    helpers.killed_holder(srv, raw, "the reader")
     local rw = client:rwlock("doc")
     assert.is_nil(rw:write(5))
     local t0 = core.now()
@@ -132,7 +126,7 @@ describe("read-write lock", function()
     assert.matches('^lost: the read lock on "doc" is no longer ours', err)
     -- A write waits for a reader, and the reader's release wakes it.
     local r = assert(rw:read(5))
-    local writer = helpers.spawn(WORKER, srv.port, "write", core.now(), 1, 0.01)
+    local writer = helpers.spawn_primitive(srv.port, "write", core.now(), 1, 0.01)
     assert.is_truthy(helpers.eventually(5, function()
       return raw:command("ZCARD", "lock:{doc}:rw:writers") == 1
     end))

@@ -6,9 +6,6 @@
 -- Under OpenResty: spec/50.
 local core = require "redislock.core"
 local helpers = require "spec.helpers"
-local redislock = require "redislock"
-
-local WORKER = helpers.spec_dir .. "workers/primitive.lua"
 
 describe("multi-key lock", function()
   local srv, raw, client
@@ -18,10 +15,10 @@ describe("multi-key lock", function()
   it("never deadlocks nor overlaps: keys in opposite orders, and single locks beside them", function()
     local start_at = core.now() + 0.5 * helpers.slow
     local procs = {}
-    for _ = 1, 3 do procs[#procs + 1] = helpers.spawn(WORKER, srv.port, "multi", start_at, "a,b,c", 15) end
-    for _ = 1, 3 do procs[#procs + 1] = helpers.spawn(WORKER, srv.port, "multi", start_at, "c,b,a", 15) end
-    procs[#procs + 1] = helpers.spawn(WORKER, srv.port, "multi", start_at, "b", 15)
-    procs[#procs + 1] = helpers.spawn(WORKER, srv.port, "multi", start_at, "c,a", 15)
+    for _ = 1, 3 do procs[#procs + 1] = helpers.spawn_primitive(srv.port, "multi", start_at, "a,b,c", 15) end
+    for _ = 1, 3 do procs[#procs + 1] = helpers.spawn_primitive(srv.port, "multi", start_at, "c,b,a", 15) end
+    procs[#procs + 1] = helpers.spawn_primitive(srv.port, "multi", start_at, "b", 15)
+    procs[#procs + 1] = helpers.spawn_primitive(srv.port, "multi", start_at, "c,a", 15)
     assert.are.equal(0, helpers.overlaps(procs))
     assert.are.equal(0, raw:command("EXISTS", "lock:{a}", "lock:{b}", "lock:{c}"))
   end)
@@ -62,9 +59,9 @@ describe("multi-key lock", function()
   end)
 
   it("waits for a busy key, and is woken by its release", function()
-    local other = redislock.new({ port = srv.port })
+    local other = srv:client()
     local b = assert(other:acquire("b", 10))
-    local waiter = helpers.spawn(WORKER, srv.port, "multi", core.now(), "a,b", 1)
+    local waiter = helpers.spawn_primitive(srv.port, "multi", core.now(), "a,b", 1)
     assert.is_truthy(helpers.eventually(5, function() return raw:command("EXISTS", "lock:{b}:waiters") == 1 end))
     core.sleep(0.2)
     assert.are.equal(0, raw:command("EXISTS", "lock:{a}")) -- it holds nothing while it waits

@@ -4,7 +4,6 @@
 -- observer hook's events.
 local core = require "redislock.core"
 local helpers = require "spec.helpers"
-local redislock = require "redislock"
 
 describe("inspect, force_release, observer", function()
   local srv, raw
@@ -12,7 +11,7 @@ describe("inspect, force_release, observer", function()
   helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end, before_each)
 
   it("inspect tells whether a lock is held, its time left, its fence and who holds it", function()
-    local c = redislock.new({ port = srv.port, label = "reconcile" })
+    local c = srv:client({ label = "reconcile" })
     local free = assert(c:inspect("job"))
     assert.is_false(free.held)
     assert.is_nil(free.fence)
@@ -34,7 +33,7 @@ describe("inspect, force_release, observer", function()
     assert.is_false(info.held)
     assert.is_nil(info.fence) -- free: no holder, no fence (the next holder's is above lock.fence, below)
     -- holder = false: the token is the 32 random digits alone.
-    local bare = redislock.new({ port = srv.port, holder = false })
+    local bare = srv:client({ holder = false })
     local l2 = assert(bare:acquire("job", 5))
     assert.is_true(l2.fence > lock.fence)
     assert.matches("^%x+$", l2.token)
@@ -55,8 +54,8 @@ describe("inspect, force_release, observer", function()
   end)
 
   it("force_release frees a lock whoever holds it, wakes a waiter, and keeps fences growing", function()
-    local c = redislock.new({ port = srv.port })
-    local holder = redislock.new({ port = srv.port })
+    local c = srv:client()
+    local holder = srv:client()
     local lock = assert(holder:acquire("job", 30))
     local waiter = helpers.spawn(helpers.spec_dir .. "workers/hold.lua", srv.port, "job", 0)
     assert.is_truthy(helpers.eventually(5, function() return raw:command("EXISTS", "lock:{job}:waiters") == 1 end))
@@ -79,7 +78,7 @@ describe("inspect, force_release, observer", function()
 
   it("tells the observer of acquired, waiting, waited, busy, released and lost, and drops its errors", function()
     local events = {}
-    local c = redislock.new({ port = srv.port, observer = function(event, info)
+    local c = srv:client({ observer = function(event, info)
       events[#events + 1] = info
       info.event = event
       if event == "released" then error("an observer's error") end
@@ -109,11 +108,11 @@ describe("inspect, force_release, observer", function()
     seen = {}
     for _, e in ipairs(events) do seen[#seen + 1] = e.event .. " " .. e.kind .. " " .. e.key end
     assert.are.same({ "acquired lock a", "acquired lock b", "released lock a", "released lock b" }, seen)
-    assert.has_error(function() redislock.new({ observer = 1 }) end,
-                     "bad argument #1 to 'new' (option 'observer' must be a function, got number)")
-    assert.has_error(function() redislock.new({ label = ("x"):rep(65) }) end)
-    assert.has_error(function() redislock.new({ label = "a/b" }) end)
-    assert.has_error(function() redislock.new({ holder = "no" }) end)
+    helpers.new_fails({ observer = 1 }, "bad argument #1 to 'new' (option 'observer' must be a function, got number)")
+    local label = "bad argument #1 to 'new' (option 'label' must be 1 to 64 letters, digits or . _ : @ -)"
+    helpers.new_fails({ label = ("x"):rep(65) }, label)
+    helpers.new_fails({ label = "a/b" }, label)
+    helpers.new_fails({ holder = "no" }, "bad argument #1 to 'new' (option 'holder' must be a boolean, got string)")
     c:close()
   end)
 end)

@@ -12,8 +12,7 @@ local redislock = require "redislock"
 describe("the release", function()
   local srv
 
-  lazy_setup(function() srv = helpers.start_redis() end)
-  lazy_teardown(function() if srv then srv:stop() end end)
+  helpers.redis_for(lazy_setup, lazy_teardown, function(s) srv = s end)
 
   it("installs from its source rock with luarocks install, offline, and locks through it", function()
     local q = helpers.sh_quote

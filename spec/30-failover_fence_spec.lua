@@ -20,45 +20,14 @@ local http = require "spec.support.http"
 
 local failover = require "spec.support.failover"
 
-local signal, synced, cut_off, above = failover.signal, failover.synced, failover.cut_off, failover.above
-
--- Takes each primitive rounds times with client, releasing each time; keys
--- (a table) names the lock's key (lock) and one more (fresh). Returns the
--- highest fence of each: { lock, fresh, permit, write, multi_a, multi_b }.
--- Waits for a lock left by a try that failed half-way during a failover.
-local function take_all(client, rounds, keys)
-  local top, opts = {}, { wait = 6 }
-  local function note(name, fence)
-    assert.is_number(fence, name)
-    if not top[name] or fence > top[name] then top[name] = fence end
-  end
-  for _ = 1, rounds do
-    local l = assert(client:acquire(keys.lock, 5, opts))
-    note("lock", l.fence)
-    assert(l:release())
-    l = assert(client:acquire(keys.fresh, 5, opts))
-    note("fresh", l.fence)
-    assert(l:release())
-    l = assert(client:semaphore(keys.lock .. ":pool", 2):acquire(5, opts))
-    note("permit", l.fence)
-    assert(l:release())
-    l = assert(client:rwlock(keys.lock .. ":doc"):write(5, opts))
-    note("write", l.fence)
-    assert(l:release())
-    l = assert(client:acquire({ keys.lock .. ":a", keys.lock .. ":b" }, 5, opts))
-    note("multi_a", l.fence[1])
-    note("multi_b", l.fence[2])
-    assert(l:release())
-  end
-  return top
-end
+local signal, above, take_all = failover.signal, failover.above, failover.take_all
 
 -- Two rounds the replica gets (seen: the fresh key's stand-in), then the
 -- replica cut off and eight rounds it never gets: their highest fences.
 local function lost_rounds(client, master, replica, keys, seen)
   take_all(client, 2, { lock = keys.lock, fresh = seen })
-  synced(master, replica)
-  cut_off(master, replica)
+  failover.synced(master, replica)
+  failover.cut_off(master, replica)
   return take_all(client, 8, keys)
 end
 
@@ -70,26 +39,12 @@ local function stop_resumed(topology)
   topology:stop()
 end
 
--- One round, tried again for up to 15 s while a failover settles.
-local function first_round(client, keys)
-  local first
-  assert(helpers.eventually(15, function()
-    local ok, top = pcall(take_all, client, 1, keys)
-    first = ok and top
-    return first
-  end), "no lock from the new master")
-  return first
-end
-
 describe("a promoted replica behind the client's one address (REPLICAOF NO ONE)", function()
   local master, replica, dir
 
   lazy_setup(function()
-    master = helpers.start_redis()
-    replica = helpers.start_replica(master)
-    dir = os.tmpname()
-    os.remove(dir)
-    assert(os.execute("mkdir " .. dir))
+    master, replica = helpers.start_with_replica()
+    dir = helpers.tmpdir()
   end)
   lazy_teardown(function()
     if replica then signal(replica, "CONT") end
@@ -107,8 +62,8 @@ describe("a promoted replica behind the client's one address (REPLICAOF NO ONE)"
     local direct = redislock.new({ port = master.port }) -- talks to the old master throughout
     local keys = { lock = "orders:42", fresh = "fresh" }
     take_all(client, 2, { lock = keys.lock, fresh = "seen" })
-    synced(master, replica)
-    cut_off(master, replica)
+    failover.synced(master, replica)
+    failover.cut_off(master, replica)
     local old = take_all(client, 8, keys)
 
     -- The failover: the replica comes back and is promoted, the old master's
@@ -163,7 +118,7 @@ describe("a failover behind Sentinel", function()
     assert(helpers.eventually(10, function()
       return client._transport._watch:count() ~= client._transport._seen
     end), "the client never heard of the switch")
-    local first = first_round(client, keys)
+    local first = failover.first_round(client, keys)
     above(first, old, "the new master's first locks")
 
     -- The old master comes back and still grants until the sentinels demote
@@ -211,7 +166,7 @@ describe("a failover in a Redis Cluster", function()
       return replica:cli("CLUSTER", "FAILOVER", "TAKEOVER") == "OK"
     end), "CLUSTER FAILOVER TAKEOVER refused")
     assert(helpers.eventually(15, function() return replica:cli("ROLE"):match("^master") end), "no takeover")
-    local first = first_round(client, keys)
+    local first = failover.first_round(client, keys)
     above(first, old, "the new master's first locks")
     signal(old_master, "CONT")
     if helpers.netns then
@@ -251,11 +206,9 @@ describe("OpenResty across a failover", function()
   local master, replica, dir, g, cl, nginx
 
   lazy_setup(function()
-    master = helpers.start_redis()
-    replica = helpers.start_replica(master)
-    dir = os.tmpname()
-    os.remove(dir)
-    assert(os.execute("mkdir " .. dir .. " && ln -s " .. master.sock .. " " .. dir .. "/redis.sock"))
+    master, replica = helpers.start_with_replica()
+    dir = helpers.tmpdir()
+    assert(os.execute("ln -s " .. master.sock .. " " .. dir .. "/redis.sock"))
     g = helpers.start_sentinels()
     -- Nodes on addresses of their own in the suite's network namespace, so
     -- that the old master can be cut off the cluster (see spec/30).
@@ -323,8 +276,8 @@ describe("OpenResty across a failover", function()
   -- eight it never gets (on the server named host): their highest fences.
   local function lost_ngx_rounds(host, key, fresh, seen, from, to)
     assert(fences(host, key, seen, 2))
-    synced(from, to)
-    cut_off(from, to)
+    failover.synced(from, to)
+    failover.cut_off(from, to)
     return assert(fences(host, key, fresh, 8))
   end
 

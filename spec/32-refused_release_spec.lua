@@ -113,8 +113,7 @@ describe("OpenResty: with_lock's release refused by a busy script", function()
     nginx = helpers.start_nginx({
       workers = 1,
       server = {
-        'set $redis_url "redis://127.0.0.1:' .. srv.port .. '";',
-        'set $redis_timeout "5";',
+        helpers.redis_vars(srv, 5),
         helpers.location("/with_lock", "with_lock"),
         helpers.location("/leave", "leave"),
         helpers.location("/redlock", "with_lock", 'set $redis_redlock "' .. urls .. '";'),

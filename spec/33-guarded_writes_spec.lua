@@ -319,7 +319,7 @@ describe("guarded writes under OpenResty", function()
     nginx = helpers.start_nginx({
       workers = 1,
       server = {
-        'set $redis_url "redis://127.0.0.1:' .. srv.port .. '";',
+        helpers.redis_vars(srv),
         helpers.location("/guarded", "guarded"),
         helpers.location("/cluster/guarded", "guarded", 'set $redis_cluster "' .. table.concat(cl.seeds, ",") .. '";'),
       },

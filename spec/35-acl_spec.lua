@@ -62,8 +62,7 @@ describe("the README's ACL user", function()
   local srv, replica, client
 
   lazy_setup(function()
-    srv = helpers.start_redis()
-    replica = helpers.start_replica(srv)
+    srv, replica = helpers.start_with_replica()
     setuser(srv, README[BASE])
     setuser(srv, README[GUARDED])
     client = srv:client({ username = "locker", password = PASSWORD, timeout = 2 })

@@ -25,7 +25,7 @@ describe("a stampede under OpenResty", function()
       http = "lua_socket_log_errors off;",
       reuseport = true,
       server = {
-        'set $redis_url "redis://127.0.0.1:' .. srv.port .. '";',
+        helpers.redis_vars(srv),
         "set $redis_pool_size " .. POOL .. ";",
         "set $redis_wait_connections " .. WAITS .. ";",
         more or "",

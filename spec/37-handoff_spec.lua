@@ -64,12 +64,6 @@ describe("the handoff", function()
     return helpers.spawn(helpers.spec_dir .. "workers/waiter.lua", srv.port, ...)
   end
 
-  -- The PID the i-th waiter announced.
-  local function pid_of(i)
-    assert.is_truthy(helpers.eventually(5, function() return raw:command("LLEN", "pids") >= i end))
-    return raw:command("LINDEX", "pids", i - 1)
-  end
-
   -- "got <tag> <fence> <when>" of a waiter's output: fence and when.
   local function got(p, tag)
     local out, ok = p.wait()
@@ -215,7 +209,7 @@ describe("the handoff", function()
     blocked_by(1)
     local alive = waiter(key, 20, "notify", next_kind, 0, "alive")
     blocked_by(2, "the second waiter")
-    assert.is_true(helpers.sh_ok("kill -KILL " .. pid_of(1)))
+    assert.is_true(helpers.sh_ok("kill -KILL " .. helpers.pid_of(raw, 1)))
     dead.wait()
     local released = core.now()
     assert.is_true(lock:release()) -- handed to the dead one (registered first, TTL 30 s)
@@ -238,7 +232,7 @@ describe("the handoff", function()
     blocked_by(1)
     -- Paused, it cannot renew before the TTL it was handed is read (under
     -- valgrind this spec reads slower than the waiter renews).
-    local pid = pid_of(1)
+    local pid = helpers.pid_of(raw, 1)
     assert.is_true(helpers.sh_ok("kill -STOP " .. pid))
     assert.is_true(lock:release())
     local left = raw:command("PTTL", "lock:{k}")
@@ -259,7 +253,7 @@ describe("the handoff", function()
     blocked_by(1)
     local next_one = waiter(key, 20, "notify", next_kind, 0, "next")
     blocked_by(2, "the second waiter")
-    local pid = pid_of(1)
+    local pid = helpers.pid_of(raw, 1)
     assert.is_true(helpers.sh_ok("kill -STOP " .. pid))
     -- Resumed whatever fails below: a worker left stopped would hang the
     -- suite as busted waits for it at exit.

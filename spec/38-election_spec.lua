@@ -24,12 +24,6 @@ describe("an election", function()
     return helpers.spawn(helpers.spec_dir .. "workers/campaign.lua", srv.port, ...)
   end
 
-  -- The PID the i-th worker announced.
-  local function pid_of(i)
-    assert.is_truthy(helpers.eventually(5, function() return raw:command("LLEN", "pids") >= i end))
-    return raw:command("LINDEX", "pids", i - 1)
-  end
-
   -- A worker's output, checked: it succeeded.
   local function output(p)
     local out, ok = p.wait()
@@ -174,13 +168,13 @@ describe("an election", function()
 
   it("lets another lead within the TTL and the wait bound once the leader is SIGKILLed", function()
     local first = worker("jobs", "lead", "a", 1)
-    pid_of(1)
+    helpers.pid_of(raw, 1)
     assert.is_truthy(helpers.eventually(5, function() return raw:command("EXISTS", "lock:{election:jobs}") == 1 end))
     local second = worker("jobs", "lead", "b", 1, 0.1)
-    pid_of(2)
+    helpers.pid_of(raw, 2)
     core.sleep(0.5) -- it campaigns, and waits
     local killed = core.now()
-    assert.is_true(helpers.sh_ok("kill -KILL " .. pid_of(1)))
+    assert.is_true(helpers.sh_ok("kill -KILL " .. helpers.pid_of(raw, 1)))
     first.wait()
     local term, at = leads(output(second))
     local took = at - killed
@@ -190,7 +184,7 @@ describe("an election", function()
 
   it("tells a leader SIGSTOPped past its TTL that it lost, with a term below the new leader's", function()
     local first = worker("jobs", "lead", "a", 1)
-    local pid = pid_of(1)
+    local pid = helpers.pid_of(raw, 1)
     assert.is_truthy(helpers.eventually(5, function() return raw:command("EXISTS", "lock:{election:jobs}") == 1 end))
     assert.is_true(helpers.sh_ok("kill -STOP " .. pid))
     local stopped = core.now()
@@ -208,7 +202,7 @@ describe("an election", function()
 
   it("hands the lead over at once on a resign", function()
     local first = worker("jobs", "lead", "a", 10, 1)
-    pid_of(1)
+    helpers.pid_of(raw, 1)
     assert.is_truthy(helpers.eventually(5, function() return raw:command("EXISTS", "lock:{election:jobs}") == 1 end))
     local second = worker("jobs", "lead", "b", 10, 0.1)
     assert.is_truthy(helpers.eventually(5, function() return helpers.blocked(raw) == 1 end), "never blocked")

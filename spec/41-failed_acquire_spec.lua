@@ -44,6 +44,13 @@ end
 
 local unpack = table.unpack or unpack -- luacheck: ignore (LuaJIT's global)
 
+-- Makes the README's user name on srv, without the words in without
+-- (readme_user), and returns a client that logs in as it.
+local function user_client(srv, name, without)
+  assert.are.equal("OK", srv:cli(unpack(readme_user(name, without))))
+  return srv:client({ username = name, password = PASSWORD, timeout = 2 })
+end
+
 -- Raises the fence record of the slot of key to "<ms>-63" (a minute
 -- ahead of the server's clock, or the ms after its last): the next take's
 -- ID, "<ms>-64", tells no fence, so the acquire script must follow it
@@ -86,6 +93,15 @@ end
 -- A redis-server (started with the more arguments extra) and an
 -- administrator's client on it (2 s timeout) for the enclosing describe
 -- block, stopped after it; ready(srv, admin) keeps them in its locals.
+-- Takes key's lock over c (with opts) and gives it back: the server held
+-- c's token meanwhile, and nothing of it is left after.
+local function taken_and_given_back(srv, admin, c, key, opts)
+  local lock = assert(c:acquire(key, TTL, opts))
+  assert.are.equal(lock.token, srv:cli("GET", "lock:{" .. key .. "}"))
+  assert.is_true(lock:release())
+  nothing_left(srv, admin, key)
+end
+
 local function server_and_admin(extra, ready)
   local srv, admin
   lazy_setup(function()
@@ -106,8 +122,7 @@ describe("an acquire refused after its first try", function()
 
   it("by a user without +pexpire, after a take whose ID tells no fence: names PEXPIRE, gives the lock back itself",
      function()
-    assert.are.equal("OK", srv:cli(unpack(readme_user("nopexpire", { ["+pexpire"] = true }))))
-    local c = srv:client({ username = "nopexpire", password = PASSWORD, timeout = 2 })
+    local c = user_client(srv, "nopexpire", { ["+pexpire"] = true })
     for round = 1, 2 do -- the second on a connection that already failed once
       local key = "nopexpire:" .. round
       untold(srv, key)
@@ -142,21 +157,15 @@ describe("an acquire refused after its first try", function()
   end)
 
   it("by a user without +time: a plain lock is taken and given back; a semaphore and a write lock name TIME", function()
-    assert.are.equal("OK", srv:cli(unpack(readme_user("notime1", { ["+time"] = true }))))
-    local c = srv:client({ username = "notime1", password = PASSWORD, timeout = 2 })
+    local c = user_client(srv, "notime1", { ["+time"] = true })
     for round = 1, 2 do
       local key = "notime:" .. round
       -- The take, and a release with nobody waiting: no clock read.
-      local lock = assert(c:acquire(key, TTL))
-      assert.are.equal(lock.token, srv:cli("GET", "lock:{" .. key .. "}"))
-      assert.is_true(lock:release())
-      nothing_left(srv, admin, key)
+      taken_and_given_back(srv, admin, c, key)
       -- A take whose ID tells no fence: the acquire script follows, and
       -- tells one without the clock too.
       untold(srv, key)
-      lock = assert(c:acquire(key, TTL))
-      assert.is_true(lock:release())
-      nothing_left(srv, admin, key)
+      taken_and_given_back(srv, admin, c, key)
     end
     assert.are.equal("ran", c:with_lock("notime:w", TTL, function() return "ran" end))
     nothing_left(srv, admin, "notime:w")
@@ -174,22 +183,15 @@ describe("an acquire refused after its first try", function()
   end)
 
   it("by the README's user, who has no +info: takes and gives back every primitive (no INFO is read)", function()
-    local words = readme_user("noinfo", {})
-    for _, word in ipairs(words) do
+    for _, word in ipairs(readme_user("noinfo", {})) do
       assert(word ~= "+info" and word ~= "+@all" and word ~= "+incr", word .. " is in the README's line")
     end
-    assert.are.equal("OK", srv:cli(unpack(words)))
+    local c = user_client(srv, "noinfo", {})
     assert.are.equal("OK", srv:cli("CONFIG", "RESETSTAT")) -- the INFO of this file's checks before
-    local c = srv:client({ username = "noinfo", password = PASSWORD, timeout = 2 })
     for round = 1, 2 do
       local key = "noinfo:" .. round
-      local lock = assert(c:acquire(key, TTL))
-      assert.are.equal(lock.token, srv:cli("GET", "lock:{" .. key .. "}"))
-      assert.is_true(lock:release())
-      nothing_left(srv, admin, key)
-      lock = assert(c:acquire(key, TTL, { wait = 0.5 }))
-      assert.is_true(lock:release())
-      nothing_left(srv, admin, key)
+      taken_and_given_back(srv, admin, c, key)
+      taken_and_given_back(srv, admin, c, key, { wait = 0.5 })
     end
     assert.are.equal("ran", c:with_lock("noinfo:w", TTL, function() return "ran" end))
     nothing_left(srv, admin, "noinfo:w")
@@ -220,8 +222,7 @@ describe("an acquire refused after its first try", function()
 
   it("by a user without +eval +evalsha: takes a free lock, cannot release it; refused whole where a script must run",
      function()
-    assert.are.equal("OK", srv:cli(unpack(readme_user("noeval", { ["+eval"] = true, ["+evalsha"] = true }))))
-    local c = srv:client({ username = "noeval", password = PASSWORD, timeout = 2 })
+    local c = user_client(srv, "noeval", { ["+eval"] = true, ["+evalsha"] = true })
     -- Free: the take takes it (no script) and keeps no holder's fence key;
     -- its release is a script, refused: the lock runs out by its TTL.
     local before = evalsha_rejected()
@@ -267,9 +268,7 @@ describe("an acquire refused after its first try", function()
   end)
 
   it("by a user without +eval +evalsha nor +watch: the take's lock is not given back; its TTL ends it", function()
-    assert.are.equal("OK", srv:cli(unpack(readme_user("bare", { ["+eval"] = true, ["+evalsha"] = true,
-                                                                ["+watch"] = true }))))
-    local c = srv:client({ username = "bare", password = PASSWORD, timeout = 2 })
+    local c = user_client(srv, "bare", { ["+eval"] = true, ["+evalsha"] = true, ["+watch"] = true })
     untold(srv, "bare:1")
     local before = evalsha_rejected()
     local lock, err = c:acquire("bare:1", 1)
@@ -283,8 +282,7 @@ describe("an acquire refused after its first try", function()
   end)
 
   it("by a user without +multi: the take's SET runs alone; the call names MULTI and gives the lock back", function()
-    assert.are.equal("OK", srv:cli(unpack(readme_user("nomulti", { ["+multi"] = true }))))
-    local c = srv:client({ username = "nomulti", password = PASSWORD, timeout = 2 })
+    local c = user_client(srv, "nomulti", { ["+multi"] = true })
     local lock, err = c:acquire("nomulti:1", TTL)
     assert.is_nil(lock)
     assert.matches("^redis: NOPERM[^\n]*'multi' command", err)
@@ -309,8 +307,7 @@ describe("an acquire refused after its first try", function()
     -- refused: the call says the lock stays, so the acquire sends its
     -- release, which needs no PEXPIRE. (Without +pexpire alone the call
     -- gives it back, and no release follows: the first case.)
-    assert.are.equal("OK", srv:cli(unpack(readme_user("nowatch", { ["+pexpire"] = true, ["+watch"] = true }))))
-    local c = srv:client({ username = "nowatch", password = PASSWORD, timeout = 2 })
+    local c = user_client(srv, "nowatch", { ["+pexpire"] = true, ["+watch"] = true })
     for _, key in ipairs({ "nowatch:1", "nowatch:2" }) do -- the second on a new connection
       local err, sent = refused_untold(c, key)
       assert.matches("calls PEXPIRE there: the Redis user needs %+pexpire", err)
@@ -326,8 +323,7 @@ describe("an acquire refused after its first try", function()
     -- MULTI refused (class "refused"), the SET taken alone, WATCH refused:
     -- the call says the lock stays, and that, not the class, decides that
     -- the acquire sends its release.
-    assert.are.equal("OK", srv:cli(unpack(readme_user("nomultiwatch", { ["+multi"] = true, ["+watch"] = true }))))
-    local c = srv:client({ username = "nomultiwatch", password = PASSWORD, timeout = 2 })
+    local c = user_client(srv, "nomultiwatch", { ["+multi"] = true, ["+watch"] = true })
     local calls = evalsha_calls(srv)
     local lock, err = c:acquire("nomultiwatch:1", TTL)
     assert.is_nil(lock)
@@ -345,33 +341,37 @@ describe("a waiting acquire by a user without a right the wait needs (README's t
 
   server_and_admin(nil, function(s, a) srv, admin = s, a end)
 
-  it("without +blpop: redis: NOPERM at once, never a wait that polls; poll mode needs none", function()
-    assert.are.equal("OK", srv:cli(unpack(readme_user("noblpop", { ["+blpop"] = true }))))
-    local c = srv:client({ username = "noblpop", password = PASSWORD, timeout = 2 })
-    local held = assert(admin:acquire("noblpop:k", 10))
-    local t0 = core.now()
-    local lock, err = c:acquire("noblpop:k", 5, { wait = 3 })
-    assert.is_nil(lock)
-    assert.are.equal("redis: NOPERM this user has no permissions to run the 'blpop' command", err)
-    assert.is_true(core.now() - t0 < 1.5, "it waited")
-    lock, err = c:acquire("noblpop:k", 5, { wait = 0.3, wait_mode = "poll" })
-    assert.is_nil(lock)
-    assert.matches("^busy: ", err)
+  -- Runs check(c, key) while admin holds the lock on "<name>:k" (c: a
+  -- client of the README's user name, without the words in without), then
+  -- gives the lock back: nothing of it is left.
+  local function while_held(name, without, check)
+    local c, key = user_client(srv, name, without), name .. ":k"
+    local held = assert(admin:acquire(key, 10))
+    check(c, key)
     assert(held:release())
-    nothing_left(srv, admin, "noblpop:k")
+    nothing_left(srv, admin, key)
     c:close()
+  end
+
+  it("without +blpop: redis: NOPERM at once, never a wait that polls; poll mode needs none", function()
+    while_held("noblpop", { ["+blpop"] = true }, function(c, key)
+      local t0 = core.now()
+      local lock, err = c:acquire(key, 5, { wait = 3 })
+      assert.is_nil(lock)
+      assert.are.equal("redis: NOPERM this user has no permissions to run the 'blpop' command", err)
+      assert.is_true(core.now() - t0 < 1.5, "it waited")
+      lock, err = c:acquire(key, 5, { wait = 0.3, wait_mode = "poll" })
+      assert.is_nil(lock)
+      assert.matches("^busy: ", err)
+    end)
   end)
 
   it("without +time: a plain lock's waiting acquire fails, naming TIME", function()
-    assert.are.equal("OK", srv:cli(unpack(readme_user("notime", { ["+time"] = true }))))
-    local c = srv:client({ username = "notime", password = PASSWORD, timeout = 2 })
-    local held = assert(admin:acquire("notime:k", 10))
-    local lock, err = c:acquire("notime:k", 5, { wait = 1 })
-    assert.is_nil(lock)
-    assert.matches("calls TIME there: the Redis user needs %+time", err)
-    assert(held:release())
-    nothing_left(srv, admin, "notime:k")
-    c:close()
+    while_held("notime", { ["+time"] = true }, function(c, key)
+      local lock, err = c:acquire(key, 5, { wait = 1 })
+      assert.is_nil(lock)
+      assert.matches("calls TIME there: the Redis user needs %+time", err)
+    end)
   end)
 end)
 

@@ -22,8 +22,7 @@ describe("OpenResty: a release whose light thread is killed midway", function()
     nginx = helpers.start_nginx({
       workers = 1,
       server = {
-        'set $redis_url "redis://127.0.0.1:' .. srv.port .. '";',
-        'set $redis_timeout "5";',
+        helpers.redis_vars(srv, 5),
         helpers.location("/cut_release", "cut_release"),
       },
     })

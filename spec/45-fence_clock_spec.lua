@@ -24,8 +24,7 @@ local http = require "spec.support.http"
 
 local failover = require "spec.support.failover"
 
-local signal, synced, cut_off, above = failover.signal, failover.synced, failover.cut_off, failover.above
-local unpack = table.unpack or unpack
+local signal, above, note, take_all = failover.signal, failover.above, failover.note, failover.take_all
 
 -- What an earlier version left (its fences: a per-name counter plus its
 -- era's offset, a master's clock in ms): a record of a slot, and the
@@ -36,6 +35,10 @@ local LEGACY_TOP = 1795800188748 + 123456
 -- A master's arguments: its replica's first sync at once (a diskless sync
 -- waits 5 s for more replicas by default).
 local QUICK_SYNC = { "--repl-diskless-sync-delay", "0" }
+
+-- The names take_all takes in plain Lua: the lock "orders:42" (and the
+-- primitives named after it) and the election "orders:42:jobs".
+local ORDERS = { lock = "orders:42", election = "orders:42:jobs" }
 
 -- The era record an earlier version kept for the slot of the lock on name
 -- (a string; this version's fence record is "...:fences").
@@ -88,57 +91,11 @@ local function granted_above(srv, new, old, what)
   above_all(new, old, what)
 end
 
--- Notes fence under name in top if it is above what is there.
-local function note(top, name, fence)
-  assert.is_number(fence, name)
-  if not top[name] or fence > top[name] then top[name] = fence end
-end
-
--- Takes and releases, rounds times over client, a lock on key, a permit of
--- the semaphore "<key>:pool", the writer of the read-write lock
--- "<key>:doc", a lock on "<key>:a" and "<key>:b" and the leadership of the
--- election "<key>:jobs" (campaign, resign). Returns the highest fence of
--- each: { lock, permit, write, multi_a, multi_b, term }.
-local function take_all(client, rounds, key)
-  local top, opts = {}, { wait = 6 }
-  for _ = 1, rounds do
-    local l = assert(client:acquire(key, 5, opts))
-    note(top, "lock", l.fence)
-    assert(l:release())
-    l = assert(client:semaphore(key .. ":pool", 2):acquire(5, opts))
-    note(top, "permit", l.fence)
-    assert(l:release())
-    l = assert(client:rwlock(key .. ":doc"):write(5, opts))
-    note(top, "write", l.fence)
-    assert(l:release())
-    l = assert(client:acquire({ key .. ":a", key .. ":b" }, 5, opts))
-    note(top, "multi_a", l.fence[1])
-    note(top, "multi_b", l.fence[2])
-    assert(l:release())
-    l = assert(client:election(key .. ":jobs"):campaign("me", 5, opts))
-    note(top, "term", l.term)
-    assert(l:resign())
-  end
-  return top
-end
-
--- take_all's first round, tried again for up to 15 s while the address
--- settles (a connection to the server gone fails the first call).
-local function first_round(client, key)
-  local first, err
-  assert(helpers.eventually(15, function()
-    local ok, top = pcall(take_all, client, 1, key)
-    first, err = ok and top, top
-    return first
-  end), "no locks behind the address: " .. tostring(err))
-  return first
-end
-
 -- take_all's rounds over client for about seconds: their highest fences.
-local function take_for(client, seconds, key)
+local function take_for(client, seconds, keys)
   local top, deadline = {}, core.now() + seconds
   repeat
-    for name, f in pairs(take_all(client, 1, key)) do note(top, name, f) end
+    for name, f in pairs(take_all(client, 1, keys)) do note(top, name, f) end
   until core.now() >= deadline
   return top
 end
@@ -190,13 +147,13 @@ describe("the server behind the one address killed and started again without its
 
   it("hands out fences above every fence it handed out before", function()
     client = redislock.new({ path = dir .. "/redis.sock", timeout = 2 })
-    local before = take_all(client, 5, "orders:42")
+    local before = take_all(client, 5, ORDERS)
     for i = 1, 2 do
       srv:restart(true)
       assert(helpers.eventually(5, function() return srv:cli("DBSIZE") == "0" end), "not back empty")
-      local first = first_round(client, "orders:42")
+      local first = failover.first_round(client, ORDERS)
       granted_above(srv, first, before, "restart " .. i .. ": the first locks")
-      before = take_all(client, 3, "orders:42")
+      before = take_all(client, 3, ORDERS)
       above(before, first, "restart " .. i .. ": the next locks")
     end
   end)
@@ -206,8 +163,7 @@ describe("a failover behind the one address, undone", function()
   local master, replica, dir, client
 
   lazy_setup(function()
-    master = helpers.start_redis(QUICK_SYNC)
-    replica = helpers.start_replica(master)
+    master, replica = helpers.start_with_replica(QUICK_SYNC)
     dir = one_address(master)
   end)
   lazy_teardown(function()
@@ -218,28 +174,28 @@ describe("a failover behind the one address, undone", function()
   it("gives the old master's first fences above every fence the promoted replica handed out", function()
     local addr = dir .. "/redis.sock"
     client = redislock.new({ path = addr, timeout = 2 })
-    local old = take_all(client, 2, "orders:42")
-    synced(master, replica)
-    cut_off(master, replica)
-    for name, f in pairs(take_all(client, 5, "orders:42")) do note(old, name, f) end -- the replica never sees these
+    local old = take_all(client, 2, ORDERS)
+    failover.synced(master, replica)
+    failover.cut_off(master, replica)
+    for name, f in pairs(take_all(client, 5, ORDERS)) do note(old, name, f) end -- the replica never sees these
 
     -- The replica is promoted, the address names it, and it grants a while.
     signal(replica, "CONT")
     assert.are.equal("OK", replica:cli("REPLICAOF", "NO", "ONE"))
     master:cli("CLIENT", "KILL", "TYPE", "normal")
     point(addr, replica)
-    local promoted = first_round(client, "orders:42")
+    local promoted = failover.first_round(client, ORDERS)
     granted_above(replica, promoted, old, "the promoted replica's first locks")
-    for name, f in pairs(take_for(client, 1.5, "orders:42")) do note(promoted, name, f) end
+    for name, f in pairs(take_for(client, 1.5, ORDERS)) do note(promoted, name, f) end
 
     -- Undone: the address names the old master again, never demoted, its
     -- data as it was (its records below the replica's fences).
     replica:cli("CLIENT", "KILL", "TYPE", "normal")
     point(addr, master)
     assert.matches("^master", master:cli("ROLE"))
-    local back = first_round(client, "orders:42")
+    local back = failover.first_round(client, ORDERS)
     granted_above(master, back, promoted, "the old master's first locks after the promoted replica's")
-    above(take_all(client, 2, "orders:42"), back, "the old master's next locks")
+    above(take_all(client, 2, ORDERS), back, "the old master's next locks")
   end)
 end)
 
@@ -258,13 +214,13 @@ describe("a replica promoted before its first sync behind the one address", func
   it("hands out fences above every fence of the master it replaced", function()
     local addr = dir .. "/redis.sock"
     client = redislock.new({ path = addr, timeout = 2 })
-    local old = take_all(client, 5, "orders:42")
+    local old = take_all(client, 5, ORDERS)
     fresh = never_synced()
     master:cli("CLIENT", "KILL", "TYPE", "normal")
     point(addr, fresh)
-    local first = first_round(client, "orders:42")
+    local first = failover.first_round(client, ORDERS)
     granted_above(fresh, first, old, "the promoted replica's first locks")
-    above(take_all(client, 2, "orders:42"), first, "its next locks")
+    above(take_all(client, 2, ORDERS), first, "its next locks")
   end)
 end)
 
@@ -483,8 +439,7 @@ describe("under OpenResty", function()
   lazy_setup(function()
     lost = helpers.start_redis()
     dirs.lost = one_address(lost)
-    master = helpers.start_redis(QUICK_SYNC)
-    replica = helpers.start_replica(master)
+    master, replica = helpers.start_with_replica(QUICK_SYNC)
     dirs.one = one_address(master)
     early = helpers.start_redis()
     dirs.early = one_address(early)
@@ -569,8 +524,8 @@ describe("under OpenResty", function()
 
   it("after a failover behind the one address is undone: the old master's fences above the replica's", function()
     local old = assert(fences("one", "orders:42", 2))
-    synced(master, replica)
-    cut_off(master, replica)
+    failover.synced(master, replica)
+    failover.cut_off(master, replica)
     for name, f in pairs(assert(fences("one", "orders:42", 5))) do note(old, name, f) end
     signal(replica, "CONT")
     assert.are.equal("OK", replica:cli("REPLICAOF", "NO", "ONE"))

@@ -370,7 +370,7 @@ describe("redislock.metrics under OpenResty", function()
   local nginx
   lazy_setup(function()
     local server = {
-      'set $redis_url "redis://127.0.0.1:' .. srv.port .. '";',
+      helpers.redis_vars(srv),
       'set $dead_url "redis://127.0.0.1:' .. helpers.free_port() .. '";',
     }
     for _, name in ipairs({ "hold", "lose", "dead", "metrics" }) do

@@ -6,6 +6,7 @@
 -- cluster.lua, redlock.lua, postgres.lua and nginx.lua.
 local core = require "redislock.core"
 local socket = require "socket"
+local read_file = require "tools.read_file"
 local unpack = table.unpack or unpack -- luacheck: ignore (LuaJIT's global)
 
 local helpers = {}
@@ -70,13 +71,6 @@ function helpers.free_port()
   return tonumber(port)
 end
 
-local function read_file(path)
-  local f = io.open(path, "r")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
 helpers.read_file = read_file
 
 -- os.execute says true (5.4) or 0 (LuaJIT) for success.
@@ -287,6 +281,13 @@ function helpers.start_replica(master, extra)
   return helpers.start_redis(args)
 end
 
+--- A server (extra: its arguments, as helpers.start_redis takes them) and
+-- a replica of it; returns both.
+function helpers.start_with_replica(extra)
+  local master = helpers.start_redis(extra)
+  return master, helpers.start_replica(master)
+end
+
 --- Stops the server (SIGTERM by PID, then waits for it to go) and removes its folder.
 function Server:stop()
   if not self.pid then return end
@@ -484,6 +485,34 @@ function helpers.eventually(seconds, fn)
     v = fn()
   end
   return v
+end
+
+--- spec/workers/primitive.lua (a semaphore's, a read-write lock's or a
+-- multi-key lock's holds, counted) against server (a port, or a
+-- "cluster:..." list), with its other arguments, as helpers.spawn runs it.
+function helpers.spawn_primitive(server, ...)
+  return helpers.spawn(helpers.spec_dir .. "workers/primitive.lua", server, ...)
+end
+
+--- A holder SIGKILLed: spawn_primitive's "permit" worker (a permit of
+-- semaphore "pool" and a read hold of read-write lock "doc", each with a
+-- 1 s TTL) on srv, killed once it holds (its PID on the list "holders",
+-- read through raw); returns once it is gone. what names it in the error.
+function helpers.killed_holder(srv, raw, what)
+  local proc = helpers.spawn_primitive(srv.port, "permit", core.now(), 1)
+  local pid = helpers.eventually(5, function() return raw:command("LINDEX", "holders", 0) end)
+  assert(pid, what .. " never took its hold")
+  assert(helpers.sh_ok("kill -KILL " .. pid), "cannot kill " .. what)
+  proc.wait()
+end
+
+--- The PID the i-th worker announced (spec/workers/*.lua push theirs on
+-- the list "pids" of their server; raw is a core client of it), once it
+-- did (5 s at most).
+function helpers.pid_of(raw, i)
+  assert(helpers.eventually(5, function() return raw:command("LLEN", "pids") >= i end),
+         "worker " .. i .. " never announced its PID")
+  return raw:command("LINDEX", "pids", i - 1)
 end
 
 --- Asserts that c:acquire(key, 5) fails with an error that matches

@@ -8,13 +8,7 @@
 -- Prints one line per broken link ("file:line: link: why") and exits 1
 -- when there is one; else prints "links: ok (N links in M files)".
 
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = require "tools.read_file"
 
 -- The anchors of a page's headings, as a set.
 local anchors_of = {}

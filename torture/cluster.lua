@@ -23,15 +23,14 @@ local helpers = require "spec.helpers"
 local core = require "redislock.core"
 local proc = require "torture.proc"
 
-local _M = {}
-
+-- The module is the group's class: start makes a group.
 local Group = {}
 Group.__index = Group
 
 local NODE_TIMEOUT = 1000 -- ms
 
 --- Starts the cluster; returns the group. own: every node on its own address.
-function _M.start(own, nkeys)
+function Group.start(own, nkeys)
   local c = helpers.start_cluster({ node_timeout = NODE_TIMEOUT, own_addresses = own, full_coverage = false,
                                     extra = { "--appendonly", "yes", "--appendfsync", "always" } })
   local g = setmetatable({ c = c, own = own, nkeys = nkeys, moving = nil }, Group)
@@ -86,6 +85,17 @@ local function kill_and_start(n, s)
   assert(n.pid, "a cluster node did not come back: " .. (helpers.read_file(n.dir .. "/redis.log") or ""):sub(-500))
 end
 
+-- A fault: a master picked at random, or its replica (role "master" or
+-- "replica"), paused (SIGSTOP) for 0.5 s and up to longest s more.
+local function paused(g, role, longest)
+  return function()
+    local m = g:a_master()
+    local n = m and (role == "master" and m or g:replica(m))
+    if not n then return "no " .. role .. ": nothing to pause" end
+    return proc.pause_server(role, n, 0.5 + longest * math.random())
+  end
+end
+
 --- The faults, each a function that returns a line for the log.
 function Group:faults()
   local g, c = self, self.c
@@ -115,17 +125,8 @@ function Group:faults()
       kill_and_start(m, s)
       return string.format("master :%d killed (SIGKILL), started again %.2f s later", m.port, s)
     end,
-    function()
-      local m = g:a_master()
-      if not m then return "no master: nothing to pause" end
-      return proc.pause_server("master", m, 0.5 + 3 * math.random())
-    end,
-    function()
-      local m = g:a_master()
-      local r = m and g:replica(m)
-      if not r then return "no replica: nothing to pause" end
-      return proc.pause_server("replica", r, 0.5 + 2 * math.random())
-    end,
+    paused(g, "master", 3),
+    paused(g, "replica", 2),
     function()
       local m = g:a_master()
       local r = m and g:replica(m)
@@ -202,4 +203,4 @@ function Group:stop(keep)
   proc.stop_servers(self.c.nodes, keep)
 end
 
-return _M
+return Group

@@ -20,13 +20,12 @@ local clock = require "torture.clock"
 local core = require "redislock.core"
 local proc = require "torture.proc"
 
-local _M = {}
-
+-- The module is the group's class: start makes a group.
 local Group = {}
 Group.__index = Group
 
 --- Starts the five servers; returns the group. own: each on its own address.
-function _M.start(own)
+function Group.start(own)
   local g = setmetatable({ servers = {}, cuts = {}, own = own, windows = {} }, Group)
   local urls = {}
   for i = 1, 5 do
@@ -125,4 +124,4 @@ function Group:stop(keep)
   proc.stop_servers(self.servers, keep)
 end
 
-return _M
+return Group

@@ -19,7 +19,6 @@
 -- majority, are redislock/election_io.lua's.
 
 local args = require "redislock.args"
-local core = require "redislock.core"
 local hold_mod = require "redislock.hold"
 local io_mod = require "redislock.election_io"
 local leadership = require "redislock.leadership"
@@ -34,7 +33,7 @@ local check_self, check_nargs, check_seconds, quote, argerror =
       args.check_self, args.check_nargs, args.check_seconds, args.quote, args.argerror
 local lock_name = hold_mod.lock_name
 
-local _M = { _VERSION = core._VERSION }
+local _M = { _VERSION = args._VERSION }
 
 args.own(debug.getinfo(1, "S").source)
 

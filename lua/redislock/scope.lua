@@ -6,16 +6,14 @@
 -- on_lost aborting fn (plain Lua): see below.
 
 local args = require "redislock.args"
-local core = require "redislock.core"
 local lease_mod = require "redislock.lease"
 local lock_mod = require "redislock.lock"
 
-local assert, collectgarbage, error, ipairs, load, pcall, setmetatable =
-      assert, collectgarbage, error, ipairs, load, pcall, setmetatable
+local collectgarbage, error, ipairs, pcall, setmetatable = collectgarbage, error, ipairs, pcall, setmetatable
 local coroutine_running = coroutine.running
 local debug_getinfo, debug_gethook, debug_sethook = debug.getinfo, debug.gethook, debug.sethook
 
-local _M = { _VERSION = core._VERSION }
+local _M = { _VERSION = args._VERSION }
 
 args.own(debug.getinfo(1, "S").source)
 

@@ -121,6 +121,29 @@ return function(helpers)
     error("no node serves slot " .. slot)
   end
 
+  --- The value of the lock on key ("lock:{key}") at its slot's owner now
+  -- (cl:owner), and that owner.
+  function Cluster:lock_at_owner(key)
+    local owner = self:owner(core.lock_slot(key))
+    return owner:cli("GET", "lock:{" .. key .. "}"), owner
+  end
+
+  --- Takes and releases, over client c, a lock on each of "<prefix>1" to
+  -- "<prefix><n>", raising unless its slot's owner held the lock's token;
+  -- returns how many nodes held one.
+  function Cluster:spread(c, prefix, n)
+    local owners, count = {}, 0
+    for i = 1, n do
+      local key = prefix .. i
+      local lock = assert(c:acquire(key, 5))
+      local value, owner = self:lock_at_owner(key)
+      assert(value == lock.token, key .. " is not held at its slot's owner")
+      if not owners[owner] then owners[owner], count = true, count + 1 end
+      assert(lock:release())
+    end
+    return count
+  end
+
   --- Starts moving slot from one master to another (Servers): SETSLOT
   -- IMPORTING on the target, MIGRATING on the source. The keys stay on the
   -- source until move_keys.

@@ -4,11 +4,8 @@
 -- its workers, error log and stop.
 
 return function(helpers)
-  local tmpdir = helpers.tmpdir
-  local alive = helpers.alive
-  local run = helpers.run
-  local sh_quote = helpers.sh_quote
-  local read_file = helpers.read_file
+  local tmpdir, alive, run, sh_quote, read_file = helpers.tmpdir, helpers.alive, helpers.run, helpers.sh_quote,
+        helpers.read_file
 
   -- Replaces every literal "{{name}}" in s by vars[name]; other text, Lua's
   -- `{{x}}` included, is left alone.
@@ -171,8 +168,7 @@ return function(helpers)
     return helpers.start_nginx({
       workers = 2,
       http = "lua_socket_log_errors off;",
-      server = { 'set $redis_url "redis://127.0.0.1:' .. srv.port .. '";',
-                 helpers.location("/primitive", "primitive") },
+      server = { helpers.redis_vars(srv), helpers.location("/primitive", "primitive") },
     })
   end
 
@@ -289,6 +285,14 @@ return function(helpers)
 
   --- An nginx.conf location running spec/support/ngx_app.lua's handler
   -- name at path, after the directives more.
+  --- A server block's line that points spec/support/ngx_app.lua's handlers
+  -- at srv (a redis-server of these helpers), with their timeout (seconds)
+  -- when one is given.
+  function helpers.redis_vars(srv, timeout)
+    return 'set $redis_url "redis://127.0.0.1:' .. srv.port .. '";'
+           .. (timeout and ' set $redis_timeout "' .. timeout .. '";' or "")
+  end
+
   function helpers.location(path, name, more)
     return string.format('location = %s { %s content_by_lua_block { require("spec.support.ngx_app").%s() } }',
                          path, more or "", name)

@@ -5,11 +5,8 @@
 local core = require "redislock.core"
 
 return function(helpers)
-  local tmpdir = helpers.tmpdir
-  local Server = helpers.Server
-  local run = helpers.run
-  local sh_quote = helpers.sh_quote
-  local read_file = helpers.read_file
+  local tmpdir, Server, run, sh_quote, read_file = helpers.tmpdir, helpers.Server, helpers.run, helpers.sh_quote,
+        helpers.read_file
 
   local Group = {}
   Group.__index = Group

@@ -269,45 +269,41 @@ function app.primitive()
   local function cmd(...) return assert(c:command(...)) end
   local opts = { wait = 60 }
   local ttl = arg_number("ttl", 5)
-  local function checked(h)
-    ngx.sleep(hold)
-    assert(h:check(true))
-    return type(h.fence) == "table" and h.fence[1] or h.fence
+  -- fn for a with_* call: enter(), the hold checked after hold seconds,
+  -- leave(); returns the hold's fence.
+  local function section(enter, leave)
+    return function(h)
+      enter()
+      ngx.sleep(hold)
+      assert(h:check(true))
+      leave()
+      return type(h.fence) == "table" and h.fence[1] or h.fence
+    end
   end
   local fence
   if kind == "sem" then
-    fence = c:semaphore("pool", arg_number("limit", 3)):with_permit(ttl, function(p)
-      cmd("RPUSH", "seen", cmd("INCR", "inside"))
-      local f = checked(p)
-      cmd("DECR", "inside")
-      return f
-    end, opts)
+    fence = c:semaphore("pool", arg_number("limit", 3)):with_permit(ttl, section(
+      function() cmd("RPUSH", "seen", cmd("INCR", "inside")) end,
+      function() cmd("DECR", "inside") end), opts)
   elseif kind == "read" then
-    fence = c:rwlock("doc"):with_read(ttl, function(h)
+    fence = c:rwlock("doc"):with_read(ttl, section(function()
       cmd("INCR", "readers")
       if tonumber(cmd("GET", "writers") or 0) ~= 0 then cmd("INCR", "overlaps") end
-      local f = checked(h)
-      cmd("DECR", "readers")
-      return f
-    end, opts)
+    end, function() cmd("DECR", "readers") end), opts)
   elseif kind == "write" then
-    fence = c:rwlock("doc"):with_write(ttl, function(h)
+    fence = c:rwlock("doc"):with_write(ttl, section(function()
       if cmd("INCR", "writers") ~= 1 or tonumber(cmd("GET", "readers") or 0) ~= 0 then cmd("INCR", "overlaps") end
-      local f = checked(h)
-      cmd("DECR", "writers")
-      return f
-    end, opts)
+    end, function() cmd("DECR", "writers") end), opts)
   else
     local keys = {}
     for k in ngx.var.arg_keys:gmatch("[^,]+") do keys[#keys + 1] = k end
-    fence = c:with_lock(keys, ttl, function(l)
+    fence = c:with_lock(keys, ttl, section(function()
       for _, k in ipairs(keys) do
         if cmd("INCR", "in:" .. k) ~= 1 then cmd("INCR", "overlaps") end
       end
-      local f = checked(l)
+    end, function()
       for _, k in ipairs(keys) do cmd("DECR", "in:" .. k) end
-      return f
-    end, opts)
+    end), opts)
   end
   return reply(200, fence)
 end
