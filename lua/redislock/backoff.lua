@@ -7,10 +7,11 @@
 -- together do not try again together.
 
 local core = require "redislock.core"
+local errors = require "redislock.errors"
 
 local tonumber = tonumber
 local math_max, math_min = math.max, math.min
-local token = core.token
+local token, now, retry = core.token, core.now, errors.retry
 
 local _M = { _VERSION = core._VERSION }
 
@@ -32,6 +33,44 @@ function _M.sleep(sleep, step, room, whole)
   end
   sleep(math_max(pause, 0.001))
   return math_min(step * 2, MAX)
+end
+
+
+--- passing(err): whether err (an error message) says the command did not
+-- run, for a state that passes (a restart loading its data, a busy script,
+-- a master demoted or down, a cluster slot moving or a cluster without a
+-- master: redislock/errors.lua's "again"). Unlike a reply lost on a broken
+-- connection (the command may have run: a release sent again could then
+-- say "lost"), such a refusal may be followed by the same command.
+local function passing(err)
+  return retry(err, "again")
+end
+_M.passing = passing
+
+--- again_from(a, b, ...): again's loop, from what its first t:eval
+-- answered (redislock/lock.lua sends that first try itself).
+local function again_from(a, b, sleep, deadline, t, op, key, tok, ms)
+  local step = _M.FIRST
+  while a == nil and passing(b) do
+    step = _M.sleep(sleep, step, deadline - now(), true)
+    if not step then break end
+    a, b = t:eval(op, key, tok, ms)
+  end
+  return a, b
+end
+_M.again_from = again_from
+
+--- again(sleep, deadline, t, op, key, tok[, ms]) -> what t:eval returned:
+-- runs t:eval(op, key, tok, ms); while its first value is nil and its
+-- second a refusal for a passing state, runs it again after the pause
+-- above, as long as that pause ends before deadline (core.now() seconds);
+-- sleep is the transport's. (No closure: a release runs it on every
+-- call.) A transport over several servers does this per server: its
+-- t:eval_until.
+function _M.again(sleep, deadline, t, op, key, tok, ms)
+  if t.eval_until then return t:eval_until(deadline, op, key, tok, ms) end
+  local a, b = t:eval(op, key, tok, ms)
+  return again_from(a, b, sleep, deadline, t, op, key, tok, ms)
 end
 
 return _M

@@ -1,10 +1,13 @@
 -- SPDX-License-Identifier: MIT
 
---- redislock.client: the client, and every method a user calls on it. `new` checks the connection
--- options and connects (lazily) through redislock.transport. A client takes locks (acquire, with_lock),
--- makes lock objects from tokens, and runs plain commands: every public method of a client is here, each
--- a checked entry to the module that does the work (redislock/hold.lua's machinery, the other
--- primitives, redislock/admin.lua's operator calls): one place for a user to read what a client offers.
+--- redislock.client: the client, and every method a user calls on it.
+-- `new` checks the connection options and
+-- connects (lazily) through redislock.transport. A client takes locks
+-- (acquire, with_lock), makes lock objects from tokens, and runs plain
+-- commands: every public method of a client is here, each a checked entry
+-- to the module that does the work (redislock/hold.lua's machinery, the
+-- other primitives, redislock/admin.lua's operator calls): one place for a
+-- user to read what a client offers.
 
 local admin = require "redislock.admin"
 local args = require "redislock.args"
@@ -31,8 +34,8 @@ local STATEFUL, bad_argument, upper_of, upper_name = client_args.STATEFUL, clien
 local acquire, with_hold = hold.hold, hold.with_hold
 local check_keys = multilock.check_keys -- a multi-key lock's: the keys as given, and sorted
 local refused, check_primitive = client_args.refused, client_args.check_primitive
-local FAST, fast_take, taken, fast_with, with_taken = hold.FAST, core.fast_take, hold.taken, core.fast_with,
-      hold.with_taken
+local FAST, fast_take, taken = hold.FAST, core.fast_take, hold.taken
+local fast_with, with_taken = core.fast_with, hold.with_taken
 local check_live, check_client = hold.check_live, hold.check_client
 
 local _M = { _VERSION = core._VERSION }
@@ -144,8 +147,9 @@ function _M.new(opts, ...)
   -- _renewed: its locks with a lease, weakly (close stops their renewal).
   -- _held: key -> its lock taken by this client, weakly (for messages).
   -- _hot: keys this client found busy lately (redislock/wait.lua).
-  -- _waiting: the runtime's waiting strategy (redislock/wait.lua's take): under OpenResty the gates
-  -- where waiters of one nginx worker queue (redislock/ngx_gate.lua); nil in plain Lua, or with coalesce = false.
+  -- _waiting: the runtime's waiting strategy (redislock/wait.lua's take):
+  -- under OpenResty the gates where waiters of one nginx worker queue
+  -- (redislock/ngx_gate.lua); nil in plain Lua, or with coalesce = false.
   -- _link: shared with its locks, which read whether it was closed.
   -- _token: makes its holds' tokens (core.tokens; the C client's own: client:holder).
   local label = opts.label and "/" .. opts.label or ""
@@ -154,13 +158,15 @@ function _M.new(opts, ...)
                  _link = { closed = false, observer = observer, prefix = c.prefix },
                  _token = core.tokens(holder, label) }
   self._transport, self._sleep = topology.transport(opts, c)
-  -- One server in plain Lua (the C client), no observer: acquire's and with_lock's common case in one call.
+  -- One server in plain Lua (the C client), no observer: acquire's and
+  -- with_lock's common case is one call (core.fast_take, core.fast_with).
   if observer == nil and type(self._transport) == "userdata" then
     FAST[self] = self._transport
     self._transport:holder(holder, label)
   end
   self._waiting = opts.coalesce ~= false and transport.waiting and transport.waiting() or nil
-  self._link.sleep, self._link.timeout = self._sleep, (c.timeout_ms or 1000) / 1000 -- the transports' defaults
+  -- (the transports' defaults)
+  self._link.sleep, self._link.timeout = self._sleep, (c.timeout_ms or 1000) / 1000
   self._link.connect_timeout = (c.connect_timeout_ms or 1000) / 1000
   return setmetatable(self, client_mt)
 end
@@ -233,9 +239,10 @@ end
 -- @return[2] nil
 -- @treturn[2] string "busy: ...", "connection: ..." or "redis: ..."
 function Client:acquire(key, ttl, opts, ...)
-  -- The common case (one server, no observer; a key and a TTL, nothing more) in one call: core.fast_take
-  -- checks it all, makes the token and sends the take (hold.taken reads its answer); nothing for any other.
-  -- (with_lock's: core.fast_with, fn a function, its lock renewed, then hold.with_taken.)
+  -- The common case (one server, no observer; a key and a TTL, nothing
+  -- more) in one call: core.fast_take checks it all, makes the token and
+  -- sends the take (hold.taken reads its answer); nothing for any other.
+  -- (with_lock's: core.fast_with, then hold.with_taken.)
   local t = FAST[self]
   if t then
     local fence, tok, a, b, left = fast_take(t, key, ttl, opts, ...)
@@ -279,18 +286,8 @@ end
 -- with_lock
 
 -- The arguments of with_lock (the method's and the module function's),
--- checked; returns the ttl in ms, how to take and hold the lock, and for a
--- list of keys, the keys sorted (the key passed on is then the checked copy).
-function _M.with_lock_args(key, ttl, fn, opts, ...)
-  local sorted
-  if type(key) == "table" then key, sorted = check_keys(1, "with_lock", key) else check_key(1, "with_lock", key) end
-  local ms = check_seconds(2, "with_lock", "ttl", ttl)
-  args.check_fn(3, "with_lock", fn)
-  local how = lock_opts(4, "with_lock", opts, true)
-  check_nargs("with_lock", 4, ...)
-  if sorted then multilock.check_how(4, "with_lock", how) end
-  return ms, how, key, sorted
-end
+-- checked (redislock/client_args.lua).
+_M.with_lock_args = client_args.with_lock_args
 
 -- with_lock after its arguments were checked (sorted: a multi-key lock's
 -- keys, sorted; key then the list).

@@ -9,6 +9,7 @@
 local args = require "redislock.args"
 local core = require "redislock.core"
 local metrics = require "redislock.metrics"
+local multilock = require "redislock.multilock"
 local tls = require "redislock.tls"
 local topology = require "redislock.topology"
 local url = require "redislock.url"
@@ -163,6 +164,25 @@ function _M.upper_name(name)
   local upper = name:upper()
   if uppers < 256 and #name <= 32 then upper_of[name], uppers = upper, uppers + 1 end
   return upper
+end
+
+-- The arguments of with_lock (the client's method's and the module
+-- function's), checked; returns the ttl in ms, how to take and hold the
+-- lock, and for a list of keys, the keys sorted (the key passed on is then
+-- the checked copy).
+function _M.with_lock_args(key, ttl, fn, opts, ...)
+  local sorted
+  if type(key) == "table" then
+    key, sorted = multilock.check_keys(1, "with_lock", key)
+  else
+    args.check_key(1, "with_lock", key)
+  end
+  local ms = check_seconds(2, "with_lock", "ttl", ttl)
+  args.check_fn(3, "with_lock", fn)
+  local how = args.lock_opts(4, "with_lock", opts, true)
+  args.check_nargs("with_lock", 4, ...)
+  if sorted then multilock.check_how(4, "with_lock", how) end
+  return ms, how, key, sorted
 end
 
 return _M

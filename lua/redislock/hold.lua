@@ -8,6 +8,7 @@
 -- it; it requires none of them.
 
 local args = require "redislock.args"
+local backoff = require "redislock.backoff"
 local core = require "redislock.core"
 local lock_mod = require "redislock.lock"
 local scope = require "redislock.scope"
@@ -172,7 +173,7 @@ local observe_waiting = _M.observe_waiting
 -- (class "script") ran up to there.
 local function ran_nothing(err, left)
   if left then return left == "nothing" end
-  return lock_mod.passing(err) or error_class(err) == "refused"
+  return backoff.passing(err) or error_class(err) == "refused"
 end
 
 -- acquire after its arguments were checked (how.scoped: with_lock's lock,

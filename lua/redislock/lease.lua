@@ -33,6 +33,7 @@
 -- nodes with t:lease_nodes(key, token) -> nodes, quorum, drift(ms), via; a
 -- node transport (no lease_nodes) is its own one node.
 
+local backoff = require "redislock.backoff"
 local core = require "redislock.core"
 
 local ipairs, setmetatable, string_format, table_sort = ipairs, setmetatable, string.format, table.sort
@@ -176,7 +177,7 @@ local function heard(lock, event, why)
     -- is tried again while the lock lasts; once when the worker exits), and
     -- its worker's queue goes on.
     local at = lease:stop()
-    local status, err = lock_mod.again(lock._link.sleep, why and 0 or at or 0, lock._t, lock._ops.release,
+    local status, err = backoff.again(lock._link.sleep, why and 0 or at or 0, lock._t, lock._ops.release,
                                        lock.key, lock.token)
     local cohort = lock._cohort
     lock._cohort = nil

@@ -15,7 +15,8 @@ local error, getmetatable, pcall, select, setmetatable, tostring, type =
 local string_format = string.format
 local math_huge = math.huge
 local now, MAX_MS = core.now, core.MAX_MS
-local retry, unanswered = errors.retry, errors.unanswered
+local unanswered = errors.unanswered
+local again, again_from = backoff.again, backoff.again_from
 local quote, check_self, check_nargs, check_seconds, check_phase, argerror =
       args.quote, args.check_self, args.check_nargs, args.check_seconds, args.check_phase, args.argerror
 
@@ -37,41 +38,6 @@ local Lock = {}
 local lock_mt = { __index = Lock }
 local fast_release, fast_leased = core.fast_release(lock_mt)
 
--- Whether err (an error message) says the command did not run, for a
--- state that passes (a restart loading its data, a busy script, a master
--- demoted or down, a cluster slot moving or a cluster without a master:
--- redislock/errors.lua's "again"). Unlike a reply lost on a broken
--- connection (the command may have run: a release sent again could then
--- say "lost"), such a refusal may be followed by the same command.
-function _M.passing(err)
-  return retry(err, "again")
-end
-local passing = _M.passing
-
--- again_from(a, b, ...): again's loop, from what its first t:eval answered.
-local function again_from(a, b, sleep, deadline, t, op, key, token, ms)
-  local step = backoff.FIRST
-  while a == nil and passing(b) do
-    step = backoff.sleep(sleep, step, deadline - now(), true)
-    if not step then break end
-    a, b = t:eval(op, key, token, ms)
-  end
-  return a, b
-end
-
--- again(sleep, deadline, t, op, key, token[, ms]) -> what t:eval returned:
--- runs t:eval(op, key, token, ms); while its first value is nil and its
--- second a refusal for a passing state (passing: errors.lua's "again"),
--- runs it again after backoff's pause, as long as that pause ends before
--- deadline (core.now() seconds); sleep is the transport's. (No closure: a release runs it on every call.) A transport
--- over several servers does this per server: its t:eval_until.
-function _M.again(sleep, deadline, t, op, key, token, ms)
-  if t.eval_until then return t:eval_until(deadline, op, key, token, ms) end
-  local a, b = t:eval(op, key, token, ms)
-  return again_from(a, b, sleep, deadline, t, op, key, token, ms)
-end
-local again = _M.again
-
 -- The scripts of a lock, and how messages name it. Other primitives' holds
 -- (a semaphore's permit, a read-write lock's read or write hold) are lock
 -- objects with scripts of their own: release, extend, pttl (each checks the
@@ -79,11 +45,14 @@ local again = _M.again
 -- The kind names it in tostring.
 _M.LOCK = { release = "release", extend = "extend", pttl = "pttl", label = "%s", kind = "lock" }
 
--- A lock object, held as far as we know. t: the transport it was taken on; link: the client's { closed =
--- boolean, sleep = the transport's sleep, timeout = seconds }, closed set when the client is closed (cheaper
--- to read on every call than asking the transport); fence and expires (core.now() seconds before which the
--- lock cannot have expired) may be nil when unknown; ops: its scripts (default _M.LOCK); since: when the try
--- that took it was sent (core.now()); release: the common case's lock's own (_M.ONCE or _M.LEASED, below:
+-- A lock object, held as far as we know. t: the transport it was taken on;
+-- link: the client's { closed = boolean, sleep = the transport's sleep,
+-- timeout = seconds }, closed set when the client is closed (cheaper to read
+-- on every call than asking the transport); fence
+-- and expires (core.now() seconds before which the lock cannot have expired)
+-- may be nil when unknown; ops: its scripts (default _M.LOCK); since: when
+-- the try that took it was sent (core.now()); release: the common case's
+-- lock's own (_M.ONCE or _M.LEASED, below:
 -- hold.lua's; t the C client).
 function _M.new(t, link, key, token, fence, expires, ops, since, release)
   return setmetatable({ key = key, token = token, fence = fence, _t = t, _link = link, _state = "held",
@@ -296,9 +265,11 @@ function Lock:release(...)
   return true
 end
 
--- The common case's locks' release (no gate, no observer): one call, fast (core.fast_release's: it checks
--- the call too; with_lock's stops the lock's renewal first), while held, its client open; done is nil for any
--- other call, nothing sent (Lock:release then), false for one sent not answered 1 (lock_eval reads it).
+-- The common case's locks' release (no gate, no observer): one call, fast
+-- (core.fast_release's: it checks the call too; with_lock's stops the
+-- lock's renewal first), while held, its client open; done is nil for any
+-- other call, nothing sent (Lock:release then), false for one sent not
+-- answered 1 (lock_eval reads it).
 local function release_by(fast)
   return function(self, ...)
     local done, status, value = fast(self, ...)

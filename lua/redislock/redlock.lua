@@ -32,7 +32,6 @@
 local args = require "redislock.args"
 local backoff = require "redislock.backoff"
 local core = require "redislock.core"
-local lock_mod = require "redislock.lock"
 local transport = require "redislock.transport"
 local url = require "redislock.url"
 
@@ -224,7 +223,7 @@ local function settle(self, deadline, statuses, values, bound, op, key, tok, ms)
       local s = statuses[i]
       if s == 1 or (s ~= false and op == "release") then
         have = have + 1 -- released (or found not ours), or extended
-      elseif s == false and lock_mod.passing(values[i]) then
+      elseif s == false and backoff.passing(values[i]) then
         retry[#retry + 1], nodes[#nodes + 1] = i, self.nodes[i]
       end
     end
