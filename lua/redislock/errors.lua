@@ -15,7 +15,7 @@ local class = core.error_class
 local _M = { _VERSION = core._VERSION }
 
 -- The classes, and the loops that may try again after them:
---   again    a release or extend sent again (redislock/lock.lua's again,
+--   again    a release or extend sent again (redislock/backoff.lua's again,
 --            Redlock's eval_until): the command did not run, for a state
 --            that passes; an acquire refused so has nothing to give back
 --   wait     a take tried again while its wait lasts (redislock/wait.lua,

@@ -169,7 +169,7 @@ local observe_waiting = _M.observe_waiting
 -- itself was refused (class "refused": the user may not run EVALSHA, or
 -- touch its keys; no such script; no memory for a script that declares
 -- writes), or a passing state refused it (READONLY, LOADING ...:
--- redislock/lock.lua's passing). An error from a command within a script
+-- redislock/backoff.lua's passing). An error from a command within a script
 -- (class "script") ran up to there.
 local function ran_nothing(err, left)
   if left then return left == "nothing" end

@@ -212,7 +212,7 @@ end
 
 -- A release or extend whose outcome a majority has not settled yet, while
 -- servers refused it for a passing state (LOADING, BUSY ...: the command did
--- not run, redislock/lock.lua's passing) that could settle it: asks those
+-- not run, redislock/backoff.lua's passing) that could settle it: asks those
 -- servers again, after waiting's pause, until deadline (core.now()).
 -- Updates statuses and values in place.
 local function settle(self, deadline, statuses, values, bound, op, key, tok, ms)
@@ -287,7 +287,7 @@ end
 
 --- eval, where servers that refused a release or extend for a passing
 -- state are asked again until deadline (core.now()) while no majority has
--- settled it (redislock/lock.lua's again calls this in place of its own
+-- settled it (redislock/backoff.lua's again calls this in place of its own
 -- loop, which would send it again to every server: one that released
 -- already would then answer "not ours").
 function Redlock:eval_until(deadline, op, key, tok, ms)

@@ -46,7 +46,7 @@
 --                                (redislock/sentinel.lua asks the sentinels first)
 --   t:eval_until(deadline, op, key, token[, ms])  optional (Redlock): a release or
 --        extend that asks servers refusing it for a passing state (LOADING ...)
---        again until deadline; redislock/lock.lua's again uses it when present
+--        again until deadline; redislock/backoff.lua's again uses it when present
 --
 -- and, for redislock/sentinel.lua, one of each: the C core's
 -- core.sentinel_watch, or the cosockets' t:listen(channel, heard, stop)
