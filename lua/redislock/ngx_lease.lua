@@ -60,10 +60,10 @@ local function request_thread()
   return what == "main"
 end
 
--- The sentinel's body: waits until fn's thread (owner) is dead, or nginx ends
--- it with the request.
-local function sentinel(sema, owner)
-  repeat sema:wait(SENTINEL_STEP) until co_status(owner) == "dead"
+-- The sentinel's body: waits until fn's thread (owner) is dead, or its
+-- lease was stopped (lease.ended, below), or nginx ends it with the request.
+local function sentinel(sema, owner, lease)
+  repeat sema:wait(SENTINEL_STEP) until lease.ended or co_status(owner) == "dead"
 end
 
 -- Whether the request thread behind a lease's sentinel is gone.
@@ -230,7 +230,7 @@ function _M.start(t, key, token, ttl_ms, opts)
   elseif opts.scoped and request_thread() then
     semaphore = semaphore or require "ngx.semaphore"
     lease.sema = semaphore.new(0)
-    lease.sentinel = spawn(sentinel, lease.sema, co_running()) -- waits at once: spawn returns then
+    lease.sentinel = spawn(sentinel, lease.sema, co_running(), lease) -- waits at once: spawn returns then
   end
   lease.watch = lease.sema
   leases[lease] = true
@@ -277,14 +277,21 @@ function Lease:expires()
   return self.r:expires()
 end
 
---- No more renewals; ends the sentinel, if any, when called from the thread
--- that made it (with_lock's). Returns what expires() says, and false when
--- a renewal is on its way (it may land after what is sent next: this
--- driver cannot wait for it).
+--- No more renewals; ends the sentinel, if any: killed when called from
+-- the thread that made it (with_lock's), else (the timer found the lock
+-- lost; a lease of several nodes, stopped once for all) woken to leave by
+-- itself, so that it does not keep the request open after fn's thread
+-- ended. Returns what expires() says, and false when a renewal is on its
+-- way (it may land after what is sent next: this driver cannot wait for it).
 function Lease:stop()
   self.r:stop()
   leases[self] = nil
-  if self.sentinel and kill(self.sentinel) then self.sentinel = nil end
+  local sentinel_thread = self.sentinel
+  if sentinel_thread then
+    self.sentinel = nil
+    if not kill(sentinel_thread) and not self.ended then self.sema:post(1) end
+  end
+  self.ended = true
   return self:expires(), not self.busy
 end
 

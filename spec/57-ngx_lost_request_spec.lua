@@ -1,0 +1,94 @@
+-- SPDX-License-Identifier: MIT
+-- Under OpenResty, a request whose lock the worker's renewal timer found
+-- lost while fn ran ends when its handler does: with_lock raises "lost",
+-- and nothing of the lock's renewal keeps the request open after. Over
+-- Redlock (five servers) and one server, in a real nginx whose handler
+-- returns as an application's does (no ngx.exit, which would end every
+-- light thread of the request itself).
+local helpers = require "spec.helpers"
+local socket = require "socket"
+
+describe("under OpenResty, a lock the renewal timer found lost", function()
+  if helpers.no_nginx(pending) then return end
+
+  local servers, urls, nginx
+
+  -- GET /hold?key=k&ttl=s&hold=s[&one=1]: with_lock over Redlock (one=1:
+  -- the first server alone), fn sleeping hold seconds; answers "<ok>
+  -- <handler's seconds> <error>" from a handler that returns. The worker's
+  -- clients are in the global clients, made by init_by_lua.
+  local HANDLER = [[
+    location = /hold { content_by_lua_block {
+      local redislock = require "redislock"
+      local urls, one = ngx.var.redlock_urls, ngx.var.arg_one == "1"
+      local list = {}
+      for u in urls:gmatch("[^,]+") do list[#list + 1] = u end
+      local id = one and "one" or "redlock"
+      clients[id] = clients[id] or redislock.new(one and { url = list[1] } or { redlock = list })
+      local c = clients[id]
+      ngx.update_time()
+      local began = ngx.now()
+      local ok, err = pcall(c.with_lock, c, ngx.var.arg_key, tonumber(ngx.var.arg_ttl), function()
+        ngx.sleep(tonumber(ngx.var.arg_hold))
+      end)
+      ngx.update_time()
+      ngx.say(tostring(ok), " ", string.format("%.3f", ngx.now() - began), " ", tostring(err))
+    } } ]]
+
+  lazy_setup(function()
+    servers, urls = helpers.start_redlock(5)
+    nginx = helpers.start_nginx({ workers = 1, http = "lua_socket_log_errors off; init_by_lua_block { clients = {} }",
+                                  server = { 'set $redlock_urls "' .. urls .. '";', HANDLER } })
+  end)
+  lazy_teardown(function()
+    if nginx then nginx:stop() end
+    for _, s in ipairs(servers or {}) do s:stop() end
+  end)
+
+  -- Sends GET path and returns the connection, to read the answer later.
+  local function send(path)
+    local c = socket.tcp()
+    c:settimeout(30)
+    assert(c:connect("127.0.0.1", nginx.port))
+    assert(c:send("GET " .. path .. " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"))
+    return c
+  end
+
+  -- Holds key for hold seconds in a request (TTL 1 s), takes it on the
+  -- servers given meanwhile (another owner's token), and returns how long
+  -- the request took, how long its handler said it took, and its answer.
+  local function lost_while_held(key, hold, query, taken_on)
+    local began = socket.gettime()
+    local c = send("/hold?key=" .. key .. "&ttl=1&hold=" .. hold .. (query or ""))
+    local name = "lock:{" .. key .. "}"
+    -- Its renewal (every third of the TTL) then finds another owner there.
+    assert(helpers.eventually(5, function() return servers[1]:cli("EXISTS", name) == "1" end))
+    for _, i in ipairs(taken_on) do servers[i]:cli("SET", name, "another", "PX", "10000") end
+    local answer = assert(c:receive("*a"))
+    c:close()
+    local took = socket.gettime() - began
+    local body = answer:match("\r\n\r\n(.*)$")
+    local handler = tonumber(body:match("^%x*\r?\n?%a+ ([%d.]+)"))
+    return took, handler, body
+  end
+
+  -- The request ends with its handler: its sentinel (with_lock's watch on
+  -- the request's thread, redislock/ngx_lease.lua) is not left waiting.
+  -- Its hold ends just past a whole second of the sentinel's steps, so that
+  -- a sentinel left behind keeps the request open most of a second more.
+  local function ends_with_handler(key, query, taken_on)
+    local took, handler, body = lost_while_held(key, 2.05, query, taken_on)
+    assert.matches('false [%d.]+ lost: "' .. key .. '" is no longer ours', body, 1, false)
+    assert.matches("found by the renewal timer", body, 1, true)
+    assert(took - handler < 0.5, string.format("the request took %.3f s, its handler %.3f s: %s%s", took, handler,
+                                               body, nginx:error_log()))
+  end
+
+  it("over Redlock: the request ends with its handler", function()
+    ends_with_handler("r1", nil, { 1, 2, 3 })
+  end)
+
+  it("on one server: the request ends with its handler", function()
+    ends_with_handler("s1", "&one=1", { 1 })
+  end)
+end)
