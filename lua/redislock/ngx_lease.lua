@@ -20,7 +20,11 @@
 -- the sentinel leaves by itself once fn's thread is dead (killed). Either way
 -- the semaphore has no waiter any more, and the timer, at the lease's next
 -- renewal, tells its owner ("abandoned"), which releases the lock, instead
--- of renewing it. with_lock kills the sentinel when it ends normally.
+-- of renewing it. with_lock kills the sentinel when it ends normally; a
+-- stop from elsewhere (the timer found the lock lost) wakes it to leave, so
+-- that it never keeps the request open after fn's thread. A sentinel is
+-- only ever touched while it waits: one that no longer does may belong to
+-- a request nginx has freed.
 
 local core = require "redislock.core"
 
@@ -60,15 +64,24 @@ local function request_thread()
   return what == "main"
 end
 
--- The sentinel's body: waits until fn's thread (owner) is dead, or its
--- lease was stopped (lease.ended, below), or nginx ends it with the request.
-local function sentinel(sema, owner, lease)
-  repeat sema:wait(SENTINEL_STEP) until lease.ended or co_status(owner) == "dead"
+-- The sentinel's body: waits until fn's thread (owner) is dead, or the
+-- hold's leases were stopped (watch.ended), or nginx ends it with the request.
+-- watch: { sema, thread (the sentinel), ended }, shared by the node leases
+-- of one hold.
+local function sentinel(watch, owner)
+  local sema = watch.sema
+  repeat sema:wait(SENTINEL_STEP) until watch.ended or co_status(owner) == "dead"
+end
+
+-- Whether the sentinel of watch waits (else it is gone, with its request
+-- thread or because its hold's leases were stopped).
+local function waits(watch)
+  return watch.sema:count() < 0
 end
 
 -- Whether the request thread behind a lease's sentinel is gone.
 local function gone_thread(lease)
-  return lease.sema ~= nil and lease.sema:count() >= 0
+  return lease.watch ~= nil and not waits(lease.watch)
 end
 
 -- Leases being renewed, weakly: a lease whose lock was garbage-collected
@@ -167,10 +180,11 @@ local function tick(premature, gen)
     -- lock back, in a timer of its own (a refusal that passes is tried
     -- again meanwhile).
     if leases[lease] ~= nil then
-      -- The node leases of one hold share its sentinel's semaphore: one
-      -- timer gives the lock back for all of them.
+      -- The node leases of one hold share its sentinel: one timer gives
+      -- the lock back for all of them.
+      lease.watch.thread = nil
       for other in pairs(leases) do
-        if other.sema == lease.sema then
+        if other.watch == lease.watch then
           leases[other] = nil
           other.r:stop()
         end
@@ -226,13 +240,13 @@ function _M.start(t, key, token, ttl_ms, opts)
     r = new_renewal(ttl_ms, opts), owner = opts.owner, heard = opts.heard,
   }, lease_mt)
   if opts.watch then -- another node lease's sentinel, of the same hold (redislock/lease.lua's compose)
-    lease.sema = opts.watch
+    lease.watch = opts.watch
   elseif opts.scoped and request_thread() then
     semaphore = semaphore or require "ngx.semaphore"
-    lease.sema = semaphore.new(0)
-    lease.sentinel = spawn(sentinel, lease.sema, co_running(), lease) -- waits at once: spawn returns then
+    local watch = { sema = semaphore.new(0) }
+    watch.thread = spawn(sentinel, watch, co_running()) -- waits at once: spawn returns then
+    lease.watch = watch
   end
-  lease.watch = lease.sema
   leases[lease] = true
   schedule()
   return lease
@@ -286,12 +300,12 @@ end
 function Lease:stop()
   self.r:stop()
   leases[self] = nil
-  local sentinel_thread = self.sentinel
-  if sentinel_thread then
-    self.sentinel = nil
-    if not kill(sentinel_thread) and not self.ended then self.sema:post(1) end
+  local watch = self.watch
+  if watch and not watch.ended then
+    watch.ended = true
+    if watch.thread and waits(watch) and not kill(watch.thread) then watch.sema:post(1) end
+    watch.thread = nil
   end
-  self.ended = true
   return self:expires(), not self.busy
 end
 
