@@ -1,10 +1,13 @@
 -- SPDX-License-Identifier: MIT
 -- Under OpenResty, a request whose lock the worker's renewal timer found
 -- lost while fn ran ends when its handler does: with_lock raises "lost",
--- and nothing of the lock's renewal keeps the request open after. Over
--- Redlock (five servers) and one server, in a real nginx whose handler
--- returns as an application's does (no ngx.exit, which would end every
--- light thread of the request itself).
+-- and nothing of the lock's renewal keeps the request open after, also
+-- while other requests run (ngx_lua gives the coroutine of a thread that
+-- ended to the next thread; with_lock's sentinel once waited on its status,
+-- and kept its request open while the coroutine served another: make
+-- torture's Redlock hang). Over Redlock (five servers) and one server, in
+-- a real nginx whose handler returns as an application's does (no
+-- ngx.exit, which would end every light thread of the request itself).
 local helpers = require "spec.helpers"
 local socket = require "socket"
 
@@ -16,8 +19,23 @@ describe("under OpenResty, a lock the renewal timer found lost", function()
   -- GET /hold?key=k&ttl=s&hold=s[&one=1]: with_lock over Redlock (one=1:
   -- the first server alone), fn sleeping hold seconds; answers "<ok>
   -- <handler's seconds> <error>" from a handler that returns. The worker's
-  -- clients are in the global clients, made by init_by_lua.
+  -- clients are in the global clients, made by init_by_lua. GET /sleep?s=s
+  -- sleeps s seconds.
   local HANDLER = [[
+    location = /sleep { content_by_lua_block { ngx.sleep(tonumber(ngx.var.arg_s)) ngx.say("slept") } }
+    location = /killed { content_by_lua_block {
+      local redislock = require "redislock"
+      clients.one = clients.one or redislock.new{ url = ngx.var.redlock_urls:match("^[^,]+") }
+      local c, running = clients.one, false
+      local t = ngx.thread.spawn(c.with_lock, c, ngx.var.arg_key, 1, function()
+        running = true
+        ngx.sleep(30)
+      end)
+      while not running do ngx.sleep(0.01) end
+      ngx.thread.kill(t)
+      ngx.sleep(0.2)
+      ngx.say("killed")
+    } }
     location = /hold { content_by_lua_block {
       local redislock = require "redislock"
       local urls, one = ngx.var.redlock_urls, ngx.var.arg_one == "1"
@@ -57,6 +75,9 @@ describe("under OpenResty, a lock the renewal timer found lost", function()
   -- Holds key for hold seconds in a request (TTL 1 s), takes it on the
   -- servers given meanwhile (another owner's token), and returns how long
   -- the request took, how long its handler said it took, and its answer.
+  -- A request sleeping 4 s is sent 0.25 s after the hold's end, when the
+  -- handler has returned: its thread may be given the coroutine the
+  -- handler's thread ran on.
   local function lost_while_held(key, hold, query, taken_on)
     local began = socket.gettime()
     local c = send("/hold?key=" .. key .. "&ttl=1&hold=" .. hold .. (query or ""))
@@ -64,9 +85,13 @@ describe("under OpenResty, a lock the renewal timer found lost", function()
     -- Its renewal (every third of the TTL) then finds another owner there.
     assert(helpers.eventually(5, function() return servers[1]:cli("EXISTS", name) == "1" end))
     for _, i in ipairs(taken_on) do servers[i]:cli("SET", name, "another", "PX", "10000") end
+    socket.sleep(math.max(0, began + hold + 0.25 - socket.gettime()))
+    local other = send("/sleep?s=4")
     local answer = assert(c:receive("*a"))
     c:close()
     local took = socket.gettime() - began
+    assert(other:receive("*a"))
+    other:close()
     local body = answer:match("\r\n\r\n(.*)$")
     local handler = tonumber(body:match("^%x*\r?\n?%a+ ([%d.]+)"))
     return took, handler, body
@@ -90,5 +115,26 @@ describe("under OpenResty, a lock the renewal timer found lost", function()
 
   it("on one server: the request ends with its handler", function()
     ends_with_handler("s1", "&one=1", { 1 })
+  end)
+
+  -- GET /killed: fn's thread, a light thread, killed while it holds the
+  -- lock; the request goes on 0.2 s and returns. Its sentinel leaves at its
+  -- next step, while the thread's coroutine may serve another request's
+  -- thread, and the lock goes back at its next renewal (a third of its TTL).
+  it("gives back the lock of a killed fn thread and does not hold up its request", function()
+    local began = socket.gettime()
+    local c = send("/killed?key=k1")
+    assert(helpers.eventually(5, function() return servers[1]:cli("EXISTS", "lock:{k1}") == "1" end))
+    socket.sleep(0.1)
+    local other = send("/sleep?s=4")
+    local answer = assert(c:receive("*a"))
+    c:close()
+    local took = socket.gettime() - began
+    assert.matches("killed", answer, 1, true)
+    assert(took < 2.5, string.format("the request took %.3f s%s", took, nginx:error_log()))
+    assert(helpers.eventually(2, function() return servers[1]:cli("EXISTS", "lock:{k1}") == "0" end),
+           "the lock outlived its thread")
+    assert(other:receive("*a"))
+    other:close()
   end)
 end)
