@@ -5,7 +5,8 @@
 -- while other requests run (ngx_lua gives the coroutine of a thread that
 -- ended to the next thread; with_lock's sentinel once waited on its status,
 -- and kept its request open while the coroutine served another: make
--- torture's Redlock hang). Over Redlock (five servers) and one server, in
+-- torture's Redlock hang), and a killed fn thread's lock goes back while
+-- one that runs keeps it. Over Redlock (five servers) and one server, in
 -- a real nginx whose handler returns as an application's does (no
 -- ngx.exit, which would end every light thread of the request itself).
 local helpers = require "spec.helpers"
@@ -32,6 +33,7 @@ describe("under OpenResty, a lock the renewal timer found lost", function()
         ngx.sleep(30)
       end)
       while not running do ngx.sleep(0.01) end
+      ngx.sleep(1.8)
       ngx.thread.kill(t)
       ngx.sleep(0.2)
       ngx.say("killed")
@@ -117,21 +119,26 @@ describe("under OpenResty, a lock the renewal timer found lost", function()
     ends_with_handler("s1", "&one=1", { 1 })
   end)
 
-  -- GET /killed: fn's thread, a light thread, killed while it holds the
-  -- lock; the request goes on 0.2 s and returns. Its sentinel leaves at its
-  -- next step, while the thread's coroutine may serve another request's
-  -- thread, and the lock goes back at its next renewal (a third of its TTL).
+  -- GET /killed: fn's thread, a light thread, killed 1.8 s after fn began
+  -- (its lock renewed meanwhile, its sentinel looking at it past a step);
+  -- the request goes on 0.2 s and returns. Its sentinel leaves at its next
+  -- step, while the thread's coroutine may serve another request's thread,
+  -- and the lock goes back at its next renewal (a third of its TTL).
   it("gives back the lock of a killed fn thread and does not hold up its request", function()
     local began = socket.gettime()
     local c = send("/killed?key=k1")
     assert(helpers.eventually(5, function() return servers[1]:cli("EXISTS", "lock:{k1}") == "1" end))
-    socket.sleep(0.1)
+    local held = socket.gettime()
+    socket.sleep(1.5)
+    assert.are.equal("1", servers[1]:cli("EXISTS", "lock:{k1}"),
+                     "given back while fn's thread ran" .. nginx:error_log())
+    socket.sleep(math.max(0, held + 1.9 - socket.gettime()))
     local other = send("/sleep?s=4")
     local answer = assert(c:receive("*a"))
     c:close()
     local took = socket.gettime() - began
     assert.matches("killed", answer, 1, true)
-    assert(took < 2.5, string.format("the request took %.3f s%s", took, nginx:error_log()))
+    assert(took < 3.5, string.format("the request took %.3f s%s", took, nginx:error_log()))
     assert(helpers.eventually(2, function() return servers[1]:cli("EXISTS", "lock:{k1}") == "0" end),
            "the lock outlived its thread")
     assert(other:receive("*a"))

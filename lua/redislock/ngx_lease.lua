@@ -17,26 +17,26 @@
 -- lease comes with a sentinel: a light thread of fn's thread that waits on a
 -- semaphore of its own. nginx ends every light thread of a request that is
 -- left by ngx.exit/exec/redirect, which takes the sentinel off the semaphore;
--- the sentinel leaves by itself once fn's thread is gone (killed). Either way
+-- the sentinel leaves by itself once fn's thread is dead (killed). Either way
 -- the semaphore has no waiter any more, and the timer, at the lease's next
 -- renewal, tells its owner ("abandoned"), which releases the lock, instead
 -- of renewing it. with_lock kills the sentinel when it ends normally; a
 -- stop from elsewhere (the timer found the lock lost) wakes it to leave, so
--- that it never keeps the request open after fn's thread. A sentinel is
--- only ever touched while it waits: one that no longer does may belong to
--- a request nginx has freed. Nor is fn's thread asked its status: ngx_lua
--- gives the coroutine of a thread that ended to the worker's next thread
--- (another request's, maybe), whose status it then tells (and may read
--- from memory nginx freed); a sentinel that waited on that status kept its
--- request open as long as the coroutine served others (make torture's
--- Redlock hang). The function at the bottom of the thread's stack tells
--- whether it still runs.
+-- that it never keeps the request open after fn's thread: once that thread
+-- ended, coroutine.status of it cannot be trusted (ngx_lua gives the
+-- coroutine of a thread that ended to the worker's next thread, whose
+-- status it then tells), and a sentinel left waiting on it kept its
+-- request open while the coroutine served others (make torture's Redlock
+-- hang). Only a killed fn thread is left to that status. (The bottom of
+-- the thread's stack is no better: a tail call changes it while fn runs.)
+-- A sentinel is only ever touched while it waits: one that no longer does
+-- may belong to a request nginx has freed.
 
 local core = require "redislock.core"
 
 local ngx = ngx
 local ipairs, pairs, pcall, setmetatable, tostring = ipairs, pairs, pcall, setmetatable, tostring
-local co_running = coroutine.running
+local co_running, co_status = coroutine.running, coroutine.status
 local debug_getinfo = debug.getinfo
 local get_phase = ngx.get_phase
 local timer_at, ngx_log, ERR = ngx.timer.at, ngx.log, ngx.ERR
@@ -70,25 +70,13 @@ local function request_thread()
   return what == "main"
 end
 
--- The function at the bottom of thread co's stack (its handler's chunk,
--- or the function a light thread was spawned with), or nil when it has
--- none: it ended, and its coroutine was reset for another thread.
-local function bottom(co)
-  local level, f = 0, nil
-  while true do
-    local info = debug_getinfo(co, level, "f")
-    if not info then return f end
-    f, level = info.func, level + 1
-  end
-end
-
--- The sentinel's body: waits until the hold's leases were stopped
--- (watch.ended), or fn's thread (owner, whose stack had base at its
--- bottom) is gone, or nginx ends it with the request. watch: { sema,
--- thread (the sentinel), ended }, shared by the node leases of one hold.
-local function sentinel(watch, owner, base)
+-- The sentinel's body: waits until fn's thread (owner) is dead, or the
+-- hold's leases were stopped (watch.ended), or nginx ends it with the request.
+-- watch: { sema, thread (the sentinel), ended }, shared by the node leases
+-- of one hold.
+local function sentinel(watch, owner)
   local sema = watch.sema
-  repeat sema:wait(SENTINEL_STEP) until watch.ended or bottom(owner) ~= base
+  repeat sema:wait(SENTINEL_STEP) until watch.ended or co_status(owner) == "dead"
 end
 
 -- Whether the sentinel of watch waits (else it is gone, with its request
@@ -262,8 +250,7 @@ function _M.start(t, key, token, ttl_ms, opts)
   elseif opts.scoped and request_thread() then
     semaphore = semaphore or require "ngx.semaphore"
     local watch = { sema = semaphore.new(0) }
-    local owner = co_running()
-    watch.thread = spawn(sentinel, watch, owner, bottom(owner)) -- waits at once: spawn returns then
+    watch.thread = spawn(sentinel, watch, co_running()) -- waits at once: spawn returns then
     lease.watch = watch
   end
   leases[lease] = true
