@@ -2,7 +2,10 @@
 -- Drives one OpenResty worker slot of make torture: sections picked as
 -- torture/section.lua picks them, each one GET /section on the private nginx
 -- (torture/ngx_app.lua runs it and writes the log), one after the other, until
--- the deadline; then the log's DONE line.
+-- the deadline; then the log's DONE line. The request on its way is in
+-- <log>.req (when it was sent, by core.now(), and its path), so that one
+-- that never comes back can be named (torture/run.lua); one that fails or
+-- takes more than a minute ends the driver, naming it.
 -- usage: ngx_driver.lua <nginx_port> <lock> <register_port> <id> <keys> <seconds> <ttl> <seed> <log>
 local core = require "redislock.core"
 local http = require "spec.support.http"
@@ -18,13 +21,22 @@ assert(io.open(logfile, "w")):close()
 local escaped = lock:gsub("[^%w.-]", function(c) return string.format("%%%02X", c:byte()) end)
 
 local deadline = core.now() + seconds
+local seq = 0
 while core.now() < deadline do
   local s = section.pick(nkeys, ttl, lock)
-  local path = string.format("/section?key=%s&ttl=%g&hold=%.3f&wait=%.3f&mode=%s&id=%s&log=%s&lock=%s"
-    .. "&reg_port=%s%s", s.key, ttl, s.hold, s.wait, s.mode, id, logfile, escaped, reg_port,
+  seq = seq + 1
+  local path = string.format("/section?key=%s&ttl=%g&hold=%.3f&wait=%.3f&mode=%s&id=%s&seq=%d&log=%s&lock=%s"
+    .. "&reg_port=%s%s", s.key, ttl, s.hold, s.wait, s.mode, id, seq, logfile, escaped, reg_port,
     os.getenv("TORTURE_TLS_CA") and "&tls=1" or "")
-  local status, body = http.request(port, "GET", path, { timeout = 60 })
-  assert(status == 200, "GET /section: " .. status .. " " .. body)
+  local sent = core.now()
+  local req = assert(io.open(logfile .. ".req", "w"))
+  req:write(string.format("%.6f %s\n", sent, path))
+  req:close()
+  local ok, status, body = pcall(http.request, port, "GET", path, { timeout = 60 })
+  if not ok or status ~= 200 then
+    error(string.format("GET %s: %s after %.1f s", path, ok and "status " .. status .. ": " .. body or status,
+                        core.now() - sent), 0)
+  end
 end
 local log = assert(io.open(logfile, "a"))
 log:write("DONE\n")

@@ -1,7 +1,8 @@
 -- SPDX-License-Identifier: MIT
 -- What make torture's phases do to processes, by PID: pause one past a
 -- time (SIGSTOP, then SIGCONT), and stop a phase's servers at its end
--- (keeping their logs first when the phase failed).
+-- (keeping their logs first when the phase failed); and a phase's part of
+-- a log that lasts longer than the phase (nginx's).
 local helpers = require "spec.helpers"
 local core = require "redislock.core"
 
@@ -31,6 +32,21 @@ function _M.stop_servers(servers, keep)
     if s.pid then os.execute("kill -CONT " .. s.pid .. " 2>/dev/null") end
     s:stop()
   end
+end
+
+--- The size of the file at path in bytes (0 when there is none).
+function _M.size(path)
+  local f = io.open(path, "rb")
+  if not f then return 0 end
+  local n = f:seek("end")
+  f:close()
+  return n
+end
+
+--- Copies what the file at path holds past its first from bytes (a
+-- phase's part of a log another process writes on) into dest.
+function _M.keep_log(path, from, dest)
+  os.execute("tail -c +" .. (from + 1) .. " " .. q(path) .. " > " .. q(dest) .. " 2>/dev/null")
 end
 
 return _M

@@ -44,6 +44,8 @@
 local helpers = require "spec.helpers"
 local core = require "redislock.core"
 local check = require "torture.check"
+local ngx_app = require "torture.ngx_app"
+local proc = require "torture.proc"
 local redislock = require "redislock"
 
 local short = os.getenv("TORTURE_SHORT") == "1"
@@ -78,12 +80,17 @@ local root = helpers.root()
 local q = helpers.sh_quote
 local tls = os.getenv("TORTURE_TLS") == "1"
 local reg_srv = helpers.start_redis()
+-- Its error log (a request overdue says there where it stood:
+-- torture/ngx_app.lua) and access log are kept with a failing phase's logs.
 local nginx = nngx > 0 and helpers.start_nginx({
   workers = 2,
   http = (tls and "lua_ssl_trusted_certificate " .. helpers.tls_certs() .. "/ca.crt; " or "")
-    .. "server { listen 127.0.0.1:{{port}}; location = /section { "
-    .. "content_by_lua_block { require('torture.ngx_app').section() } } }",
+    .. "log_format torture '$msec $pid $status $request_time $request_uri'; "
+    .. "server { listen 127.0.0.1:{{port}}; access_log {{prefix}}/logs/access.log torture; location = /section { "
+    .. "content_by_lua_block { require('torture.ngx_app').section() } "
+    .. "log_by_lua_block { require('torture.ngx_app').done() } } }",
 })
+local ngx_logs = nginx and { "error", "access" } or {}
 -- Under $REDISLOCK_TEST_TMP (torture/run.sh removes it whatever happens).
 local tmp_root = os.getenv("REDISLOCK_TEST_TMP")
 
@@ -242,6 +249,9 @@ end
 -- Runs one phase; returns the checker's result.
 local function phase(name, n)
   reg_srv:cli("FLUSHALL")
+  -- Where this phase's part of nginx's logs begins.
+  local ngx_from = {}
+  for _, log in ipairs(ngx_logs) do ngx_from[log] = proc.size(nginx.prefix .. "/logs/" .. log .. ".log") end
   local lock = topology[name]()
   local template = tmp_root and q(tmp_root .. "/" .. name .. ".XXXXXX") or ""
   local dir = (helpers.run("mktemp -d " .. template):gsub("%s+$", ""))
@@ -346,15 +356,27 @@ local function phase(name, n)
 
   -- Every worker ends by its deadline (plus a section and a wait); one that
   -- has not by then hangs: reported, then killed.
+  -- An OpenResty slot's request that never came back is named, and nginx
+  -- is given the time to write where it stood (torture/ngx_app.lua's
+  -- overdue) before its logs are kept.
   local hung = {}
   local grace = core.now() + 3 * ttl + 5
+  local overdue_at = 0
   for _, w in ipairs(workers) do
     while not helpers.read_file(w.status) and core.now() < grace do sleep(0.1) end
     if not helpers.read_file(w.status) then
       hung[#hung + 1] = w.id
       os.execute("kill -CONT " .. w.pid .. " 2>/dev/null; kill -9 " .. w.pid .. " 2>/dev/null")
+      local sent, path = (helpers.read_file(w.log .. ".req") or ""):match("^(%S+) (%S+)")
+      if sent then
+        print(string.format("torture %s: worker %d (openresty) hung in GET %s, sent %.1f s before", name, w.id, path,
+                            core.now() - tonumber(sent)))
+        local wait = tonumber(path:match("[?&]wait=([%d.]+)")) or 0
+        overdue_at = math.max(overdue_at, tonumber(sent) + ngx_app.overdue(wait, ttl) + 2 * ngx_app.LOOK)
+      end
     end
   end
+  if overdue_at > core.now() then sleep(overdue_at - core.now()) end
 
   -- Everything expires by itself: after a TTL, a wake-up signal's second
   -- and a fair waiter's stay (3 s) and slack (1 s), no lock, wake-up list,
@@ -398,6 +420,11 @@ local function phase(name, n)
   print("torture " .. name .. ": faults: " .. table.concat(order, "; "))
   for _, line in ipairs(result.by_fault) do print("torture " .. name .. ": during " .. line) end
   lock.stop(not result.ok and dir or nil)
+  if not result.ok then
+    for _, log in ipairs(ngx_logs) do
+      proc.keep_log(nginx.prefix .. "/logs/" .. log .. ".log", ngx_from[log], dir .. "/nginx-" .. log .. ".log")
+    end
+  end
   if not tmp_root then
     if result.ok then os.execute("rm -rf " .. q(dir)) else print("torture: logs kept in " .. dir) end
   end

@@ -20,7 +20,17 @@
 -- the sentinel leaves by itself once fn's thread is dead (killed). Either way
 -- the semaphore has no waiter any more, and the timer, at the lease's next
 -- renewal, tells its owner ("abandoned"), which releases the lock, instead
--- of renewing it. with_lock kills the sentinel when it ends normally.
+-- of renewing it. with_lock kills the sentinel when it ends normally; a
+-- stop from elsewhere (the timer found the lock lost) wakes it to leave, so
+-- that it never keeps the request open after fn's thread: once that thread
+-- ended, coroutine.status of it cannot be trusted (ngx_lua gives the
+-- coroutine of a thread that ended to the worker's next thread, whose
+-- status it then tells), and a sentinel left waiting on it kept its
+-- request open while the coroutine served others (make torture's Redlock
+-- hang). Only a killed fn thread is left to that status. (The bottom of
+-- the thread's stack is no better: a tail call changes it while fn runs.)
+-- A sentinel is only ever touched while it waits: one that no longer does
+-- may belong to a request nginx has freed.
 
 local core = require "redislock.core"
 
@@ -60,15 +70,24 @@ local function request_thread()
   return what == "main"
 end
 
--- The sentinel's body: waits until fn's thread (owner) is dead, or nginx ends
--- it with the request.
-local function sentinel(sema, owner)
-  repeat sema:wait(SENTINEL_STEP) until co_status(owner) == "dead"
+-- The sentinel's body: waits until fn's thread (owner) is dead, or the
+-- hold's leases were stopped (watch.ended), or nginx ends it with the request.
+-- watch: { sema, thread (the sentinel), ended }, shared by the node leases
+-- of one hold.
+local function sentinel(watch, owner)
+  local sema = watch.sema
+  repeat sema:wait(SENTINEL_STEP) until watch.ended or co_status(owner) == "dead"
+end
+
+-- Whether the sentinel of watch waits (else it is gone, with its request
+-- thread or because its hold's leases were stopped).
+local function waits(watch)
+  return watch.sema:count() < 0
 end
 
 -- Whether the request thread behind a lease's sentinel is gone.
 local function gone_thread(lease)
-  return lease.sema ~= nil and lease.sema:count() >= 0
+  return lease.watch ~= nil and not waits(lease.watch)
 end
 
 -- Leases being renewed, weakly: a lease whose lock was garbage-collected
@@ -167,10 +186,11 @@ local function tick(premature, gen)
     -- lock back, in a timer of its own (a refusal that passes is tried
     -- again meanwhile).
     if leases[lease] ~= nil then
-      -- The node leases of one hold share its sentinel's semaphore: one
-      -- timer gives the lock back for all of them.
+      -- The node leases of one hold share its sentinel: one timer gives
+      -- the lock back for all of them.
+      lease.watch.thread = nil
       for other in pairs(leases) do
-        if other.sema == lease.sema then
+        if other.watch == lease.watch then
           leases[other] = nil
           other.r:stop()
         end
@@ -226,13 +246,13 @@ function _M.start(t, key, token, ttl_ms, opts)
     r = new_renewal(ttl_ms, opts), owner = opts.owner, heard = opts.heard,
   }, lease_mt)
   if opts.watch then -- another node lease's sentinel, of the same hold (redislock/lease.lua's compose)
-    lease.sema = opts.watch
+    lease.watch = opts.watch
   elseif opts.scoped and request_thread() then
     semaphore = semaphore or require "ngx.semaphore"
-    lease.sema = semaphore.new(0)
-    lease.sentinel = spawn(sentinel, lease.sema, co_running()) -- waits at once: spawn returns then
+    local watch = { sema = semaphore.new(0) }
+    watch.thread = spawn(sentinel, watch, co_running()) -- waits at once: spawn returns then
+    lease.watch = watch
   end
-  lease.watch = lease.sema
   leases[lease] = true
   schedule()
   return lease
@@ -277,14 +297,21 @@ function Lease:expires()
   return self.r:expires()
 end
 
---- No more renewals; ends the sentinel, if any, when called from the thread
--- that made it (with_lock's). Returns what expires() says, and false when
--- a renewal is on its way (it may land after what is sent next: this
--- driver cannot wait for it).
+--- No more renewals; ends the sentinel, if any: killed when called from
+-- the thread that made it (with_lock's), else (the timer found the lock
+-- lost; a lease of several nodes, stopped once for all) woken to leave by
+-- itself, so that it does not keep the request open after fn's thread
+-- ended. Returns what expires() says, and false when a renewal is on its
+-- way (it may land after what is sent next: this driver cannot wait for it).
 function Lease:stop()
   self.r:stop()
   leases[self] = nil
-  if self.sentinel and kill(self.sentinel) then self.sentinel = nil end
+  local watch = self.watch
+  if watch and not watch.ended then
+    watch.ended = true
+    if watch.thread and waits(watch) and not kill(watch.thread) then watch.sema:post(1) end
+    watch.thread = nil
+  end
   return self:expires(), not self.busy
 end
 
