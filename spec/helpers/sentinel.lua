@@ -145,7 +145,7 @@ return function(helpers)
     local replica = m == self.nodes[1] and self.nodes[2] or self.nodes[1]
     if not m:cli("ROLE"):match("^master\n") then return false, m.port .. " is named but says " .. m:cli("ROLE") end
     local info = replica:cli("INFO", "replication")
-    if not (info:find("master_port:" .. m.port, 1, true) and info:find("master_link_status:up", 1, true)) then
+    if not (tonumber(info:match("master_port:(%d+)")) == m.port and info:find("master_link_status:up", 1, true)) then
       return false, replica.port .. " does not replicate " .. m.port .. " yet"
     end
     for _, s in ipairs(watchers(self)) do
