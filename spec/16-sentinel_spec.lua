@@ -1,5 +1,5 @@
 -- SPDX-License-Identifier: MIT
--- run.sh: long 145 (its seconds on a loaded 2-core machine: spec/run.sh starts it early; make check skips it)
+-- run.sh: long 160 (its seconds on a loaded 2-core machine: spec/run.sh starts it early; make check skips it)
 -- Redis behind Sentinel: a real group on loopback (a master, a replica, three
 -- sentinels; spec/helpers.lua), started once for this file. Locks go to the
 -- master the sentinels name; a failover (SENTINEL FAILOVER) moves the client,
@@ -79,6 +79,7 @@ describe("Sentinel", function()
 
   it("authenticates to sentinels that want it (sentinel_username, sentinel_password)", function()
     local s = g:extra_sentinel({ "requirepass s3cret" })
+    finally(function() s:stop() end) -- done with: the group's failovers need not wait for it (Group:settled)
     local addr = { "127.0.0.1:" .. s.port }
     local c = redislock.new({ sentinels = addr, master = "mymaster", sentinel_password = "s3cret" })
     assert(assert(c:acquire("s:auth", 5)):release())
@@ -97,9 +98,10 @@ describe("Sentinel", function()
 
   it("talks TLS to sentinels that listen on TLS (sentinel_tls)", function()
     local certs, port = helpers.tls_certs(), helpers.free_port()
-    g:extra_sentinel({ "port 0", "tls-port " .. port, "tls-cert-file " .. certs .. "/server.crt",
-                       "tls-key-file " .. certs .. "/server.key", "tls-ca-cert-file " .. certs .. "/ca.crt",
-                       "tls-auth-clients yes" })
+    local s = g:extra_sentinel({ "port 0", "tls-port " .. port, "tls-cert-file " .. certs .. "/server.crt",
+                                 "tls-key-file " .. certs .. "/server.key", "tls-ca-cert-file " .. certs .. "/ca.crt",
+                                 "tls-auth-clients yes" })
+    finally(function() s:stop() end)
     local tls = { ca = certs .. "/ca.crt", cert = certs .. "/client.crt", key = certs .. "/client.key" }
     local c = redislock.new({ sentinels = { "127.0.0.1:" .. port }, master = "mymaster", sentinel_tls = tls })
     assert(assert(c:acquire("s:tls", 5)):release())

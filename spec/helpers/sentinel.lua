@@ -92,26 +92,109 @@ return function(helpers)
     error("the sentinels name no node of the group: " .. out)
   end
 
+  -- The group's sentinels and the extra ones still running.
+  local function watchers(self)
+    local all = {}
+    for _, s in ipairs(self.sentinels) do all[#all + 1] = s end
+    for _, s in ipairs(self.extra) do
+      if s.pid then all[#all + 1] = s end
+    end
+    return all
+  end
+
+  -- What a sentinel knows of the replica at port (SENTINEL replicas: one
+  -- record of field and value lines each, from "name"), or nil.
+  local function replica_record(s, name, port)
+    local rec, found = nil, nil
+    local key
+    for line in (s:cli("SENTINEL", "replicas", name) .. "\n"):gmatch("([^\n]*)\n") do
+      if key == nil then
+        key = line
+      else
+        if key == "name" then rec = {} end
+        if rec then rec[key] = line end
+        if key == "port" and tonumber(line) == port then found = rec end
+        key = nil
+      end
+    end
+    return found
+  end
+
+  --- Whether the group has settled since its last failover: every sentinel
+  -- (the extra ones too) names the same master, which says ROLE master, and
+  -- the other node replicates from it (link up) and was last heard by every
+  -- sentinel to say so (its INFO, which a sentinel asks a replica for every
+  -- 10 s). A sentinel that last heard a demoted master say "master" takes it
+  -- for a replica to convert: when a failover promotes that node before the
+  -- new configuration reaches this sentinel (up to 2 s), the sentinel makes
+  -- it a replica again (+convert-to-slave: it heard "master" for over 8 s),
+  -- and the group is left with two replicas. true, or false and what is not
+  -- settled yet.
+  function Group:settled()
+    local port
+    for _, s in ipairs(watchers(self)) do
+      local out = s:cli("SENTINEL", "get-master-addr-by-name", self.name)
+      local named = tonumber(out:match("\n(%d+)$"))
+      if not named or (port and named ~= port) then return false, "sentinel " .. s.port .. " names " .. out end
+      port = named
+    end
+    local m = self:master()
+    local replica = m == self.nodes[1] and self.nodes[2] or self.nodes[1]
+    if not m:cli("ROLE"):match("^master\n") then return false, m.port .. " is named but says " .. m:cli("ROLE") end
+    local info = replica:cli("INFO", "replication")
+    if not (tonumber(info:match("master_port:(%d+)")) == m.port and info:find("master_link_status:up", 1, true)) then
+      return false, replica.port .. " does not replicate " .. m.port .. " yet"
+    end
+    for _, s in ipairs(watchers(self)) do
+      local rec = replica_record(s, self.name, replica.port)
+      if not (rec and rec["role-reported"] == "slave" and tonumber(rec["master-port"]) == m.port
+              and rec["master-link-status"] == "ok" and not rec.flags:find("down")
+              and not rec.flags:find("disconnected")) then
+        return false, "sentinel " .. s.port .. " has not heard " .. replica.port .. " say it replicates " .. m.port
+      end
+    end
+    return true
+  end
+
+  --- Waits until the group settled (Group:settled); true, or false and what
+  -- was not settled after 45 s. It looks every 0.5 s: a look runs redis-cli
+  -- a dozen times, and settling takes up to a sentinel's next INFO (10 s).
+  function Group:settle()
+    local deadline = core.now() + 45 * helpers.slow
+    local settled, why = self:settled()
+    while not settled and core.now() < deadline do
+      core.sleep(0.5)
+      settled, why = self:settled()
+    end
+    return settled, why
+  end
+
   --- Waits until the node that is not the master has its replication link up
-  -- (after a failover it first resynchronizes); true, or false after 30 s.
+  -- (after a failover it first resynchronizes) and every sentinel heard it
+  -- say so (Group:settled); true, or false and what was not settled.
   function Group:caught_up()
     local m = self:master()
     local replica = m == self.nodes[1] and self.nodes[2] or self.nodes[1]
     local function up()
       return replica:cli("INFO", "replication"):find("master_link_status:up", 1, true) ~= nil
     end
-    if helpers.eventually(15, up) then return true end
-    -- The sentinels make a demoted master a replica once they look at it
-    -- again; on a loaded machine that can take longer than a spec waits.
-    -- This is the spec's own precondition, not what it tests: say it to
-    -- the node as the sentinels would.
-    replica:cli("REPLICAOF", m.host, tostring(m.port))
-    return helpers.eventually(30, up)
+    if not helpers.eventually(15, up) then
+      -- The sentinels make a demoted master a replica once they look at it
+      -- again; on a loaded machine that can take longer than a spec waits.
+      -- This is the spec's own precondition, not what it tests: say it to
+      -- the node as the sentinels would.
+      replica:cli("REPLICAOF", m.host, tostring(m.port))
+      if not helpers.eventually(30, up) then return false, replica.port .. " never replicated " .. m.port end
+    end
+    return self:settle()
   end
 
-  --- Runs SENTINEL FAILOVER on the first sentinel and waits until every
-  -- sentinel names the other node; returns the old master and the new one.
+  --- Runs SENTINEL FAILOVER on the first sentinel once the group settled
+  -- (Group:settled) and waits until every sentinel names the other node and
+  -- that node says ROLE master; returns the old master and the new one.
   function Group:failover()
+    local settled, why = self:settle()
+    assert(settled, "the group never settled before a failover: " .. tostring(why))
     local old = self:master()
     local new = old == self.nodes[1] and self.nodes[2] or self.nodes[1]
     local said = helpers.eventually(30, function()
@@ -124,7 +207,7 @@ return function(helpers)
         local out = s:cli("SENTINEL", "get-master-addr-by-name", self.name)
         if tonumber(out:match("\n(%d+)$")) ~= new.port then return false end
       end
-      return true
+      return new:cli("ROLE"):match("^master\n") ~= nil
     end)
     assert(switched, "the sentinels never named the new master")
     return old, new
@@ -146,6 +229,8 @@ return function(helpers)
   -- master once every sentinel named the new one (0.1 s for the
   -- announcement to arrive).
   function Group:loops_across_failover(spawn, fences, n)
+    local settled, why = self:settle() -- before the loops start: they run a few seconds
+    assert(settled, "the group never settled before a failover: " .. tostring(why))
     local old, new, named = self:master(), nil, nil
     local sections = helpers.loops_across(spawn, function()
       local _
