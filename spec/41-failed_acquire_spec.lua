@@ -90,9 +90,6 @@ local function nothing_left(srv, admin, key)
   assert(lock:release())
 end
 
--- A redis-server (started with the more arguments extra) and an
--- administrator's client on it (2 s timeout) for the enclosing describe
--- block, stopped after it; ready(srv, admin) keeps them in its locals.
 -- Takes key's lock over c (with opts) and gives it back: the server held
 -- c's token meanwhile, and nothing of it is left after.
 local function taken_and_given_back(srv, admin, c, key, opts)
@@ -102,6 +99,9 @@ local function taken_and_given_back(srv, admin, c, key, opts)
   nothing_left(srv, admin, key)
 end
 
+-- A redis-server (started with the more arguments extra) and an
+-- administrator's client on it (2 s timeout) for the enclosing describe
+-- block, stopped after it; ready(srv, admin) keeps them in its locals.
 local function server_and_admin(extra, ready)
   local srv, admin
   lazy_setup(function()

@@ -283,8 +283,6 @@ return function(helpers)
     return true
   end
 
-  --- An nginx.conf location running spec/support/ngx_app.lua's handler
-  -- name at path, after the directives more.
   --- A server block's line that points spec/support/ngx_app.lua's handlers
   -- at srv (a redis-server of these helpers), with their timeout (seconds)
   -- when one is given.
@@ -293,6 +291,8 @@ return function(helpers)
            .. (timeout and ' set $redis_timeout "' .. timeout .. '";' or "")
   end
 
+  --- An nginx.conf location running spec/support/ngx_app.lua's handler
+  -- name at path, after the directives more.
   function helpers.location(path, name, more)
     return string.format('location = %s { %s content_by_lua_block { require("spec.support.ngx_app").%s() } }',
                          path, more or "", name)
