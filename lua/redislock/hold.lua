@@ -261,6 +261,7 @@ _M.taken = taken
 -- released as with_hold's (lock.lua's LEASED); or raises why not, as
 -- with_hold does.
 function _M.with_taken(self, t, key, fn, fence, tok, a, b, lease, ms)
+  -- (On a failed take, fast_with's lease slot holds what it left, as fast_take's.)
   local lock, err = taken(self, t, key, fence, tok, a, b, lease, LEASED)
   if not lock then error(err, 0) end
   if not lease then
