@@ -34,7 +34,8 @@ ASAN_MOD   = build/asan/redislock/core.so
 
 .PHONY: all deps demo test check bench lint torture valgrind asan docs install clean rock scripts
 
-all: $(LUA54_MOD) $(LUAJIT_MOD)
+# The modules, and beside each the fork spec's helper (spec/05 needs it).
+all: $(LUA54_MOD) $(LUAJIT_MOD) build/lua5.4/spec_fork.so build/luajit/spec_fork.so
 
 # Each build folder holds modules for one Lua with one set of flags.
 MOD_CFLAGS = $(CFLAGS)
