@@ -10,6 +10,7 @@
 local args = require "redislock.args"
 local backoff = require "redislock.backoff"
 local core = require "redislock.core"
+local lease_mod = require "redislock.lease"
 local lock_mod = require "redislock.lock"
 local scope = require "redislock.scope"
 local transport = require "redislock.transport"
@@ -264,11 +265,7 @@ function _M.with_taken(self, t, key, fn, fence, tok, a, b, lease, ms)
   -- (On a failed take, fast_with's lease slot holds what it left, as fast_take's.)
   local lock, err = taken(self, t, key, fence, tok, a, b, lease, LEASED)
   if not lock then error(err, 0) end
-  if not lease then
-    lock:release()
-    error("redislock: " .. ms, 0)
-  end
-  lock._lease, lock._renew_ms = lease, ms
+  lease_mod.took(lock, lease, ms)
   self._renewed[lock] = true
   return scope.hold(lock, fn)
 end

@@ -230,11 +230,20 @@ function _M.start(lock, how, ms, sent)
   else
     lease, err = t:lease(key, tok, ms, opts)
   end
+  _M.took(lock, lease, lease and ms or err, how.on_lost)
+end
+
+--- took(lock, lease, ms[, on_lost]): start's end, also for a lease made
+-- in C (core.fast_with's: redislock/hold.lua's with_taken): lease and ms,
+-- the TTL its renewals set, become lock._lease, lock._renew_ms (and
+-- lock._on_lost); with lease nil (ms then why it could not start), the
+-- lock is released and that raised.
+function _M.took(lock, lease, ms, on_lost)
   if not lease then
     lock:release()
-    error("redislock: " .. err, 0)
+    error("redislock: " .. ms, 0)
   end
-  lock._lease, lock._on_lost, lock._renew_ms = lease, how.on_lost, ms
+  lock._lease, lock._on_lost, lock._renew_ms = lease, on_lost, ms
 end
 
 --- Whether lock has a lease, an on_lost to call when it is lost, and node
