@@ -6,7 +6,8 @@
 -- ended to the next thread; with_lock's sentinel once waited on its status,
 -- and kept its request open while the coroutine served another: make
 -- torture's Redlock hang), and a killed fn thread's lock goes back while
--- one that runs keeps it. Over Redlock (five servers) and one server, in
+-- one that runs keeps it, also while new threads run on the coroutines
+-- ngx_lua reuses. Over Redlock (five servers) and one server, in
 -- a real nginx whose handler returns as an application's does (no
 -- ngx.exit, which would end every light thread of the request itself).
 local helpers = require "spec.helpers"
@@ -21,7 +22,7 @@ describe("under OpenResty, a lock the renewal timer found lost", function()
   -- the first server alone), fn sleeping hold seconds; answers "<ok>
   -- <handler's seconds> <error>" from a handler that returns. The worker's
   -- clients are in the global clients, made by init_by_lua. GET /sleep?s=s
-  -- sleeps s seconds.
+  -- sleeps s seconds. GET /killed and /reused: see their cases below.
   local HANDLER = [[
     location = /sleep { content_by_lua_block { ngx.sleep(tonumber(ngx.var.arg_s)) ngx.say("slept") } }
     location = /killed { content_by_lua_block {
@@ -37,6 +38,24 @@ describe("under OpenResty, a lock the renewal timer found lost", function()
       ngx.thread.kill(t)
       ngx.sleep(0.2)
       ngx.say("killed")
+    } }
+    location = /reused { content_by_lua_block {
+      local redislock = require "redislock"
+      clients.one = clients.one or redislock.new{ url = ngx.var.redlock_urls:match("^[^,]+") }
+      local c, entry = clients.one, coroutine.running()
+      ngx.thread.spawn(function()
+        ngx.sleep(0) -- the handler's thread returns meanwhile, and ngx_lua keeps its coroutine for the next thread
+        local fn_co
+        local t = ngx.thread.spawn(c.with_lock, c, ngx.var.arg_key, 1, function()
+          fn_co = coroutine.running()
+          ngx.sleep(30)
+        end)
+        while not fn_co do ngx.sleep(0.01) end
+        ngx.sleep(1.2)
+        ngx.thread.kill(t)
+        ngx.thread.wait(ngx.thread.spawn(function() ngx.sleep(2.85) end))
+        ngx.say(fn_co == entry and "on the handler's coroutine" or "on another coroutine", ", killed")
+      end)
     } }
     location = /hold { content_by_lua_block {
       local redislock = require "redislock"
@@ -141,6 +160,43 @@ describe("under OpenResty, a lock the renewal timer found lost", function()
     assert(took < 3.5, string.format("the request took %.3f s%s", took, nginx:error_log()))
     assert(helpers.eventually(2, function() return servers[1]:cli("EXISTS", "lock:{k1}") == "0" end),
            "the lock outlived its thread")
+    assert(other:receive("*a"))
+    other:close()
+  end)
+
+  -- GET /reused?key=k: the handler's thread starts a light thread and
+  -- returns; that thread runs with_lock (one server, TTL 1 s) in a light
+  -- thread of its own, whose fn sleeps, kills it 1.2 s after fn began, at
+  -- once starts another that sleeps 2.85 s, waits for it and answers
+  -- whether fn ran on the coroutine the handler's thread began on.
+  -- ngx_lua gives the coroutine of a thread that ended to the worker's
+  -- next thread, but only the coroutine a request's handler began on (its
+  -- entry thread), and only when a thread on it ended by itself, never
+  -- when it was killed (see redislock/ngx_lease.lua's sentinel). Here fn
+  -- runs on the coroutine the handler's thread left (the answer says so):
+  -- the one that ngx_lua would give again. The light thread started at
+  -- once after the kill, and the request sent just after it, take the
+  -- coroutines ngx_lua keeps; had one of them fn's, the sentinel would
+  -- read that thread's status and keep renewing the lock while it runs.
+  -- The lock goes back at the sentinel's next step and the lease's next
+  -- renewal (2 s and a third of the TTL after fn began), while the other
+  -- thread still runs (until 4.05 s); the request ends with that thread,
+  -- not at the sentinel's next step after it.
+  it("gives back a killed fn thread's lock while the next threads run", function()
+    local c = send("/reused?key=k2")
+    assert(helpers.eventually(5, function() return servers[1]:cli("EXISTS", "lock:{k2}") == "1" end))
+    local held = socket.gettime()
+    socket.sleep(1.4)
+    local other = send("/sleep?s=4")
+    local gone = helpers.eventually(3, function() return servers[1]:cli("EXISTS", "lock:{k2}") == "0" end)
+    local gone_at = socket.gettime() - held
+    local answer = assert(c:receive("*a"))
+    c:close()
+    local took = socket.gettime() - held
+    assert.matches("on the handler's coroutine, killed", answer, 1, true)
+    assert(gone and gone_at < 3.5, string.format("the lock outlived its thread: %s %.3f s after fn began%s",
+                                                  gone and "gone" or "still there", gone_at, nginx:error_log()))
+    assert(took < 4.7, string.format("the request took %.3f s after fn began%s", took, nginx:error_log()))
     assert(other:receive("*a"))
     other:close()
   end)
