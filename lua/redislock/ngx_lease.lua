@@ -27,8 +27,9 @@
 -- coroutine of a thread that ended to the worker's next thread, whose
 -- status it then tells), and a sentinel left waiting on it kept its
 -- request open while the coroutine served others (make torture's Redlock
--- hang). Only a killed fn thread is left to that status. (The bottom of
--- the thread's stack is no better: a tail call changes it while fn runs.)
+-- hang). Only a killed fn thread is left to that status, which ngx_lua
+-- never gives to another thread (see sentinel below). (The bottom of the
+-- thread's stack is no better: a tail call changes it while fn runs.)
 -- A sentinel is only ever touched while it waits: one that no longer does
 -- may belong to a request nginx has freed.
 
@@ -74,6 +75,22 @@ end
 -- hold's leases were stopped (watch.ended), or nginx ends it with the request.
 -- watch: { sema, thread (the sentinel), ended }, shared by the node leases
 -- of one hold.
+--
+-- Why the status of a killed owner stays "dead" (lua-nginx-module's src/,
+-- lines of 0.10.23; unchanged in 0.10.31): coroutine.status is ngx_lua's,
+-- the state of the co ctx attached to the coroutine (coroutine.c:397,
+-- util.c:3139), which ngx.thread.kill sets dead (uthread.c:267 calls
+-- util.c:436's del_thread). A coroutine goes to another thread only from
+-- ngx_lua's cache, and only del_thread puts one there (util.c:458-473):
+-- the coroutine the request's handler began on, deleted with the VM's
+-- state as L, as run_thread does for a thread that ended by itself
+-- (util.c:1371 to 1567); kill passes the killer's coroutine instead, and
+-- unrefs the killed one (timers cache only their own, util.h:577).
+-- Each new thread gets a new co ctx (coroutine.c:136), and the sentinel
+-- holds owner, so it is not collected either. spec/57 kills an fn thread
+-- that runs on its handler's coroutine, the kind ngx_lua reuses. A killed
+-- thread's frames stay on its coroutine: no look at its stack could
+-- tell that it was killed.
 local function sentinel(watch, owner)
   local sema = watch.sema
   repeat sema:wait(SENTINEL_STEP) until watch.ended or co_status(owner) == "dead"
