@@ -32,7 +32,7 @@ local semaphore = require "ngx.semaphore"
 
 local pairs, setmetatable = pairs, setmetatable
 local math_huge, math_max, math_min = math.huge, math.max, math.min
-local now = core.now
+local now, renewal_step = core.now, core.renewal_step
 
 local _M = { _VERSION = core._VERSION }
 
@@ -302,12 +302,13 @@ end
 --- waiter:handed(how, ms) -> token, fence, cohort | nil: a lock handed down
 -- to it (hand), to be taken with its token; taken over as it is (its
 -- fence, and the cohort record) when its renewal (how.renew) can extend it
--- in time; else the acquire script takes it over with this request's TTL
--- (ms), finding its token there.
+-- in time (what is left of it spans a renewal's step: core.renewal_step);
+-- else the acquire script takes it over with this request's TTL (ms),
+-- finding its token there.
 function Waiter:handed(how, ms)
   local handed = self.given
   if not handed then return nil end
-  if not how.renew or how.replicas or handed.expires - now() < ms / 3000 then return handed.token end
+  if not how.renew or how.replicas or (handed.expires - now()) * 1000 < renewal_step(ms) then return handed.token end
   local cohort = self.gates:hold(self.name, self.gate, self.gen, held_until(how, ms), true, ms)
   if not cohort then return handed.token end
   self.given, cohort.expires = nil, handed.expires
