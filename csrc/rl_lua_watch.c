@@ -15,7 +15,8 @@ typedef struct {
  * Starts a thread that stays subscribed to +switch-master on one of the
  * sentinels the clients (core.new) connect to, the next one when it fails
  * (see rl_sentinel.h). watch:count() grows with every switch of master heard
- * and every subscription lost or made; watch:close() (also __gc) stops it.
+ * and every subscription lost or made; watch:heard() names the master the
+ * last switch announced; watch:close() (also __gc) stops it.
  */
 static int core_sentinel_watch(lua_State *L) {
   const char *master = luaL_checkstring(L, 1);
@@ -48,6 +49,19 @@ static int watch_count(lua_State *L) {
   return 1;
 }
 
+/*
+ * watch:heard() -> host, port | nil: the master the last switch heard
+ * announced, while nothing else was counted since (rl_sentinel_watch_heard).
+ */
+static int watch_heard(lua_State *L) {
+  char host[256];
+  int port = rl_sentinel_watch_heard(check_watch(L)->w, host);
+  if (port == 0) return 0;
+  lua_pushstring(L, host);
+  lua_pushinteger(L, port);
+  return 2;
+}
+
 /* watch:close(), __gc: stops the thread. Idempotent. */
 static int watch_close(lua_State *L) {
   rl_watch_ud *ud = (rl_watch_ud *)luaL_checkudata(L, 1, WATCH_MT);
@@ -58,6 +72,7 @@ static int watch_close(lua_State *L) {
 
 static const luaL_Reg watch_methods[] = {
   { "count", watch_count },
+  { "heard", watch_heard },
   { "close", watch_close },
   { NULL, NULL }
 };

@@ -27,6 +27,10 @@ struct rl_sentinel_watch {
   int n;
   char *master;
   unsigned long count; /* read and bumped with atomics */
+  pthread_mutex_t mu;  /* guards the three below (the thread writes, rl_sentinel_watch_heard reads) */
+  char to[256];        /* the master the last switch heard announced */
+  int to_port;
+  unsigned long at;    /* the count that switch left (0: none heard) */
   int wake[2];         /* a byte written to wake[1] stops the thread */
   pthread_t thread;
   int running;         /* a thread of this process runs (joined by stop) */
@@ -49,8 +53,9 @@ static const char *elem_str(const redisReply *r, size_t i) {
 
 /*
  * A published "+switch-master" message for our master: "<name> <old ip>
- * <old port> <new ip> <new port>". Moves the watchdog's renewals and counts
- * it. Other replies (the PONG of a PING, other masters) change nothing.
+ * <old port> <new ip> <new port>". Moves the watchdog's renewals, counts
+ * it and keeps the new master's address with the count it left. Other
+ * replies (the PONG of a PING, other masters) change nothing.
  */
 static void heard(rl_sentinel_watch *w, const redisReply *r) {
   const char *kind = elem_str(r, 0), *text = elem_str(r, 2);
@@ -60,7 +65,11 @@ static void heard(rl_sentinel_watch *w, const redisReply *r) {
   if (sscanf(text, "%255s %255s %d %255s %d", name, from, &from_port, to, &to_port) != 5) return;
   if (strcmp(name, w->master) != 0) return;
   rl_watchdog_move(from, from_port, to, to_port);
-  bump(w);
+  pthread_mutex_lock(&w->mu);
+  memcpy(w->to, to, sizeof w->to);
+  w->to_port = to_port;
+  w->at = __atomic_add_fetch(&w->count, 1, __ATOMIC_SEQ_CST);
+  pthread_mutex_unlock(&w->mu);
 }
 
 /*
@@ -143,6 +152,7 @@ static int start(rl_sentinel_watch *w) {
 
 static void free_watch(rl_sentinel_watch *w) {
   int i;
+  pthread_mutex_destroy(&w->mu);
   for (i = 0; w->conns != NULL && i < w->n; i++) rl_conn_free(&w->conns[i]);
   free(w->conns);
   free(w->master);
@@ -155,6 +165,7 @@ rl_sentinel_watch *rl_sentinel_watch_start(const rl_conn_opts *opts, int n, cons
   int i, failed = w == NULL, rc;
   if (w != NULL) {
     w->wake[0] = w->wake[1] = -1;
+    pthread_mutex_init(&w->mu, NULL);
     w->conns = (rl_conn *)calloc((size_t)n, sizeof *w->conns);
     w->master = strdup(master);
     failed = w->conns == NULL || w->master == NULL;
@@ -184,10 +195,23 @@ unsigned long rl_sentinel_watch_count(rl_sentinel_watch *w) {
        the child asks the sentinels itself. */
     w->running = 0;
     w->wake[0] = w->wake[1] = -1;
+    pthread_mutex_init(&w->mu, NULL); /* the parent's thread may have held it at the fork */
     if (start(w) != 0) w->gen = rl_fork_gen();
     bump(w);
   }
   return __atomic_load_n(&w->count, __ATOMIC_SEQ_CST);
+}
+
+int rl_sentinel_watch_heard(rl_sentinel_watch *w, char host[256]) {
+  int port = 0;
+  if (w->gen != rl_fork_gen()) return 0; /* a child that has not counted yet (it asks the sentinels) */
+  pthread_mutex_lock(&w->mu);
+  if (w->at != 0 && w->at == __atomic_load_n(&w->count, __ATOMIC_SEQ_CST)) {
+    memcpy(host, w->to, sizeof w->to);
+    port = w->to_port;
+  }
+  pthread_mutex_unlock(&w->mu);
+  return port;
 }
 
 void rl_sentinel_watch_stop(rl_sentinel_watch *w) {

@@ -4,7 +4,8 @@
  * of a master's sentinels (the next one when it fails) and counts what it
  * hears: a switch of the master, or a subscription lost or made (a switch may
  * have gone unheard meanwhile). The client compares the count before each
- * command (one atomic read) and asks the sentinels again when it changed. On
+ * command (one atomic read) and resolves again when it changed, trying the
+ * master a switch announced first (rl_sentinel_watch_heard). On
  * a switch the thread also moves the watchdog's renewals to the new master at
  * once (rl_watchdog_move), so that renewal follows a failover while the Lua
  * state is busy. No Lua here.
@@ -31,6 +32,14 @@ rl_sentinel_watch *rl_sentinel_watch_start(const rl_conn_opts *opts, int n, cons
  * the watch starts a thread of its own first, and the count moves on.
  */
 unsigned long rl_sentinel_watch_count(rl_sentinel_watch *w);
+
+/*
+ * The master the last switch heard announced, when nothing else was
+ * counted since (no subscription lost or made after it): its host
+ * copied into host (NUL-terminated) and its port returned; else 0 (none
+ * heard, or the count moved on: the announcement may be stale).
+ */
+int rl_sentinel_watch_heard(rl_sentinel_watch *w, char host[256]);
 
 /* Stops the thread, waits for it and frees the watch. */
 void rl_sentinel_watch_stop(rl_sentinel_watch *w);

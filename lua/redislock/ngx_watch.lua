@@ -3,11 +3,11 @@
 -- is its plain-Lua twin, a C thread). One timer per worker and master stays
 -- subscribed to +switch-master on one of the sentinels, the next one when it
 -- fails, and counts what it hears: a switch of the master, or a subscription
--- lost or made. Each client (redislock/sentinel.lua) compares the count
--- before each command; on a switch the timer also points every client of
--- that master at the new one at once (their transports, which their
--- renewals use too). The timer ends when the last of its clients was closed
--- or collected, or the worker exits.
+-- lost or made, and keeps the master the last switch announced. Each client
+-- (redislock/sentinel.lua) compares the count before each command; on a
+-- switch the timer also points every client of that master at the new one
+-- at once (their transports, which their renewals use too). The timer ends
+-- when the last of its clients was closed or collected, or the worker exits.
 
 local args = require "redislock.args"
 local core = require "redislock.core"
@@ -33,6 +33,12 @@ function Watch:count()
   return self.n
 end
 
+-- The master the last switch heard announced (host, port), while nothing
+-- else was counted since (no subscription lost or made after it); else nil.
+function Watch:heard()
+  if self.at == self.n then return self.host, self.port end
+end
+
 -- The client no longer needs it (the timer ends when none does).
 function Watch:close(client)
   self.clients[client] = nil
@@ -48,7 +54,8 @@ local function heard(w, text)
   local name, _, _, host, port = text:match("^(%S+) (%S+) (%d+) (%S+) (%d+)$")
   if name ~= w.master then return end
   w.n = w.n + 1
-  for client in pairs(w.clients) do client:switched(host, tonumber(port)) end
+  w.host, w.port, w.at = host, tonumber(port), w.n
+  for client in pairs(w.clients) do client:switched(w.host, w.port) end
 end
 
 local function run(premature, w)

@@ -18,10 +18,16 @@
 -- second after a failover starts, while the old master goes on accepting
 -- writes for seconds more until it is reconfigured; so before each command
 -- the client compares the watch's count (one atomic read) and resolves again
--- when it moved: no lock is taken on the demoted master once the switch was
--- heard. The watch also moves the watchdog's renewals to the new master at
--- once. A command is never sent twice to a new master: the wait loop's next
--- try is the acquire script, which reconciles by token.
+-- when it moved. A resolution after a switch was heard (and nothing else
+-- since: watch:heard()) tries the master it announced first, and takes it
+-- when it says ROLE master, before any sentinel is asked: a sentinel that
+-- has not learned of the switch yet (they learn from each other every 2 s,
+-- later when cut off) still names the old master, which still says ROLE
+-- master. So once the switch was heard, no lock is taken on the demoted
+-- master while the announced one says it is the master. The watch also
+-- moves the watchdog's renewals to the new master at once. A command is
+-- never sent twice to a new master: the wait loop's next try is the acquire
+-- script, which reconciles by token.
 
 local args = require "redislock.args"
 local core = require "redislock.core"
@@ -164,16 +170,32 @@ local function role_of(node, reply, err)
   return type(reply) == "table" and reply[1] or tostring(reply)
 end
 
+-- The node transport of the master the last switch the watch w heard
+-- announced (watch:heard()), when it says ROLE master; else nil (none
+-- heard, or not the master now: the sentinels are asked).
+local function announced(self, w)
+  local host, port = w:heard()
+  if not host then return nil end
+  local node = point(self, host, port)
+  local reply, err = node:command("ROLE")
+  if role_of(node, reply, err) == "master" then return node end
+end
+
 -- Resolves the master (see above): the node transport, or nil and an error.
 local function resolve(self)
   local w, werr = watch(self)
   local role
   if not w then return nil, werr end
   self._seen = w:count() -- taken before asking: a switch meanwhile asks again
+  local node = announced(self, w)
+  if node then
+    self._stale = false
+    return node
+  end
   for try = 1, ROLE_TRIES do
     local host, port = ask(self)
     if not host then return nil, port end
-    local node = point(self, host, port)
+    node = point(self, host, port)
     local reply, err = node:command("ROLE")
     if reply == nil and not retry(err, "resend") then return nil, err end
     role = role_of(node, reply, err)

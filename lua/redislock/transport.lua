@@ -111,8 +111,9 @@ _M.each = runtime.each
 
 --- watch(master, sentinels, client) -> watch | nil, err: what hears that
 -- the sentinels switched master (watch:count() grows on every switch, and
--- subscription lost or made; watch:close(client)); sentinels: their
--- transports.
+-- subscription lost or made; watch:heard() -> host, port: the master the
+-- last switch announced, while nothing else was counted since;
+-- watch:close(client)); sentinels: their transports.
 _M.watch = runtime.watch
 
 --- waiting() -> a waiting strategy | nil: what the runtime adds to a

@@ -19,18 +19,29 @@ return function(helpers)
   -- replica } (Servers; which is master changes with a failover),
   -- group.sentinels = { Server-like { port, pid, dir } ... }, group.addrs =
   -- { "127.0.0.1:<port>", ... } (the sentinels, for the client option).
-  -- Raises when it cannot start.
-  -- Starts one sentinel watching master_port as "mymaster" (quorum 2), with
-  -- more configuration lines; returns it (a Server), or raises.
-  local function start_sentinel(master_port, more)
+  -- Raises when it cannot start. opts.own_addresses: each process on an
+  -- address of its own (the master 127.0.0.21, the replica .22, the
+  -- sentinels .23 to .25), so that group:split can cut them apart (needs
+  -- helpers.netns).
+  -- Starts one sentinel watching master (a Server) as "mymaster" (quorum 2),
+  -- with more configuration lines, on host (127.0.0.1 by default); returns
+  -- it (a Server), or raises.
+  local function start_sentinel(master, more, host)
     local dir, port = tmpdir(), helpers.free_port()
+    host = host or "127.0.0.1"
     local lines = {
-      "port " .. port, "bind 127.0.0.1", "daemonize yes",
+      "port " .. port, "bind " .. host, "daemonize yes",
       "pidfile " .. dir .. "/sentinel.pid", "logfile " .. dir .. "/sentinel.log", "dir " .. dir,
-      "sentinel monitor mymaster 127.0.0.1 " .. master_port .. " 2",
+      "sentinel monitor mymaster " .. master.host .. " " .. master.port .. " 2",
       "sentinel down-after-milliseconds mymaster 1000",
       "sentinel failover-timeout mymaster 5000",
       "sentinel parallel-syncs mymaster 1" }
+    -- Its own connections come from its own address too, which protected
+    -- mode would take for a remote one.
+    if host ~= "127.0.0.1" then
+      lines[#lines + 1] = "bind-source-addr " .. host
+      lines[#lines + 1] = "protected-mode no"
+    end
     for _, l in ipairs(more or {}) do lines[#lines + 1] = l end
     local f = assert(io.open(dir .. "/sentinel.conf", "w"))
     f:write(table.concat(lines, "\n"), "\n")
@@ -46,22 +57,24 @@ return function(helpers)
       if pid then os.execute("kill " .. pid .. " 2>/dev/null") end
       error("cannot start redis-server --sentinel; its log says:\n" .. log)
     end
-    return setmetatable({ host = "127.0.0.1", port = port, dir = dir, pid = up }, Server)
+    return setmetatable({ host = host, port = port, dir = dir, pid = up }, Server)
   end
 
-  function helpers.start_sentinels()
-    local master = helpers.start_redis()
-    local replica = helpers.start_redis({ "--replicaof", "127.0.0.1", tostring(master.port) })
+  function helpers.start_sentinels(opts)
+    local own = opts and opts.own_addresses
+    local function at(i) return own and { host = "127.0.0." .. (20 + i) } or nil end
+    local master = helpers.start_redis(nil, at(1))
+    local replica = helpers.start_redis({ "--replicaof", master.host, tostring(master.port) }, at(2))
     local g = setmetatable({ nodes = { master, replica }, sentinels = {}, addrs = {}, extra = {}, name = "mymaster" },
                            Group)
     for i = 1, 3 do
-      local ok, s = pcall(start_sentinel, master.port)
+      local ok, s = pcall(start_sentinel, master, nil, own and at(2 + i).host)
       if not ok then
         g:stop()
         error(s)
       end
       g.sentinels[i] = s
-      g.addrs[i] = "127.0.0.1:" .. s.port
+      g.addrs[i] = s.host .. ":" .. s.port
     end
     local ready = helpers.eventually(30, function()
       for _, s in ipairs(g.sentinels) do
@@ -218,7 +231,7 @@ return function(helpers)
   -- of the group's (the others cannot talk to it when it wants AUTH) and is
   -- stopped with the group. Returns it (a Server).
   function Group:extra_sentinel(more)
-    local s = start_sentinel(self:master().port, more)
+    local s = start_sentinel(self:master(), more)
     self.extra[#self.extra + 1] = s
     return s
   end
@@ -245,6 +258,33 @@ return function(helpers)
              string.format("a section on the demoted master %.3f s after the switch", s.enter - named))
     end
     return sections
+  end
+
+  -- Adds (how "-A") or deletes ("-D") the rules that drop every packet
+  -- between the group's processes in apart and the others.
+  local function cut(self, how, apart)
+    local inside = {}
+    for _, p in ipairs(apart) do inside[p] = true end
+    for _, p in ipairs(apart) do
+      for _, q in ipairs({ self.nodes[1], self.nodes[2], self.sentinels[1], self.sentinels[2], self.sentinels[3] }) do
+        if not inside[q] then helpers.drop_between(how, p.host, q.host) end
+      end
+    end
+  end
+
+  --- Cuts the group's processes in apart (Servers: nodes and sentinels)
+  -- off the others, both ways, until group:heal(); clients on 127.0.0.1
+  -- still reach every one. Needs a group started with own_addresses.
+  function Group:split(apart)
+    for _, p in ipairs(apart) do assert(p.host ~= "127.0.0.1", "split needs a group started with own_addresses") end
+    cut(self, "-A", apart)
+    self.apart = apart
+  end
+
+  --- Undoes group:split.
+  function Group:heal()
+    if self.apart then cut(self, "-D", self.apart) end
+    self.apart = nil
   end
 
   local Quiet = {}

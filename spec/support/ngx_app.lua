@@ -214,6 +214,12 @@ function app.master()
   return reply(200, tostring(c._transport._port) .. " " .. ngx.worker.pid())
 end
 
+--- GET /pointed: the port of the node the worker's client points at now,
+-- without any I/O (behind Sentinel: moved there by its watch, or resolved).
+function app.pointed()
+  return reply(200, tostring(client()._transport._port))
+end
+
 --- GET /ping: answers at once (the non-blocking spec).
 function app.ping()
   ngx.say("pong")
