@@ -8,9 +8,7 @@ local http = require "spec.support.http"
 describe("with_lock", function()
   local srv, client, raw
 
-  helpers.client_each(lazy_setup, lazy_teardown, before_each, after_each, function(s, r, c)
-    srv, raw, client = s, r, c
-  end)
+  helpers.client_each(function(s, r, c) srv, raw, client = s, r, c end)
 
   local function held(key)
     return raw:command("EXISTS", "lock:{" .. key .. "}") == 1

@@ -12,7 +12,7 @@ describe("leases", function()
   local srv, raw, client
   local stopped -- the PID of a process a spec sent SIGSTOP, until it sends SIGCONT
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
+  helpers.redis_for(function(s, r) srv, raw = s, r end)
   before_each(function()
     assert.are.equal("OK", raw:command("FLUSHALL"))
     client = srv:client()

@@ -16,7 +16,7 @@ local SH = "env -u LD_PRELOAD sh"
 describe("the redislock command", function()
   local srv, raw, client, tmp
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r)
+  helpers.redis_for(function(s, r)
     srv, raw = s, r
     client = redislock.new({ port = srv.port })
     tmp = helpers.run("mktemp -d"):gsub("%s+$", "")

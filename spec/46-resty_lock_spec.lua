@@ -20,7 +20,7 @@ end
 
 describe("redislock.resty_lock", function()
   local srv, raw
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
+  helpers.redis_for(function(s, r) srv, raw = s, r end)
 
   describe("in plain Lua", function()
     local rl

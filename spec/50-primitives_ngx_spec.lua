@@ -11,7 +11,7 @@ describe("the primitives under OpenResty", function()
 
   local srv, raw, nginx
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r)
+  helpers.redis_for(function(s, r)
     srv, raw = s, r
     nginx = helpers.start_primitive_nginx(srv)
   end)
