@@ -300,7 +300,6 @@ describe("with_lock", function()
   -- loads that build).
   describe("under OpenResty", function()
     if helpers.no_nginx(pending) then return end
-    before_each(function() assert.are.equal("OK", raw:command("FLUSHALL")) end)
 
     describe("errors", function()
       local ngx

@@ -14,12 +14,9 @@ describe("the primitives under OpenResty", function()
   helpers.redis_for(function(s, r)
     srv, raw = s, r
     nginx = helpers.start_primitive_nginx(srv)
-  end)
+  end, { flush = true })
   lazy_teardown(function() if nginx then nginx:stop() end end)
-  before_each(function()
-    assert.are.equal("OK", raw:command("FLUSHALL"))
-    raw:command("MSET", "readers", 0, "writers", 0, "overlaps", 0)
-  end)
+  before_each(function() raw:command("MSET", "readers", 0, "writers", 0, "overlaps", 0) end)
 
   -- The semaphore's permits.
   it("lets at most 3 of 200 concurrent requests hold a permit, and reaches 3", function()
