@@ -201,8 +201,15 @@ end
 -- busted's hooks (lazy_setup, before_each ...) for the describe block being
 -- defined: a spec file gets them as globals, a module through require
 -- "busted" (asked when a helper runs, as torture/ loads this file outside
--- busted).
-local function hooks() return require "busted" end
+-- busted). A helper's second argument is never a function: one is busted's
+-- lazy_teardown, from a call in the form these helpers once took (hooks
+-- first), refused with a message that says so.
+local function hooks(fname, second)
+  if type(second) == "function" then
+    error("helpers." .. fname .. " takes no busted hooks (it registers them itself): pass ready first", 3)
+  end
+  return require "busted"
+end
 
 --- A private redis-server and a raw core client on it for the enclosing
 -- describe block: started in its lazy_setup, stopped in its lazy_teardown.
@@ -210,7 +217,7 @@ local function hooks() return require "busted" end
 -- With opts.flush, the server is flushed before each test.
 function helpers.redis_for(ready, opts)
   local srv, raw
-  local busted = hooks()
+  local busted = hooks("redis_for", opts)
   busted.lazy_setup(function()
     srv = helpers.start_redis()
     raw = srv:raw()
@@ -228,22 +235,22 @@ end
 --- helpers.redis_for's server and raw client, and a redislock client on
 -- the server (closed in lazy_teardown); the server is flushed before each
 -- test. ready(srv, raw, client) keeps them in the spec's locals.
-function helpers.client_for(ready)
+function helpers.client_for(ready, ...)
   local client
+  local busted = hooks("client_for", (...))
   helpers.redis_for(function(s, r)
     client = require("redislock").new({ port = s.port })
     ready(s, r, client)
   end, { flush = true })
-  local busted = hooks()
   busted.lazy_teardown(function() if client then client:close() end end)
 end
 
 --- helpers.redis_for's server and raw client, flushed before each test,
 -- and a new client on it (srv:client()) for each test, closed after it;
 -- ready(srv, raw, client) keeps them in the spec's locals.
-function helpers.client_each(ready)
+function helpers.client_each(ready, ...)
   local srv, raw, client
-  local busted = hooks()
+  local busted = hooks("client_each", (...))
   helpers.redis_for(function(s, r) srv, raw = s, r end, { flush = true })
   busted.before_each(function()
     client = srv:client()
@@ -266,9 +273,9 @@ end
 -- describe block's own (removed in lazy_teardown); before each test the
 -- server is flushed and the folder emptied. ready(srv, raw, dir) keeps them
 -- in the spec's locals.
-function helpers.redis_and_dir_for(ready)
+function helpers.redis_and_dir_for(ready, ...)
   local dir
-  local busted = hooks()
+  local busted = hooks("redis_and_dir_for", (...))
   helpers.redis_for(function(s, r)
     dir = tmpdir()
     ready(s, r, dir)
