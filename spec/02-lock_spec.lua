@@ -7,9 +7,7 @@ local helpers = require "spec.helpers"
 describe("locks", function()
   local srv, client, raw
 
-  helpers.client_each(lazy_setup, lazy_teardown, before_each, after_each, function(s, r, c)
-    srv, raw, client = s, r, c
-  end)
+  helpers.client_each(function(s, r, c) srv, raw, client = s, r, c end)
 
   -- Asserts that name's PTTL on the server is above low ms, and at most
   -- high (if given).

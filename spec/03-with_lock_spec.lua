@@ -8,9 +8,7 @@ local http = require "spec.support.http"
 describe("with_lock", function()
   local srv, client, raw
 
-  helpers.client_each(lazy_setup, lazy_teardown, before_each, after_each, function(s, r, c)
-    srv, raw, client = s, r, c
-  end)
+  helpers.client_each(function(s, r, c) srv, raw, client = s, r, c end)
 
   local function held(key)
     return raw:command("EXISTS", "lock:{" .. key .. "}") == 1
@@ -302,7 +300,6 @@ describe("with_lock", function()
   -- loads that build).
   describe("under OpenResty", function()
     if helpers.no_nginx(pending) then return end
-    before_each(function() assert.are.equal("OK", raw:command("FLUSHALL")) end)
 
     describe("errors", function()
       local ngx

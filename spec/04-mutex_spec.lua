@@ -13,7 +13,7 @@ local WORKERS, ROUNDS = 8, 40
 describe("mutual exclusion across processes", function()
   local srv, raw
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
+  helpers.redis_for(function(s, r) srv, raw = s, r end)
 
   -- Runs the workers in `mode`; returns the final counter and the overlaps seen.
   local function race(mode)

@@ -446,12 +446,9 @@ describe("connections under OpenResty", function()
 
   local srv, raw
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
+  helpers.redis_for(function(s, r) srv, raw = s, r end, { flush = true })
   lazy_setup(function()
     assert(raw:command("ACL", "SETUSER", "locker", "on", ">s3cret", "~*", "&*", "+@all"))
-  end)
-  before_each(function()
-    assert.are.equal("OK", raw:command("FLUSHALL"))
   end)
 
   local ngx

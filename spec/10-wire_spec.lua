@@ -11,7 +11,7 @@ local socket = require "socket"
 describe("wire functions", function()
   local srv, raw, conn
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end, before_each)
+  helpers.redis_for(function(s, r) srv, raw = s, r end, { flush = true })
   before_each(function()
     conn = assert(socket.connect("127.0.0.1", srv.port))
     conn:settimeout(5)

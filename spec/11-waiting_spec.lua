@@ -11,7 +11,7 @@ local helpers = require "spec.helpers"
 describe("waiting", function()
   local srv, raw, holder
 
-  helpers.client_each(lazy_setup, lazy_teardown, before_each, after_each, function(s, r, c)
+  helpers.client_each(function(s, r, c)
     srv, raw, holder = s, r, c
     helpers.warm(holder, raw)
   end)

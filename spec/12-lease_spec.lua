@@ -12,13 +12,8 @@ describe("leases", function()
   local srv, raw, client
   local stopped -- the PID of a process a spec sent SIGSTOP, until it sends SIGCONT
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
-  before_each(function()
-    assert.are.equal("OK", raw:command("FLUSHALL"))
-    client = srv:client()
-  end)
+  helpers.client_each(function(s, r, c) srv, raw, client = s, r, c end)
   after_each(function()
-    client:close()
     -- A spec that failed between SIGSTOP and SIGCONT must not leave its
     -- worker stopped (the suite would wait for it for ever).
     if stopped then helpers.sh_ok("kill -CONT " .. stopped .. " 2>/dev/null") end

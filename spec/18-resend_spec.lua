@@ -16,7 +16,7 @@ local redislock = require "redislock"
 describe("a command whose reply is lost", function()
   local srv, raw
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end, before_each)
+  helpers.redis_for(function(s, r) srv, raw = s, r end, { flush = true })
 
   -- Starts a proxy to the server that drops the reply to the first write
   -- containing marker, for the running test; returns its port and a

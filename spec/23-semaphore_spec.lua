@@ -10,7 +10,7 @@ local helpers = require "spec.helpers"
 describe("semaphore", function()
   local srv, raw, client
 
-  helpers.client_for(lazy_setup, lazy_teardown, before_each, function(s, r, c) srv, raw, client = s, r, c end)
+  helpers.client_for(function(s, r, c) srv, raw, client = s, r, c end)
 
   -- Runs workers (lists of primitive.lua arguments after the start time)
   -- at once; returns their summed overlaps.

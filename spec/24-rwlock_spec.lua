@@ -11,7 +11,7 @@ local helpers = require "spec.helpers"
 describe("read-write lock", function()
   local srv, raw, client
 
-  helpers.client_for(lazy_setup, lazy_teardown, before_each, function(s, r, c) srv, raw, client = s, r, c end)
+  helpers.client_for(function(s, r, c) srv, raw, client = s, r, c end)
   before_each(function() raw:command("MSET", "readers", 0, "writers", 0) end)
 
   local function spawn_all(list, start_at)

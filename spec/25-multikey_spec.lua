@@ -10,7 +10,7 @@ local helpers = require "spec.helpers"
 describe("multi-key lock", function()
   local srv, raw, client
 
-  helpers.client_for(lazy_setup, lazy_teardown, before_each, function(s, r, c) srv, raw, client = s, r, c end)
+  helpers.client_for(function(s, r, c) srv, raw, client = s, r, c end)
 
   it("never deadlocks nor overlaps: keys in opposite orders, and single locks beside them", function()
     local start_at = core.now() + 0.5 * helpers.slow

@@ -16,16 +16,15 @@ local SH = "env -u LD_PRELOAD sh"
 describe("the redislock command", function()
   local srv, raw, client, tmp
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r)
+  helpers.redis_for(function(s, r)
     srv, raw = s, r
     client = redislock.new({ port = srv.port })
     tmp = helpers.run("mktemp -d"):gsub("%s+$", "")
-  end)
+  end, { flush = true })
   lazy_teardown(function()
     if client then client:close() end
     if tmp then os.execute("rm -rf " .. helpers.sh_quote(tmp)) end
   end)
-  before_each(function() assert.are.equal("OK", raw:command("FLUSHALL")) end)
 
   -- Runs `redislock <words>` (a shell fragment) against the server; returns
   -- its output (stdout and stderr), its exit status and the seconds it took.

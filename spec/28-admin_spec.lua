@@ -8,7 +8,7 @@ local helpers = require "spec.helpers"
 describe("inspect, force_release, observer", function()
   local srv, raw
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end, before_each)
+  helpers.redis_for(function(s, r) srv, raw = s, r end, { flush = true })
 
   it("inspect tells whether a lock is held, its time left, its fence and who holds it", function()
     local c = srv:client({ label = "reconcile" })

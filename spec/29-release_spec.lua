@@ -12,7 +12,7 @@ local redislock = require "redislock"
 describe("the release", function()
   local srv
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s) srv = s end)
+  helpers.redis_for(function(s) srv = s end)
 
   it("installs from its source rock with luarocks install, offline, and locks through it", function()
     local q = helpers.sh_quote

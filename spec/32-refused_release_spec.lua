@@ -31,7 +31,7 @@ end
 describe("a release refused by a passing server state", function()
   local srv, raw, client
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r)
+  helpers.redis_for(function(s, r)
     srv, raw, client = s, r, s:client({ timeout = 5 })
   end)
   lazy_teardown(function()
@@ -106,7 +106,7 @@ describe("OpenResty: with_lock's release refused by a busy script", function()
 
   local srv, raw, nginx, servers
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
+  helpers.redis_for(function(s, r) srv, raw = s, r end)
   lazy_setup(function()
     local urls
     servers, urls = helpers.start_redlock(3)

@@ -15,7 +15,7 @@ local POOL, WAITS = 4, 2 -- each worker's pool_size and wait_connections
 describe("a stampede under OpenResty", function()
   if helpers.no_nginx(pending) then return end
   local srv, raw
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
+  helpers.redis_for(function(s, r) srv, raw = s, r end, { flush = true })
 
   -- An nginx in front of srv with `workers` workers, clients of POOL and
   -- WAITS connections (more: directives in its server block).
@@ -44,7 +44,6 @@ describe("a stampede under OpenResty", function()
   lazy_teardown(function()
     for _, n in ipairs({ one, two_a, two_b }) do n:stop() end
   end)
-  before_each(function() assert.are.equal("OK", raw:command("FLUSHALL")) end)
 
   local function clients_info(field)
     return tonumber(raw:command("INFO", "clients"):match(field .. ":(%d+)"))

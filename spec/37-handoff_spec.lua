@@ -19,7 +19,7 @@ local GONE_BOUND = 2
 describe("the handoff", function()
   local srv, raw, holder
 
-  helpers.client_each(lazy_setup, lazy_teardown, before_each, after_each, function(s, r, c)
+  helpers.client_each(function(s, r, c)
     srv, raw, holder = s, r, c
     assert(holder._transport:eval("acquire_wait", "warm-up:wait", core.token(), 1000, { n = 1000 }))
     helpers.warm(holder, raw)

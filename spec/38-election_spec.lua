@@ -16,9 +16,7 @@ local WAIT_BOUND = 1.5
 describe("an election", function()
   local srv, raw, c
 
-  helpers.client_each(lazy_setup, lazy_teardown, before_each, after_each, function(s, r, client)
-    srv, raw, c = s, r, client
-  end)
+  helpers.client_each(function(s, r, client) srv, raw, c = s, r, client end)
 
   local function worker(...)
     return helpers.spawn(helpers.spec_dir .. "workers/campaign.lua", srv.port, ...)

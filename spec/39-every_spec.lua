@@ -16,7 +16,7 @@ describe("election:every under OpenResty", function()
   if helpers.no_nginx(pending) then return end
   local srv, raw
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
+  helpers.redis_for(function(s, r) srv, raw = s, r end)
 
   -- An nginx whose workers each start the job. A run counts on "inside"
   -- the runs in progress ("overlaps" when more than one), and once done

@@ -13,7 +13,7 @@ local COMMAND = helpers.sh_quote(helpers.spec_dir .. "../bin/redislock")
 describe("a job whose redislock is killed", function()
   local srv, raw, tmp
 
-  helpers.redis_and_dir_for(lazy_setup, lazy_teardown, before_each, function(s, r, d) srv, raw, tmp = s, r, d end)
+  helpers.redis_and_dir_for(function(s, r, d) srv, raw, tmp = s, r, d end)
 
   local function file(name) return tmp .. "/" .. name end
   -- After a failed assertion: no process of the spec's is left running.

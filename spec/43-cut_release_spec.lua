@@ -17,7 +17,7 @@ describe("OpenResty: a release whose light thread is killed midway", function()
 
   local srv, raw, nginx
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
+  helpers.redis_for(function(s, r) srv, raw = s, r end)
   lazy_setup(function()
     nginx = helpers.start_nginx({
       workers = 1,

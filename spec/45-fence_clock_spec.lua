@@ -227,7 +227,7 @@ end)
 describe("the keys fences leave", function()
   local srv, raw, client, other
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
+  helpers.redis_for(function(s, r) srv, raw = s, r end)
   lazy_teardown(function()
     if client then client:close() end
     if other then other:close() end
@@ -309,7 +309,7 @@ end)
 describe("one master", function()
   local srv, raw, client
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
+  helpers.redis_for(function(s, r) srv, raw = s, r end)
   lazy_teardown(function() if client then client:close() end end)
 
   it("hands out growing fences: one name taken again and again, and names of one slot", function()

@@ -20,14 +20,11 @@ end
 
 describe("redislock.resty_lock", function()
   local srv, raw
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
+  helpers.redis_for(function(s, r) srv, raw = s, r end, { flush = true })
 
   describe("in plain Lua", function()
     local rl
-    before_each(function()
-      assert.are.equal("OK", raw:command("FLUSHALL"))
-      rl = fresh()
-    end)
+    before_each(function() rl = fresh() end)
 
     it("answers new without Redis configured, then with configure's client or opts.client", function()
       local lock, err = rl:new("locks")
@@ -203,7 +200,6 @@ describe("redislock.resty_lock", function()
       if a then a:stop() end
       if b then b:stop() end
     end)
-    before_each(function() assert.are.equal("OK", raw:command("FLUSHALL")) end)
 
     -- Sends every request of list ({ nginx, path }) at once; returns the
     -- responses in order ({ status, body, headers }).

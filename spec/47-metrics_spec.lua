@@ -190,7 +190,7 @@ end)
 
 describe("redislock.metrics", function()
   local srv, raw
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
+  helpers.redis_for(function(s, r) srv, raw = s, r end)
 
   it("counts what the client did, by kind and group, and renders text that parses", function()
     local too_long = {}
@@ -366,7 +366,7 @@ end)
 describe("redislock.metrics under OpenResty", function()
   if helpers.no_nginx(pending) then return end
   local srv
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s) srv = s end)
+  helpers.redis_for(function(s) srv = s end)
   local nginx
   lazy_setup(function()
     local server = {

@@ -18,7 +18,7 @@ local SH = "env -u LD_PRELOAD sh"
 describe("redislock run --min-hold and -n", function()
   local srv, raw, tmp
 
-  helpers.redis_and_dir_for(lazy_setup, lazy_teardown, before_each, function(s, r, d) srv, raw, tmp = s, r, d end)
+  helpers.redis_and_dir_for(function(s, r, d) srv, raw, tmp = s, r, d end)
 
   local function file(name) return tmp .. "/" .. name end
   local function prefix() return "REDIS_URL=" .. helpers.sh_quote(srv.url) .. " " .. helpers.lua .. " " .. COMMAND end

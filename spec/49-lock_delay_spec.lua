@@ -14,11 +14,8 @@ describe("the lock delay", function()
   local srv, raw, client, other
   local stopped -- the PID of a process a spec sent SIGSTOP, until it sends SIGCONT
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end)
-  before_each(function()
-    assert.are.equal("OK", raw:command("FLUSHALL"))
-    client, other = srv:client(), srv:client()
-  end)
+  helpers.redis_for(function(s, r) srv, raw = s, r end, { flush = true })
+  before_each(function() client, other = srv:client(), srv:client() end)
   after_each(function()
     client:close()
     other:close()

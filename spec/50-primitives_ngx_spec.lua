@@ -11,15 +11,12 @@ describe("the primitives under OpenResty", function()
 
   local srv, raw, nginx
 
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r)
+  helpers.redis_for(function(s, r)
     srv, raw = s, r
     nginx = helpers.start_primitive_nginx(srv)
-  end)
+  end, { flush = true })
   lazy_teardown(function() if nginx then nginx:stop() end end)
-  before_each(function()
-    assert.are.equal("OK", raw:command("FLUSHALL"))
-    raw:command("MSET", "readers", 0, "writers", 0, "overlaps", 0)
-  end)
+  before_each(function() raw:command("MSET", "readers", 0, "writers", 0, "overlaps", 0) end)
 
   -- The semaphore's permits.
   it("lets at most 3 of 200 concurrent requests hold a permit, and reaches 3", function()

@@ -14,7 +14,7 @@ local slow = helpers.slow
 describe("a hold's lease", function()
   local client
 
-  helpers.client_each(lazy_setup, lazy_teardown, before_each, after_each, function(_, _, c) client = c end)
+  helpers.client_each(function(_, _, c) client = c end)
 
   it("takes the owner's extend after max_hold ended the renewals as its expiry", function()
     -- The renewal due a third of the TTL in comes after max_hold: it ends

@@ -198,50 +198,65 @@ function helpers.start_redis(extra, opts)
   error("cannot start redis-server; its log says:\n" .. last_log)
 end
 
+-- busted's hooks (lazy_setup, before_each ...) for the describe block being
+-- defined: a spec file gets them as globals, a module through require
+-- "busted" (asked when a helper runs, as torture/ loads this file outside
+-- busted). A helper's second argument is never a function: one is busted's
+-- lazy_teardown, from a call in the form these helpers once took (hooks
+-- first), refused with a message that says so.
+local function hooks(fname, second)
+  if type(second) == "function" then
+    error("helpers." .. fname .. " takes no busted hooks (it registers them itself): pass ready first", 3)
+  end
+  return require "busted"
+end
+
 --- A private redis-server and a raw core client on it for the enclosing
--- describe block: started in its lazy_setup, stopped in its lazy_teardown
--- (busted's hooks are passed in: a required module does not see them).
+-- describe block: started in its lazy_setup, stopped in its lazy_teardown.
 -- ready(srv, raw) is called once both are up, to keep them in the spec's locals.
--- With before_each (busted's), the server is flushed before each test.
-function helpers.redis_for(lazy_setup, lazy_teardown, ready, before_each)
+-- With opts.flush, the server is flushed before each test.
+function helpers.redis_for(ready, opts)
   local srv, raw
-  lazy_setup(function()
+  local busted = hooks("redis_for", opts)
+  busted.lazy_setup(function()
     srv = helpers.start_redis()
     raw = srv:raw()
     ready(srv, raw)
   end)
-  lazy_teardown(function()
+  busted.lazy_teardown(function()
     if raw then raw:close() end
     if srv then srv:stop() end
   end)
-  if before_each then
-    before_each(function() assert(raw:command("FLUSHALL") == "OK", "FLUSHALL failed") end)
+  if opts and opts.flush then
+    busted.before_each(function() assert(raw:command("FLUSHALL") == "OK", "FLUSHALL failed") end)
   end
 end
 
 --- helpers.redis_for's server and raw client, and a redislock client on
 -- the server (closed in lazy_teardown); the server is flushed before each
 -- test. ready(srv, raw, client) keeps them in the spec's locals.
-function helpers.client_for(lazy_setup, lazy_teardown, before_each, ready)
+function helpers.client_for(ready, ...)
   local client
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r)
+  local busted = hooks("client_for", (...))
+  helpers.redis_for(function(s, r)
     client = require("redislock").new({ port = s.port })
     ready(s, r, client)
-  end, before_each)
-  lazy_teardown(function() if client then client:close() end end)
+  end, { flush = true })
+  busted.lazy_teardown(function() if client then client:close() end end)
 end
 
 --- helpers.redis_for's server and raw client, flushed before each test,
 -- and a new client on it (srv:client()) for each test, closed after it;
 -- ready(srv, raw, client) keeps them in the spec's locals.
-function helpers.client_each(lazy_setup, lazy_teardown, before_each, after_each, ready)
+function helpers.client_each(ready, ...)
   local srv, raw, client
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r) srv, raw = s, r end, before_each)
-  before_each(function()
+  local busted = hooks("client_each", (...))
+  helpers.redis_for(function(s, r) srv, raw = s, r end, { flush = true })
+  busted.before_each(function()
     client = srv:client()
     ready(srv, raw, client)
   end)
-  after_each(function() client:close() end)
+  busted.after_each(function() client:close() end)
 end
 
 --- Loads the lock scripts through client (a lock taken and released), then
@@ -258,19 +273,17 @@ end
 -- describe block's own (removed in lazy_teardown); before each test the
 -- server is flushed and the folder emptied. ready(srv, raw, dir) keeps them
 -- in the spec's locals.
-function helpers.redis_and_dir_for(lazy_setup, lazy_teardown, before_each, ready)
-  local raw, dir
-  helpers.redis_for(lazy_setup, lazy_teardown, function(s, r)
-    raw, dir = r, tmpdir()
+function helpers.redis_and_dir_for(ready, ...)
+  local dir
+  local busted = hooks("redis_and_dir_for", (...))
+  helpers.redis_for(function(s, r)
+    dir = tmpdir()
     ready(s, r, dir)
-  end)
-  lazy_teardown(function()
+  end, { flush = true })
+  busted.lazy_teardown(function()
     if dir then os.execute("rm -rf " .. sh_quote(dir)) end
   end)
-  before_each(function()
-    assert(raw:command("FLUSHALL") == "OK", "FLUSHALL failed")
-    os.execute("rm -rf " .. sh_quote(dir) .. "/*")
-  end)
+  busted.before_each(function() os.execute("rm -rf " .. sh_quote(dir) .. "/*") end)
 end
 
 --- A replica of the server master (a redis-server as helpers.start_redis

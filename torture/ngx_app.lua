@@ -18,7 +18,6 @@ local redislock = require "redislock"
 local core = require "redislock.core"
 local section = require "torture.section"
 
-local ngx = ngx
 local clients = {}
 
 -- The worker's client for where, made once.

@@ -7,8 +7,6 @@
 local core = require "redislock.core"
 local redislock = require "redislock"
 
-local ngx = ngx
-
 local app = {}
 local clients = {}
 

@@ -8,8 +8,6 @@
 --   /metrics[?delay=s]           the figures, after delay seconds
 local redislock = require "redislock"
 
-local ngx = ngx
-
 local _M = {}
 
 local metrics_mod = require "redislock.metrics"

@@ -8,8 +8,6 @@ local redislock = require "redislock"
 local resty_cache = require "spec.support.resty_cache"
 local resty_lock = require "resty.lock"
 
-local ngx = ngx
-
 local app = {}
 
 local function arg_number(name, default)
