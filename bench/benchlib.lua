@@ -2,7 +2,7 @@
 -- Shared by the bench/ scripts (benchmarks, not tests): the machine-readable
 -- result line, percentiles, RESP bytes, shell helpers. Runs under Lua 5.4 and
 -- LuaJIT; bench/run.sh puts bench/ on LUA_PATH.
-local core = require "redislock.core"
+local core = require("redislock.core")
 
 local M = {}
 

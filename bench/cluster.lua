@@ -6,7 +6,7 @@
 -- (slot computed, table looked up, redirects checked) as a ratio to the same
 -- cycles through a single-server client on the same node (target >= 0.95).
 -- usage (from bench/run.sh, pinned by taskset): cluster.lua <placement name>
-local B = require "benchlib"
+local B = require("benchlib")
 
 local N, SLICES = B.knob("BENCH_CYCLES", 4000), B.knob("BENCH_SLICES", 15)
 local id, where = B.id, B.where

@@ -32,9 +32,9 @@
 --                                       build/bench/contend_floor, when built)
 --        contend.lua worker <mode> <key> <start_at> <stop_at>   (one process)
 --        contend.lua worker fifo:<path> <key> <start_at> <stop_at>
-local redislock = require "redislock"
-local core = require "redislock.core"
-local B = require "benchlib"
+local redislock = require("redislock")
+local core = require("redislock.core")
+local B = require("benchlib")
 
 local TTL, WAIT = 10, 10
 

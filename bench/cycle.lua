@@ -27,9 +27,9 @@
 -- (redislock.metrics), in the same slices, as a ratio to the bare cycle
 -- (>= 0.95).
 -- usage (from bench/run.sh, pinned by taskset): cycle.lua <placement name>
-local redislock = require "redislock"
-local core = require "redislock.core"
-local B = require "benchlib"
+local redislock = require("redislock")
+local core = require("redislock.core")
+local B = require("benchlib")
 
 local PLACEMENT = B.placement
 local N, SLICES = B.knob("BENCH_CYCLES", 4000), B.knob("BENCH_SLICES", 15)

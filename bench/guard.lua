@@ -7,8 +7,8 @@
 -- check, the write and, fenced, the record). Each as its time per write
 -- over the plain SET's, and as the round trips (PINGs) it costs beyond it.
 -- usage (from bench/run.sh, pinned by taskset): guard.lua <placement name>
-local redislock = require "redislock"
-local B = require "benchlib"
+local redislock = require("redislock")
+local B = require("benchlib")
 
 local N, SLICES = B.knob("BENCH_CYCLES", 4000), B.knob("BENCH_SLICES", 15)
 local id, where = B.id, B.where

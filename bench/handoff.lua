@@ -30,9 +30,9 @@
 -- process prints its readings at the end; this script pairs them by round.
 -- usage: handoff.lua            (the whole benchmark, from bench/run.sh)
 --        handoff.lua holder|waiter <mode> <rounds> <key>   (one side)
-local redislock = require "redislock"
-local core = require "redislock.core"
-local B = require "benchlib"
+local redislock = require("redislock")
+local core = require("redislock.core")
+local B = require("benchlib")
 
 local ROLE = arg[1]
 local HOLD_MS = B.knob("BENCH_HOLD_MS", 15)

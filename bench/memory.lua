@@ -9,8 +9,8 @@
 -- trace) in the first tenth, so growth from the first tenth to the end is
 -- reported too: it must stay within one page.
 -- usage (from bench/run.sh): memory.lua <placement name>
-local redislock = require "redislock"
-local B = require "benchlib"
+local redislock = require("redislock")
+local B = require("benchlib")
 
 local PLACEMENT = arg[1] or "unpinned"
 local CYCLES = math.floor(B.knob("BENCH_MEMORY_CYCLES", 1000000) / 10) * 10

@@ -9,8 +9,8 @@
 -- round's ratio is its two rates' (target: >= 0.95), and the figure is the
 -- median over the rounds, with their spread.
 -- usage (from bench/run.sh, pinned by taskset): metrics.lua <placement name>
-local redislock = require "redislock"
-local B = require "benchlib"
+local redislock = require("redislock")
+local B = require("benchlib")
 
 local N = B.knob("BENCH_CYCLES", 20000)
 local ROUNDS = B.knob("BENCH_ROUNDS", 7)

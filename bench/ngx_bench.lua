@@ -5,7 +5,7 @@
 -- "cycles_per_s=<rate>".
 --   /redislock?n=N         redislock over cosockets (redislock/ngx.lua: each
 --                          call takes a pooled connection and puts it back)
---   /resty?n=N             Debian's lua-resty-redis 0.27 (require "nginx.redis"),
+--   /resty?n=N             Debian's lua-resty-redis 0.27 (require("nginx.redis")),
 --                          as a request would use it: connect (pooled), SET NX
 --                          PX, compare-and-delete by EVAL, set_keepalive
 --   /resty-one?n=N         the same on one connection for all n cycles
@@ -16,9 +16,9 @@
 -- The resty token comes from core.token (16 random bytes, hex), as
 -- redislock's own, so the two send tokens of the same length and cost.
 -- luacheck: read globals ngx
-local core = require "redislock.core"
-local redislock = require "redislock"
-local redis = require "nginx.redis"
+local core = require("redislock.core")
+local redislock = require("redislock")
+local redis = require("nginx.redis")
 
 local M = {}
 

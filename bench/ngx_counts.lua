@@ -10,10 +10,10 @@
 -- as rates do. Then the server's commands and CPU time per cycle of each
 -- path (INFO). Prints one `bench name=...` line per figure.
 --   sh tools/with-redis.sh luajit bench/ngx_counts.lua   (bench/run.sh runs it)
-local http = require "socket.http"
-local socket = require "socket"
-local B = require "benchlib"
-local ngxlib = require "ngxlib"
+local http = require("socket.http")
+local socket = require("socket")
+local B = require("benchlib")
+local ngxlib = require("ngxlib")
 
 local PATHS = { { "redislock", "redislock over cosockets" },
                 { "resty", "lua-resty-redis 0.27, pooled connect per cycle" } }
@@ -171,7 +171,7 @@ end
 -- commandstats) and its CPU time (INFO cpu, user + system), over requests
 -- of 3,000 cycles, the paths in turn three times; the medians.
 local function server()
-  local core = require "redislock.core"
+  local core = require("redislock.core")
   local raw = core.new({ port = B.port })
   local function info(section) return assert(raw:command("INFO", section)) end
   local function cpu()

@@ -2,9 +2,9 @@
 -- What the benchmarks that run nginx share (not a test): a private nginx with
 -- Debian's lua module from a temporary prefix, on a free loopback port,
 -- stopped by its PID.
-local socket = require "socket"
-local B = require "benchlib"
-local read_file = require "tools.read_file" -- bench/run.sh runs from the checkout's root
+local socket = require("socket")
+local B = require("benchlib")
+local read_file = require("tools.read_file") -- bench/run.sh runs from the checkout's root
 
 local M = {}
 

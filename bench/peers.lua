@@ -16,10 +16,10 @@
 -- The private nginx runs from a temporary prefix with the lua module, on a
 -- free loopback port, and is stopped by its PID (kill -QUIT).
 -- usage (from bench/run.sh, pinned by taskset): peers.lua <placement name>
-local redislock = require "redislock"
-local http = require "socket.http"
-local B = require "benchlib"
-local ngxlib = require "ngxlib"
+local redislock = require("redislock")
+local http = require("socket.http")
+local B = require("benchlib")
+local ngxlib = require("ngxlib")
 
 local PLACEMENT = arg[1] or "unpinned"
 local N = B.knob("BENCH_CYCLES", 4000)

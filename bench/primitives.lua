@@ -9,8 +9,8 @@
 -- Also the lock's cycle without who holds it in its token (holder = false)
 -- against the default, with it: what that metadata costs.
 -- usage (from bench/run.sh, pinned by taskset): primitives.lua <placement name>
-local redislock = require "redislock"
-local B = require "benchlib"
+local redislock = require("redislock")
+local B = require("benchlib")
 
 local N, SLICES = B.knob("BENCH_CYCLES", 4000), B.knob("BENCH_SLICES", 15)
 local id, where = B.id, B.where

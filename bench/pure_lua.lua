@@ -6,8 +6,8 @@
 -- renewal. The token is 32 hex digits from math.random (what such code
 -- usually does; redislock's come from the OS).
 -- usage: lua5.3 bench/pure_lua.lua PORT N  -> prints cycles_per_s=<rate>
-local redis = require "redis"
-local socket = require "socket"
+local redis = require("redis")
+local socket = require("socket")
 
 local port, n = tonumber(arg[1]), tonumber(arg[2])
 local client = redis.connect("127.0.0.1", port)

@@ -13,8 +13,8 @@
 --    cpu) and the client's (os.clock), one server vs the five: on a machine
 --    with fewer cores than servers, that sum is what bounds the rate.
 -- usage (from bench/run.sh): redlock.lua
-local redislock = require "redislock"
-local B = require "benchlib"
+local redislock = require("redislock")
+local B = require("benchlib")
 
 local N = B.knob("BENCH_CYCLES", 4000)
 local SLICES = B.knob("BENCH_PEER_SLICES", 9)

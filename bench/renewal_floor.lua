@@ -6,8 +6,8 @@
 -- machine. Figures for docs/lock.md's renewal section:
 --   sh tools/with-redis.sh lua5.4 bench/renewal_floor.lua
 --   BENCH_FLOOR_BUSY=2 sh tools/with-redis.sh lua5.4 bench/renewal_floor.lua
-local redislock = require "redislock"
-local core = require "redislock.core"
+local redislock = require("redislock")
+local core = require("redislock.core")
 
 local holds = tonumber(os.getenv("BENCH_FLOOR_HOLDS") or "10")
 local busy = tonumber(os.getenv("BENCH_FLOOR_BUSY") or "0")

@@ -25,11 +25,11 @@
 -- poller's own connection left out), and the connections it refused
 -- (rejected_connections) apart from the failed answers.
 -- usage (from bench/run.sh): stampede.lua
-local redislock = require "redislock"
-local http = require "socket.http"
-local socket = require "socket"
-local B = require "benchlib"
-local ngxlib = require "ngxlib"
+local redislock = require("redislock")
+local http = require("socket.http")
+local socket = require("socket")
+local B = require("benchlib")
+local ngxlib = require("ngxlib")
 
 local N = B.knob("BENCH_STAMPEDE", 3000)
 local CAPPED = B.knob("BENCH_STAMPEDE_CAPPED", 1000)

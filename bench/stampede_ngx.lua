@@ -8,7 +8,7 @@
 -- The cache and the rebuild count stay in Redis, through the example's own
 -- client, as in the example.
 -- luacheck: read globals ngx
-local common = require "redislock_examples.common"
+local common = require("redislock_examples.common")
 
 local M = {}
 

@@ -9,8 +9,8 @@
 --  * new connections: a fresh client takes and releases one lock, then
 --    closes (handshake included), TLS as a ratio to plaintext (no target).
 -- usage (from bench/run.sh, pinned by taskset): tls.lua <placement name>
-local redislock = require "redislock"
-local B = require "benchlib"
+local redislock = require("redislock")
+local B = require("benchlib")
 
 local N, SLICES = B.knob("BENCH_CYCLES", 4000), B.knob("BENCH_SLICES", 15)
 local CONNECTS = math.max(50, math.floor(N / 20))

@@ -7,8 +7,8 @@
 --  REDIS_URL=redis://127.0.0.1:6379 LUA_PATH="lua/?.lua;;" LUA_CPATH="build/lua5.4/?.so;;" lua5.4 examples/basic.lua
 -- It uses locks whose names start with "basic:".
 
-local redislock = require "redislock"
-local core = require "redislock.core"  -- only for core.sleep, to let a lock expire
+local redislock = require("redislock")
+local core = require("redislock.core")  -- only for core.sleep, to let a lock expire
 
 local function say(fmt, ...)
   print(string.format(fmt, ...))

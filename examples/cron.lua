@@ -22,8 +22,8 @@
 --   (Holding the lock until it expires would also stop stragglers, but only for
 --   the ttl, and after a failed run it would block a rerun until it expired.)
 
-local redislock = require "redislock"
-local core = require "redislock.core"
+local redislock = require("redislock")
+local core = require("redislock.core")
 -- The worker processes that stand for the machines (examples/workers.lua).
 local workers = dofile((arg[0]:match("^(.*/)") or "") .. "workers.lua")
 local redis = workers.redis

@@ -14,8 +14,8 @@
 --    lua5.4 examples/election.lua
 -- It overwrites keys under demo:. Exit status 0 only when all of it held.
 
-local redislock = require "redislock"
-local core = require "redislock.core"
+local redislock = require("redislock")
+local core = require("redislock.core")
 
 local NODES, TICKS = 3, 3
 local client = redislock.new({ url = os.getenv("REDIS_URL") or "redis://127.0.0.1:6379" })

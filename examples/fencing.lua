@@ -12,8 +12,8 @@
 -- It uses the keys "fencing:row" (and its fence record, "{fencing:row}:fence")
 -- and the lock "fencing".
 
-local redislock = require "redislock"
-local core = require "redislock.core"  -- only for core.sleep, to play the pause
+local redislock = require("redislock")
+local core = require("redislock.core")  -- only for core.sleep, to play the pause
 
 local url = os.getenv("REDIS_URL")
 local client = redislock.new{ url = (url and url ~= "") and url or "redis://127.0.0.1:6379" }

@@ -12,8 +12,8 @@
 -- It overwrites the keys demo:stock and demo:sold. Exit status 0 only when the
 -- run with the lock sold exactly 100 units.
 
-local redislock = require "redislock"
-local core = require "redislock.core"
+local redislock = require("redislock")
+local core = require("redislock.core")
 -- The worker processes that sell side by side (examples/workers.lua).
 local workers = dofile((arg[0]:match("^(.*/)") or "") .. "workers.lua")
 local redis = workers.redis

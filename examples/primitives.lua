@@ -16,8 +16,8 @@
 --    lua5.4 examples/primitives.lua
 -- It overwrites keys under demo:. Exit status 0 only when all three held.
 
-local redislock = require "redislock"
-local core = require "redislock.core"
+local redislock = require("redislock")
+local core = require("redislock.core")
 -- The worker processes (examples/workers.lua).
 local workers = dofile((arg[0]:match("^(.*/)") or "") .. "workers.lua")
 local redis = workers.redis

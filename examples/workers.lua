@@ -6,7 +6,7 @@
 -- runs the worker's code itself, and none of this is needed. An example
 -- loads it from beside its own file:
 --   local workers = dofile((arg[0]:match("^(.*/)") or "") .. "workers.lua")
-local core = require "redislock.core"
+local core = require("redislock.core")
 
 local unpack = table.unpack or unpack -- LuaJIT has the global only
 

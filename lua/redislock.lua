@@ -11,7 +11,7 @@
 -- function run by `with_lock` may yield (coroutines, and cosockets under
 -- OpenResty).
 --
---     local redislock = require "redislock"
+--     local redislock = require("redislock")
 --     local client = redislock.new{ url = "redis://127.0.0.1:6379/0" }
 --     client:with_lock("orders:42", 5, function(lock) ... end)
 
@@ -32,10 +32,10 @@ do
   end
 end
 
-local args = require "redislock.args"
-local client_mod = require "redislock.client"
-local core = require "redislock.core"
-local errors = require "redislock.errors"
+local args = require("redislock.args")
+local client_mod = require("redislock.client")
+local core = require("redislock.core")
+local errors = require("redislock.errors")
 
 local pcall, tostring = pcall, tostring
 local os_getenv = os.getenv

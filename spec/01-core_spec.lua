@@ -1,7 +1,7 @@
 -- SPDX-License-Identifier: MIT
 -- The C core on its own: tokens, time conversion, key checks, script names.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
 
 describe("redislock.core", function()
   it("makes 128-bit hex tokens that do not repeat", function()
@@ -100,7 +100,7 @@ describe("redislock.core", function()
 
   it("tells an error's class to Lua, and the loops retry by the class alone", function()
     -- (Each message's class: proto_test's test_errors.)
-    local errors = require "redislock.errors"
+    local errors = require("redislock.errors")
     assert.are.equal("stale", core.error_class("redis: READONLY You can't write against a read only replica."))
     assert.are.equal("closed", core.error_class("connection: lost 127.0.0.1:6379 (Connection reset by peer)"))
     assert.is_nil(core.error_class(nil))

@@ -1,8 +1,8 @@
 -- SPDX-License-Identifier: MIT
 -- acquire, release, extend, ttl and fencing against a real redis-server.
-local core = require "redislock.core"
-local crc16 = require "spec.crc16"
-local helpers = require "spec.helpers"
+local core = require("redislock.core")
+local crc16 = require("spec.crc16")
+local helpers = require("spec.helpers")
 
 describe("locks", function()
   local srv, client, raw

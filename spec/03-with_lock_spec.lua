@@ -1,9 +1,9 @@
 -- SPDX-License-Identifier: MIT
 -- with_lock: results, errors, busy, lost, yielding, and Lua 5.4's <close>.
-local core = require "redislock.core"
-local redislock = require "redislock"
-local helpers = require "spec.helpers"
-local http = require "spec.support.http"
+local core = require("redislock.core")
+local redislock = require("redislock")
+local helpers = require("spec.helpers")
+local http = require("spec.support.http")
 
 describe("with_lock", function()
   local srv, client, raw
@@ -146,7 +146,7 @@ describe("with_lock", function()
 
   it("is also a module function on the client from REDIS_URL", function()
     local code = [[
-      local redislock = require "redislock"
+      local redislock = require("redislock")
       print(redislock.with_lock("mod", 5, function(lock) return "fence " .. lock.fence end))
     ]]
     local out, ok = helpers.run("REDIS_URL=" .. helpers.sh_quote(srv.url .. "/4") .. " " ..
@@ -164,7 +164,7 @@ describe("with_lock", function()
 
   it("makes a new default client after the old one was closed", function()
     local code = [[
-      local redislock = require "redislock"
+      local redislock = require("redislock")
       redislock.default_client():close()
       print(redislock.with_lock("again", 5, function() return "ran" end))
     ]]

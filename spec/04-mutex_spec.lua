@@ -4,9 +4,9 @@
 -- polling, or in a fair queue) no update is lost and no two
 -- workers are ever inside at once; without it, updates are lost (so this spec
 -- would fail if the lock did not exclude).
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
-local http = require "spec.support.http"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
+local http = require("spec.support.http")
 
 local WORKERS, ROUNDS = 8, 40
 

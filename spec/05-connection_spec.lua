@@ -2,10 +2,10 @@
 -- The blocking transport against real redis-servers: refused connections,
 -- connections killed by the server, command timeouts, AUTH (password and ACL
 -- user), SELECT, unix sockets, fork() and closed clients.
-local helpers = require "spec.helpers"
-local http = require "spec.support.http"
-local redislock = require "redislock"
-local core = require "redislock.core"
+local helpers = require("spec.helpers")
+local http = require("spec.support.http")
+local redislock = require("redislock")
+local core = require("redislock.core")
 
 local now = core.now
 local slow = helpers.slow
@@ -51,7 +51,7 @@ end
 -- child; _exit(code); wait(pid) -> pid, "exited"|"killed", code).
 
 local function process_functions()
-  return require "spec_fork"
+  return require("spec_fork")
 end
 
 ------------------------------------------------------------------------------

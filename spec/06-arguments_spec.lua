@@ -1,9 +1,9 @@
 -- SPDX-License-Identifier: MIT
 -- Bad input, for every public function: a clear error naming the argument,
 -- raised at once, never a crash, a hang or a silently wrong lock.
-local core = require "redislock.core"
-local redislock = require "redislock"
-local helpers = require "spec.helpers"
+local core = require("redislock.core")
+local redislock = require("redislock")
+local helpers = require("spec.helpers")
 
 -- Asserts that fn(...) raises an error whose message contains `text`.
 local function raises(text, fn, ...)

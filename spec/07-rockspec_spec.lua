@@ -2,7 +2,7 @@
 -- run.sh: long 165 (its seconds on a loaded 2-core machine: spec/run.sh starts it early; make check skips it)
 -- `luarocks make` builds and installs the module offline, linking the system
 -- hiredis, for the interpreter running the suite (Lua 5.4, or LuaJIT as 5.1).
-local helpers = require "spec.helpers"
+local helpers = require("spec.helpers")
 
 describe("the rockspec", function()
   it("installs with luarocks make into a fresh tree, and the module loads from it", function()
@@ -38,8 +38,8 @@ describe("the rockspec", function()
     for file in files:gmatch("%./(%S+)%.lua") do modules[#modules + 1] = string.format("%q", file:gsub("/", ".")) end
     assert.is_true(#modules >= 8, files)
     local check = [[
-      local redislock = require "redislock"
-      local core = require "redislock.core"
+      local redislock = require("redislock")
+      local core = require("redislock.core")
       assert(package.searchpath("redislock.core", package.cpath):find("/tree/", 1, true))
       for _, m in ipairs({ ]] .. table.concat(modules, ", ") .. [[ }) do
         local where = package.searchpath(m, package.path)

@@ -1,6 +1,6 @@
 -- SPDX-License-Identifier: MIT
 -- The examples the README points to run, and say what they promise.
-local helpers = require "spec.helpers"
+local helpers = require("spec.helpers")
 
 describe("examples", function()
   local srv

@@ -4,9 +4,9 @@
 -- Here they talk to a real redis-server over a plain luasocket connection,
 -- so that they also run under Lua 5.4, valgrind and ASan (nginx loads only
 -- the LuaJIT build).
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
-local socket = require "socket"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
+local socket = require("socket")
 
 describe("wire functions", function()
   local srv, raw, conn

@@ -5,8 +5,8 @@
 -- waiters in arrival order even when one of them dies. Nothing here is timed:
 -- the proofs are counts the server keeps (blocked clients, scripts run) and
 -- the order in which the waiters got the lock.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
 
 describe("waiting", function()
   local srv, raw, holder

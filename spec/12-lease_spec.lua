@@ -5,8 +5,8 @@
 -- a collected lock is not renewed, and replicas acknowledge (WAIT) or the
 -- lock is given back. Several specs run the watchdog in this process, so
 -- `make valgrind` and `make asan` check the thread too.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
 
 describe("leases", function()
   local srv, raw, client

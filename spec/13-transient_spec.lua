@@ -4,8 +4,8 @@
 -- redis-server loads a data set (a second, or several on a busy machine) it answers -LOADING, and
 -- acquire / with_lock with wait time left keep trying through it; with none
 -- left they return the redis error. Renewal rides through it too.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
 
 describe("a server that is loading its data set", function()
   local srv, client

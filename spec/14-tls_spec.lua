@@ -6,10 +6,10 @@
 -- every way a connection must be refused, each a `connection` error naming
 -- the cause, in bounded time, with nothing run on the server. Then the
 -- OpenResty transport's TLS, in a real nginx, against the same servers.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
-local http = require "spec.support.http"
-local redislock = require "redislock"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
+local http = require("spec.support.http")
+local redislock = require("redislock")
 
 -- Runs fn and returns its results and the seconds it took.
 local function timed(fn)

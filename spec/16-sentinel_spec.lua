@@ -6,10 +6,10 @@
 -- its waiters and its renewals to the new master, and no lock is taken on the
 -- demoted master once the sentinels named the new one. In plain Lua, and under
 -- OpenResty in a real nginx in front of the same group.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
-local http = require "spec.support.http"
-local redislock = require "redislock"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
+local http = require("spec.support.http")
+local redislock = require("redislock")
 
 describe("Sentinel", function()
   local g

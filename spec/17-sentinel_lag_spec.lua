@@ -15,9 +15,9 @@
 -- killed: it goes on to the next), which hears the switch, while the
 -- first stays the one the client asks first. In plain Lua, and under
 -- OpenResty in a real nginx (one worker) in front of the same group.
-local helpers = require "spec.helpers"
-local http = require "spec.support.http"
-local redislock = require "redislock"
+local helpers = require("spec.helpers")
+local http = require("spec.support.http")
+local redislock = require("redislock")
 
 local COMMAND = helpers.sh_quote(helpers.spec_dir .. "../bin/redislock")
 

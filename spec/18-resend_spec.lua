@@ -9,9 +9,9 @@
 -- stood for, which nobody saw), never by a second take; a
 -- release is never sent twice, and the next one finds it done. Plain Lua,
 -- and (LuaJIT pass) OpenResty in a real nginx.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
-local redislock = require "redislock"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
+local redislock = require("redislock")
 
 describe("a command whose reply is lost", function()
   local srv, raw
@@ -110,7 +110,7 @@ describe("a command whose reply is lost", function()
 
   describe("under OpenResty", function()
     if helpers.no_nginx(pending) then return end
-    local http = require "spec.support.http"
+    local http = require("spec.support.http")
 
     it("reconciles an acquire whose reply was lost, and a with_lock goes on", function()
       local port, stop = proxy("lost:n")

@@ -5,10 +5,10 @@
 -- started once for this file. Locks reach the master that owns their slot;
 -- a slot moved (MOVED), half moved (ASK, TRYAGAIN) or moving while a lock is
 -- held or waited for keeps every lock where it belongs.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
-local http = require "spec.support.http"
-local redislock = require "redislock"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
+local http = require("spec.support.http")
+local redislock = require("redislock")
 
 describe("cluster slots (C core)", function()
   it("computes the slots of the cluster specification", function()

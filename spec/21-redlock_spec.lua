@@ -5,10 +5,10 @@
 -- the lock, servers stopped (SIGSTOP) or down do not break it while a
 -- majority answers, and the fence grows across quorums (the two-phase
 -- write-back). In plain Lua, and under OpenResty in a real nginx.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
-local http = require "spec.support.http"
-local redislock = require "redislock"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
+local http = require("spec.support.http")
+local redislock = require("redislock")
 
 describe("Redlock", function()
   local servers, urls

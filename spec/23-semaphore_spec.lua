@@ -4,8 +4,8 @@
 -- reached; a killed holder's permit back by its TTL (the server's clock);
 -- a release waking exactly one waiter; renewal; with_permit's guarantees;
 -- bad arguments. Under OpenResty: spec/50.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
 
 describe("semaphore", function()
   local srv, raw, client

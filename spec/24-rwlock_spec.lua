@@ -5,8 +5,8 @@
 -- runs out by its TTL; a writer that gives up lets readers in at once;
 -- renewal, with_read/with_write's guarantees, bad arguments. Under OpenResty:
 -- spec/50.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
 
 describe("read-write lock", function()
   local srv, raw, client

@@ -4,8 +4,8 @@
 -- deadlock and never overlap, with each other or with single locks on the
 -- same keys; release frees all and wakes a waiter; bad arguments raise.
 -- Under OpenResty: spec/50.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
 
 describe("multi-key lock", function()
   local srv, raw, client

@@ -4,9 +4,9 @@
 -- through, conflict, -E, a signal), renewal past the TTL, a lost lock
 -- (SIGTERM, then SIGKILL after the grace), signals passed on and the lock
 -- released after, the environment, status and break, bad usage, Redis down.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
-local redislock = require "redislock"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
+local redislock = require("redislock")
 
 local COMMAND = helpers.sh_quote(helpers.spec_dir .. "../bin/redislock")
 -- The commands run under the lock start with this: under `make asan` the

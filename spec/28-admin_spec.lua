@@ -2,8 +2,8 @@
 -- For operators and metrics: who holds a lock (carried by its token, no
 -- extra round trip), client:inspect, client:force_release, and the
 -- observer hook's events.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
 
 describe("inspect, force_release, observer", function()
   local srv, raw

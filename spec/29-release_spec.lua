@@ -6,8 +6,8 @@
 -- 5.4; LuaJIT as 5.1, with luajit as the command's interpreter). A lock is
 -- then taken through the installed modules, and through the installed
 -- `redislock` command.
-local helpers = require "spec.helpers"
-local redislock = require "redislock"
+local helpers = require("spec.helpers")
+local redislock = require("redislock")
 
 describe("the release", function()
   local srv
@@ -43,7 +43,7 @@ describe("the release", function()
     assert.matches("redislock " .. version:gsub("%.", "%%.") .. "%-1 is now installed", out)
     -- The modules, from the tree only.
     local check = [[
-      local redislock = require "redislock"
+      local redislock = require("redislock")
       assert(package.searchpath("redislock.core", package.cpath):find("/tree/", 1, true))
       assert(package.searchpath("redislock.semaphore", package.path):find("/tree/", 1, true))
       local client = redislock.new({ port = ]] .. srv.port .. [[ })

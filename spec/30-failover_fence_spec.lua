@@ -13,12 +13,12 @@
 -- before, may be below: by design). For the lock, a semaphore's permit, a
 -- read-write lock's writer and each key of a multi-key lock. One topology
 -- per describe block, started once. Then the same under OpenResty.
-local redislock = require "redislock"
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
-local http = require "spec.support.http"
+local redislock = require("redislock")
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
+local http = require("spec.support.http")
 
-local failover = require "spec.support.failover"
+local failover = require("spec.support.failover")
 
 local signal, above, take_all = failover.signal, failover.above, failover.take_all
 

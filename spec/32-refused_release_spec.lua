@@ -6,9 +6,9 @@
 -- and the release lands once they are over; refusals that outlast the lock
 -- end with the "redis" error, never a hang. A real redis-server, its state
 -- made by real commands.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
-local http = require "spec.support.http"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
+local http = require("spec.support.http")
 
 -- A script that keeps the server (a Server) busy for about seconds, run by
 -- redis-cli in the background; other clients get BUSY after 100 ms

@@ -6,10 +6,10 @@
 -- successor is refused, for each form: the lock's server, another server,
 -- a cluster, owner-checked. Then each write, the holds that guard, and bad
 -- input. Real servers on loopback, each topology started once.
-local redislock = require "redislock"
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
-local http = require "spec.support.http"
+local redislock = require("redislock")
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
+local http = require("spec.support.http")
 
 local paused_holder = require("spec.support.paused").holder
 
@@ -220,7 +220,7 @@ describe("guarded writes on one server", function()
   end)
 
   it("keep each fence record in its key's hash slot", function()
-    local guard = require "redislock.guard"
+    local guard = require("redislock.guard")
     for _, k in ipairs({ "doc", "user:{42}:doc", "a{b", "a{b}c{d}", "{x}" }) do
       local f = guard.fence_key(k)
       assert.are.equal(core.slot(k), core.slot(f), k .. " -> " .. f)

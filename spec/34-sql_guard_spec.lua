@@ -5,9 +5,9 @@
 -- stopped past its TTL (a real process, SIGSTOP) whose UPDATE comes after
 -- its successor's changes no row; an upsert with an older fence than the
 -- row's is refused, also once nobody holds the lock; the statements.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
-local sql = require "redislock.sql"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
+local sql = require("redislock.sql")
 
 local paused_holder = require("spec.support.paused").holder
 

@@ -7,9 +7,9 @@
 -- empty). A user without rights to the lock keys gets redis: NOPERM, never
 -- busy or a wait; two applications with their own prefixes and users cannot
 -- touch each other's locks.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
-local http = require "spec.support.http"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
+local http = require("spec.support.http")
 
 local PASSWORD = "s3cret"
 

@@ -5,10 +5,10 @@
 -- every worker's Redis connections stay within pool_size + wait_connections.
 -- Real nginx instances (spec/support/ngx_app.lua's handlers: /crowd counts
 -- who is inside at once) and a real redis-server. LuaJIT pass only.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
-local http = require "spec.support.http"
-local redislock = require "redislock"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
+local http = require("spec.support.http")
+local redislock = require("redislock")
 
 local POOL, WAITS = 4, 2 -- each worker's pool_size and wait_connections
 

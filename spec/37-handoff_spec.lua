@@ -7,9 +7,9 @@
 -- (SIGKILL, SIGSTOP, given up), how long the next holder waited: bounds
 -- well inside the TTL the gone waiter registered with. Exclusion and fences
 -- with several OS processes. Both transports.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
-local http = require "spec.support.http"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
+local http = require("spec.support.http")
 
 -- How long a lock handed to a waiter that is gone can keep the others out:
 -- RL_CLAIM_MS (0.5 s), then the next waiter's block (1 s at most) ends and

@@ -5,8 +5,8 @@
 -- bound, a resign that hands over at once, observers that hear every
 -- change in order, and bad input. Both transports run it (the suite's two
 -- passes); Sentinel, Cluster and Redlock have theirs in their own specs.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
 
 -- How late a campaigner that waits may take over once a leader's TTL ran
 -- out: its block ends by the TTL it was told and a second at most

@@ -5,9 +5,9 @@
 -- init_worker_by_lua; it runs on one worker at a time (a counter of the
 -- runs in progress, and the runs' record in order), and moves when its
 -- worker is killed or its nginx is stopped, with a larger term.
-local helpers = require "spec.helpers"
-local http = require "spec.support.http"
-local socket = require "socket"
+local helpers = require("spec.helpers")
+local http = require("spec.support.http")
+local socket = require("socket")
 
 -- The job's interval and its leadership's TTL (seconds).
 local INTERVAL, TTL = 0.2, 2

@@ -3,7 +3,7 @@
 -- without a warning (make docs, LDoc), and every link of the front page,
 -- the pages under docs/ and the OpenResty example's README resolves, to a
 -- file and to a heading (tools/check_links.lua).
-local helpers = require "spec.helpers"
+local helpers = require("spec.helpers")
 
 describe("the documentation", function()
   local root = helpers.sh_quote(helpers.spec_dir .. "..")
@@ -144,7 +144,7 @@ describe("the documentation's Lua blocks", function()
         assert.are.equal(2, paths, b.where .. " sets no lua_package_path and lua_package_cpath")
         http = http:gsub("(\n%s*server%s*{)", "%1\n    listen 127.0.0.1:{{port}};")
         local nginx = helpers.start_nginx({ workers = 1, main = "env REDIS_URL=" .. srv.url .. ";", http = http })
-        local requests = require "spec.support.http"
+        local requests = require("spec.support.http")
         local ok, err = pcall(function()
           local asked = 0
           for location in http:gmatch("location%s*=?%s*(/%S*)%s*{") do

@@ -17,9 +17,9 @@
 -- README's user has no +info, and a server with INFO renamed away takes and
 -- gives back every primitive. Real ACL users made from the README's own
 -- line with rights taken away, and a real server started with INFO renamed.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
-local http = require "spec.support.http"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
+local http = require("spec.support.http")
 
 local PASSWORD = "s3cret"
 local TTL = 30 -- long: a lock left behind would still be there when checked

@@ -5,8 +5,8 @@
 -- the TTL when shorter, so it has ended before the lock (the leadership)
 -- runs out and the next holder's COMMAND starts. Real processes: the jobs
 -- append time-stamped lines to one log, which shows any overlap.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
 
 local COMMAND = helpers.sh_quote(helpers.spec_dir .. "../bin/redislock")
 

@@ -9,8 +9,8 @@
 -- inside release, once while its reply is awaited (DEBUG SLEEP holds the
 -- server), once in the pause between tries of a release refused as BUSY.
 -- And the worker's next acquire of the key is not held up.
-local helpers = require "spec.helpers"
-local http = require "spec.support.http"
+local helpers = require("spec.helpers")
+local http = require("spec.support.http")
 
 describe("OpenResty: a release whose light thread is killed midway", function()
   if helpers.no_nginx(pending) then return end

@@ -5,8 +5,8 @@
 -- real redis-server, SIGSTOPped) gives up once nothing was heard for
 -- `late` seconds, told within the client's timeout, not after several of
 -- its timeouts (about 5 s for late = 1 before).
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
 
 describe("election:observe", function()
   local srv, client

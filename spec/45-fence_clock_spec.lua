@@ -17,12 +17,12 @@
 -- honoured, and go: a lock's at its next release or a script's grant, the
 -- others' at their next grant. One topology per describe
 -- block, started once; then the same under OpenResty (the LuaJIT pass).
-local redislock = require "redislock"
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
-local http = require "spec.support.http"
+local redislock = require("redislock")
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
+local http = require("spec.support.http")
 
-local failover = require "spec.support.failover"
+local failover = require("spec.support.failover")
 
 local signal, above, note, take_all = failover.signal, failover.above, failover.note, failover.take_all
 

@@ -8,14 +8,14 @@
 -- read-modify-write counter that would show an overlap (within one nginx,
 -- then across both), timeout, exptime, and a small cache written against
 -- resty.lock whose callbacks never overlap across the two instances.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
-local http = require "spec.support.http"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
+local http = require("spec.support.http")
 
 -- A fresh copy of the module: nothing configured.
 local function fresh()
   package.loaded["redislock.resty_lock"] = nil
-  return require "redislock.resty_lock"
+  return require("redislock.resty_lock")
 end
 
 describe("redislock.resty_lock", function()
@@ -179,7 +179,7 @@ describe("redislock.resty_lock", function()
           "lua_shared_dict cache 1m;",
           "lua_shared_dict locks 100k;", -- what lua-resty-lock needs; unused here
           phase .. " {",
-          '  package.loaded["resty.lock"] = require "redislock.resty_lock"',
+          '  package.loaded["resty.lock"] = require("redislock.resty_lock")',
           '  require("redislock.resty_lock").configure(' .. x .. ")",
           "}",
           "server {",

@@ -5,11 +5,11 @@
 -- plain Lua (locks, a busy answer, a wait handed over by another process's
 -- release, a lost lease, errors of both codes, a hold held too long), and
 -- from two nginx workers under load adding up in one shared dict.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
-local http = require "spec.support.http"
-local metrics_mod = require "redislock.metrics"
-local redislock = require "redislock"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
+local http = require("spec.support.http")
+local metrics_mod = require("redislock.metrics")
+local redislock = require("redislock")
 
 -- Parses Prometheus' text format (0.0.4) strictly; raises at the first
 -- fault. Returns the families (name -> { type, help, samples = { { name,

@@ -7,8 +7,8 @@
 -- copies of a command at once across processes, shown by real processes
 -- and marker files that would show a third; status listing the permits;
 -- bad usage.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
 
 local COMMAND = helpers.sh_quote(helpers.spec_dir .. "../bin/redislock")
 -- The commands run under the lock start with this: under `make asan` the

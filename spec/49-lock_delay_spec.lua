@@ -7,8 +7,8 @@
 -- lock, a semaphore's permit and a read-write lock's holds, in a Redis
 -- Cluster and under OpenResty; bad values raise; Redlock, multi-key locks
 -- and elections refuse it.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
 
 describe("the lock delay", function()
   local srv, raw, client, other
@@ -288,7 +288,7 @@ describe("the lock delay", function()
   -- worker stopped past its TTL learns its lease is lost when woken.
   describe("under OpenResty", function()
     if helpers.no_nginx(pending) then return end
-    local http = require "spec.support.http"
+    local http = require("spec.support.http")
     local ngx
 
     lazy_setup(function() ngx = helpers.start_app_nginx(srv, 1) end)

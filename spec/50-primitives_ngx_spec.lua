@@ -4,7 +4,7 @@
 -- (helpers.start_primitive_nginx: spec/support/ngx_app.lua's primitive
 -- handler), each hold renewed by the worker's timer. Plain Lua's cases are
 -- in specs 23, 24 and 25.
-local helpers = require "spec.helpers"
+local helpers = require("spec.helpers")
 
 describe("the primitives under OpenResty", function()
   if helpers.no_nginx(pending) then return end

@@ -4,10 +4,10 @@
 -- the TTL ran out while the lock is held); a Redlock lock's lease is held
 -- while a majority of its servers' leases are, and expires by the
 -- majority's less the drift.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
-local lease = require "redislock.lease"
-local redislock = require "redislock"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
+local lease = require("redislock.lease")
+local redislock = require("redislock")
 
 local slow = helpers.slow
 
@@ -101,7 +101,7 @@ end)
 
 describe("a Redlock hold's lease under OpenResty", function()
   if helpers.no_nginx(pending) then return end
-  local http = require "spec.support.http"
+  local http = require("spec.support.http")
   local servers, nginx
 
   lazy_setup(function()

@@ -10,8 +10,8 @@
 -- ngx_lua reuses. Over Redlock (five servers) and one server, in
 -- a real nginx whose handler returns as an application's does (no
 -- ngx.exit, which would end every light thread of the request itself).
-local helpers = require "spec.helpers"
-local socket = require "socket"
+local helpers = require("spec.helpers")
+local socket = require("socket")
 
 describe("under OpenResty, a lock the renewal timer found lost", function()
   if helpers.no_nginx(pending) then return end
@@ -26,7 +26,7 @@ describe("under OpenResty, a lock the renewal timer found lost", function()
   local HANDLER = [[
     location = /sleep { content_by_lua_block { ngx.sleep(tonumber(ngx.var.arg_s)) ngx.say("slept") } }
     location = /killed { content_by_lua_block {
-      local redislock = require "redislock"
+      local redislock = require("redislock")
       clients.one = clients.one or redislock.new{ url = ngx.var.redlock_urls:match("^[^,]+") }
       local c, running = clients.one, false
       local t = ngx.thread.spawn(c.with_lock, c, ngx.var.arg_key, 1, function()
@@ -40,7 +40,7 @@ describe("under OpenResty, a lock the renewal timer found lost", function()
       ngx.say("killed")
     } }
     location = /reused { content_by_lua_block {
-      local redislock = require "redislock"
+      local redislock = require("redislock")
       clients.one = clients.one or redislock.new{ url = ngx.var.redlock_urls:match("^[^,]+") }
       local c, entry = clients.one, coroutine.running()
       ngx.thread.spawn(function()
@@ -58,7 +58,7 @@ describe("under OpenResty, a lock the renewal timer found lost", function()
       end)
     } }
     location = /hold { content_by_lua_block {
-      local redislock = require "redislock"
+      local redislock = require("redislock")
       local urls, one = ngx.var.redlock_urls, ngx.var.arg_one == "1"
       local list = {}
       for u in urls:gmatch("[^,]+") do list[#list + 1] = u end

@@ -7,7 +7,7 @@ local crc16 = {}
 -- LuaJIT cannot parse, hence load).
 local bxor, band, lshift
 if jit then
-  local bit = require "bit"
+  local bit = require("bit")
   bxor, band, lshift = bit.bxor, bit.band, bit.lshift
 else
   bxor = load("return function(a, b) return a ~ b end")()

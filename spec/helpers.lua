@@ -4,9 +4,9 @@
 -- spec talks to a real redis-server. The topologies and other servers have
 -- files of their own, which add their functions here: spec/helpers/sentinel.lua,
 -- cluster.lua, redlock.lua, postgres.lua and nginx.lua.
-local core = require "redislock.core"
-local socket = require "socket"
-local read_file = require "tools.read_file"
+local core = require("redislock.core")
+local socket = require("socket")
+local read_file = require("tools.read_file")
 local unpack = table.unpack or unpack -- luacheck: ignore (LuaJIT's global)
 
 local helpers = {}
@@ -208,7 +208,7 @@ local function hooks(fname, second)
   if type(second) == "function" then
     error("helpers." .. fname .. " takes no busted hooks (it registers them itself): pass ready first", 3)
   end
-  return require "busted"
+  return require("busted")
 end
 
 --- A private redis-server and a raw core client on it for the enclosing

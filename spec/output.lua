@@ -3,7 +3,7 @@
 -- ("<interpreter> passed failed skipped") appended to $REDISLOCK_COUNTS, which
 -- spec/run.sh sums into the final "N passed, N failed" line.
 return function(options)
-  local busted = require "busted"
+  local busted = require("busted")
   local handler = require("busted.outputHandlers.plainTerminal")(options)
 
   busted.subscribe({ "suite", "end" }, function()

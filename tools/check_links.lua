@@ -8,7 +8,7 @@
 -- Prints one line per broken link ("file:line: link: why") and exits 1
 -- when there is one; else prints "links: ok (N links in M files)".
 
-local read = require "tools.read_file"
+local read = require("tools.read_file")
 
 -- The anchors of a page's headings, as a set.
 local anchors_of = {}

@@ -33,7 +33,7 @@
 -- anomalies (legitimate writes refused outside every fault's window among
 -- them), crashes, hangs, uncoded errors or redis errors with wait left,
 -- and no keys are left.
-local helpers = require "spec.helpers"
+local helpers = require("spec.helpers")
 
 local _M = {}
 

@@ -6,7 +6,7 @@
 -- its clock does that (Kleppmann's case against Redlock). The clock itself
 -- stays: libfaketime, which could move it, cannot run Debian's
 -- redis-server, whose jemalloc recurses into clock_gettime under it.
-local core = require "redislock.core"
+local core = require("redislock.core")
 
 local _M = {}
 

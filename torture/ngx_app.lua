@@ -14,9 +14,9 @@
 -- error log (warn), with its handler's traceback: where it waits, or (the
 -- handler done, its stack empty) that a light thread keeps the request open. A request is
 -- open until nginx finalizes it (done, in log_by_lua).
-local redislock = require "redislock"
-local core = require "redislock.core"
-local section = require "torture.section"
+local redislock = require("redislock")
+local core = require("redislock.core")
+local section = require("torture.section")
 
 local clients = {}
 

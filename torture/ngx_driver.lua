@@ -7,9 +7,9 @@
 -- that never comes back can be named (torture/run.lua); one that fails or
 -- takes more than a minute ends the driver, naming it.
 -- usage: ngx_driver.lua <nginx_port> <lock> <register_port> <id> <keys> <seconds> <ttl> <seed> <log>
-local core = require "redislock.core"
-local http = require "spec.support.http"
-local section = require "torture.section"
+local core = require("redislock.core")
+local http = require("spec.support.http")
+local section = require("torture.section")
 
 local port, lock, reg_port, id = tonumber(arg[1]), arg[2], arg[3], arg[4]
 local nkeys, seconds, ttl, seed, logfile = tonumber(arg[5]), tonumber(arg[6]), tonumber(arg[7]),

@@ -3,8 +3,8 @@
 -- time (SIGSTOP, then SIGCONT), and stop a phase's servers at its end
 -- (keeping their logs first when the phase failed); and a phase's part of
 -- a log that lasts longer than the phase (nginx's).
-local helpers = require "spec.helpers"
-local core = require "redislock.core"
+local helpers = require("spec.helpers")
+local core = require("redislock.core")
 
 local q = helpers.sh_quote
 

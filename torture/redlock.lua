@@ -15,10 +15,10 @@
 -- Every server has a loopback address of its own (127.0.0.31 ...), which
 -- needs the namespace run.sh makes as root; elsewhere they share 127.0.0.1
 -- and the partitions are left out.
-local helpers = require "spec.helpers"
-local clock = require "torture.clock"
-local core = require "redislock.core"
-local proc = require "torture.proc"
+local helpers = require("spec.helpers")
+local clock = require("torture.clock")
+local core = require("redislock.core")
+local proc = require("torture.proc")
 
 -- The module is the group's class: start makes a group.
 local Group = {}

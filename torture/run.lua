@@ -41,12 +41,12 @@
 -- usage: sh torture/run.sh (make torture), which sets the module paths and
 -- cleans up; the logs of a failing run are printed in part (TORTURE_VERBOSE=1:
 -- the faults and details of any run).
-local helpers = require "spec.helpers"
-local core = require "redislock.core"
-local check = require "torture.check"
-local ngx_app = require "torture.ngx_app"
-local proc = require "torture.proc"
-local redislock = require "redislock"
+local helpers = require("spec.helpers")
+local core = require("redislock.core")
+local check = require("torture.check")
+local ngx_app = require("torture.ngx_app")
+local proc = require("torture.proc")
+local redislock = require("redislock")
 
 local short = os.getenv("TORTURE_SHORT") == "1"
 local seconds = tonumber(os.getenv("TORTURE_SECONDS") or (short and "30" or "180"))

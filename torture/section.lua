@@ -23,7 +23,7 @@
 -- faulted); entry and exit also go to the register's
 -- list history:<key> ("in|out <id> <fence>"), its own order, for
 -- a check that needs no clock.
-local core = require "redislock.core"
+local core = require("redislock.core")
 
 local _M = {}
 

@@ -20,9 +20,9 @@
 -- Every node and sentinel has a loopback address of its own (127.0.0.11 ...,
 -- 127.0.0.21 ...), which needs the namespace run.sh makes as root; elsewhere
 -- they share 127.0.0.1 and the partitions are left out (said in the log).
-local helpers = require "spec.helpers"
-local core = require "redislock.core"
-local proc = require "torture.proc"
+local helpers = require("spec.helpers")
+local core = require("redislock.core")
+local proc = require("torture.proc")
 
 local q = helpers.sh_quote
 

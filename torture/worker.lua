@@ -5,9 +5,9 @@
 -- section's fence is an INCR): a control run, in which the checker must find
 -- silent overlaps.
 -- usage: worker.lua <lock> <register_port> <id> <keys> <seconds> <ttl> <seed> <log>
-local redislock = require "redislock"
-local core = require "redislock.core"
-local section = require "torture.section"
+local redislock = require("redislock")
+local core = require("redislock.core")
+local section = require("torture.section")
 
 local where, reg_port, id = arg[1], tonumber(arg[2]), arg[3]
 local nkeys, seconds, ttl, seed, logfile = tonumber(arg[4]), tonumber(arg[5]), tonumber(arg[6]),

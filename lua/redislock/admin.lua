@@ -6,8 +6,8 @@
 -- from its token, which carries it at no cost (hold.lua's new_token):
 -- 32 random hex digits, then /<host>/<pid>/<since>[/<label>].
 
-local args = require "redislock.args"
-local core = require "redislock.core"
+local args = require("redislock.args")
+local core = require("redislock.core")
 
 local tonumber = tonumber
 

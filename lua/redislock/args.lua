@@ -8,7 +8,7 @@
 -- Also the options of acquire and with_lock (`lock_opts`), shared by every
 -- primitive that takes and holds a lease.
 
-local core = require "redislock.core"
+local core = require("redislock.core")
 
 local error, getmetatable, pairs, select, tostring, type =
       error, getmetatable, pairs, select, tostring, type

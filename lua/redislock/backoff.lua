@@ -6,8 +6,8 @@
 -- step to all of it, from the OS's randomness) so that waiters that failed
 -- together do not try again together.
 
-local core = require "redislock.core"
-local errors = require "redislock.errors"
+local core = require("redislock.core")
+local errors = require("redislock.errors")
 
 local tonumber = tonumber
 local math_max, math_min = math.max, math.min

@@ -9,20 +9,20 @@
 -- other primitives, redislock/admin.lua's operator calls): one place for a
 -- user to read what a client offers.
 
-local admin = require "redislock.admin"
-local args = require "redislock.args"
-local client_args = require "redislock.client_args"
-local core = require "redislock.core"
-local election = require "redislock.election"
-require "redislock.guard" -- adds the guarded writes to lock objects (fenced, owned)
-local hold = require "redislock.hold"
-local lock_mod = require "redislock.lock"
-local multilock = require "redislock.multilock"
-local rwlock = require "redislock.rwlock"
-local scope = require "redislock.scope"
-local semaphore = require "redislock.semaphore"
-local topology = require "redislock.topology"
-local transport = require "redislock.transport"
+local admin = require("redislock.admin")
+local args = require("redislock.args")
+local client_args = require("redislock.client_args")
+local core = require("redislock.core")
+local election = require("redislock.election")
+require("redislock.guard") -- adds the guarded writes to lock objects (fenced, owned)
+local hold = require("redislock.hold")
+local lock_mod = require("redislock.lock")
+local multilock = require("redislock.multilock")
+local rwlock = require("redislock.rwlock")
+local scope = require("redislock.scope")
+local semaphore = require("redislock.semaphore")
+local topology = require("redislock.topology")
+local transport = require("redislock.transport")
 
 local error, pairs, select, setmetatable, tostring, type =
       error, pairs, select, setmetatable, tostring, type

@@ -6,13 +6,13 @@
 -- calls these; the checks of the lock options and of each server's address
 -- are redislock/args.lua's.
 
-local args = require "redislock.args"
-local core = require "redislock.core"
-local metrics = require "redislock.metrics"
-local multilock = require "redislock.multilock"
-local tls = require "redislock.tls"
-local topology = require "redislock.topology"
-local url = require "redislock.url"
+local args = require("redislock.args")
+local core = require("redislock.core")
+local metrics = require("redislock.metrics")
+local multilock = require("redislock.multilock")
+local tls = require("redislock.tls")
+local topology = require("redislock.topology")
+local url = require("redislock.url")
 
 local pairs, type = pairs, type
 local string_format = string.format

@@ -36,11 +36,11 @@
 -- wait loop's next try is the acquire script with the same token, which
 -- reconciles.
 
-local args = require "redislock.args"
-local core = require "redislock.core"
-local errors = require "redislock.errors"
-local transport = require "redislock.transport"
-local url = require "redislock.url"
+local args = require("redislock.args")
+local core = require("redislock.core")
+local errors = require("redislock.errors")
+local transport = require("redislock.transport")
+local url = require("redislock.url")
 
 local ipairs, next, pairs, select, setmetatable, tonumber, tostring, type = ipairs, next, pairs, select,
       setmetatable, tonumber, tostring, type

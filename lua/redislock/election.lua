@@ -18,13 +18,13 @@
 -- redislock/ngx_every.lua's; the steps on the server(s), and Redlock's
 -- majority, are redislock/election_io.lua's.
 
-local args = require "redislock.args"
-local hold_mod = require "redislock.hold"
-local io_mod = require "redislock.election_io"
-local leadership = require "redislock.leadership"
-local ngx_every = require "redislock.ngx_every"
-local observe = require "redislock.observe"
-local scope = require "redislock.scope"
+local args = require("redislock.args")
+local hold_mod = require("redislock.hold")
+local io_mod = require("redislock.election_io")
+local leadership = require("redislock.leadership")
+local ngx_every = require("redislock.ngx_every")
+local observe = require("redislock.observe")
+local scope = require("redislock.scope")
 
 local error, pairs, pcall, setmetatable, type = error, pairs, pcall, setmetatable, type
 local string_format = string.format

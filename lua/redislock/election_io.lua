@@ -4,9 +4,9 @@
 -- them): reading who leads, announcing a change, and under Redlock what a
 -- majority of the servers say. The scripts are csrc/scripts/elect_*.lua.
 
-local admin = require "redislock.admin"
-local args = require "redislock.args"
-local core = require "redislock.core"
+local admin = require("redislock.admin")
+local args = require("redislock.args")
+local core = require("redislock.core")
 
 local ipairs, pairs, tonumber, type = ipairs, pairs, tonumber, type
 local string_format, table_sort = string.format, table.sort

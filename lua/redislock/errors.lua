@@ -6,7 +6,7 @@
 -- class, never by the sentence. Here is the one table of which classes each
 -- retry loop may retry. Nothing here runs on a success.
 
-local core = require "redislock.core"
+local core = require("redislock.core")
 
 local pairs = pairs
 

@@ -21,10 +21,10 @@
 -- or nil and a "connection: ..." / "redis: ..." error. The checks and
 -- writes are the C core's scripts (csrc/scripts/fenced_write.lua and owned_write.lua).
 
-local args = require "redislock.args"
-local core = require "redislock.core"
-local hold_mod = require "redislock.hold"
-local lock_mod = require "redislock.lock"
+local args = require("redislock.args")
+local core = require("redislock.core")
+local hold_mod = require("redislock.hold")
+local lock_mod = require("redislock.lock")
 
 local ipairs, pairs, select, setmetatable, tostring, type = ipairs, pairs, select, setmetatable, tostring, type
 local string_format = string.format

@@ -7,14 +7,14 @@
 -- and the primitives (semaphore, rwlock, multilock, admin, guard) require
 -- it; it requires none of them.
 
-local args = require "redislock.args"
-local backoff = require "redislock.backoff"
-local core = require "redislock.core"
-local lease_mod = require "redislock.lease"
-local lock_mod = require "redislock.lock"
-local scope = require "redislock.scope"
-local transport = require "redislock.transport"
-local wait = require "redislock.wait"
+local args = require("redislock.args")
+local backoff = require("redislock.backoff")
+local core = require("redislock.core")
+local lease_mod = require("redislock.lease")
+local lock_mod = require("redislock.lock")
+local scope = require("redislock.scope")
+local transport = require("redislock.transport")
+local wait = require("redislock.wait")
 
 local getmetatable, error = getmetatable, error
 local string_format = string.format

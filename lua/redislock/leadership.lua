@@ -11,11 +11,11 @@
 -- Which clients lead which elections is kept here too, so that a second
 -- campaign on one client for one name while the first leads is refused.
 
-local args = require "redislock.args"
-local backoff = require "redislock.backoff"
-local core = require "redislock.core"
-local io_mod = require "redislock.election_io"
-local lock_mod = require "redislock.lock"
+local args = require("redislock.args")
+local backoff = require("redislock.backoff")
+local core = require("redislock.core")
+local io_mod = require("redislock.election_io")
+local lock_mod = require("redislock.lock")
 
 local error, ipairs, pcall, setmetatable, tostring = error, ipairs, pcall, setmetatable, tostring
 local string_format = string.format

@@ -33,8 +33,8 @@
 -- nodes with t:lease_nodes(key, token) -> nodes, quorum, drift(ms), via; a
 -- node transport (no lease_nodes) is its own one node.
 
-local backoff = require "redislock.backoff"
-local core = require "redislock.core"
+local backoff = require("redislock.backoff")
+local core = require("redislock.core")
 
 local ipairs, setmetatable, string_format, table_sort = ipairs, setmetatable, string.format, table.sort
 local math_ceil, math_floor, math_huge, math_max, math_min = math.ceil, math.floor, math.huge, math.max, math.min

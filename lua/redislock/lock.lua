@@ -4,11 +4,11 @@
 -- token, fence, transport and lease (redislock/lease.lua, which tells it of a loss); the server-side
 -- work is one token-checked script per call. Primitives that hand out owned, expiring things build on `new`.
 
-local args = require "redislock.args"
-local backoff = require "redislock.backoff"
-local core = require "redislock.core"
-local errors = require "redislock.errors"
-local lease_mod = require "redislock.lease"
+local args = require("redislock.args")
+local backoff = require("redislock.backoff")
+local core = require("redislock.core")
+local errors = require("redislock.errors")
+local lease_mod = require("redislock.lease")
 
 local error, getmetatable, pcall, select, setmetatable, tostring, type =
       error, getmetatable, pcall, select, setmetatable, tostring, type

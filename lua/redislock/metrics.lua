@@ -21,9 +21,9 @@
 -- counted is redislock/metrics_count.lua's, the text
 -- redislock/metrics_text.lua's.
 
-local args = require "redislock.args"
-local core = require "redislock.core"
-local count = require "redislock.metrics_count"
+local args = require("redislock.args")
+local core = require("redislock.core")
+local count = require("redislock.metrics_count")
 local text = require("redislock.metrics_text").text
 
 local error, getmetatable, ipairs, pcall, rawget, setmetatable, type =

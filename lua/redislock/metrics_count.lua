@@ -7,7 +7,7 @@
 -- observer functions add each event to its record, and rows reads every
 -- record back for redislock/metrics_text.lua.
 
-local core = require "redislock.core"
+local core = require("redislock.core")
 
 local ipairs, pairs, pcall, type = ipairs, pairs, pcall, type
 

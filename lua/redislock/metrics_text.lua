@@ -6,7 +6,7 @@
 -- histograms as cumulative `_bucket`s by `le` up to "+Inf", `_sum` and
 -- `_count`, label values escaped (backslash, double quote, line feed).
 
-local core = require "redislock.core"
+local core = require("redislock.core")
 
 local ipairs, tonumber, tostring = ipairs, tonumber, tostring
 local string_format, table_concat, table_sort = string.format, table.concat, table.sort

@@ -19,10 +19,10 @@
 -- in: nobody holds a key while waiting for another. A waiter blocks on the
 -- wake-up list of the key that was busy.
 
-local args = require "redislock.args"
-local core = require "redislock.core"
-local hold_mod = require "redislock.hold"
-local wait = require "redislock.wait"
+local args = require("redislock.args")
+local core = require("redislock.core")
+local hold_mod = require("redislock.hold")
+local wait = require("redislock.wait")
 
 local error, ipairs, pairs, pcall, setmetatable, type, unpack = error, ipairs, pairs, pcall, setmetatable, type,
       table.unpack or unpack -- luacheck: ignore (unpack: Lua 5.1 and LuaJIT)

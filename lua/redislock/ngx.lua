@@ -19,12 +19,12 @@
 -- redislock/client.lua) and io_problem; its leases are redislock/ngx_lease.lua's,
 -- its connections (pools, TLS, set-up, one round trip) redislock/ngx_conn.lua's.
 
-local args = require "redislock.args"
-local core = require "redislock.core"
-local conn = require "redislock.ngx_conn"
-local ngx_gate = require "redislock.ngx_gate"
-local ngx_lease = require "redislock.ngx_lease"
-local ngx_watch = require "redislock.ngx_watch"
+local args = require("redislock.args")
+local core = require("redislock.core")
+local conn = require("redislock.ngx_conn")
+local ngx_gate = require("redislock.ngx_gate")
+local ngx_lease = require("redislock.ngx_lease")
+local ngx_watch = require("redislock.ngx_watch")
 
 local ngx = ngx
 local ipairs, setmetatable, tostring, type = ipairs, setmetatable, tostring, type

@@ -4,10 +4,10 @@
 -- settings, the TLS handshake, what a new connection is sent first (AUTH,
 -- SELECT, ROLE), and reading a reply with the C core's reader.
 
-local args = require "redislock.args"
-local core = require "redislock.core"
-local semaphore = require "ngx.semaphore"
-local tls_mod = require "redislock.tls"
+local args = require("redislock.args")
+local core = require("redislock.core")
+local semaphore = require("ngx.semaphore")
+local tls_mod = require("redislock.tls")
 
 local ngx = ngx
 local io_open, ipairs, pairs, tostring, type = io.open, ipairs, pairs, tostring, type
@@ -63,7 +63,7 @@ local function tls_setup(self, t, host)
   end
   self.tls, self.tls_verify, self.tls_name = true, t.verify, name
   if t.cert then
-    local ssl = require "ngx.ssl"
+    local ssl = require("ngx.ssl")
     local cert, cerr = ssl.parse_pem_cert(read_file("cert", t.cert))
     local key, kerr = ssl.parse_pem_priv_key(read_file("key", t.key))
     if not cert then args.argerror(1, "new", "tls.cert: " .. tostring(cerr)) end

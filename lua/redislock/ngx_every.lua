@@ -13,10 +13,10 @@
 -- that raises is logged, and runs again at its next time. The timer ends
 -- when its worker exits or its client is closed.
 
-local args = require "redislock.args"
-local core = require "redislock.core"
-local hold_mod = require "redislock.hold"
-local io_mod = require "redislock.election_io"
+local args = require("redislock.args")
+local core = require("redislock.core")
+local hold_mod = require("redislock.hold")
+local io_mod = require("redislock.election_io")
 
 local pcall, rawget, setmetatable, tostring, type = pcall, rawget, setmetatable, tostring, type
 local string_format = string.format

@@ -27,8 +27,8 @@
 -- runtime table; redislock/wait.lua's take asks it for a waiter, and takes
 -- its steps, below).
 
-local core = require "redislock.core"
-local semaphore = require "ngx.semaphore"
+local core = require("redislock.core")
+local semaphore = require("ngx.semaphore")
 
 local pairs, setmetatable = pairs, setmetatable
 local math_huge, math_max, math_min = math.huge, math.max, math.min

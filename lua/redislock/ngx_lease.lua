@@ -33,7 +33,7 @@
 -- A sentinel is only ever touched while it waits: one that no longer does
 -- may belong to a request nginx has freed.
 
-local core = require "redislock.core"
+local core = require("redislock.core")
 
 local ngx = ngx
 local ipairs, pairs, pcall, setmetatable, tostring = ipairs, pairs, pcall, setmetatable, tostring
@@ -265,7 +265,7 @@ function _M.start(t, key, token, ttl_ms, opts)
   if opts.watch then -- another node lease's sentinel, of the same hold (redislock/lease.lua's compose)
     lease.watch = opts.watch
   elseif opts.scoped and request_thread() then
-    semaphore = semaphore or require "ngx.semaphore"
+    semaphore = semaphore or require("ngx.semaphore")
     local watch = { sema = semaphore.new(0) }
     watch.thread = spawn(sentinel, watch, co_running()) -- waits at once: spawn returns then
     lease.watch = watch

@@ -9,8 +9,8 @@
 -- at once (their transports, which their renewals use too). The timer ends
 -- when the last of its clients was closed or collected, or the worker exits.
 
-local args = require "redislock.args"
-local core = require "redislock.core"
+local args = require("redislock.args")
+local core = require("redislock.core")
 
 local ngx = ngx
 local ipairs, next, pairs, setmetatable, tonumber, tostring = ipairs, next, pairs, setmetatable, tonumber, tostring

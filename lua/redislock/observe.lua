@@ -13,12 +13,12 @@
 -- Under Redlock it blocks on one server (the next, when that one fails),
 -- and the state is the majority's.
 
-local args = require "redislock.args"
-local backoff = require "redislock.backoff"
-local core = require "redislock.core"
-local errors = require "redislock.errors"
-local hold_mod = require "redislock.hold"
-local io_mod = require "redislock.election_io"
+local args = require("redislock.args")
+local backoff = require("redislock.backoff")
+local core = require("redislock.core")
+local errors = require("redislock.errors")
+local hold_mod = require("redislock.hold")
+local io_mod = require("redislock.election_io")
 
 local ipairs, tonumber, type = ipairs, tonumber, type
 local string_format, table_insert = string.format, table.insert

@@ -29,11 +29,11 @@
 -- every fence it handed out before (as long as the servers' clocks agree
 -- to within the time a restart takes: docs/guarantees.md).
 
-local args = require "redislock.args"
-local backoff = require "redislock.backoff"
-local core = require "redislock.core"
-local transport = require "redislock.transport"
-local url = require "redislock.url"
+local args = require("redislock.args")
+local backoff = require("redislock.backoff")
+local core = require("redislock.core")
+local transport = require("redislock.transport")
+local url = require("redislock.url")
 
 local ipairs, setmetatable, tonumber, tostring = ipairs, setmetatable, tonumber, tostring
 local string_format, table_concat, table_sort = string.format, table.concat, table.sort

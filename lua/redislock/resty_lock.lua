@@ -7,7 +7,7 @@
 -- `resty.lock`:
 --
 --     -- init_by_lua_block (or init_worker_by_lua_block)
---     package.loaded["resty.lock"] = require "redislock.resty_lock"
+--     package.loaded["resty.lock"] = require("redislock.resty_lock")
 --     require("redislock.resty_lock").configure{ url = "redis://10.0.0.5:6379" }
 --
 -- A lock is a redislock lock (Client:acquire) whose TTL is `exptime`; a busy
@@ -21,10 +21,10 @@
 -- `unlock` or `expire` of a lock that ran out answer `nil, "lost: ..."`.
 -- Works in plain Lua too, where `lock` blocks the process while it waits.
 
-local args = require "redislock.args"
-local client_mod = require "redislock.client"
-local core = require "redislock.core"
-local errors = require "redislock.errors"
+local args = require("redislock.args")
+local client_mod = require("redislock.client")
+local core = require("redislock.core")
+local errors = require("redislock.errors")
 
 local getmetatable, pcall, setmetatable, tostring, type = getmetatable, pcall, setmetatable, tostring, type
 local math_max, math_min = math.max, math.min

@@ -24,11 +24,11 @@
 -- first registered writer; with none, they (and a waiting writer that gives
 -- up) wake every waiter (each retries; readers may all get in).
 
-local args = require "redislock.args"
-local core = require "redislock.core"
-local hold_mod = require "redislock.hold"
-local lock_mod = require "redislock.lock"
-local transport = require "redislock.transport"
+local args = require("redislock.args")
+local core = require("redislock.core")
+local hold_mod = require("redislock.hold")
+local lock_mod = require("redislock.lock")
+local transport = require("redislock.transport")
 
 local pairs, setmetatable = pairs, setmetatable
 local string_format = string.format

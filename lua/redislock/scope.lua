@@ -5,9 +5,9 @@
 -- A coroutine closed inside fn (Lua 5.4): released by a to-be-closed guard.
 -- on_lost aborting fn (plain Lua): see below.
 
-local args = require "redislock.args"
-local lease_mod = require "redislock.lease"
-local lock_mod = require "redislock.lock"
+local args = require("redislock.args")
+local lease_mod = require("redislock.lease")
+local lock_mod = require("redislock.lock")
 
 local collectgarbage, error, ipairs, pcall, setmetatable = collectgarbage, error, ipairs, pcall, setmetatable
 local coroutine_running = coroutine.running

@@ -13,10 +13,10 @@
 -- list and a waiters mark, all under the name's hash tag. Fences come from
 -- the slot's fence record (csrc/scripts/README.md, "Fences").
 
-local admin = require "redislock.admin"
-local args = require "redislock.args"
-local core = require "redislock.core"
-local hold_mod = require "redislock.hold"
+local admin = require("redislock.admin")
+local args = require("redislock.args")
+local core = require("redislock.core")
+local hold_mod = require("redislock.hold")
 
 local setmetatable = setmetatable
 local string_format = string.format

@@ -29,11 +29,11 @@
 -- never sent twice to a new master: the wait loop's next try is the acquire
 -- script, which reconciles by token.
 
-local args = require "redislock.args"
-local core = require "redislock.core"
-local errors = require "redislock.errors"
-local transport = require "redislock.transport"
-local url = require "redislock.url"
+local args = require("redislock.args")
+local core = require("redislock.core")
+local errors = require("redislock.errors")
+local transport = require("redislock.transport")
+local url = require("redislock.url")
 
 local ipairs, pairs, setmetatable, tonumber, tostring, type = ipairs, pairs, setmetatable, tonumber, tostring, type
 local math_floor, math_min = math.floor, math.min

@@ -5,7 +5,7 @@
 -- the highest fence that wrote it in a column of its own; a write carries
 -- the hold's fence and is applied only when that is at least the row's:
 --
---   local sql = require "redislock.sql"
+--   local sql = require("redislock.sql")
 --   local text, params = sql.update(lock, "reports", { body = report }, { id = 42 })
 --   --> UPDATE "reports" SET "body" = $1, "fence" = $2 WHERE "id" = $3 AND "fence" <= $2
 --   local text, params = sql.upsert(lock, "reports", { id = 42, body = report }, { "id" })
@@ -20,8 +20,8 @@
 -- driver without parameters (LuaSQL: escape = function(s) return
 -- conn:escape(s) end).
 
-local args = require "redislock.args"
-local core = require "redislock.core"
+local args = require("redislock.args")
+local core = require("redislock.core")
 
 local ipairs, pairs, tonumber, type = ipairs, pairs, tonumber, type
 local string_format, table_concat, table_sort = string.format, table.concat, table.sort

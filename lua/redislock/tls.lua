@@ -13,8 +13,8 @@
 -- file, or a key that does not match its certificate, is a bad argument there
 -- and then.
 
-local args = require "redislock.args"
-local core = require "redislock.core"
+local args = require("redislock.args")
+local core = require("redislock.core")
 
 local pairs, pcall, tostring, type = pairs, pcall, tostring, type
 local string_format = string.format

@@ -5,14 +5,14 @@
 -- redislock/cluster.lua, redislock/redlock.lua, or one node's
 -- (redislock/transport.lua).
 
-local args = require "redislock.args"
-local cluster = require "redislock.cluster"
-local core = require "redislock.core"
-local redlock = require "redislock.redlock"
-local sentinel = require "redislock.sentinel"
-local tls = require "redislock.tls"
-local transport = require "redislock.transport"
-local url = require "redislock.url"
+local args = require("redislock.args")
+local cluster = require("redislock.cluster")
+local core = require("redislock.core")
+local redlock = require("redislock.redlock")
+local sentinel = require("redislock.sentinel")
+local tls = require("redislock.tls")
+local transport = require("redislock.transport")
+local url = require("redislock.url")
 
 local ipairs, type = ipairs, type
 local string_format = string.format

@@ -58,9 +58,9 @@
 -- waiting, check_names below): in plain Lua by the C core, under
 -- OpenResty by redislock/ngx.lua's runtime table.
 
-local args = require "redislock.args"
-local core = require "redislock.core"
-local tls = require "redislock.tls"
+local args = require("redislock.args")
+local core = require("redislock.core")
+local tls = require("redislock.tls")
 
 local rawget, type = rawget, type
 local unpack = table.unpack or unpack -- luacheck: ignore (LuaJIT's global)
@@ -72,7 +72,7 @@ args.own(debug.getinfo(1, "S").source)
 -- Under ngx_lua (OpenResty) Redis I/O goes over cosockets: redislock/ngx.lua.
 local ngx = rawget(_G, "ngx")
 local ngx_transport = type(ngx) == "table" and type(ngx.socket) == "table" and ngx.get_phase
-  and require "redislock.ngx"
+  and require("redislock.ngx")
 
 --- The caller's context, for messages: under OpenResty its request (or
 -- timer), which locks of one worker's client tell apart; nil in plain Lua.

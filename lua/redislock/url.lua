@@ -8,7 +8,7 @@
 -- Percent-encoding is decoded in the user name and password, the unix path
 -- and its password/username parameters; nowhere else.
 
-local args = require "redislock.args"
+local args = require("redislock.args")
 
 local tonumber = tonumber
 local string_char = string.char

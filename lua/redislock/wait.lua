@@ -9,12 +9,12 @@
 -- strategy's (the client's _waiting, see take): under OpenResty the
 -- worker's gate (redislock/ngx_gate.lua); plain Lua has none.
 
-local args = require "redislock.args"
-local backoff = require "redislock.backoff"
-local core = require "redislock.core"
-local errors = require "redislock.errors"
-local lock_mod = require "redislock.lock"
-local transport = require "redislock.transport"
+local args = require("redislock.args")
+local backoff = require("redislock.backoff")
+local core = require("redislock.core")
+local errors = require("redislock.errors")
+local lock_mod = require("redislock.lock")
+local transport = require("redislock.transport")
 
 local type, tonumber = type, tonumber
 local string_format = string.format

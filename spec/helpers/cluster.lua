@@ -2,7 +2,7 @@
 -- spec/helpers.lua's Redis Clusters on loopback (helpers.start_cluster):
 -- slots, owners, moves, failovers, and nodes cut apart in the suite's
 -- network namespace.
-local core = require "redislock.core"
+local core = require("redislock.core")
 
 return function(helpers)
   local run = helpers.run

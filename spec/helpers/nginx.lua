@@ -177,7 +177,7 @@ return function(helpers)
   -- leads, a proclaim, an observer and a resign answered as they should,
   -- and the second term above the first. Raises otherwise.
   function Nginx:elections()
-    local http = require "spec.support.http"
+    local http = require("spec.support.http")
     local last = 0
     for _ = 1, 2 do
       local status, body = http.request(self.port, "GET", "/election?name=o:elected")

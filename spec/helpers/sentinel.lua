@@ -2,7 +2,7 @@
 -- spec/helpers.lua's Sentinel groups: a master, a replica and three
 -- sentinels on loopback (helpers.start_sentinels), failovers, a master
 -- demoted without a word (group:quiet_master), loops across a failover.
-local core = require "redislock.core"
+local core = require("redislock.core")
 
 return function(helpers)
   local tmpdir, Server, run, sh_quote, read_file = helpers.tmpdir, helpers.Server, helpers.run, helpers.sh_quote,

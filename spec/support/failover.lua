@@ -2,7 +2,7 @@
 -- What the failover-fence tests of spec/30 and spec/45 (plain Lua and
 -- OpenResty) share: cutting a replica off its master, waiting for one to
 -- catch up, taking every primitive's fence, and comparing fences.
-local helpers = require "spec.helpers"
+local helpers = require("spec.helpers")
 
 local failover = {}
 

@@ -2,7 +2,7 @@
 -- A tiny HTTP/1.1 client over luasocket for the specs that drive a real nginx
 -- (spec/helpers.lua start_nginx): one request per connection, `Connection:
 -- close`, the response read to EOF. Works under Lua 5.4 and LuaJIT alike.
-local socket = require "socket"
+local socket = require("socket")
 
 local http = {}
 

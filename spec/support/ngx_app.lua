@@ -4,8 +4,8 @@
 -- The Redis URL comes from `set $redis_url ...;` in the location or server; a
 -- client per URL is made once per worker and shared by its requests, as an
 -- application would.
-local core = require "redislock.core"
-local redislock = require "redislock"
+local core = require("redislock.core")
+local redislock = require("redislock")
 
 local app = {}
 local clients = {}

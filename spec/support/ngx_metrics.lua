@@ -6,11 +6,11 @@
 --   /lose?key=                   a lock of 0.1 s, not renewed, released 0.25 s later: 200 "<lost message>"
 --   /dead?key=                   an acquire from a client of a server that is not there: 503 "<message>"
 --   /metrics[?delay=s]           the figures, after delay seconds
-local redislock = require "redislock"
+local redislock = require("redislock")
 
 local _M = {}
 
-local metrics_mod = require "redislock.metrics"
+local metrics_mod = require("redislock.metrics")
 local metrics = metrics_mod.shared("redislock_metrics", { held_too_long = 0.5 })
 local clients = {}
 

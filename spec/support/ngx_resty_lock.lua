@@ -1,12 +1,12 @@
 -- SPDX-License-Identifier: MIT
 -- spec/46's nginx handlers: code written against lua-resty-lock
--- (`require "resty.lock"`), run where the nginx's init swapped
+-- (`require("resty.lock")`), run where the nginx's init swapped
 -- redislock.resty_lock in and configured it. Counters live on the same
 -- Redis, reached through a lock object's client. $instance names the nginx.
-local core = require "redislock.core"
-local redislock = require "redislock"
-local resty_cache = require "spec.support.resty_cache"
-local resty_lock = require "resty.lock"
+local core = require("redislock.core")
+local redislock = require("redislock")
+local resty_cache = require("spec.support.resty_cache")
+local resty_lock = require("resty.lock")
 
 local app = {}
 

@@ -3,8 +3,8 @@
 -- spec/34): a real process (spec/workers/guarded_writer.lua) that is
 -- stopped with SIGSTOP once it holds its lock, stays stopped past the TTL
 -- while its successor writes, then resumes and writes too.
-local core = require "redislock.core"
-local helpers = require "spec.helpers"
+local core = require("redislock.core")
+local helpers = require("spec.helpers")
 
 local WORKER = helpers.spec_dir .. "workers/guarded_writer.lua"
 

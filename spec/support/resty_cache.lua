@@ -4,7 +4,7 @@
 -- dictionary; on a miss take the callback's lock, look again, run the
 -- callback, store its value, unlock. spec/46 runs it in nginx with
 -- redislock.resty_lock swapped in for resty.lock; nothing here knows.
-local resty_lock = require "resty.lock"
+local resty_lock = require("resty.lock")
 
 local ngx = ngx
 local pcall, tostring = pcall, tostring

@@ -13,8 +13,8 @@
 --   observe <seconds> [<changes>]: observes, and prints "saw <value>
 --     <term>" (or "saw none") for each change, then "done"; it stops after
 --     that many changes, if given
-local redislock = require "redislock"
-local core = require "redislock.core"
+local redislock = require("redislock")
+local core = require("redislock.core")
 
 local port, name, mode = tonumber(arg[1]), arg[2], arg[3]
 local client = redislock.new({ port = port, timeout = 5 })

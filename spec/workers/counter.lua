@@ -10,10 +10,10 @@
 -- redislock.resty_lock's lock and unlock, as lua-resty-lock's callers). The
 -- counter lives on the lock's server, or on the server at the last port (a
 -- Redlock client has no single server for commands).
-local redislock = require "redislock"
-local core = require "redislock.core"
+local redislock = require("redislock")
+local core = require("redislock.core")
 
-local connect = require "spec.workers.connect"
+local connect = require("spec.workers.connect")
 
 local mode, rounds, start_at = arg[2], tonumber(arg[3]), tonumber(arg[4])
 local client = redislock.new(connect(arg[1], { timeout = 5 }))

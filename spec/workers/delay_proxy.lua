@@ -9,8 +9,8 @@
 -- (they were on their way).
 -- usage: delay_proxy.lua <listen port> <redis port> <delay> <log> <quit file>
 -- Runs until <quit file> exists.
-local socket = require "socket"
-local relay = require "spec.workers.relay"
+local socket = require("socket")
+local relay = require("spec.workers.relay")
 
 local delay, log_file = tonumber(arg[3]), arg[4]
 local r = { listen = tonumber(arg[1]), redis = tonumber(arg[2]), quit = arg[5], tick = 0.005 }

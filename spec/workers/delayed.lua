@@ -9,10 +9,10 @@
 --   "lost <core.now()> <why>"  (check's message, from the watchdog or the clock)
 --   "done" when the scoped call returned, "raised <error>" when it raised.
 -- usage: delayed.lua <port> <lock | permit> <key> <ttl> <delay> <seconds> [cpu]
-local redislock = require "redislock"
-local core = require "redislock.core"
+local redislock = require("redislock")
+local core = require("redislock.core")
 
-local connect = require "spec.workers.connect"
+local connect = require("spec.workers.connect")
 
 local kind, key, ttl, delay, seconds = arg[2], arg[3], tonumber(arg[4]), tonumber(arg[5]), tonumber(arg[6])
 local cpu = arg[7] == "cpu"

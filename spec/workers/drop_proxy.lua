@@ -9,8 +9,8 @@
 -- and after a drop "lost <reply>": the replies the client never got, their
 -- lines joined by spaces (e.g. ":<fence>" of an acquire script, "+OK
 -- +QUEUED +QUEUED *2 +OK $15 <ms>-<seq>" of a take that took the lock).
-local socket = require "socket"
-local relay = require "spec.workers.relay"
+local socket = require("socket")
+local relay = require("spec.workers.relay")
 
 local marker = arg[3]
 local dropped, lost = 0, nil

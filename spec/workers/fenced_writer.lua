@@ -6,10 +6,10 @@
 -- value). Once it holds the lock it sets writer:<who> to its PID there.
 -- Prints "fence <n>", then "accepted" or "refused".
 -- usage: fenced_writer.lua <where (spec/workers/connect.lua)> <key> <ttl> <data port> <who>
-local redislock = require "redislock"
-local core = require "redislock.core"
+local redislock = require("redislock")
+local core = require("redislock.core")
 
-local connect = require "spec.workers.connect"
+local connect = require("spec.workers.connect")
 
 local FENCED_WRITE = [[
 local seen = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')

@@ -9,10 +9,10 @@
 -- (redislock.sql, over LuaSQL). Prints "fence <n>", then "written" or
 -- "refused <message>".
 -- usage: guarded_writer.lua <where> <key> <ttl> <fenced|fenced-other|owned|sql> <resource where> <resource key> <dir>
-local redislock = require "redislock"
-local core = require "redislock.core"
+local redislock = require("redislock")
+local core = require("redislock.core")
 
-local connect = require "spec.workers.connect"
+local connect = require("spec.workers.connect")
 
 local key, ttl, form, rkey, dir = arg[2], tonumber(arg[3]), arg[4], arg[6], arg[7]
 local client = redislock.new(connect(arg[1]))
@@ -26,7 +26,7 @@ f:close()
 assert(os.rename(dir .. "/pid.tmp", dir .. "/pid"))
 while not io.open(dir .. "/go") do core.sleep(0.01) end
 if form == "sql" then
-  local sql = require "redislock.sql"
+  local sql = require("redislock.sql")
   local env = require("luasql.postgres").postgres()
   local conn = assert(env:connect("postgres", "nobody", nil, "127.0.0.1", tonumber(arg[5])))
   local text, params = sql.update(lock, "reports", { body = "old" }, { id = tonumber(rkey) })

@@ -3,8 +3,8 @@
 -- request after another, until `seconds` pass; prints each response's body
 -- (or "err <status> <body>"), then "done".
 -- usage: http_loop.lua <port> <path> <seconds> <start_at (core.now seconds)>
-local core = require "redislock.core"
-local http = require "spec.support.http"
+local core = require("redislock.core")
+local http = require("spec.support.http")
 
 local port, path, seconds, start_at = tonumber(arg[1]), arg[2], tonumber(arg[3]), tonumber(arg[4])
 local delay = start_at - core.now()

@@ -5,10 +5,10 @@
 --   "check: true nil" or "check: nil lost: ..."   (lock:check() after the work)
 --   "done <fence>" when with_lock returned, "raised <error>" when it raised.
 -- usage: lease.lua <port | tls:port:folder> <key> <ttl> <seconds>
-local redislock = require "redislock"
-local core = require "redislock.core"
+local redislock = require("redislock")
+local core = require("redislock.core")
 
-local connect = require "spec.workers.connect"
+local connect = require("spec.workers.connect")
 
 local key, ttl, seconds = arg[2], tonumber(arg[3]), tonumber(arg[4])
 local client = redislock.new(connect(arg[1]))

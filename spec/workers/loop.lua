@@ -7,10 +7,10 @@
 -- <message>", and "done" at the end. With "elect", it campaigns in the
 -- election named key instead (with_leadership), and the fence is the term.
 -- usage: loop.lua <where (spec/workers/connect.lua)> <key> <seconds> <start_at (core.now seconds)> [elect]
-local redislock = require "redislock"
-local core = require "redislock.core"
+local redislock = require("redislock")
+local core = require("redislock.core")
 
-local connect = require "spec.workers.connect"
+local connect = require("spec.workers.connect")
 
 local key, seconds, start_at, elect = arg[2], tonumber(arg[3]), tonumber(arg[4]), arg[5] == "elect"
 local client = redislock.new(connect(arg[1], { timeout = 2 }))

@@ -16,10 +16,10 @@
 --   permit <ttl>                takes a permit of "pool" (limit 1) and a read hold
 --                               on "doc", each for ttl s without renewal, lists
 --                               its pid in "holders" and sleeps (to be killed)
-local redislock = require "redislock"
-local core = require "redislock.core"
+local redislock = require("redislock")
+local core = require("redislock.core")
 
-local connect = require "spec.workers.connect"
+local connect = require("spec.workers.connect")
 
 local mode, start_at = arg[2], tonumber(arg[3])
 local client = redislock.new(connect(arg[1], { timeout = 5 }))

@@ -3,7 +3,7 @@
 -- relay between its clients and a redis-server on loopback, each client
 -- with a connection of its own to the server, that runs until a quit file
 -- exists. The proxy decides what becomes of each piece a client writes.
-local socket = require "socket"
+local socket = require("socket")
 
 local M = {}
 

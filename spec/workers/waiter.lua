@@ -9,10 +9,10 @@
 -- core.now() as it got the lock), with may-lose followed by " release:
 -- <error>" when its release failed (the lock was lost meanwhile: else that
 -- fails the worker); or "failed <tag> <error>".
-local redislock = require "redislock"
-local core = require "redislock.core"
+local redislock = require("redislock")
+local core = require("redislock.core")
 
-local connect = require "spec.workers.connect"
+local connect = require("spec.workers.connect")
 
 local key, wait, mode, kind, hold, tag = arg[2], tonumber(arg[3]), arg[4], arg[5], tonumber(arg[6]), arg[7]
 local ttl = tonumber(arg[8]) or 30

@@ -2,7 +2,7 @@
 --- What the OpenResty examples share: one redislock client per nginx worker,
 -- JSON answers, and redislock's error codes turned into HTTP statuses.
 
-local redislock = require "redislock"
+local redislock = require("redislock")
 
 local error, ipairs, pairs, pcall, tostring, type = error, ipairs, pairs, pcall, tostring, type
 local string_format, math_floor, math_huge = string.format, math.floor, math.huge

@@ -12,7 +12,7 @@
 -- 400 for a bad key, ttl, wait or token; 503 when Redis cannot be reached.
 -- ttl defaults to 10 s (at most 3600), wait to 0 (at most 10).
 
-local common = require "redislock_examples.common"
+local common = require("redislock_examples.common")
 
 local error, pcall, tonumber, tostring, type = error, pcall, tonumber, tostring, type
 local string_format = string.format

@@ -35,7 +35,7 @@
 -- When the guarded work is your own Lua code, none of this is needed: do it
 -- inside client:with_lock in the content handler, as report.lua does.
 
-local common = require "redislock_examples.common"
+local common = require("redislock_examples.common")
 
 local error, tonumber, tostring = error, tonumber, tostring
 local client, redis, run = common.client, common.redis, common.run

@@ -11,7 +11,7 @@
 -- Rebuilds are counted in example:report:rebuilds, so that a test can see
 -- that a stampede made exactly one.
 
-local common = require "redislock_examples.common"
+local common = require("redislock_examples.common")
 
 local error, pcall = error, pcall
 local client, redis, run, json = common.client, common.redis, common.run, common.json
