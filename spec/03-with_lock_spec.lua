@@ -302,10 +302,7 @@ describe("with_lock", function()
     if helpers.no_nginx(pending) then return end
 
     describe("errors", function()
-      local ngx
-
-      lazy_setup(function() ngx = helpers.start_app_nginx(srv, 1) end)
-      lazy_teardown(function() if ngx then ngx:stop() end end)
+      local ngx = helpers.app_nginx_for(function() return srv end, 1)
 
       it("answers connection when Redis is down", function()
         local status, body = http.request(ngx.port, "GET", "/dead/acquire?key=k")

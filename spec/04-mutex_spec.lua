@@ -85,10 +85,7 @@ describe("mutual exclusion across processes", function()
 
     for _, workers in ipairs({ 2, 1 }) do
       describe("with " .. workers .. " worker process" .. (workers > 1 and "es" or ""), function()
-        local ngx
-
-        lazy_setup(function() ngx = helpers.start_app_nginx(srv, workers) end)
-        lazy_teardown(function() if ngx then ngx:stop() end end)
+        local ngx = helpers.app_nginx_for(function() return srv end, workers)
 
         it("loses updates in 200 concurrent read-modify-writes without a lock (the race is real)", function()
           local count, overlaps = counter_run(ngx, 200, nil)

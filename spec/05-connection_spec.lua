@@ -451,10 +451,7 @@ describe("connections under OpenResty", function()
     assert(raw:command("ACL", "SETUSER", "locker", "on", ">s3cret", "~*", "&*", "+@all"))
   end)
 
-  local ngx
-
-  lazy_setup(function() ngx = helpers.start_app_nginx(srv, 1) end)
-  lazy_teardown(function() if ngx then ngx:stop() end end)
+  local ngx = helpers.app_nginx_for(function() return srv end, 1)
 
   it("releases by key and token, and refuses a token that is not the holder's", function()
     local status, body = http.request(ngx.port, "GET", "/acquire?key=svc&ttl=30")

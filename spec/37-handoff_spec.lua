@@ -446,9 +446,7 @@ describe("the handoff", function()
 
   describe("under OpenResty", function()
     if helpers.no_nginx(pending) then return end
-    local ngx
-    lazy_setup(function() ngx = helpers.start_app_nginx(srv, 1) end)
-    lazy_teardown(function() if ngx then ngx:stop() end end)
+    local ngx = helpers.app_nginx_for(function() return srv end, 1)
 
     it("hands the lock to a request that waits, over cosockets", function()
       local lock = assert(holder:acquire("busy", 30))

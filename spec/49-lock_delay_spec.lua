@@ -289,10 +289,7 @@ describe("the lock delay", function()
   describe("under OpenResty", function()
     if helpers.no_nginx(pending) then return end
     local http = require("spec.support.http")
-    local ngx
-
-    lazy_setup(function() ngx = helpers.start_app_nginx(srv, 1) end)
-    lazy_teardown(function() if ngx then ngx:stop() end end)
+    local ngx = helpers.app_nginx_for(function() return srv end, 1)
 
     it("renews with the delay on top, and a release leaves none", function()
       local req = http.start(ngx.port, "GET", "/with_lock?key=renewed&ttl=0.6&hold=1.5&lock_delay=1")

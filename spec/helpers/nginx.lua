@@ -274,6 +274,20 @@ return function(helpers)
     })
   end
 
+  --- The app nginx of helpers.start_app_nginx for the enclosing describe
+  -- block, in front of the redis-server srv() returns: started in its
+  -- lazy_setup, stopped in its lazy_teardown. Returns what the tests read
+  -- it by (its port, its methods), once it is started.
+  function helpers.app_nginx_for(srv, workers)
+    local busted, app = require("busted"), {}
+    busted.lazy_setup(function() setmetatable(app, { __index = helpers.start_app_nginx(srv(), workers) }) end)
+    busted.lazy_teardown(function()
+      local started = getmetatable(app)
+      if started then started.__index:stop() end
+    end)
+    return app
+  end
+
   --- For a spec's "under OpenResty" block: true, after marking the block
   -- pending (pending: busted's), when nginx cannot run in this pass (the
   -- Lua 5.4 one: nginx loads the LuaJIT build of the C core).
