@@ -276,15 +276,16 @@ return function(helpers)
 
   --- The app nginx of helpers.start_app_nginx for the enclosing describe
   -- block, in front of the redis-server srv() returns: started in its
-  -- lazy_setup, stopped in its lazy_teardown. Returns what the tests read
-  -- it by (its port, its methods), once it is started.
+  -- lazy_setup (the returned table becomes that nginx, fields and
+  -- methods), stopped in its lazy_teardown (a stop is done once).
   function helpers.app_nginx_for(srv, workers)
     local busted, app = require("busted"), {}
-    busted.lazy_setup(function() setmetatable(app, { __index = helpers.start_app_nginx(srv(), workers) }) end)
-    busted.lazy_teardown(function()
-      local started = getmetatable(app)
-      if started then started.__index:stop() end
+    busted.lazy_setup(function()
+      local started = helpers.start_app_nginx(srv(), workers)
+      for k, v in pairs(started) do app[k] = v end
+      setmetatable(app, getmetatable(started))
     end)
+    busted.lazy_teardown(function() if getmetatable(app) then app:stop() end end)
     return app
   end
 
