@@ -262,12 +262,17 @@ return function(helpers)
 
   -- Adds (how "-A") or deletes ("-D") the rules that drop every packet
   -- between the group's processes in apart and the others.
+  -- (Undoing, "-D", goes on past a rule that is not there: a split that
+  -- failed part way is undone whole.)
   local function cut(self, how, apart)
     local inside = {}
     for _, p in ipairs(apart) do inside[p] = true end
     for _, p in ipairs(apart) do
       for _, q in ipairs({ self.nodes[1], self.nodes[2], self.sentinels[1], self.sentinels[2], self.sentinels[3] }) do
-        if not inside[q] then helpers.drop_between(how, p.host, q.host) end
+        if not inside[q] then
+          if how == "-D" then pcall(helpers.drop_between, how, p.host, q.host)
+          else helpers.drop_between(how, p.host, q.host) end
+        end
       end
     end
   end
@@ -277,8 +282,8 @@ return function(helpers)
   -- still reach every one. Needs a group started with own_addresses.
   function Group:split(apart)
     for _, p in ipairs(apart) do assert(p.host ~= "127.0.0.1", "split needs a group started with own_addresses") end
-    cut(self, "-A", apart)
     self.apart = apart
+    cut(self, "-A", apart)
   end
 
   --- Undoes group:split.
