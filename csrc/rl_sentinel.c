@@ -37,7 +37,7 @@ struct rl_sentinel_watch {
   unsigned gen;        /* rl_fork_gen() of the process that started it */
 };
 
-static void bump(rl_sentinel_watch *w) { __atomic_add_fetch(&w->count, 1, __ATOMIC_SEQ_CST); }
+static unsigned long bump(rl_sentinel_watch *w) { return __atomic_add_fetch(&w->count, 1, __ATOMIC_SEQ_CST); }
 
 /* Sleeps ms, or less when woken. 1 when woken (the thread must stop). */
 static int pause_or_wake(rl_sentinel_watch *w, int ms) {
@@ -68,7 +68,7 @@ static void heard(rl_sentinel_watch *w, const redisReply *r) {
   pthread_mutex_lock(&w->mu);
   memcpy(w->to, to, sizeof w->to);
   w->to_port = to_port;
-  w->at = __atomic_add_fetch(&w->count, 1, __ATOMIC_SEQ_CST);
+  w->at = bump(w);
   pthread_mutex_unlock(&w->mu);
 }
 
