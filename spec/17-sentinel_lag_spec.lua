@@ -42,11 +42,6 @@ describe("Sentinel, a sentinel that lags behind a switch the watch heard", funct
     return s:cli("CLIENT", "LIST"):find(" sub=1 ", 1, true) ~= nil
   end
 
-  -- The port of the master sentinel s names.
-  local function named(s)
-    return tonumber(s:cli("SENTINEL", "get-master-addr-by-name", g.name):match("\n(%d+)$"))
-  end
-
   -- With the client's watch subscribed on the first sentinel: moves it to
   -- the second, cuts the master and the first sentinel off the rest, fails
   -- over there, and waits until heard(new) says the client's watch heard
@@ -66,12 +61,12 @@ describe("Sentinel, a sentinel that lags behind a switch the watch heard", funct
     -- too, a second after they lost the master: either ends the same).
     s2:cli("SENTINEL", "FAILOVER", g.name)
     assert.is_truthy(helpers.eventually(30, function()
-      return named(s2) == new.port and named(s3) == new.port and new:cli("ROLE"):match("^master\n")
+      return g:named_by(s2) == new.port and g:named_by(s3) == new.port and new:cli("ROLE"):match("^master\n")
     end), "the sentinels on the replica's side never promoted it")
     assert.is_truthy(helpers.eventually(10, function() return heard(new) end), "the client's watch never heard it")
     -- What today's resolution would find: the first sentinel names the old
     -- master, which says it is the master.
-    assert.are.equal(old.port, named(s1))
+    assert.are.equal(old.port, (g:named_by(s1)))
     assert.matches("^master\n", old:cli("ROLE"))
     return old, new
   end

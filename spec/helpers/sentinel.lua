@@ -95,10 +95,16 @@ return function(helpers)
     return g
   end
 
+  --- The port of the master sentinel s names (get-master-addr-by-name), or
+  -- nil; and what it answered.
+  function Group:named_by(s)
+    local out = s:cli("SENTINEL", "get-master-addr-by-name", self.name)
+    return tonumber(out:match("\n(%d+)$")), out
+  end
+
   --- The node the sentinels name as master now (a Server of group.nodes).
   function Group:master()
-    local out = self.sentinels[1]:cli("SENTINEL", "get-master-addr-by-name", self.name)
-    local port = tonumber(out:match("\n(%d+)$"))
+    local port, out = self:named_by(self.sentinels[1])
     for _, n in ipairs(self.nodes) do
       if n.port == port then return n end
     end
@@ -146,8 +152,7 @@ return function(helpers)
   function Group:settled()
     local port
     for _, s in ipairs(watchers(self)) do
-      local out = s:cli("SENTINEL", "get-master-addr-by-name", self.name)
-      local named = tonumber(out:match("\n(%d+)$"))
+      local named, out = self:named_by(s)
       if not named or (port and named ~= port) then return false, "sentinel " .. s.port .. " names " .. out end
       port = named
     end
@@ -217,8 +222,7 @@ return function(helpers)
     assert(said, "SENTINEL FAILOVER never said OK")
     local switched = helpers.eventually(15, function()
       for _, s in ipairs(self.sentinels) do
-        local out = s:cli("SENTINEL", "get-master-addr-by-name", self.name)
-        if tonumber(out:match("\n(%d+)$")) ~= new.port then return false end
+        if self:named_by(s) ~= new.port then return false end
       end
       return new:cli("ROLE"):match("^master\n") ~= nil
     end)
