@@ -181,8 +181,10 @@ end
 -- the exact bytes the library sends for an uncontended acquire (a take:
 -- MULTI, SET NX PX, XADD of the slot's fence record, EXEC) and release of
 -- key (ttl in seconds), with a token as the library makes it.
--- Returns an object with :rate(n) (cycles per second over n cycles),
--- :close() and the fields acquire and release (the bytes).
+-- Returns an object with :rate(n[, socket]) (cycles per second over n
+-- cycles; socket "library": the floor's socket set up as the library's,
+-- FLOOR_SOCKET in bench/floor.c), :close() and the fields acquire and
+-- release (the bytes) and files (the two files that hold them).
 function M.floor(client, key, ttl)
   local tok = require("redislock.hold").new_token(client) -- the holder's part too, as the library's
   local f = {
@@ -190,9 +192,12 @@ function M.floor(client, key, ttl)
     release = core.encode_script("release", key, tok, nil, client.prefix),
   }
   local files = { M.temp_file(f.acquire), M.temp_file(f.release) }
-  function f.rate(_, n)
+  f.files = files
+  function f.rate(_, n, socket)
     -- A take is answered with 4 replies (MULTI's, 2 QUEUED, EXEC's).
-    local out, ok = M.run(table.concat({ M.root .. "/build/bench/floor", M.port, n, files[1], files[2], 4 }, " "))
+    local env = socket and "FLOOR_SOCKET=" .. socket .. " " or ""
+    local cmd = table.concat({ M.root .. "/build/bench/floor", M.port, n, files[1], files[2], 4 }, " ")
+    local out, ok = M.run(env .. cmd)
     local rate = ok and tonumber(out:match("cycles_per_s=([%d.]+)"))
     return (assert(rate, "bench/floor failed: " .. out))
   end

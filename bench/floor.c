@@ -14,6 +14,12 @@
  * writes them with core.encode_script), so the floor always sends what the
  * library sends.
  *
+ * With FLOOR_SOCKET=library in the environment, its socket is set up as the
+ * library's connection (csrc/rl_conn.c): the read and write timeouts of a
+ * call (SO_RCVTIMEO, SO_SNDTIMEO: 1 s, the default), TCP keepalive as
+ * hiredis sets it, send with MSG_NOSIGNAL and recv of at most 16 KiB: the
+ * same system calls and socket as the library's cycle (bench/split.lua).
+ *
  * Every reply must say "done": an error reply, a nil, an integer <= 0 or an
  * array whose first element is an integer <= 0 or a nil (the lock scripts'
  * "busy" and "not ours", a transaction's first command that answered nil) stops the run, so a cycle that took a
@@ -31,10 +37,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
 #define REPLY_MAX 65536
+#define LIB_READ 16384 /* the library's reads (rl_conn.c) */
+
+static int like_library; /* FLOOR_SOCKET=library */
 
 typedef struct {
   char *bytes;
@@ -78,6 +88,17 @@ static int connect_to(int port) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) die_errno("connect");
   if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) die_errno("TCP_NODELAY");
+  if (like_library) {
+    struct timeval tv = { 1, 0 };
+    int idle = 15, intvl = 5, cnt = 3;
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt) != 0)
+      die_errno("the library's socket options");
+  }
   return fd;
 }
 
@@ -142,12 +163,13 @@ static void round_trip(int fd, const command *cmd, char *buf) {
   size_t have = 0;
   long long num = 1;
   char kind = 0, bad = 0; /* the first reply that is not "done" */
-  ssize_t n = write(fd, cmd->bytes, cmd->len);
+  ssize_t n = like_library ? send(fd, cmd->bytes, cmd->len, MSG_NOSIGNAL) : write(fd, cmd->bytes, cmd->len);
   if (n != (ssize_t)cmd->len) die_errno("write");
   for (;;) {
     const char *p = buf;
     int i;
-    n = read(fd, buf + have, REPLY_MAX - have);
+    size_t room = REPLY_MAX - have;
+    n = like_library ? recv(fd, buf + have, room < LIB_READ ? room : LIB_READ, 0) : read(fd, buf + have, room);
     if (n <= 0) die(n == 0 ? "the server closed the connection" : strerror(errno));
     have += (size_t)n;
     for (i = 0; i < cmd->replies && p != NULL; i++) {
@@ -189,6 +211,7 @@ int main(int argc, char **argv) {
   first.replies = argc == 6 ? atoi(argv[5]) : 1;
   second.replies = 1;
   if (first.replies < 1 || first.replies > 16) die("FIRST_REPLIES must be 1 to 16");
+  like_library = getenv("FLOOR_SOCKET") != NULL && strcmp(getenv("FLOOR_SOCKET"), "library") == 0;
   fd = connect_to(port);
   t0 = now();
   for (i = 0; i < cycles; i++) {

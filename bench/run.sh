@@ -5,6 +5,9 @@
 #   bench/cycle.lua    acquire+release and with_lock vs the raw floor
 #                      (bench/floor.c) and redis-benchmark -c 1, Lua 5.4 and
 #                      LuaJIT, the client on another core, then on core 0 too
+#   bench/split.lua    where a cycle's time goes: the minimal lock, the
+#                      library's bytes raw, over the library's socket, from
+#                      LuaJIT's FFI, then the library (rates and server CPU)
 #   bench/tls.lua      acquire+release over TLS vs plaintext, and new
 #                      connections (a handshake each), on a server of its own
 #   bench/cluster.lua  acquire+release through cluster routing vs a
@@ -32,7 +35,7 @@
 #                      client on another core, then on core 0 too)
 # Each script prints `bench name=... value=...` lines; bench/report.lua turns
 # them into a table, then repeats them for machines. Progress goes to stderr.
-# Knobs (environment): BENCH_CYCLES (4000 per slice), BENCH_SLICES (15),
+# Knobs (environment): BENCH_CYCLES (4000 per slice), BENCH_SLICES (15), BENCH_SPLIT_ROUNDS (9),
 # BENCH_PEER_SLICES (9), BENCH_HANDOFF_ROUNDS (300), BENCH_HANDOFF_PY_ROUNDS (100), BENCH_HOLD_MS (15),
 # BENCH_CONTEND_PROCS ("2 8 32"), BENCH_CONTEND_SECONDS (2), BENCH_CONTEND_FLOOR (1: the C floor, when built),
 # BENCH_STAMPEDE (3000), BENCH_STAMPEDE_CAPPED (1000), BENCH_STAMPEDE_MAXCLIENTS (64), BENCH_STAMPEDE_ROUNDS (3),
@@ -85,6 +88,11 @@ placed() {
   done
 }
 placed cycle "cycle"
+# Where a cycle's time goes: the clients in processes of their own, each
+# placement once (the driver's interpreter does not matter).
+for placement in "different-cores:$last" "same-core:0"; do
+  step split "where a cycle's time goes, ${placement%%:*}" taskset -c "${placement##*:}" lua5.4 bench/split.lua "${placement%%:*}"
+done
 placed tls "TLS vs plaintext"
 placed cluster "cluster routing"
 placed metrics "metrics on vs off"

@@ -1,0 +1,148 @@
+-- SPDX-License-Identifier: MIT
+-- Benchmark (not a test): where an uncontended cycle's time goes, against
+-- the minimal lock (bench/cycle.lua's: SET NX PX, then the usual
+-- compare-and-delete script). Each client below runs in a process of its
+-- own, on this process's core (bench/run.sh pins it), BENCH_SPLIT_ROUNDS
+-- (9) times in turn, BENCH_CYCLES (4000) cycles each:
+--   minimal      build/bench/floor, the minimal lock's bytes;
+--   raw          build/bench/floor, the library's bytes (the take, MULTI SET
+--                XADD EXEC, and the release script): what the server's
+--                work for the fence and the waiters costs;
+--   raw_no_multi the library's bytes without the take's MULTI and EXEC (SET
+--                and XADD sent together, not atomic: not a lock the library
+--                may take): what the transaction costs;
+--   raw_socket   the same as raw, over a socket set up as the library's (1 s read
+--                and write timeouts, keepalive, send and recv): what the
+--                socket's options cost;
+--   ffi          the same bytes and socket from a LuaJIT loop through the
+--                FFI (bench/split_client.lua): what an interpreter costs;
+--   lua5.4, luajit  redislock's acquire+release: what the library's code
+--                costs on top;
+--   pure_lua     the pure-Lua minimal lock (bench/pure_lua.lua), when lua5.3
+--                and lua-redis are installed.
+-- For each: the rate as a ratio to the minimal lock's in the same round
+-- (median, lowest, highest), and the server's CPU time per cycle as a
+-- ratio to the minimal lock's, read from /proc/<pid>/schedstat (the time
+-- the kernel counts the server's threads on a CPU, in ns).
+-- usage (from bench/run.sh, pinned by taskset): lua5.4 bench/split.lua <placement>
+local B = require("benchlib")
+
+local N, ROUNDS = B.knob("BENCH_CYCLES", 4000), B.knob("BENCH_SPLIT_ROUNDS", 9)
+local KEY, TTL = "bench", 10
+local root = B.root
+
+local pid_file = assert(io.open(assert(os.getenv("REDIS_DIR"), "REDIS_DIR is not set") .. "/redis.pid"))
+local server_pid = assert(tonumber(pid_file:read("*l")), "no server PID")
+pid_file:close()
+
+-- The server's CPU time so far, in ns: every thread's, from schedstat.
+local function server_ns()
+  local total = 0
+  local list = assert(io.popen("ls /proc/" .. server_pid .. "/task"))
+  for tid in list:lines() do
+    local f = io.open("/proc/" .. server_pid .. "/task/" .. tid .. "/schedstat")
+    if f then
+      total = total + (tonumber(f:read("*n")) or 0)
+      f:close()
+    end
+  end
+  list:close()
+  return total
+end
+
+local client = require("redislock").new({ port = B.port })
+local core = require("redislock.core")
+local floor = B.floor(client, KEY, TTL)
+local CAD = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+local cad_sha = assert(client:command("SCRIPT", "LOAD", CAD))
+-- The take without its transaction: what MULTI and EXEC cost.
+local MULTI, EXEC = core.encode("MULTI"), core.encode("EXEC")
+local take = floor.acquire
+assert(take:sub(1, #MULTI) == MULTI and take:sub(-#EXEC) == EXEC, "the take is not MULTI ... EXEC")
+local no_multi = B.temp_file(take:sub(#MULTI + 1, -#EXEC - 1))
+local min_token = core.token()
+local min_files = { B.temp_file(core.encode("SET", "minimal", min_token, "NX", "PX", TTL * 1000)),
+                    B.temp_file(core.encode("EVALSHA", cad_sha, 1, "minimal", min_token)) }
+
+local function lua_env(lua)
+  local cpath = root .. "/build/" .. lua .. "/?.so;;"
+  return string.format("env LUA_CPATH=%s LUA_CPATH_5_4=%s ", B.sh_quote(cpath), B.sh_quote(cpath))
+end
+
+-- A child's rate (cycles per second), from its cycles_per_s line.
+local function child(what, cmd)
+  local out, ok = B.run(cmd)
+  local rate = ok and tonumber(out:match("cycles_per_s=([%d.]+)"))
+  return (assert(rate, what .. " failed: " .. out))
+end
+
+local function has(cmd) local _, ok = B.run(cmd) return ok end
+local clients = {
+  { "minimal", function(n) return child("the minimal lock's floor", table.concat({ root .. "/build/bench/floor",
+    B.port, n, min_files[1], min_files[2] }, " ")) end },
+  { "raw", function(n) return floor:rate(n) end },
+  { "raw_no_multi", function(n) return child("the floor without MULTI", table.concat({ root .. "/build/bench/floor",
+    B.port, n, no_multi, floor.files[2], 2 }, " ")) end },
+  { "raw_socket", function(n) return floor:rate(n, "library") end },
+}
+local has_jit = has("command -v luajit")
+if has_jit then
+  clients[#clients + 1] = { "ffi", function(n)
+    return child("the FFI loop", lua_env("luajit") .. table.concat({ "luajit", root .. "/bench/split_client.lua",
+      B.port, n, "ffi", floor.files[1], floor.files[2] }, " "))
+  end }
+end
+for _, lua in ipairs(has_jit and { "lua5.4", "luajit" } or { "lua5.4" }) do
+  clients[#clients + 1] = { lua, function(n)
+    return child("the " .. lua .. " cycle", lua_env(lua) .. table.concat({ lua, root .. "/bench/split_client.lua",
+      B.port, n, "lib", KEY }, " "))
+  end }
+end
+if has("lua5.3 -e 'require \"redis\"'") then
+  clients[#clients + 1] = { "pure_lua", function(n)
+    return child("the pure-Lua lock", table.concat({ "lua5.3", root .. "/bench/pure_lua.lua", B.port, n }, " "))
+  end }
+else
+  B.say("bench: no lua5.3 with lua-redis (sh tools/deps.sh bench installs them): the pure-Lua lock is skipped")
+end
+
+-- A cycle of the library's first (it loads the scripts the floors send by
+-- SHA), then each client once to warm up, then the rounds: rates and the
+-- server's ns per cycle.
+assert(assert(client:acquire(KEY, TTL)):release())
+for _, c in ipairs(clients) do c[2](500) end
+local measures = {}
+local cpu = {}
+for _, c in ipairs(clients) do
+  cpu[c[1]] = {}
+  measures[#measures + 1] = { c[1], function()
+    local before = server_ns()
+    local rate = c[2](N)
+    local list = cpu[c[1]]
+    list[#list + 1] = (server_ns() - before) / N
+    return rate
+  end }
+end
+local rates = B.slices(measures, ROUNDS)
+floor:close()
+for _, path in ipairs(min_files) do os.remove(path) end
+os.remove(no_multi)
+
+local where = B.placement
+local note = string.format("median of %d rounds of %d cycles, each client in turn", ROUNDS, N)
+local min_ns = B.percentile(cpu.minimal, 50)
+for _, c in ipairs(clients) do
+  local name = c[1]
+  local ratio, lo, hi = B.median_ratio(rates[name], rates.minimal)
+  B.emit({ name = "split.rate." .. name .. "/" .. where, value = math.floor(B.percentile(rates[name], 50) + 0.5),
+           unit = "cycles/s", baseline = "split.rate.minimal/" .. where,
+           baseline_value = math.floor(B.percentile(rates.minimal, 50) + 0.5), ratio = ratio,
+           note = string.format("%s; round ratios %.3f-%.3f", note, lo, hi),
+           label = where .. ": " .. name .. ", cycles/s vs the minimal lock's" })
+  local ns = B.percentile(cpu[name], 50)
+  B.emit({ name = "split.server." .. name .. "/" .. where, value = math.floor(ns + 0.5), unit = "ns/cycle",
+           baseline = "split.server.minimal/" .. where, baseline_value = math.floor(min_ns + 0.5),
+           note = string.format("/proc/<pid>/schedstat; %s; lowest %.0f, highest %.0f", note,
+                                B.percentile(cpu[name], 0), B.percentile(cpu[name], 100)),
+           label = where .. ": " .. name .. ", the server's CPU per cycle vs the minimal lock's" })
+end
