@@ -4,13 +4,18 @@
 -- cycles_per_s=<rate>.
 --   <lua> bench/split_client.lua PORT N lib KEY
 --     redislock's acquire+release of KEY (TTL 10 s), as bench/cycle.lua's;
+--   <lua> bench/split_client.lua PORT N core KEY
+--     the same through the C core's calls alone (core.fast_take, and
+--     core.fast_release on a lock table of this loop's): what the Lua layer
+--     (Client:acquire, the lock object, Lock:release) adds to them;
 --   luajit bench/split_client.lua PORT N ffi TAKE_FILE RELEASE_FILE
 --     the bytes in the two files (bench/benchlib.lua's floor: the library's
 --     take and release), sent by LuaJIT's FFI straight to libc's send and
 --     recv over a socket set up as the library's (1 s timeouts, keepalive):
 --     the interpreter's share of a cycle without the library's code.
 local port, n, mode = tonumber(arg[1]), tonumber(arg[2]), arg[3]
-assert(port and n and (mode == "lib" or mode == "ffi"), "usage: split_client.lua PORT N lib KEY | ffi TAKE RELEASE")
+assert(port and n and (mode == "lib" or mode == "core" or mode == "ffi"),
+       "usage: split_client.lua PORT N lib KEY | core KEY | ffi TAKE RELEASE")
 local core = require("redislock.core")
 
 local cycle
@@ -18,6 +23,21 @@ if mode == "lib" then
   local key = assert(arg[4], "lib needs a KEY")
   local client = require("redislock").new({ port = port })
   cycle = function() assert(assert(client:acquire(key, 10)):release()) end
+elseif mode == "core" then
+  local key = assert(arg[4], "core needs a KEY")
+  local client = require("redislock").new({ port = port })
+  local t = assert(require("redislock.hold").FAST[client], "no C client for the common case")
+  local mt = {}
+  local release, take = core.fast_release(mt), core.fast_take
+  -- The fields core.fast_release reads (csrc/rl_lua_client.c): its own
+  -- release, the C client, the state, the key and the token.
+  local lock = setmetatable({ release = release, _t = t, _state = "held", key = key }, mt)
+  cycle = function()
+    local fence, tok = take(t, key, 10)
+    assert(fence, "the take did not take the lock")
+    lock.token = tok
+    assert(release(lock) == true, "the release did not release")
+  end
 else
   local ffi = require("ffi")
   ffi.cdef([[
@@ -84,7 +104,7 @@ else
   end
 end
 
-for _ = 1, 200 do cycle() end
+for _ = 1, 200 do cycle() end -- warm up (bench/split.lua counts these 200)
 local t0 = core.now()
 for _ = 1, n do cycle() end
 print(string.format("cycles_per_s=%.1f", n / (core.now() - t0)))
