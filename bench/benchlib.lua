@@ -177,6 +177,15 @@ function M.emit(f)
   io.stdout:flush()
 end
 
+--- The rate a benchmark's child process printed on its cycles_per_s line,
+-- and the cycles it ran before it started its clock (its warm= field; 0
+-- when it prints none); raises, naming what, when the child failed.
+function M.child_rate(what, cmd)
+  local out, ok = M.run(cmd)
+  local rate = ok and tonumber(out:match("cycles_per_s=([%d.]+)"))
+  return (assert(rate, what .. " failed: " .. out)), tonumber(out:match("warm=(%d+)")) or 0
+end
+
 --- The raw floor (build/bench/floor, bench/floor.c) for client's lock cycle:
 -- the exact bytes the library sends for an uncontended acquire (a take:
 -- MULTI, SET NX PX, XADD of the slot's fence record, EXEC) and release of
@@ -196,15 +205,50 @@ function M.floor(client, key, ttl)
   function f.rate(_, n, socket)
     -- A take is answered with 4 replies (MULTI's, 2 QUEUED, EXEC's).
     local env = socket and "FLOOR_SOCKET=" .. socket .. " " or ""
-    local cmd = table.concat({ M.root .. "/build/bench/floor", M.port, n, files[1], files[2], 4 }, " ")
-    local out, ok = M.run(env .. cmd)
-    local rate = ok and tonumber(out:match("cycles_per_s=([%d.]+)"))
-    return (assert(rate, "bench/floor failed: " .. out))
+    return (M.child_rate("bench/floor", env .. table.concat({ M.root .. "/build/bench/floor", M.port, n,
+                                                               files[1], files[2], 4 }, " ")))
   end
   function f.close()
     for _, path in ipairs(files) do os.remove(path) end
   end
   return f
+end
+
+--- The minimal lock a user compares with, for bench/floor.c: SET key token
+-- NX PX ttl (seconds), then the usual compare-and-delete script by EVALSHA
+-- (no fence, no waking, no fairness), on the key "minimal"; client (any
+-- with :command) loads the script. Returns an object with :rate(n)
+-- (cycles per second over n cycles), :close(), and the fields token and
+-- sha (the script's), for other clients of the same commands.
+function M.minimal(client, ttl)
+  local cad = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+  local m = { token = core.token(), sha = assert(client:command("SCRIPT", "LOAD", cad)) }
+  local files = { M.temp_file(core.encode("SET", "minimal", m.token, "NX", "PX", ttl * 1000)),
+                  M.temp_file(core.encode("EVALSHA", m.sha, 1, "minimal", m.token)) }
+  function m.rate(_, n)
+    return (M.child_rate("bench/floor (minimal lock)", table.concat({ M.root .. "/build/bench/floor", M.port, n,
+                                                                       files[1], files[2] }, " ")))
+  end
+  function m.close()
+    for _, path in ipairs(files) do os.remove(path) end
+  end
+  return m
+end
+
+--- The pure-Lua minimal lock a user would write instead
+-- (bench/pure_lua.lua: Debian's lua5.3 with lua-redis), when installed:
+-- a function of n that runs it in a process of its own and returns its
+-- rate and warm-up cycles (child_rate's); nil, said once, when not.
+function M.pure_lua()
+  local _, has = M.run("lua5.3 -e 'require \"redis\"'")
+  if not has then
+    M.say("bench: no lua5.3 with lua-redis (sh tools/deps.sh bench installs them): the pure-Lua lock is skipped")
+    return nil
+  end
+  return function(n)
+    local cmd = table.concat({ "lua5.3", M.root .. "/bench/pure_lua.lua", M.port, n }, " ")
+    return M.child_rate("bench/pure_lua.lua", cmd)
+  end
 end
 
 --- The placement bench/run.sh names as a script's first argument

@@ -9,7 +9,8 @@
 # redis-server; the difference over 2,000 leaves out what runs once
 # (loading, the first connection, tables made once, LuaJIT's compiling).
 #   sh bench/callgrind.sh [lua5.4] [luajit]   (both by default; make first; needs valgrind)
-# With BENCH_METRICS=1 the client counts its holds (redislock.metrics).
+# With BENCH_METRICS=1 the client counts its holds (redislock.metrics);
+# the C core's calls alone are not counted then.
 cd "$(dirname "$0")/.." || exit 2
 . bench/interp.sh
 command -v valgrind >/dev/null || { echo "bench: valgrind not found" >&2; exit 2; }

@@ -45,29 +45,14 @@ local raw = core.new({ port = B.port })  -- for INFO, on a connection of its own
 local floor = B.floor(client, KEY, TTL)
 local function raw_floor(n) return floor:rate(n) end
 
--- The minimal lock's bytes, for the same raw client.
-local CAD = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
-local cad_sha = assert(raw:command("SCRIPT", "LOAD", CAD))
-local min_token = core.token()
-local min_files = { B.temp_file(core.encode("SET", "minimal", min_token, "NX", "PX", TTL * 1000)),
-                    B.temp_file(core.encode("EVALSHA", cad_sha, 1, "minimal", min_token)) }
-local function minimal_floor(n)
-  local out, ok = B.run(table.concat({ B.root .. "/build/bench/floor", B.port, n, min_files[1], min_files[2] }, " "))
-  local rate = ok and tonumber(out:match("cycles_per_s=([%d.]+)"))
-  return (assert(rate, "bench/floor (minimal lock) failed: " .. out))
-end
+-- The minimal lock, from the same raw client.
+local minimal = B.minimal(raw, TTL)
+local function minimal_floor(n) return minimal:rate(n) end
 local CPU_CYCLES = B.knob("BENCH_CPU_CYCLES", 20000)
 
 -- The pure-Lua minimal lock, in a process of its own (lua5.3, lua-redis).
-local function pure_lua(n)
-  local out, ok = B.run(table.concat({ "lua5.3", B.root .. "/bench/pure_lua.lua", B.port, n }, " "))
-  local rate = ok and tonumber(out:match("cycles_per_s=([%d.]+)"))
-  return (assert(rate, "bench/pure_lua.lua failed: " .. out))
-end
-local _, has_pure_lua = B.run("lua5.3 -e 'require \"redis\"'")
-if not has_pure_lua then
-  B.say("bench: no lua5.3 with lua-redis (sh tools/deps.sh bench installs them): the pure-Lua peer is skipped")
-end
+local pure_lua = B.pure_lua()
+local has_pure_lua = pure_lua ~= nil
 
 -- Requests per second redis-benchmark gets for one command from one client.
 local function redis_benchmark(args)
@@ -80,8 +65,8 @@ end
 
 -- The redis-benchmark floor for one minimal cycle: each command at its own rate.
 local function benchmark_floor()
-  local acq = redis_benchmark({ "SET", "minimal", min_token, "NX", "PX", TTL * 1000 })
-  local rel = redis_benchmark({ "EVALSHA", cad_sha, 1, "minimal", min_token })
+  local acq = redis_benchmark({ "SET", "minimal", minimal.token, "NX", "PX", TTL * 1000 })
+  local rel = redis_benchmark({ "EVALSHA", minimal.sha, 1, "minimal", minimal.token })
   return 1 / (1 / acq + 1 / rel)
 end
 
@@ -164,11 +149,11 @@ local measures = {
   { "cycle", function() return cycles(N) end },
   { "with_lock", function() return with_locks(N) end },
 }
-if has_pure_lua then measures[#measures + 1] = { "pure", function() return pure_lua(N) end } end
+if has_pure_lua then measures[#measures + 1] = { "pure", function() return (pure_lua(N)) end } end
 if metered then measures[#measures + 1] = { "metrics", function() return cycles(N, metered) end } end
 local rates = B.slices(measures, SLICES)
 floor:close()
-for _, path in ipairs(min_files) do os.remove(path) end
+minimal:close()
 
 local median = {}
 for name, list in pairs(rates) do median[name] = math.floor(B.percentile(list, 50) + 0.5) end

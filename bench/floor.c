@@ -8,11 +8,11 @@
  * CYCLES times, over one TCP connection (TCP_NODELAY, as hiredis sets it):
  * one write per file, then reads until the whole RESP reply is in (or the
  * FIRST_REPLIES replies, default 1, to FIRST_FILE: more for a transaction,
- * MULTI's, each QUEUED and EXEC's; the library's acquire is one script, one
- * reply). No library, no pipelining, no event loop: what is left is the two round trips
- * themselves. The files hold the exact bytes the library sends (bench/cycle.lua
- * writes them with core.encode_script), so the floor always sends what the
- * library sends.
+ * MULTI's, each QUEUED and EXEC's, as the library's take is answered). No
+ * library, no pipelining, no event loop: what is left is the two round
+ * trips themselves. The files hold the exact bytes the library sends
+ * (bench/benchlib.lua's floor writes them with core.encode_script), so the
+ * floor always sends what the library sends.
  *
  * With FLOOR_SOCKET=library in the environment, its socket is set up as the
  * library's connection (csrc/rl_conn.c): the read and write timeouts of a
@@ -22,10 +22,10 @@
  *
  * Every reply must say "done": an error reply, a nil, an integer <= 0 or an
  * array whose first element is an integer <= 0 or a nil (the lock scripts'
- * "busy" and "not ours", a transaction's first command that answered nil) stops the run, so a cycle that took a
- * shortcut cannot pass for
- * a fast one. Prints "cycles_per_s=<rate>" for the timed loop (connecting is
- * not timed) and exits 0; on any failure prints why on stderr and exits 1.
+ * "busy" and "not ours", a transaction's first command that answered nil)
+ * stops the run, so a cycle that took a shortcut cannot pass for a fast
+ * one. Prints "cycles_per_s=<rate>" for the timed loop (connecting is not
+ * timed) and exits 0; on any failure prints why on stderr and exits 1.
  */
 #define _POSIX_C_SOURCE 200809L
 

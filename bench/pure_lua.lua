@@ -5,7 +5,7 @@
 -- the usual compare-and-delete script by EVALSHA. No fence, no waking, no
 -- renewal. The token is 32 hex digits from math.random (what such code
 -- usually does; redislock's come from the OS).
--- usage: lua5.3 bench/pure_lua.lua PORT N  -> prints cycles_per_s=<rate>
+-- usage: lua5.3 bench/pure_lua.lua PORT N  -> prints cycles_per_s=<rate> warm=<cycles run before the clock>
 local redis = require("redis")
 local socket = require("socket")
 
@@ -27,7 +27,8 @@ local function cycle()
   assert(client:evalsha(sha, 1, "bench:pure-lua", tok) == 1, "the lock was not ours")
 end
 
-for _ = 1, 200 do cycle() end -- warm up
+local WARM = 200
+for _ = 1, WARM do cycle() end
 local t0 = socket.gettime()
 for _ = 1, n do cycle() end
-print(string.format("cycles_per_s=%.1f", n / (socket.gettime() - t0)))
+print(string.format("cycles_per_s=%.1f warm=%d", n / (socket.gettime() - t0), WARM))

@@ -10,6 +10,8 @@ local SECTIONS = {
     { "floor.raw/", "floor.redis-benchmark/", "cycle/", "with_lock/", "wire/" } },
   { "Against the minimal lock a user compares with (SET NX PX + compare-and-delete), same run and placement",
     { "floor.minimal/", "cycle.vs_minimal/", "server_cpu/", "peer.pure-lua/", "cycle.vs_pure_lua/" } },
+  { "Where a cycle's time goes (bench/split.lua): each client in a process of its own, then step by step",
+    { "split." } },
   { "TLS: the same cycle over verified TLS, and new connections", { "cycle.plain/", "cycle.tls/", "connect." } },
   { "Redis Cluster: the same cycle through cluster routing, on one node", { "cycle.single_node/", "cycle.cluster/" } },
   { "Semaphore, read-write lock, multi-key lock: their cycle vs the lock's (same run and placement)",

@@ -1,7 +1,7 @@
 -- SPDX-License-Identifier: MIT
 -- A client process of bench/split.lua (a benchmark, not a test): N
--- uncontended cycles against 127.0.0.1:PORT, timed after a warm-up; prints
--- cycles_per_s=<rate>.
+-- uncontended cycles against 127.0.0.1:PORT, timed after WARM (200) of
+-- them; prints cycles_per_s=<rate> warm=<WARM>.
 --   <lua> bench/split_client.lua PORT N lib KEY
 --     redislock's acquire+release of KEY (TTL 10 s), as bench/cycle.lua's;
 --   <lua> bench/split_client.lua PORT N core KEY
@@ -49,6 +49,7 @@ else
     struct split_sockaddr { unsigned short family, port; unsigned char addr[4]; char zero[8]; };
     struct split_timeval { long sec, usec; };
   ]])
+  assert(ffi.abi("le"), "the FFI loop writes the port's bytes for a little-endian machine")
   local C = ffi.C
   -- Linux's numbers (AF_INET, SOCK_STREAM, SOL_SOCKET, SO_*, IPPROTO_TCP, TCP_*, MSG_NOSIGNAL).
   local AF_INET, SOCK_STREAM, SOL_SOCKET, IPPROTO_TCP, MSG_NOSIGNAL = 2, 1, 1, 6, 0x4000
@@ -89,7 +90,7 @@ else
     local have, seen = 0, 0
     repeat
       local got = tonumber(C.recv(fd, buf + have, 16384 - have, 0))
-      assert(got > 0, "recv failed or the server closed the connection")
+      assert(got > 0, "recv failed, the server closed the connection, or the answer was not " .. lines .. " lines")
       for i = have > 0 and have - 1 or 0, have + got - 2 do -- a line end may span two reads
         if buf[i] == CR and buf[i + 1] == LF then seen = seen + 1 end
       end
@@ -104,7 +105,8 @@ else
   end
 end
 
-for _ = 1, 200 do cycle() end -- warm up (bench/split.lua counts these 200)
+local WARM = 200
+for _ = 1, WARM do cycle() end
 local t0 = core.now()
 for _ = 1, n do cycle() end
-print(string.format("cycles_per_s=%.1f", n / (core.now() - t0)))
+print(string.format("cycles_per_s=%.1f warm=%d", n / (core.now() - t0), WARM))
