@@ -4,7 +4,8 @@
 --  * the raw floor, build/bench/floor (bench/floor.c): the very bytes the
 --    library sends (core.encode_script: the take, MULTI SET XADD EXEC, then the
 --    release script), one write and one read per round trip over a plain
---    socket, no library;
+--    socket, no library. Against it: the cycle (>= 0.95 on different
+--    cores, >= 0.90 on one, issue 56's bars);
 --  * the minimal lock, the floor a user compares with: the same raw client
 --    sending SET key token NX PX ttl, then EVALSHA of the usual
 --    compare-and-delete script (no fence, no waking, no fairness); and
@@ -169,8 +170,9 @@ B.emit({ name = "floor.raw/" .. id, value = median.raw, unit = "cycles/s", note 
          label = where .. ": raw floor (bench/floor.c, same bytes)" })
 local r, note = ratio("cycle", "raw")
 B.emit({ name = "cycle/" .. id, value = median.cycle, unit = "cycles/s",
-         baseline = "floor.raw/" .. id, baseline_value = median.raw, ratio = r, target = { ">=", 0.95 },
-         note = note, label = where .. ": acquire+release" })
+         baseline = "floor.raw/" .. id, baseline_value = median.raw, ratio = r,
+         target = { ">=", PLACEMENT == "same-core" and 0.90 or 0.95 }, note = note,
+         label = where .. ": acquire+release" })
 B.emit({ name = "floor.minimal/" .. id, value = median.minimal, unit = "cycles/s", note = slices_note,
          label = where .. ": minimal lock floor (bench/floor.c: SET NX PX, EVALSHA compare-and-delete)" })
 r, note = ratio("rb", "minimal")
