@@ -186,27 +186,19 @@ function M.child_rate(what, cmd)
   return (assert(rate, what .. " failed: " .. out)), tonumber(out:match("warm=(%d+)")) or 0
 end
 
---- The raw floor (build/bench/floor, bench/floor.c) for client's lock cycle:
--- the exact bytes the library sends for an uncontended acquire (a take:
--- MULTI, SET NX PX, XADD of the slot's fence record, EXEC) and release of
--- key (ttl in seconds), with a token as the library makes it.
--- Returns an object with :rate(n[, socket]) (cycles per second over n
--- cycles; socket "library": the floor's socket set up as the library's,
--- FLOOR_SOCKET in bench/floor.c), :close() and the fields acquire and
--- release (the bytes) and files (the two files that hold them).
-function M.floor(client, key, ttl)
-  local tok = require("redislock.hold").new_token(client) -- the holder's part too, as the library's
-  local f = {
-    acquire = core.encode_script("take", key, tok, ttl * 1000, client.prefix),
-    release = core.encode_script("release", key, tok, nil, client.prefix),
-  }
-  local files = { M.temp_file(f.acquire), M.temp_file(f.release) }
+-- A floor (build/bench/floor, bench/floor.c) of the two commands in f's
+-- fields first and second, what naming it in errors, the first answered
+-- with replies replies: f with files (the two files that hold them),
+-- :rate(n[, socket]) (cycles per second over n cycles; socket "library":
+-- the floor's socket set up as the library's, FLOOR_SOCKET in
+-- bench/floor.c) and :close().
+local function floor_of(f, what, replies)
+  local files = { M.temp_file(f.first), M.temp_file(f.second) }
   f.files = files
   function f.rate(_, n, socket)
-    -- A take is answered with 4 replies (MULTI's, 2 QUEUED, EXEC's).
     local env = socket and "FLOOR_SOCKET=" .. socket .. " " or ""
-    return (M.child_rate("bench/floor", env .. table.concat({ M.root .. "/build/bench/floor", M.port, n,
-                                                               files[1], files[2], 4 }, " ")))
+    return (M.child_rate(what, env .. table.concat({ M.root .. "/build/bench/floor", M.port, n,
+                                                      files[1], files[2], replies }, " ")))
   end
   function f.close()
     for _, path in ipairs(files) do os.remove(path) end
@@ -214,25 +206,30 @@ function M.floor(client, key, ttl)
   return f
 end
 
---- The minimal lock a user compares with, for bench/floor.c: SET key token
--- NX PX ttl (seconds), then the usual compare-and-delete script by EVALSHA
--- (no fence, no waking, no fairness), on the key "minimal"; client (any
--- with :command) loads the script. Returns an object with :rate(n)
--- (cycles per second over n cycles), :close(), and the fields token and
+--- The raw floor for client's lock cycle: the exact bytes the library
+-- sends for an uncontended acquire (a take: MULTI, SET NX PX, XADD of the
+-- slot's fence record, EXEC) and release of key (ttl in seconds), with a
+-- token as the library makes it. A floor (floor_of: :rate(n[, socket]),
+-- :close(), files) with the fields acquire and release (the bytes).
+function M.floor(client, key, ttl)
+  local tok = require("redislock.hold").new_token(client) -- the holder's part too, as the library's
+  local acquire = core.encode_script("take", key, tok, ttl * 1000, client.prefix)
+  local release = core.encode_script("release", key, tok, nil, client.prefix)
+  -- A take is answered with 4 replies (MULTI's, 2 QUEUED, EXEC's).
+  return floor_of({ first = acquire, second = release, acquire = acquire, release = release }, "bench/floor", 4)
+end
+
+--- The minimal lock a user compares with: SET key token NX PX ttl
+-- (seconds), then the usual compare-and-delete script by EVALSHA (no
+-- fence, no waking, no fairness), on the key "minimal"; client (any with
+-- :command) loads the script. A floor (floor_of) with the fields token and
 -- sha (the script's), for other clients of the same commands.
 function M.minimal(client, ttl)
   local cad = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
-  local m = { token = core.token(), sha = assert(client:command("SCRIPT", "LOAD", cad)) }
-  local files = { M.temp_file(core.encode("SET", "minimal", m.token, "NX", "PX", ttl * 1000)),
-                  M.temp_file(core.encode("EVALSHA", m.sha, 1, "minimal", m.token)) }
-  function m.rate(_, n)
-    return (M.child_rate("bench/floor (minimal lock)", table.concat({ M.root .. "/build/bench/floor", M.port, n,
-                                                                       files[1], files[2] }, " ")))
-  end
-  function m.close()
-    for _, path in ipairs(files) do os.remove(path) end
-  end
-  return m
+  local token, sha = core.token(), assert(client:command("SCRIPT", "LOAD", cad))
+  return floor_of({ first = core.encode("SET", "minimal", token, "NX", "PX", ttl * 1000),
+                    second = core.encode("EVALSHA", sha, 1, "minimal", token), token = token, sha = sha },
+                  "bench/floor (minimal lock)", 1)
 end
 
 --- The pure-Lua minimal lock a user would write instead
