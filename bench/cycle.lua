@@ -53,7 +53,6 @@ local CPU_CYCLES = B.knob("BENCH_CPU_CYCLES", 20000)
 
 -- The pure-Lua minimal lock, in a process of its own (lua5.3, lua-redis).
 local pure_lua = B.pure_lua()
-local has_pure_lua = pure_lua ~= nil
 
 -- Requests per second redis-benchmark gets for one command from one client.
 local function redis_benchmark(args)
@@ -150,7 +149,7 @@ local measures = {
   { "cycle", function() return cycles(N) end },
   { "with_lock", function() return with_locks(N) end },
 }
-if has_pure_lua then measures[#measures + 1] = { "pure", function() return (pure_lua(N)) end } end
+if pure_lua then measures[#measures + 1] = { "pure", function() return (pure_lua(N)) end } end
 if metered then measures[#measures + 1] = { "metrics", function() return cycles(N, metered) end } end
 local rates = B.slices(measures, SLICES)
 floor:close()
@@ -189,7 +188,7 @@ B.emit({ name = "server_cpu/" .. id, value = lib_cpu, unit = "us/cycle", baselin
          baseline_value = min_cpu, target = { "<=", 1.10 },
          note = string.format("redis INFO cpu, median of 3 runs of %d cycles each", CPU_CYCLES),
          label = where .. ": server CPU per acquire+release vs the minimal lock's" })
-if has_pure_lua then
+if pure_lua then
   B.emit({ name = "peer.pure-lua/" .. id, value = median.pure, unit = "cycles/s", note = slices_note,
            label = where .. ": pure-Lua minimal lock (lua5.3, lua-redis: SET NX PX, EVALSHA compare-and-delete)" })
   r, note = ratio("cycle", "pure")

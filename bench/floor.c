@@ -202,6 +202,7 @@ int main(int argc, char **argv) {
   long cycles, i;
   int port, fd;
   double t0, elapsed;
+  const char *socket_kind;
   if (argc != 5 && argc != 6) die("usage: floor PORT CYCLES FIRST_FILE SECOND_FILE [FIRST_REPLIES]");
   port = atoi(argv[1]);
   cycles = atol(argv[2]);
@@ -211,7 +212,8 @@ int main(int argc, char **argv) {
   first.replies = argc == 6 ? atoi(argv[5]) : 1;
   second.replies = 1;
   if (first.replies < 1 || first.replies > 16) die("FIRST_REPLIES must be 1 to 16");
-  like_library = getenv("FLOOR_SOCKET") != NULL && strcmp(getenv("FLOOR_SOCKET"), "library") == 0;
+  socket_kind = getenv("FLOOR_SOCKET");
+  like_library = socket_kind != NULL && strcmp(socket_kind, "library") == 0;
   fd = connect_to(port);
   t0 = now();
   for (i = 0; i < cycles; i++) {

@@ -61,9 +61,8 @@ end
 -- redis-py
 
 local function python_cycles()
-  local out, ok = B.run(table.concat({ PYTHON, B.root .. "/bench/redis_py.py", "cycles", B.port, N }, " "))
-  local rate = ok and tonumber(out:match("cycles_per_s=([%d.]+)"))
-  return (assert(rate, "bench/redis_py.py failed: " .. out))
+  local cmd = table.concat({ PYTHON, B.root .. "/bench/redis_py.py", "cycles", B.port, N }, " ")
+  return (B.child_rate("bench/redis_py.py", cmd))
 end
 
 local _, has_redis_py = B.run(PYTHON .. " -c 'import redis'")
